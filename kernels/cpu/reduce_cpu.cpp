@@ -1,0 +1,88 @@
+// CPU reductions: sums accumulate in double (never in f16), argmax, counts, the non-finite check.
+#include <cmath>
+#include <vector>
+
+#include "kernels/backends.h"
+#include "kernels/cpu/cpu_common.h"
+
+namespace hl::kernels::cpu {
+
+void reduce_sum(const ReduceIndex& ix, const void* x, DType tx, void* out, DType tout, double scale) {
+  // Output strides for the kept dims (0 for reduced dims): one pass over x in memory order adds each
+  // element into its output slot.
+  int64_t ostride[kMaxDims] = {};
+  int64_t s = 1;
+  for (int d = ix.ndim - 1; d >= 0; --d) {
+    ostride[d] = ix.reduced[d] ? 0 : s;
+    if (!ix.reduced[d]) s *= ix.shape[d];
+  }
+  const int64_t out_n = ix.out_numel();
+  int64_t in_n = 1;
+  for (int d = 0; d < ix.ndim; ++d) in_n *= ix.shape[d];
+  std::vector<double> acc(static_cast<size_t>(out_n), 0.0);
+
+  visit_floating(tx, "reduce_sum", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = static_cast<const T*>(x);
+    if (out_n == 1) {  // a full reduction: parallel, double accumulator
+      double total = 0.0;
+#pragma omp parallel for reduction(+ : total) if (in_n > kParallelThreshold)
+      for (int64_t i = 0; i < in_n; ++i) total += static_cast<double>(load(px, i));
+      acc[0] = total;
+      return;
+    }
+    int64_t idx[kMaxDims] = {};
+    int64_t o = 0;
+    for (int64_t i = 0; i < in_n; ++i) {
+      acc[static_cast<size_t>(o)] += static_cast<double>(load(px, i));
+      for (int d = ix.ndim - 1; d >= 0; --d) {  // advance the multi-index like an odometer
+        o += ostride[d];
+        if (++idx[d] < ix.shape[d]) break;
+        o -= ostride[d] * ix.shape[d];
+        idx[d] = 0;
+      }
+    }
+  });
+  visit_floating(tout, "reduce_sum", [&](auto tag) {
+    using T = decltype(tag);
+    T* po = static_cast<T*>(out);
+    for (int64_t o = 0; o < out_n; ++o) store(po, o, acc[static_cast<size_t>(o)] * scale);
+  });
+}
+
+void argmax_rows(int64_t rows, int64_t cols, const void* x, DType tx, int32_t* out) {
+  visit_floating(tx, "argmax", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = static_cast<const T*>(x);
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t best = 0;
+      auto best_v = load(px, r * cols);
+      for (int64_t c = 1; c < cols; ++c) {
+        const auto v = load(px, r * cols + c);
+        if (v > best_v || (std::isnan(v) && !std::isnan(best_v))) {  // NaN wins, like PyTorch
+          best_v = v;
+          best = c;
+        }
+      }
+      out[r] = static_cast<int32_t>(best);
+    }
+  });
+}
+
+void count_equal(int64_t n, const int32_t* a, const int32_t* b, int32_t* count) {
+  int64_t c = 0;
+  for (int64_t i = 0; i < n; ++i) c += a[i] == b[i];
+  *count = static_cast<int32_t>(c);
+}
+
+void any_nonfinite(int64_t n, const void* x, DType tx, int32_t* flag) {
+  int32_t found = 0;
+  visit_floating(tx, "any_nonfinite", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = static_cast<const T*>(x);
+    for (int64_t i = 0; i < n && !found; ++i) found = !std::isfinite(load(px, i));
+  });
+  *flag = found;
+}
+
+}  // namespace hl::kernels::cpu

@@ -1,0 +1,72 @@
+// Route each public kernel call to the backend of its device (see kernels/backends.h).
+#include "kernels/backends.h"
+#include "kernels/error.h"
+#include "kernels/softmax.h"
+
+namespace hl::kernels {
+
+#if defined(HALFLING_WITH_CUDA)
+#define HL_DISPATCH(fn, ...)                                  \
+  do {                                                        \
+    if (dev == DeviceType::cpu) return cpu::fn(__VA_ARGS__);  \
+    return cuda::fn(__VA_ARGS__);                             \
+  } while (0)
+#else
+#define HL_DISPATCH(fn, ...)                                                                            \
+  do {                                                                                                  \
+    if (dev == DeviceType::cpu) return cpu::fn(__VA_ARGS__);                                            \
+    throw Error(#fn ": a cuda tensor reached a build without CUDA (rebuild with -DHALFLING_CUDA=ON)"); \
+  } while (0)
+#endif
+
+void binary(DeviceType dev, BinaryOp op, const BroadcastIndex& ix, const void* a, DType ta, const void* b,
+            DType tb, void* out, DType tout) {
+  HL_DISPATCH(binary, op, ix, a, ta, b, tb, out, tout);
+}
+void unary(DeviceType dev, UnaryOp op, int64_t n, const void* x, DType tx, void* out, DType tout) {
+  HL_DISPATCH(unary, op, n, x, tx, out, tout);
+}
+void relu_backward(DeviceType dev, int64_t n, const void* x, const void* grad_out, void* grad_in, DType t) {
+  HL_DISPATCH(relu_backward, n, x, grad_out, grad_in, t);
+}
+void scalar(DeviceType dev, ScalarOp op, int64_t n, const void* x, double s, void* out, DType t) {
+  HL_DISPATCH(scalar, op, n, x, s, out, t);
+}
+void cast(DeviceType dev, int64_t n, const void* x, DType tx, void* out, DType tout) {
+  HL_DISPATCH(cast, n, x, tx, out, tout);
+}
+void fill(DeviceType dev, int64_t n, void* out, DType t, double value) { HL_DISPATCH(fill, n, out, t, value); }
+void reduce_sum(DeviceType dev, const ReduceIndex& ix, const void* x, DType tx, void* out, DType tout,
+                double scale) {
+  HL_DISPATCH(reduce_sum, ix, x, tx, out, tout, scale);
+}
+void argmax_rows(DeviceType dev, int64_t rows, int64_t cols, const void* x, DType tx, int32_t* out) {
+  HL_DISPATCH(argmax_rows, rows, cols, x, tx, out);
+}
+void count_equal(DeviceType dev, int64_t n, const int32_t* a, const int32_t* b, int32_t* count) {
+  HL_DISPATCH(count_equal, n, a, b, count);
+}
+void any_nonfinite(DeviceType dev, int64_t n, const void* x, DType tx, int32_t* flag) {
+  HL_DISPATCH(any_nonfinite, n, x, tx, flag);
+}
+void log_softmax_forward(DeviceType dev, int64_t rows, int64_t cols, const void* x, DType tx, void* y, DType ty) {
+  HL_DISPATCH(log_softmax_forward, rows, cols, x, tx, y, ty);
+}
+void log_softmax_backward(DeviceType dev, int64_t rows, int64_t cols, const void* y, const void* gy, DType ty,
+                          void* gx, DType tgx) {
+  HL_DISPATCH(log_softmax_backward, rows, cols, y, gy, ty, gx, tgx);
+}
+void nll_forward(DeviceType dev, int64_t rows, int64_t cols, const void* logp, DType t, const int32_t* labels,
+                 void* loss) {
+  HL_DISPATCH(nll_forward, rows, cols, logp, t, labels, loss);
+}
+void nll_backward(DeviceType dev, int64_t rows, int64_t cols, const int32_t* labels, const void* gloss,
+                  void* glogp, DType t) {
+  HL_DISPATCH(nll_backward, rows, cols, labels, gloss, glogp, t);
+}
+void sgd_step(DeviceType dev, int64_t n, void* param, const void* grad, void* momentum_buf, DType t,
+              const SgdParams& p) {
+  HL_DISPATCH(sgd_step, n, param, grad, momentum_buf, t, p);
+}
+
+}  // namespace hl::kernels

@@ -1,0 +1,31 @@
+// halfling errors: one exception type, messages that name the operation and what was wrong.
+#pragma once
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace hl {
+
+// Every user-facing failure in halfling throws hl::Error. The message always starts with the
+// operation ("matmul: ...", "read_idx(/path): ...") so a student can tell what went wrong where.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+namespace detail {
+template <class... Args>
+std::string concat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+}  // namespace detail
+
+}  // namespace hl
+
+// HL_CHECK(cond, "op", parts...): throw hl::Error("op: parts...") when cond is false.
+#define HL_CHECK(cond, ...)                                         \
+  do {                                                              \
+    if (!(cond)) throw ::hl::Error(::hl::detail::concat(__VA_ARGS__)); \
+  } while (0)

@@ -1,0 +1,111 @@
+// The variant registry (DESIGN.md §2): every op family keeps named versions of its kernel side by
+// side, so tests run them all against the CPU reference, benchmarks time them all, and a tutorial can
+// pick one (`--gemm wmma`, or the family's environment variable, e.g. HALFLING_GEMM=naive).
+//
+// A variant registers itself from its own source file:
+//
+//   HL_REGISTER_VARIANT(GemmArgs, {"naive", DeviceType::cuda, 10, "one thread per output", run, nullptr});
+//
+// halfling is built as a shared library, so every registration in every file runs at load time.
+#pragma once
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "kernels/dtype.h"
+#include "kernels/error.h"
+
+namespace hl::kernels {
+
+template <class Args>
+struct Variant {
+  std::string name;
+  DeviceType device;
+  int priority;         // the default is the highest-priority variant that supports the arguments
+  std::string summary;  // one line for listings: what this rung changes
+  void (*run)(const Args&);
+  // nullptr when the variant can compute these arguments, else the reason it cannot.
+  const char* (*unsupported)(const Args&);
+};
+
+template <class Args>
+class Registry {
+ public:
+  static Registry& instance() {
+    static Registry r;
+    return r;
+  }
+
+  void add(Variant<Args> v) {
+    HL_CHECK(find(v.name, v.device) == nullptr, Args::family, ": variant '", v.name, "' registered twice for ",
+             device_name(v.device));
+    variants_.push_back(std::move(v));
+    std::stable_sort(variants_.begin(), variants_.end(),
+                     [](const Variant<Args>& a, const Variant<Args>& b) { return a.priority > b.priority; });
+  }
+
+  // All variants, highest priority first.
+  const std::vector<Variant<Args>>& all() const { return variants_; }
+
+  std::vector<std::string> names(DeviceType dev) const {
+    std::vector<std::string> out;
+    for (const auto& v : variants_)
+      if (v.device == dev) out.push_back(v.name);
+    return out;
+  }
+
+  const Variant<Args>* find(const std::string& name, DeviceType dev) const {
+    for (const auto& v : variants_)
+      if (v.name == name && v.device == dev) return &v;
+    return nullptr;
+  }
+
+  // Which variant runs: an explicit name, else the one set with set_default(), else the
+  // environment variable Args::env_var, else the highest-priority variant that supports args.
+  const Variant<Args>& select(const Args& args, const std::string& requested = "") const {
+    std::string name = requested;
+    if (name.empty()) name = default_name_;
+    if (name.empty()) {
+      const char* env = std::getenv(Args::env_var);
+      if (env != nullptr) name = env;
+    }
+    const DeviceType dev = args.device;
+    if (!name.empty()) {
+      const Variant<Args>* v = find(name, dev);
+      if (v == nullptr) {
+        std::string known;
+        for (const auto& n : names(dev)) known += (known.empty() ? "" : ", ") + n;
+        throw Error(detail::concat(Args::family, ": no variant named '", name, "' on ", device_name(dev),
+                                   " (known: ", known, "; set with --", Args::family, " or ", Args::env_var, ")"));
+      }
+      if (v->unsupported != nullptr) {
+        if (const char* why = v->unsupported(args)) {
+          throw Error(detail::concat(Args::family, ": variant '", name, "' cannot run ", args.describe(), ": ", why));
+        }
+      }
+      return *v;
+    }
+    for (const auto& v : variants_) {
+      if (v.device != dev) continue;
+      if (v.unsupported == nullptr || v.unsupported(args) == nullptr) return v;
+    }
+    throw Error(detail::concat(Args::family, ": no ", device_name(dev), " variant can run ", args.describe()));
+  }
+
+  // Pin the variant used when no explicit name is given ("" restores automatic selection).
+  void set_default(const std::string& name) { default_name_ = name; }
+  const std::string& default_name() const { return default_name_; }
+
+ private:
+  std::vector<Variant<Args>> variants_;
+  std::string default_name_;
+};
+
+}  // namespace hl::kernels
+
+#define HL_REG_CAT2(a, b) a##b
+#define HL_REG_CAT(a, b) HL_REG_CAT2(a, b)
+#define HL_REGISTER_VARIANT(ArgsType, ...)                                       \
+  static const bool HL_REG_CAT(hl_registered_variant_, __COUNTER__) =           \
+      (::hl::kernels::Registry<ArgsType>::instance().add(::hl::kernels::Variant<ArgsType> __VA_ARGS__), true)

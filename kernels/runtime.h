@@ -1,0 +1,41 @@
+// The device runtime as seen by the rest of halfling: is there a GPU, raw device memory, copies,
+// the one stream per device, synchronization. Implemented by kernels/cuda/runtime.cu in CUDA builds
+// and by kernels/nocuda/runtime_nocuda.cpp in CPU-only builds (where every CUDA entry point throws).
+//
+// Raw allocation here is deliberately dumb (one cudaMalloc per call); the caching allocator that
+// keeps cudaMalloc off the training hot path lives in framework/device.h on top of it.
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace hl::runtime {
+
+// True when halfling was compiled with CUDA support.
+bool cuda_compiled();
+// True when CUDA support is compiled in AND a usable GPU (compute capability >= 7.0) is present.
+// Never throws and never crashes without a driver: the probe result is cached.
+bool cuda_available();
+// Why CUDA is not available ("halfling was built without CUDA", "no CUDA driver", ...), or "".
+std::string cuda_unavailable_reason();
+// "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 80 GiB)"; throws if !cuda_available().
+std::string cuda_device_description();
+// Compute capability as 10*major+minor (90 for H100); 0 when unavailable.
+int cuda_compute_capability();
+
+// Raw device memory (no caching). Throws hl::Error naming the size on failure.
+void* cuda_malloc(size_t bytes);
+void cuda_free(void* ptr);
+// Pinned (page-locked) host memory, for asynchronous copies.
+void* cuda_host_alloc(size_t bytes);
+void cuda_host_free(void* ptr);
+
+enum class CopyKind { host_to_device, device_to_host, device_to_device };
+// Asynchronous on the halfling stream; device_to_host callers must synchronize() before reading.
+void cuda_memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind);
+void cuda_memset_async(void* dst, int value, size_t bytes);
+// Wait for all work queued on the halfling stream.
+void cuda_synchronize();
+// The halfling stream (a cudaStream_t), as an opaque pointer so that .cpp files need no CUDA headers.
+void* cuda_stream();
+
+}  // namespace hl::runtime

@@ -1,0 +1,36 @@
+// Helpers shared by every test executable (DESIGN.md §6: fresh random data, poisoned outputs,
+// relative error against a float64 reference, CUDA tests that skip with a visible reason).
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/dtype.h"
+#include "kernels/runtime.h"
+
+namespace hl::test {
+
+// A seed that differs on every run (so each run sees fresh data) but is printed by the test that
+// uses it, so a failure can be reproduced with HALFLING_TEST_SEED=<seed>.
+uint64_t fresh_seed();
+
+// ||out - ref||_2 / ||ref||_2 (returns +inf if any element of out is NaN or inf where ref is finite).
+double rel_error(const std::vector<double>& out, const std::vector<double>& ref);
+
+// Random values in [lo, hi), already rounded to what dtype t can hold (so a float64 reference
+// computed from them sees exactly the inputs the kernel sees).
+std::vector<double> random_values(size_t n, uint64_t seed, double lo, double hi, DType t);
+
+// Path of a data set fetched by datasets/fetch.sh ($HALFLING_DATA/<name> or <repo>/data/<name>; "" if absent).
+std::string data_dir(const std::string& name);
+
+}  // namespace hl::test
+
+// Skip the current test, with the reason, when no usable GPU is present.
+#define HL_REQUIRE_CUDA()                                                                   \
+  do {                                                                                      \
+    if (!::hl::runtime::cuda_available())                                                   \
+      GTEST_SKIP() << "no CUDA device: " << ::hl::runtime::cuda_unavailable_reason();       \
+  } while (0)
