@@ -1,0 +1,1080 @@
+// Tests of the CUDA backend (kernels/cuda/*.cu) against float64 references computed here.
+//
+// Every GPU test starts with HL_REQUIRE_CUDA(), so on a machine without a GPU it is reported as
+// skipped with the reason. Following DESIGN.md §6, each test uses fresh random inputs (the seed is
+// printed; rerun with HALFLING_TEST_SEED=<seed>), poisons its outputs with NaN before the kernel
+// runs (so an element the kernel forgets to write fails), checks every element, and states each
+// tolerance with its reason. The tests use raw device memory from hl::runtime and the public kernel
+// API with DeviceType::cuda, so they need nothing from the framework.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <iomanip>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/dtype.h"
+#include "kernels/elementwise.h"
+#include "kernels/error.h"
+#include "kernels/gemm.h"
+#include "kernels/half.h"
+#include "kernels/optim.h"
+#include "kernels/reduce.h"
+#include "kernels/runtime.h"
+#include "kernels/softmax.h"
+#include "tests/test_util.h"
+
+namespace hl {
+namespace {
+
+using kernels::BinaryOp;
+using kernels::BroadcastIndex;
+using kernels::ReduceIndex;
+using kernels::ScalarOp;
+using kernels::UnaryOp;
+using runtime::CopyKind;
+
+constexpr DeviceType kCuda = DeviceType::cuda;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kF32Eps = 1.0 / (1 << 24);  // unit roundoff of f32: half an ulp at 1.0, 2^-24
+constexpr double kF16Eps = 1.0 / (1 << 11);  // unit roundoff of f16, 2^-11
+
+// ---- host-side encoding of values in each dtype -----------------------------------------------------
+
+// What storing v into dtype t leaves (single rounding, like the kernels).
+double round_to(DType t, double v) {
+  switch (t) {
+    case DType::f16: return half_bits_to_float(double_to_half_bits(v));
+    case DType::f32: return static_cast<float>(v);
+    case DType::f64: return v;
+    case DType::i32: return static_cast<int32_t>(v);
+  }
+  return v;
+}
+
+std::vector<uint8_t> encode(const std::vector<double>& v, DType t) {
+  std::vector<uint8_t> bytes(v.size() * dtype_size(t));
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint8_t* p = bytes.data() + i * dtype_size(t);
+    if (t == DType::f16) {
+      const uint16_t h = double_to_half_bits(v[i]);
+      std::memcpy(p, &h, 2);
+    } else if (t == DType::f32) {
+      const float f = static_cast<float>(v[i]);
+      std::memcpy(p, &f, 4);
+    } else if (t == DType::f64) {
+      std::memcpy(p, &v[i], 8);
+    } else {
+      const int32_t k = std::isnan(v[i]) ? std::numeric_limits<int32_t>::min() : static_cast<int32_t>(v[i]);
+      std::memcpy(p, &k, 4);
+    }
+  }
+  return bytes;
+}
+
+std::vector<double> decode(const std::vector<uint8_t>& bytes, DType t) {
+  std::vector<double> v(bytes.size() / dtype_size(t));
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint8_t* p = bytes.data() + i * dtype_size(t);
+    if (t == DType::f16) {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      v[i] = half_bits_to_float(h);
+    } else if (t == DType::f32) {
+      float f;
+      std::memcpy(&f, p, 4);
+      v[i] = f;
+    } else if (t == DType::f64) {
+      std::memcpy(&v[i], p, 8);
+    } else {
+      int32_t k;
+      std::memcpy(&k, p, 4);
+      v[i] = k;
+    }
+  }
+  return v;
+}
+
+// Device memory holding n elements of dtype t.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(size_t n, DType t) : n_(n), t_(t), ptr_(runtime::cuda_malloc(n * dtype_size(t))) {}
+  DeviceBuffer(const std::vector<double>& values, DType t) : DeviceBuffer(values.size(), t) { upload(values); }
+  ~DeviceBuffer() { runtime::cuda_free(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* get() const { return ptr_; }
+  int32_t* i32() const { return static_cast<int32_t*>(ptr_); }
+  DType dtype() const { return t_; }
+
+  void upload(const std::vector<double>& values) {
+    const std::vector<uint8_t> bytes = encode(values, t_);
+    runtime::cuda_memcpy_async(ptr_, bytes.data(), bytes.size(), CopyKind::host_to_device);
+    runtime::cuda_synchronize();  // `bytes` dies at the end of this function
+  }
+  // NaN in every element (the most negative i32 for integer buffers): a value no kernel should leave.
+  void poison() { upload(std::vector<double>(n_, kNaN)); }
+  std::vector<double> download() const {
+    std::vector<uint8_t> bytes(n_ * dtype_size(t_));
+    runtime::cuda_memcpy_async(bytes.data(), ptr_, bytes.size(), CopyKind::device_to_host);
+    runtime::cuda_synchronize();
+    return decode(bytes, t_);
+  }
+
+ private:
+  size_t n_;
+  DType t_;
+  void* ptr_;
+};
+
+// Check every element: |out - ref| <= tol(i); a NaN reference requires NaN, an infinite one the same
+// infinity. Reports the first few failures with their index.
+template <class Tol>
+void expect_all_close(const std::vector<double>& out, const std::vector<double>& ref, Tol tol,
+                      const std::string& what) {
+  ASSERT_EQ(out.size(), ref.size()) << what;
+  size_t bad = 0;
+  std::ostringstream first;
+  first << std::setprecision(17);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const double o = out[i], r = ref[i];
+    bool ok;
+    if (std::isnan(r)) {
+      ok = std::isnan(o);
+    } else if (std::isinf(r)) {
+      ok = o == r;
+    } else {
+      ok = std::isfinite(o) && std::fabs(o - r) <= tol(i);
+    }
+    if (!ok && bad++ < 5) first << "\n    [" << i << "] got " << o << ", want " << r << " (tolerance " << tol(i) << ")";
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << out.size() << " elements wrong (rel_error "
+                     << test::rel_error(out, ref) << ")" << first.str();
+}
+
+void expect_all_equal(const std::vector<double>& out, const std::vector<double>& ref, const std::string& what) {
+  expect_all_close(out, ref, [](size_t) { return 0.0; }, what);
+}
+
+std::string name(DType a) { return dtype_name(a); }
+std::string name(DType a, DType b) { return name(a) + "->" + name(b); }
+
+// =====================================================================================================
+// runtime
+// =====================================================================================================
+
+TEST(CudaRuntime, ReportsWhyCudaIsUnavailable) {
+  // This one runs where there is NO usable GPU: the probe must answer false with a reason, not crash.
+  bool available = true;
+  ASSERT_NO_THROW(available = runtime::cuda_available());
+  if (available) GTEST_SKIP() << "a GPU is present (" << runtime::cuda_device_description() << ")";
+  EXPECT_FALSE(runtime::cuda_unavailable_reason().empty());
+  EXPECT_EQ(runtime::cuda_compute_capability(), 0);
+  EXPECT_FALSE(runtime::cuda_available()) << "the probe result must be stable";
+  EXPECT_THROW(runtime::cuda_device_description(), Error);
+  EXPECT_THROW(runtime::cuda_malloc(16), Error);
+  std::cout << "[ info     ] CUDA unavailable: " << runtime::cuda_unavailable_reason() << "\n";
+}
+
+TEST(CudaRuntime, DescribesTheDevice) {
+  HL_REQUIRE_CUDA();
+  EXPECT_TRUE(runtime::cuda_compiled());
+  EXPECT_TRUE(runtime::cuda_unavailable_reason().empty());
+  EXPECT_GE(runtime::cuda_compute_capability(), 70);
+  const std::string d = runtime::cuda_device_description();
+  EXPECT_NE(d.find("sm_" + std::to_string(runtime::cuda_compute_capability())), std::string::npos) << d;
+  EXPECT_NE(d.find("SMs"), std::string::npos) << d;
+  EXPECT_NE(runtime::cuda_stream(), nullptr);
+  EXPECT_EQ(runtime::cuda_stream(), runtime::cuda_stream()) << "one halfling stream";
+  std::cout << "[ info     ] " << d << "\n";
+}
+
+TEST(CudaRuntime, CopiesAndMemsetRoundTrip) {
+  HL_REQUIRE_CUDA();
+  const uint64_t seed = test::fresh_seed();
+  const size_t n = 100003;
+  const std::vector<double> values = test::random_values(n, seed, -100.0, 100.0, DType::f32);
+  DeviceBuffer a(values, DType::f32), b(n, DType::f32);
+  b.poison();
+  runtime::cuda_memcpy_async(b.get(), a.get(), n * 4, CopyKind::device_to_device);
+  expect_all_equal(b.download(), values, "device_to_device copy");
+
+  // Pinned host memory, both directions.
+  auto* pinned = static_cast<float*>(runtime::cuda_host_alloc(n * 4));
+  ASSERT_NE(pinned, nullptr);
+  runtime::cuda_memcpy_async(pinned, b.get(), n * 4, CopyKind::device_to_host);
+  runtime::cuda_synchronize();
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(pinned[i], static_cast<float>(values[i])) << i;
+  runtime::cuda_host_free(pinned);
+
+  runtime::cuda_memset_async(b.get(), 0, n * 4);
+  expect_all_equal(b.download(), std::vector<double>(n, 0.0), "memset 0");
+}
+
+TEST(CudaRuntime, AllocationFailureNamesTheSize) {
+  HL_REQUIRE_CUDA();
+  const size_t huge = size_t{1} << 52;  // 4 PiB: more than any GPU has
+  try {
+    runtime::cuda_malloc(huge);
+    FAIL() << "cuda_malloc(4 PiB) succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(huge)), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("free"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(runtime::cuda_malloc(0), nullptr);
+  runtime::cuda_synchronize();  // the failed allocation left no error behind for later calls
+}
+
+// =====================================================================================================
+// elementwise
+// =====================================================================================================
+
+// Output element i -> offsets in a and b (the same walk the kernels do, written independently).
+void broadcast_offsets(const BroadcastIndex& ix, int64_t i, int64_t& ia, int64_t& ib) {
+  ia = ib = 0;
+  for (int d = ix.ndim - 1; d >= 0; --d) {
+    const int64_t c = i % ix.shape[d];
+    i /= ix.shape[d];
+    ia += c * ix.stride_a[d];
+    ib += c * ix.stride_b[d];
+  }
+}
+
+// Elements an operand with these strides spans in memory.
+int64_t storage_size(const BroadcastIndex& ix, const int64_t* stride) {
+  int64_t last = 0;
+  for (int d = 0; d < ix.ndim; ++d) last += (ix.shape[d] - 1) * stride[d];
+  return ix.numel() == 0 ? 0 : last + 1;
+}
+
+// Dense row-major operands of shapes a and b, broadcast NumPy-style against `out`.
+BroadcastIndex make_broadcast(const std::vector<int64_t>& out, const std::vector<int64_t>& a,
+                              const std::vector<int64_t>& b) {
+  BroadcastIndex ix;
+  ix.ndim = static_cast<int>(out.size());
+  for (int d = 0; d < ix.ndim; ++d) ix.shape[d] = out[static_cast<size_t>(d)];
+  auto strides = [&](const std::vector<int64_t>& s, int64_t* stride) {
+    int64_t st = 1;
+    const int offset = ix.ndim - static_cast<int>(s.size());  // right-aligned
+    for (int d = ix.ndim - 1; d >= 0; --d) {
+      const int64_t size = d >= offset ? s[static_cast<size_t>(d - offset)] : 1;
+      stride[d] = size == 1 ? 0 : st;
+      st *= size;
+    }
+  };
+  strides(a, ix.stride_a);
+  strides(b, ix.stride_b);
+  return ix;
+}
+
+struct BinaryCase {
+  std::string label;
+  BroadcastIndex ix;
+};
+
+std::vector<BinaryCase> binary_cases() {
+  std::vector<BinaryCase> cases;
+  cases.push_back({"dense [3,5,7]", make_broadcast({3, 5, 7}, {3, 5, 7}, {3, 5, 7})});
+  cases.push_back({"[4,1,5,3] op [6,5,1]", make_broadcast({4, 6, 5, 3}, {4, 1, 5, 3}, {6, 5, 1})});
+  cases.push_back({"[1000] op scalar", make_broadcast({1000}, {1000}, {1})});
+  cases.push_back({"row [1,33] op column [65,1]", make_broadcast({65, 33}, {1, 33}, {65, 1})});
+  cases.push_back({"0-d op 0-d", make_broadcast({}, {}, {})});
+  BroadcastIndex t;  // a is a [7,5] matrix read transposed as [5,7]; b a row vector
+  t.ndim = 2;
+  t.shape[0] = 5;
+  t.shape[1] = 7;
+  t.stride_a[0] = 1;
+  t.stride_a[1] = 5;
+  t.stride_b[0] = 0;
+  t.stride_b[1] = 1;
+  cases.push_back({"transposed [5,7] op [7]", t});
+  cases.push_back({"large dense [300001]", make_broadcast({300001}, {300001}, {300001})});
+  return cases;
+}
+
+TEST(CudaElementwise, BinaryBroadcastsOverMixedDtypes) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const DType f16 = DType::f16, f32 = DType::f32, f64 = DType::f64;
+  const std::vector<std::vector<DType>> dtypes = {{f32, f32, f32}, {f16, f16, f16}, {f16, f32, f32},
+                                                  {f32, f16, f32}, {f16, f16, f32}, {f32, f32, f16},
+                                                  {f64, f64, f64}, {f16, f64, f64}, {f32, f64, f32}};
+  for (const BinaryCase& c : binary_cases()) {
+    for (const auto& dt : dtypes) {
+      const DType ta = dt[0], tb = dt[1], tout = dt[2];
+      const int64_t n = c.ix.numel();
+      const auto a = test::random_values(static_cast<size_t>(storage_size(c.ix, c.ix.stride_a)), seed++, -4, 4, ta);
+      // b in [0.5, 4): a divisor far from zero
+      const auto b = test::random_values(static_cast<size_t>(storage_size(c.ix, c.ix.stride_b)), seed++, 0.5, 4, tb);
+      DeviceBuffer da(a, ta), db(b, tb), dout(static_cast<size_t>(n), tout);
+      for (BinaryOp op : {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div}) {
+        dout.poison();
+        kernels::binary(kCuda, op, c.ix, da.get(), ta, db.get(), tb, dout.get(), tout);
+        std::vector<double> ref(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) {
+          int64_t ia, ib;
+          broadcast_offsets(c.ix, i, ia, ib);
+          const double x = a[static_cast<size_t>(ia)], y = b[static_cast<size_t>(ib)];
+          const double r = op == BinaryOp::add ? x + y : op == BinaryOp::sub ? x - y : op == BinaryOp::mul ? x * y : x / y;
+          ref[static_cast<size_t>(i)] = r;
+        }
+        // f32 math on f16/f32 inputs is correctly rounded (within half an f32 ulp of the exact
+        // value); an f16 output adds its own rounding, and rounding twice (f32 then f16) can land
+        // one f16 ulp (2 * 2^-11 relative) from the exact value. f64 math: half an f64 ulp.
+        const bool wide = ta == f64 || tb == f64 || tout == f64;
+        const double rtol = tout == f16 ? 2 * kF16Eps : (wide && tout == f64) ? 1e-15 : kF32Eps;
+        expect_all_close(dout.download(), ref, [&](size_t i) { return rtol * std::fabs(ref[i]) + 1e-300; },
+                         "binary op " + std::to_string(static_cast<int>(op)) + " " + c.label + " " + name(ta) + "," +
+                             name(tb) + "->" + name(tout));
+      }
+    }
+  }
+}
+
+TEST(CudaElementwise, UnaryOps) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const size_t n = 70001;
+  const std::vector<std::pair<DType, DType>> dtypes = {
+      {DType::f32, DType::f32}, {DType::f16, DType::f16}, {DType::f16, DType::f32},
+      {DType::f32, DType::f16}, {DType::f64, DType::f64}, {DType::f32, DType::f64}};
+  for (auto [tx, tout] : dtypes) {
+    for (UnaryOp op : {UnaryOp::neg, UnaryOp::relu, UnaryOp::exp, UnaryOp::log}) {
+      // log needs positive inputs; exp stays well inside the f16 range for |x| < 8
+      const double lo = op == UnaryOp::log ? 0.01 : -8.0, hi = op == UnaryOp::log ? 100.0 : 8.0;
+      const auto x = test::random_values(n, seed++, lo, hi, tx);
+      DeviceBuffer dx(x, tx), dout(n, tout);
+      dout.poison();
+      kernels::unary(kCuda, op, static_cast<int64_t>(n), dx.get(), tx, dout.get(), tout);
+      std::vector<double> ref(n);
+      for (size_t i = 0; i < n; ++i) {
+        const double v = x[i];
+        ref[i] = op == UnaryOp::neg ? -v : op == UnaryOp::relu ? (v > 0 ? v : 0.0) : op == UnaryOp::exp ? std::exp(v)
+                                                                                                      : std::log(v);
+      }
+      // CUDA's expf/logf are within 2 f32 ulps (4 * 2^-24 relative; 6 leaves a margin), exp/log
+      // within 2 f64 ulps; an f16 output adds up to one f16 ulp (rounded from an f32 already off).
+      const bool wide = tx == DType::f64 || tout == DType::f64;
+      double rtol = wide ? 1e-15 : 6 * kF32Eps;
+      if (tout == DType::f16) rtol += 2 * kF16Eps;
+      if (tout == DType::f32 && wide) rtol = kF32Eps;  // double math, one rounding into f32
+      expect_all_close(dout.download(), ref, [&](size_t i) { return rtol * std::fabs(ref[i]) + 1e-300; },
+                       "unary op " + std::to_string(static_cast<int>(op)) + " " + name(tx, tout));
+    }
+  }
+}
+
+TEST(CudaElementwise, ReluBackward) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const size_t n = 50000;
+  for (DType t : {DType::f32, DType::f16, DType::f64}) {
+    const auto x = test::random_values(n, seed++, -1, 1, t);
+    const auto g = test::random_values(n, seed++, -3, 3, t);
+    DeviceBuffer dx(x, t), dg(g, t), dout(n, t);
+    dout.poison();
+    kernels::relu_backward(kCuda, static_cast<int64_t>(n), dx.get(), dg.get(), dout.get(), t);
+    std::vector<double> ref(n);
+    for (size_t i = 0; i < n; ++i) ref[i] = x[i] > 0 ? g[i] : 0.0;
+    expect_all_equal(dout.download(), ref, "relu_backward " + name(t));  // a selection: exact
+  }
+}
+
+TEST(CudaElementwise, ScalarOps) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const size_t n = 40000;
+  for (DType t : {DType::f32, DType::f16, DType::f64}) {
+    for (ScalarOp op : {ScalarOp::add, ScalarOp::mul, ScalarOp::rsub, ScalarOp::rdiv, ScalarOp::pow}) {
+      const auto x = test::random_values(n, seed++, 0.25, 4, t);  // positive: rdiv and pow are defined
+      const double s = op == ScalarOp::pow ? 2.5 : -1.75;
+      DeviceBuffer dx(x, t), dout(n, t);
+      dout.poison();
+      kernels::scalar(kCuda, op, static_cast<int64_t>(n), dx.get(), s, dout.get(), t);
+      std::vector<double> ref(n);
+      const double cs = t == DType::f64 ? s : static_cast<float>(s);  // the kernel's scalar, as computed
+      for (size_t i = 0; i < n; ++i) {
+        const double v = x[i];
+        ref[i] = op == ScalarOp::add ? v + cs : op == ScalarOp::mul ? v * cs : op == ScalarOp::rsub ? cs - v
+                 : op == ScalarOp::rdiv                             ? cs / v
+                                                                    : std::pow(v, cs);
+      }
+      // CUDA's powf is within 4 f32 ulps (8 * 2^-24; 16 leaves a margin), pow within 2 f64 ulps; the
+      // other ops are correctly rounded. An f16 output adds one f16 ulp.
+      double rtol = t == DType::f64 ? 1e-15 : 16 * kF32Eps;
+      if (t == DType::f16) rtol += 2 * kF16Eps;
+      expect_all_close(dout.download(), ref, [&](size_t i) { return rtol * std::fabs(ref[i]) + 1e-300; },
+                       "scalar op " + std::to_string(static_cast<int>(op)) + " " + name(t));
+    }
+  }
+}
+
+TEST(CudaElementwise, CastBetweenEveryDtypePair) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const size_t n = 20011;
+  const DType all[] = {DType::f32, DType::f16, DType::f64, DType::i32};
+  for (DType tx : all) {
+    for (DType tout : all) {
+      // Within +-1000: integers and fractions both fit every dtype's range.
+      const auto x = test::random_values(n, seed++, -1000, 1000, tx);
+      DeviceBuffer dx(x, tx), dout(n, tout);
+      dout.poison();
+      kernels::cast(kCuda, static_cast<int64_t>(n), dx.get(), tx, dout.get(), tout);
+      std::vector<double> ref(n);
+      for (size_t i = 0; i < n; ++i) ref[i] = round_to(tout, x[i]);  // one rounding (truncation into i32)
+      expect_all_equal(dout.download(), ref, "cast " + name(tx, tout));
+    }
+  }
+}
+
+TEST(CudaElementwise, CastToF16RoundsEdgeValuesLikeTheCpu) {
+  HL_REQUIRE_CUDA();
+  const double tiny = std::ldexp(1.0, -24);  // smallest f16 subnormal
+  const std::vector<double> edges = {
+      65504.0,                       // largest finite f16
+      65519.99,                      // just below the rounding boundary: 65504
+      65520.0,                       // exactly half an ulp above 65504: rounds to infinity
+      -65520.0,                      // and -infinity
+      tiny,                          // 2^-24
+      std::ldexp(1.0, -25),          // half of it: a tie, rounds to even (zero)
+      std::ldexp(1.5, -25),          // above the tie: 2^-24
+      std::ldexp(1.0, -14),          // smallest normal
+      std::ldexp(1023.0, -24),       // largest subnormal
+      1.0 + std::ldexp(1.0, -11),    // tie between 1 and 1 + 2^-10: even is 1
+      1.0 + std::ldexp(3.0, -11),    // tie between 1 + 2^-10 and 1 + 2^-9: even is 1 + 2^-9
+      0.1, -0.1, 0.123456789, 1.0 / 3.0, -0.0, 0.0, kInf, -kInf};
+  for (DType tx : {DType::f32, DType::f64}) {
+    std::vector<double> x = edges;
+    if (tx == DType::f64) {
+      // Rounding f64 -> f32 -> f16 would turn this into the tie 1 + 2^-11 and then round to 1;
+      // a single rounding sees that it is above the tie and gives 1 + 2^-10.
+      x.push_back(1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40));
+    }
+    DeviceBuffer dx(x, tx), dout(x.size(), DType::f16);
+    dout.poison();
+    kernels::cast(kCuda, static_cast<int64_t>(x.size()), dx.get(), tx, dout.get(), DType::f16);
+    const std::vector<double> out = dout.download();
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double input = round_to(tx, x[i]);
+      const uint16_t want = tx == DType::f64 ? double_to_half_bits(input)
+                                             : float_to_half_bits(static_cast<float>(input));
+      const uint16_t got = double_to_half_bits(out[i]);  // out[i] is an f16 value: exact round trip
+      EXPECT_EQ(got, want) << name(tx) << " " << std::setprecision(17) << input << " -> f16: got " << out[i]
+                           << ", want " << half_bits_to_float(want);
+    }
+  }
+  // NaN stays NaN; float -> i32 truncates toward zero.
+  const std::vector<double> x = {kNaN, -2.7, 2.7, -0.5, 7.99};
+  DeviceBuffer dx(x, DType::f32), dh(x.size(), DType::f16), di(x.size(), DType::i32);
+  dh.poison();
+  di.poison();
+  kernels::cast(kCuda, static_cast<int64_t>(x.size()), dx.get(), DType::f32, dh.get(), DType::f16);
+  kernels::cast(kCuda, 4, static_cast<float*>(dx.get()) + 1, DType::f32, di.get(), DType::i32);
+  EXPECT_TRUE(std::isnan(dh.download()[0]));
+  const std::vector<double> ints = di.download();
+  EXPECT_EQ(ints[0], -2);
+  EXPECT_EQ(ints[1], 2);
+  EXPECT_EQ(ints[2], 0);
+  EXPECT_EQ(ints[3], 7);
+}
+
+TEST(CudaElementwise, FillConvertsTheValueOnce) {
+  HL_REQUIRE_CUDA();
+  const size_t n = 100003;
+  for (DType t : {DType::f32, DType::f16, DType::f64, DType::i32}) {
+    for (double value : {0.1, -3.75, 65519.0, -7.9}) {
+      DeviceBuffer d(n, t);
+      d.poison();
+      kernels::fill(kCuda, static_cast<int64_t>(n), d.get(), t, value);
+      expect_all_equal(d.download(), std::vector<double>(n, round_to(t, value)),
+                       "fill " + name(t) + " " + std::to_string(value));
+    }
+  }
+}
+
+// =====================================================================================================
+// reductions
+// =====================================================================================================
+
+ReduceIndex make_reduce(const std::vector<int64_t>& shape, const std::vector<int>& reduced_dims) {
+  ReduceIndex ix;
+  ix.ndim = static_cast<int>(shape.size());
+  for (int d = 0; d < ix.ndim; ++d) ix.shape[d] = shape[static_cast<size_t>(d)];
+  for (int d : reduced_dims) ix.reduced[d] = true;
+  return ix;
+}
+
+// Sum (and sum of |x|, for the tolerance) of every output element of a dense input.
+void reference_reduce(const ReduceIndex& ix, const std::vector<double>& x, std::vector<double>& sum,
+                      std::vector<double>& abs_sum) {
+  sum.assign(static_cast<size_t>(ix.out_numel()), 0.0);
+  abs_sum.assign(sum.size(), 0.0);
+  for (size_t i = 0; i < x.size(); ++i) {
+    int64_t rem = static_cast<int64_t>(i), o = 0, o_stride = 1;
+    for (int d = ix.ndim - 1; d >= 0; --d) {
+      const int64_t c = rem % ix.shape[d];
+      rem /= ix.shape[d];
+      if (!ix.reduced[d]) {
+        o += c * o_stride;
+        o_stride *= ix.shape[d];
+      }
+    }
+    sum[static_cast<size_t>(o)] += x[i];
+    abs_sum[static_cast<size_t>(o)] += std::fabs(x[i]);
+  }
+}
+
+TEST(CudaReduce, SumOverAnyDimensions) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  struct Case {
+    std::vector<int64_t> shape;
+    std::vector<int> reduced;
+  };
+  const std::vector<Case> cases = {
+      {{5, 7, 9, 3}, {0, 2}},        // non-contiguous reduced dims, non-contiguous kept dims
+      {{5, 7, 9, 3}, {1}},           // a middle dim
+      {{5, 7, 9, 3}, {3}},           // the last dim (contiguous rows)
+      {{5, 7, 9, 3}, {0}},           // the first dim (bias gradient: sum over the batch)
+      {{5, 7, 9, 3}, {1, 3}},        //
+      {{5, 7, 9, 3}, {0, 1, 2, 3}},  // everything: one output
+      {{5, 7, 9, 3}, {}},            // nothing: a copy
+      {{1, 6, 1, 4}, {0, 2}},        // only size-1 dims reduced: a copy
+      {{3, 0, 4}, {1}},              // an empty reduced dim: zeros
+      {{128, 64, 7, 7}, {0, 2, 3}},  // batch-norm statistics layout (N, C, H, W) -> C
+      {{1048579}, {0}},              // a long full reduction (odd length)
+      {{}, {}},                      // a 0-d tensor
+  };
+  const std::vector<std::pair<DType, DType>> dtypes = {
+      {DType::f32, DType::f32}, {DType::f16, DType::f32}, {DType::f16, DType::f16}, {DType::f64, DType::f64}};
+  for (const Case& c : cases) {
+    const ReduceIndex ix = make_reduce(c.shape, c.reduced);
+    size_t in_n = 1;
+    for (int64_t s : c.shape) in_n *= static_cast<size_t>(s);
+    for (auto [tx, tout] : dtypes) {
+      const auto x = test::random_values(in_n, seed++, -2, 2, tx);
+      std::vector<double> sum, abs_sum;
+      reference_reduce(ix, x, sum, abs_sum);
+      for (double scale : {1.0, 1.0 / static_cast<double>(std::max<int64_t>(1, ix.reduce_numel()))}) {
+        DeviceBuffer dx(x, tx), dout(static_cast<size_t>(ix.out_numel()), tout);
+        dout.poison();
+        kernels::reduce_sum(kCuda, ix, dx.get(), tx, dout.get(), tout, scale);
+        std::vector<double> ref(sum.size());
+        for (size_t o = 0; o < ref.size(); ++o) ref[o] = sum[o] * scale;
+        // f32 accumulation: the error is a few hundred roundings at most (CUB adds per-thread runs,
+        // then a tree), bounded by 1e-5 * sum|x| (~170 * 2^-24); f64 likewise at 1e-13. The output
+        // dtype adds its own rounding of the result.
+        const double acc_tol = tx == DType::f64 ? 1e-13 : 1e-5;
+        const double out_tol = tout == DType::f16 ? kF16Eps : tout == DType::f32 ? kF32Eps : 0.0;
+        std::string shape;
+        for (int64_t s : c.shape) shape += std::to_string(s) + ",";
+        expect_all_close(dout.download(), ref,
+                         [&](size_t o) { return acc_tol * abs_sum[o] * scale + out_tol * std::fabs(ref[o]) + 1e-300; },
+                         "reduce_sum [" + shape + "] " + name(tx, tout) + " scale " + std::to_string(scale));
+      }
+    }
+  }
+}
+
+TEST(CudaReduce, ArgmaxTakesTheFirstOfTiedMaxima) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{37, 10}, {64, 33}, {3, 1000}, {2, 70000}, {5, 1}};
+  for (DType t : {DType::f32, DType::f16, DType::f64}) {
+    for (auto [rows, cols] : shapes) {
+      // Integers 0..3 (floored by drawing as i32): every row has many tied maxima.
+      auto x = test::random_values(static_cast<size_t>(rows * cols), seed++, -5, 4, DType::i32);
+      for (auto& v : x) v = v * 0.5;  // half-integers, still exact in f16
+      if (rows > 1 && cols > 2) {
+        // row 1: all equal -> index 0; the last row: a NaN wins over every number (like PyTorch)
+        std::fill(x.begin() + cols, x.begin() + 2 * cols, -1.5);
+        x[static_cast<size_t>((rows - 1) * cols + cols / 2)] = kNaN;
+      }
+      DeviceBuffer dx(x, t), dout(static_cast<size_t>(rows), DType::i32);
+      dout.poison();
+      kernels::argmax_rows(kCuda, rows, cols, dx.get(), t, dout.i32());
+      std::vector<double> ref(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t best = 0;
+        for (int64_t c = 1; c < cols; ++c) {
+          const double v = x[static_cast<size_t>(r * cols + c)], b = x[static_cast<size_t>(r * cols + best)];
+          if (std::isnan(b)) break;
+          if (std::isnan(v) || v > b) best = c;
+        }
+        ref[static_cast<size_t>(r)] = static_cast<double>(best);
+      }
+      expect_all_equal(dout.download(), ref,
+                       "argmax " + name(t) + " " + std::to_string(rows) + "x" + std::to_string(cols));
+    }
+  }
+}
+
+TEST(CudaReduce, CountEqual) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  for (size_t n : {size_t{1}, size_t{1000}, size_t{1000003}}) {
+    const auto a = test::random_values(n, seed++, 0, 4, DType::i32);
+    const auto b = test::random_values(n, seed++, 0, 4, DType::i32);
+    DeviceBuffer da(a, DType::i32), db(b, DType::i32), dc(1, DType::i32);
+    dc.poison();
+    kernels::count_equal(kCuda, static_cast<int64_t>(n), da.i32(), db.i32(), dc.i32());
+    double want = 0;
+    for (size_t i = 0; i < n; ++i) want += a[i] == b[i];
+    EXPECT_EQ(dc.download()[0], want) << "n = " << n;
+  }
+}
+
+TEST(CudaReduce, AnyNonfiniteFindsASingleInfOrNaN) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const size_t n = (1 << 20) + 7;
+  for (DType t : {DType::f32, DType::f16, DType::f64}) {
+    auto x = test::random_values(n, seed++, -60000, 60000, t);  // large but finite in every dtype
+    const size_t at = static_cast<size_t>(seed % n);
+    x[at / 2] = t == DType::f16 ? 65504.0 : t == DType::f32 ? 3.0e38 : 1.0e300;  // the largest finite ones
+    for (double bad : {0.0, kInf, -kInf, kNaN}) {  // 0.0: no bad value, the flag must read 0
+      auto y = x;
+      if (bad != 0.0) y[at] = bad;  // (NaN != 0 too)
+      DeviceBuffer dx(y, t), flag(1, DType::i32);
+      flag.upload({12345});  // neither 0 nor 1
+      kernels::any_nonfinite(kCuda, static_cast<int64_t>(n), dx.get(), t, flag.i32());
+      EXPECT_EQ(flag.download()[0], bad == 0.0 ? 0.0 : 1.0) << name(t) << " with " << bad << " at " << at;
+    }
+  }
+}
+
+// =====================================================================================================
+// log-softmax and NLL
+// =====================================================================================================
+
+// Float64 log-softmax of each row (the reference).
+std::vector<double> reference_log_softmax(int64_t rows, int64_t cols, const std::vector<double>& x) {
+  std::vector<double> y(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* row = x.data() + r * cols;
+    const double mx = *std::max_element(row, row + cols);
+    double sum = 0;
+    for (int64_t c = 0; c < cols; ++c) sum += std::exp(row[c] - mx);
+    for (int64_t c = 0; c < cols; ++c) y[static_cast<size_t>(r * cols + c)] = (row[c] - mx) - std::log(sum);
+  }
+  return y;
+}
+
+TEST(CudaSoftmax, LogSoftmaxForward) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{7, 1}, {300, 10}, {5, 1000}, {3, 70000}};
+  const std::vector<std::pair<DType, DType>> dtypes = {
+      {DType::f32, DType::f32}, {DType::f16, DType::f32}, {DType::f64, DType::f64}};
+  for (auto [tx, ty] : dtypes) {
+    for (auto [rows, cols] : shapes) {
+      // Ordinary logits, and large-magnitude ones (up to the f16 maximum) that overflow exp() unless
+      // the row maximum is subtracted first.
+      for (double range : {8.0, 60000.0}) {
+        auto x = test::random_values(static_cast<size_t>(rows * cols), seed++, -range, range, tx);
+        if (rows > 2) std::fill(x.begin(), x.begin() + cols, round_to(tx, range / 3));  // an all-equal row
+        const std::vector<double> ref = reference_log_softmax(rows, cols, x);
+        DeviceBuffer dx(x, tx), dy(x.size(), ty);
+        dy.poison();
+        kernels::log_softmax_forward(kCuda, rows, cols, dx.get(), tx, dy.get(), ty);
+        // f32 math: x - max and the final subtraction each round by 2^-24 relative. log(sum) is off
+        // by the relative error of the sum: each thread adds up to 70000/256 terms in sequence, so
+        // at worst ~300 roundings of 2^-24 = 1.8e-5 (typically far less). f64: the same at 1e-12.
+        std::vector<double> row_max(static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r)
+          row_max[static_cast<size_t>(r)] = *std::max_element(x.begin() + r * cols, x.begin() + (r + 1) * cols);
+        const double eps = ty == DType::f64 ? 1e-14 : 2 * kF32Eps, abs_tol = ty == DType::f64 ? 1e-12 : 2e-5;
+        expect_all_close(dy.download(), ref,
+                         [&](size_t i) {
+                           const double shifted = std::fabs(x[i] - row_max[i / static_cast<size_t>(cols)]);
+                           return eps * (shifted + std::fabs(ref[i])) + abs_tol;
+                         },
+                         "log_softmax " + name(tx, ty) + " " + std::to_string(rows) + "x" + std::to_string(cols) +
+                             " range " + std::to_string(range));
+      }
+    }
+  }
+}
+
+TEST(CudaSoftmax, LogSoftmaxBackward) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{7, 1}, {300, 10}, {5, 1000}, {3, 70000}};
+  const std::vector<std::pair<DType, DType>> dtypes = {
+      {DType::f32, DType::f32}, {DType::f32, DType::f16}, {DType::f64, DType::f64}, {DType::f64, DType::f32}};
+  for (auto [ty, tgx] : dtypes) {
+    for (auto [rows, cols] : shapes) {
+      const size_t n = static_cast<size_t>(rows * cols);
+      std::vector<double> y = reference_log_softmax(rows, cols, test::random_values(n, seed++, -6, 6, DType::f64));
+      for (auto& v : y) v = round_to(ty, v);
+      const auto gy = test::random_values(n, seed++, -1, 1, ty);
+      DeviceBuffer dy(y, ty), dgy(gy, ty), dgx(n, tgx);
+      dgx.poison();
+      kernels::log_softmax_backward(kCuda, rows, cols, dy.get(), dgy.get(), ty, dgx.get(), tgx);
+      std::vector<double> ref(n), scale(n);
+      for (int64_t r = 0; r < rows; ++r) {
+        double s = 0, s_abs = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          s += gy[static_cast<size_t>(r * cols + c)];
+          s_abs += std::fabs(gy[static_cast<size_t>(r * cols + c)]);
+        }
+        for (int64_t c = 0; c < cols; ++c) {
+          const size_t i = static_cast<size_t>(r * cols + c);
+          ref[i] = gy[i] - std::exp(y[i]) * s;
+          scale[i] = std::fabs(gy[i]) + std::exp(y[i]) * s_abs;  // magnitude of the terms involved
+        }
+      }
+      // f32 math: the row sum (each thread adds up to 70000/256 terms in sequence: at worst ~300
+      // roundings of 2^-24 = 1.8e-5 of sum|gy|), expf (2 ulps) and the product and subtraction all
+      // scale with `scale`; an f16 output adds one f16 rounding. Math is f64 if either side is f64.
+      const bool wide = ty == DType::f64 || tgx == DType::f64;
+      const double acc_tol = wide ? 1e-13 : 3e-5;
+      const double out_tol = tgx == DType::f16 ? kF16Eps : tgx == DType::f32 ? kF32Eps : 0.0;
+      expect_all_close(dgx.download(), ref,
+                       [&](size_t i) { return acc_tol * scale[i] + out_tol * std::fabs(ref[i]) + 1e-300; },
+                       "log_softmax_backward " + name(ty, tgx) + " " + std::to_string(rows) + "x" +
+                           std::to_string(cols));
+    }
+  }
+}
+
+TEST(CudaSoftmax, NllForwardAndBackward) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  for (DType t : {DType::f32, DType::f16, DType::f64}) {
+    for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {128, 10}, {9, 1000}}) {
+      const size_t n = static_cast<size_t>(rows * cols);
+      const auto logp = test::random_values(n, seed++, -10, -0.01, t);
+      auto labels = test::random_values(static_cast<size_t>(rows), seed++, 0, static_cast<double>(cols), DType::i32);
+      if (rows >= 3) {  // out-of-range labels: NaN loss, zero gradient
+        labels[1] = -1;
+        labels[2] = static_cast<double>(cols);
+      }
+      DeviceBuffer dlogp(logp, t), dlabels(labels, DType::i32), dloss(static_cast<size_t>(rows), t);
+      dloss.poison();
+      kernels::nll_forward(kCuda, rows, cols, dlogp.get(), t, dlabels.i32(), dloss.get());
+      std::vector<double> ref_loss(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) {
+        const double l = labels[static_cast<size_t>(r)];
+        ref_loss[static_cast<size_t>(r)] =
+            (l < 0 || l >= static_cast<double>(cols)) ? kNaN : -logp[static_cast<size_t>(r * cols + static_cast<int64_t>(l))];
+      }
+      expect_all_equal(dloss.download(), ref_loss, "nll_forward " + name(t));  // a negation: exact
+
+      const auto gloss = test::random_values(static_cast<size_t>(rows), seed++, -2, 2, t);
+      DeviceBuffer dgloss(gloss, t), dglogp(n, t);
+      dglogp.poison();
+      kernels::nll_backward(kCuda, rows, cols, dlabels.i32(), dgloss.get(), dglogp.get(), t);
+      std::vector<double> ref_grad(n, 0.0);
+      for (int64_t r = 0; r < rows; ++r) {
+        const double l = labels[static_cast<size_t>(r)];
+        if (l >= 0 && l < static_cast<double>(cols))
+          ref_grad[static_cast<size_t>(r * cols + static_cast<int64_t>(l))] = -gloss[static_cast<size_t>(r)];
+      }
+      expect_all_equal(dglogp.download(), ref_grad, "nll_backward " + name(t));  // exact
+    }
+  }
+}
+
+// =====================================================================================================
+// optimizer
+// =====================================================================================================
+
+TEST(CudaOptim, SgdMatchesPyTorchSemantics) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const size_t n = 10007;
+  struct Config {
+    std::string label;
+    kernels::SgdParams p;
+  };
+  auto sgd = [](double lr, double momentum, double wd, double dampening, bool nesterov, bool first) {
+    kernels::SgdParams p;
+    p.lr = lr;
+    p.momentum = momentum;
+    p.weight_decay = wd;
+    p.dampening = dampening;
+    p.nesterov = nesterov;
+    p.first_step = first;
+    return p;
+  };
+  const std::vector<Config> configs = {
+      {"plain", sgd(0.1, 0, 0, 0, false, false)},
+      {"weight decay", sgd(0.1, 0, 1e-2, 0, false, false)},
+      {"momentum, first step", sgd(0.05, 0.9, 0, 0, false, true)},
+      {"momentum", sgd(0.05, 0.9, 0, 0, false, false)},
+      {"momentum + dampening + wd", sgd(0.05, 0.9, 5e-3, 0.1, false, false)},
+      {"nesterov + wd", sgd(0.05, 0.9, 5e-3, 0, true, false)},
+      {"nesterov, first step", sgd(0.05, 0.9, 0, 0, true, true)},
+  };
+  for (DType t : {DType::f32, DType::f16}) {
+    for (const Config& c : configs) {
+      const kernels::SgdParams& p = c.p;
+      const auto param = test::random_values(n, seed++, -2, 2, t);
+      const auto grad = test::random_values(n, seed++, -1, 1, t);
+      const auto buf = test::random_values(n, seed++, -1, 1, t);
+      DeviceBuffer dp(param, t), dg(grad, t), db(buf, t);
+      kernels::sgd_step(kCuda, static_cast<int64_t>(n), dp.get(), dg.get(), db.get(), t, p);
+
+      // The update in float64 from the same inputs; the kernel's scalars are f32.
+      const double lr = static_cast<float>(p.lr), mom = static_cast<float>(p.momentum);
+      const double wd = static_cast<float>(p.weight_decay), damp = static_cast<float>(p.dampening);
+      std::vector<double> ref_p(n), ref_b(n), mag_p(n), mag_b(n);
+      for (size_t i = 0; i < n; ++i) {
+        double d = grad[i] + wd * param[i];
+        double b = buf[i];
+        if (mom != 0) {
+          b = p.first_step ? d : mom * buf[i] + (1 - damp) * d;
+          d = p.nesterov ? d + mom * b : b;
+        }
+        ref_p[i] = param[i] - lr * d;
+        ref_b[i] = b;
+        // Sizes of the terms that were rounded along the way, for the tolerance.
+        mag_b[i] = std::fabs(grad[i]) + wd * std::fabs(param[i]) + mom * std::fabs(buf[i]);
+        mag_p[i] = std::fabs(param[i]) + lr * (1 + mom) * mag_b[i];
+      }
+      // f32 math: a handful of roundings of the terms (<= 8 * 2^-24 of their magnitude). An f16
+      // store rounds once more, and the f32 value it rounds can sit across an f16 tie from the exact
+      // one: up to one f16 ulp (2 * 2^-11 relative) plus a subnormal step for tiny values.
+      const double out_tol = t == DType::f16 ? 2 * kF16Eps : 0.0, sub = t == DType::f16 ? std::ldexp(1.0, -24) : 0.0;
+      expect_all_close(dp.download(), ref_p,
+                       [&](size_t i) { return 8 * kF32Eps * mag_p[i] + out_tol * std::fabs(ref_p[i]) + sub; },
+                       "sgd param " + name(t) + " " + c.label);
+      expect_all_close(db.download(), ref_b,
+                       [&](size_t i) { return 8 * kF32Eps * mag_b[i] + out_tol * std::fabs(ref_b[i]) + sub; },
+                       "sgd momentum buffer " + name(t) + " " + c.label);
+    }
+  }
+}
+
+TEST(CudaOptim, F16WeightsSwallowSmallUpdates) {
+  // Paper §3.1: an update smaller than half an FP16 ulp of the weight is lost when the weight is
+  // stored in FP16; FP32 master weights keep it. Below 1 the f16 spacing is 2^-11, so 1 - 2^-13
+  // rounds back to exactly 1 in f16 and is exact in f32.
+  HL_REQUIRE_CUDA();
+  const size_t n = 4099;
+  kernels::SgdParams p;
+  p.lr = 1.0;
+  const double update = std::ldexp(1.0, -13);  // exact in f16 and f32, below half an f16 ulp of 1
+  for (DType t : {DType::f16, DType::f32}) {
+    DeviceBuffer dp(std::vector<double>(n, 1.0), t), dg(std::vector<double>(n, update), t);
+    kernels::sgd_step(kCuda, static_cast<int64_t>(n), dp.get(), dg.get(), nullptr, t, p);
+    const double want = t == DType::f16 ? 1.0 : 1.0 - update;
+    expect_all_equal(dp.download(), std::vector<double>(n, want), "sgd with a tiny update, " + name(t));
+  }
+}
+
+// =====================================================================================================
+// GEMM: every registered CUDA variant (today the "naive" rung) against a float64 reference
+// =====================================================================================================
+
+const char* layout_name(kernels::Op a, kernels::Op b) {
+  if (a == kernels::Op::N) return b == kernels::Op::N ? "NN" : "NT";
+  return b == kernels::Op::N ? "TN" : "TT";
+}
+
+// Runs variant `variant` on fresh random inputs for `g` (sizes, ops, leading dims, dtypes, alpha,
+// beta, bias dtype, relu; a bias is added when with_bias) and checks every element of C, padding
+// included, against float64. Cases the variant declares unsupported are skipped.
+void run_gemm_case(const std::string& variant, kernels::GemmArgs g, bool with_bias, uint64_t& seed) {
+  using kernels::Op;
+  const int64_t a_rows = g.op_a == Op::N ? g.M : g.K, b_rows = g.op_b == Op::N ? g.K : g.N;
+  const auto a = test::random_values(static_cast<size_t>(a_rows * g.lda), seed++, -1, 1, g.ab_type);
+  const auto b = test::random_values(static_cast<size_t>(b_rows * g.ldb), seed++, -1, 1, g.ab_type);
+  const auto bias = test::random_values(static_cast<size_t>(g.N), seed++, -1, 1, g.bias_type);
+  // beta == 0: C starts as NaN everywhere, which the kernel must not read. Otherwise random values
+  // in the columns that are read, NaN in the padding columns (which must stay untouched).
+  std::vector<double> c0(static_cast<size_t>(g.M * g.ldc), kNaN);
+  if (g.beta != 0.0f) {
+    const auto init = test::random_values(c0.size(), seed++, -1, 1, g.c_type);
+    for (int64_t m = 0; m < g.M; ++m)
+      for (int64_t n = 0; n < g.N; ++n) c0[static_cast<size_t>(m * g.ldc + n)] = init[static_cast<size_t>(m * g.ldc + n)];
+  }
+  DeviceBuffer da(a, g.ab_type), db(b, g.ab_type), dc(c0, g.c_type), dbias(bias, g.bias_type);
+  g.A = da.get();
+  g.B = db.get();
+  g.C = dc.get();
+  g.bias = with_bias ? dbias.get() : nullptr;
+  g.device = kCuda;
+
+  const auto& registry = kernels::GemmRegistry::instance();
+  const kernels::Variant<kernels::GemmArgs>* v = registry.find(variant, kCuda);
+  ASSERT_NE(v, nullptr) << variant;
+  if (v->unsupported != nullptr && v->unsupported(g) != nullptr) return;  // not this rung's job
+  kernels::gemm(g, variant);
+
+  std::vector<double> ref(c0.size(), kNaN), tol(c0.size(), 0.0);
+  for (int64_t m = 0; m < g.M; ++m) {
+    for (int64_t n = 0; n < g.N; ++n) {
+      double acc = 0, acc_abs = 0;
+      for (int64_t k = 0; k < g.K; ++k) {
+        const double x = g.op_a == Op::N ? a[static_cast<size_t>(m * g.lda + k)] : a[static_cast<size_t>(k * g.lda + m)];
+        const double y = g.op_b == Op::N ? b[static_cast<size_t>(k * g.ldb + n)] : b[static_cast<size_t>(n * g.ldb + k)];
+        acc += x * y;
+        acc_abs += std::fabs(x * y);
+      }
+      const size_t i = static_cast<size_t>(m * g.ldc + n);
+      double r = g.alpha * acc, mag = std::fabs(g.alpha) * acc_abs;
+      if (g.beta != 0.0f) {
+        r += g.beta * c0[i];
+        mag += std::fabs(g.beta * c0[i]);
+      }
+      if (with_bias) {
+        r += bias[static_cast<size_t>(n)];
+        mag += std::fabs(bias[static_cast<size_t>(n)]);
+      }
+      if (g.relu) r = std::max(r, 0.0);
+      ref[i] = r;
+      // FP32 accumulation over K terms in any order: at most (K + 3) roundings of 2^-24 of the sum of
+      // magnitudes (the classic bound; +3 for alpha, beta*C and bias). An f16 C rounds once more.
+      tol[i] = (static_cast<double>(g.K) + 3) * kF32Eps * mag +
+               (g.c_type == DType::f16 ? kF16Eps * std::fabs(r) + std::ldexp(1.0, -25) : 0.0);
+    }
+  }
+  std::ostringstream what;
+  what << variant << " gemm " << layout_name(g.op_a, g.op_b) << " M=" << g.M << " N=" << g.N << " K=" << g.K << " "
+       << name(g.ab_type, g.c_type) << " lda/ldb/ldc=" << g.lda << "/" << g.ldb << "/" << g.ldc << " alpha=" << g.alpha
+       << " beta=" << g.beta << " bias=" << (with_bias ? name(g.bias_type) : "none") << " relu=" << g.relu;
+  expect_all_close(dc.download(), ref, [&](size_t i) { return tol[i]; }, what.str());
+}
+
+std::vector<std::string> cuda_gemm_variants() { return kernels::GemmRegistry::instance().names(kCuda); }
+
+TEST(CudaGemm, EveryVariantEveryLayoutShapeAndEpilogue) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  using kernels::Op;
+  struct Epilogue {
+    float alpha, beta;
+    bool bias;
+    DType bias_type;
+    bool relu;
+  };
+  const std::vector<Epilogue> epilogues = {
+      {1.0f, 0.0f, false, DType::f32, false},   // plain C = A*B (C holds NaN: must not be read)
+      {0.5f, 0.75f, true, DType::f32, true},    // the full epilogue
+      {-1.25f, 0.0f, true, DType::f16, false},  // f16 bias, negative alpha
+      {2.0f, -1.0f, false, DType::f32, true},   // beta without bias
+  };
+  const std::vector<std::vector<int64_t>> shapes = {{1, 1, 1}, {7, 13, 5}, {17, 33, 65}, {128, 784, 512}};  // M,N,K
+  const std::vector<std::pair<Op, Op>> layouts = {{Op::N, Op::N}, {Op::N, Op::T}, {Op::T, Op::N}};
+  const auto variants = cuda_gemm_variants();
+  ASSERT_FALSE(variants.empty()) << "no CUDA GEMM variant registered (expected at least 'naive')";
+  for (const std::string& variant : variants) {
+    for (auto [op_a, op_b] : layouts) {
+      for (DType ab : {DType::f16, DType::f32}) {
+        for (DType c_type : {DType::f32, DType::f16}) {
+          for (const auto& s : shapes) {
+            const bool largest = s[0] * s[1] * s[2] > 1000000;  // only two epilogues: the reference is slow
+            for (size_t e = 0; e < (largest ? 2 : epilogues.size()); ++e) {
+              kernels::GemmArgs g;
+              g.op_a = op_a;
+              g.op_b = op_b;
+              g.M = s[0];
+              g.N = s[1];
+              g.K = s[2];
+              kernels::set_dense_ld(g);
+              g.ab_type = ab;
+              g.c_type = c_type;
+              g.alpha = epilogues[e].alpha;
+              g.beta = epilogues[e].beta;
+              g.bias_type = epilogues[e].bias_type;
+              g.relu = epilogues[e].relu;
+              run_gemm_case(variant, g, epilogues[e].bias, seed);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaGemm, PaddedLeadingDimensions) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  using kernels::Op;
+  for (const std::string& variant : cuda_gemm_variants()) {
+    for (auto [op_a, op_b] : std::vector<std::pair<Op, Op>>{{Op::N, Op::N}, {Op::N, Op::T}, {Op::T, Op::N}, {Op::T, Op::T}}) {
+      for (float beta : {0.0f, 1.0f}) {
+        kernels::GemmArgs g;
+        g.op_a = op_a;
+        g.op_b = op_b;
+        g.M = 19;
+        g.N = 23;
+        g.K = 37;
+        kernels::set_dense_ld(g);
+        g.lda += 5;  // row strides wider than the rows: submatrices of larger buffers
+        g.ldb += 3;
+        g.ldc += 7;
+        g.ab_type = DType::f16;
+        g.c_type = DType::f32;
+        g.beta = beta;
+        run_gemm_case(variant, g, /*with_bias=*/true, seed);
+      }
+    }
+  }
+}
+
+TEST(CudaGemm, AccumulatesInFp32) {
+  // Paper §3.3: 4096 products 1 * 1 summed in FP16 stall at 2048 (2048 + 1 rounds back to 2048, the
+  // FP16 spacing there being 2); an FP32 accumulator reaches exactly 4096, which an FP16 C can hold.
+  HL_REQUIRE_CUDA();
+  const int64_t K = 4096;
+  for (const std::string& variant : cuda_gemm_variants()) {
+    for (DType c_type : {DType::f32, DType::f16}) {
+      DeviceBuffer a(std::vector<double>(K, 1.0), DType::f16), b(std::vector<double>(K, 1.0), DType::f16),
+          c(1, c_type);
+      c.poison();
+      kernels::GemmArgs g;
+      g.device = kCuda;
+      g.M = 1;
+      g.N = 1;
+      g.K = K;
+      kernels::set_dense_ld(g);
+      g.A = a.get();
+      g.B = b.get();
+      g.ab_type = DType::f16;
+      g.C = c.get();
+      g.c_type = c_type;
+      const auto* v = kernels::GemmRegistry::instance().find(variant, kCuda);
+      if (v->unsupported != nullptr && v->unsupported(g) != nullptr) continue;
+      kernels::gemm(g, variant);
+      EXPECT_EQ(c.download()[0], 4096.0) << variant << " f16 x f16 -> " << name(c_type);
+    }
+  }
+}
+
+TEST(CudaGemm, NaiveRefusesWhatItCannotCompute) {
+  // No GPU needed: only the registry entry is consulted.
+  const auto* v = kernels::GemmRegistry::instance().find("naive", kCuda);
+  if (v == nullptr) GTEST_SKIP() << "halfling was built without CUDA: no CUDA GEMM variants";
+  ASSERT_NE(v->unsupported, nullptr);
+  kernels::GemmArgs g;
+  g.device = kCuda;
+  g.M = g.N = g.K = 4;
+  kernels::set_dense_ld(g);
+  for (DType ab : {DType::f16, DType::f32}) {
+    for (DType c : {DType::f16, DType::f32}) {
+      g.ab_type = ab;
+      g.c_type = c;
+      EXPECT_EQ(v->unsupported(g), nullptr) << name(ab, c);
+    }
+  }
+  g.ab_type = DType::f64;
+  g.c_type = DType::f64;
+  EXPECT_NE(v->unsupported(g), nullptr) << "f64 GEMMs are CPU-only";
+  g.ab_type = DType::f16;
+  g.c_type = DType::i32;
+  EXPECT_NE(v->unsupported(g), nullptr) << "an i32 output";
+}
+
+}  // namespace
+}  // namespace hl
