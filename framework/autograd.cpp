@@ -1,0 +1,115 @@
+#include "framework/autograd.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "framework/ops.h"
+
+namespace hl {
+
+namespace {
+thread_local bool g_grad_enabled = true;
+}
+
+bool grad_enabled() { return g_grad_enabled; }
+NoGradGuard::NoGradGuard() : prev_(g_grad_enabled) { g_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { g_grad_enabled = prev_; }
+
+bool needs_grad(const std::vector<Tensor>& inputs) {
+  if (!g_grad_enabled) return false;
+  for (const auto& t : inputs)
+    if (t.requires_grad()) return true;
+  return false;
+}
+
+Tensor record(Tensor out, const std::string& op, std::vector<Tensor> inputs,
+              std::function<std::vector<Tensor>(const Tensor&)> backward) {
+  if (!needs_grad(inputs)) return out;
+  auto node = std::make_shared<Node>();
+  node->op = op;
+  node->inputs = std::move(inputs);
+  node->backward = std::move(backward);
+  out.impl()->grad_fn = std::move(node);
+  out.impl()->requires_grad = true;
+  return out;
+}
+
+namespace {
+// Tensors reachable from root through grad_fn edges, each after all of its consumers (reverse
+// topological order), by an iterative depth-first search. Strong references: releasing a node
+// below may drop the last other reference to a tensor still in this list.
+std::vector<std::shared_ptr<TensorImpl>> reverse_topological(const std::shared_ptr<TensorImpl>& root) {
+  std::vector<std::shared_ptr<TensorImpl>> post;
+  std::unordered_set<TensorImpl*> seen{root.get()};
+  std::vector<std::pair<std::shared_ptr<TensorImpl>, size_t>> stack{{root, 0}};
+  while (!stack.empty()) {
+    auto& [t, next] = stack.back();
+    const auto& node = t->grad_fn;
+    if (node && next < node->inputs.size()) {
+      const std::shared_ptr<TensorImpl>& in = node->inputs[next++].impl_ptr();
+      if (in != nullptr && in->requires_grad && seen.insert(in.get()).second) stack.push_back({in, 0});
+    } else {
+      post.push_back(t);
+      stack.pop_back();
+    }
+  }
+  return {post.rbegin(), post.rend()};
+}
+}  // namespace
+
+void Tensor::backward(const Tensor& seed, bool retain_graph) const {
+  require_defined("backward");
+  HL_CHECK(requires_grad(), "backward: ", describe(),
+           " does not require grad (no input of the computation had requires_grad set, or it ran under NoGradGuard)");
+  Tensor grad0 = seed;
+  if (!grad0.defined()) {
+    HL_CHECK(numel() == 1, "backward: ", describe(),
+             " is not a scalar; pass the gradient of the loss with respect to it as the seed");
+    grad0 = Tensor::ones(shape(), dtype(), device());
+  }
+  HL_CHECK(grad0.shape() == shape(), "backward: seed ", grad0.describe(), " does not match ", describe());
+
+  NoGradGuard no_grad;  // gradients of gradients are not recorded
+  const std::vector<std::shared_ptr<TensorImpl>> order = reverse_topological(impl_ptr());
+  std::unordered_map<TensorImpl*, Tensor> grads{{impl(), grad0}};
+
+  for (const auto& tp : order) {
+    TensorImpl* t = tp.get();
+    auto it = grads.find(t);
+    if (it == grads.end()) continue;
+    const Tensor g = it->second;
+    grads.erase(it);  // free each gradient as soon as it has been passed on
+    if (!t->grad_fn) {  // a leaf: accumulate into .grad
+      Tensor acc = t->grad ? add(Tensor(t->grad), g) : g;
+      if (acc.dtype() != t->dtype) acc = cast(acc, t->dtype);
+      t->grad = acc.impl_ptr();
+      continue;
+    }
+    Node& node = *t->grad_fn;
+    HL_CHECK(!node.released, "backward: the graph through '", node.op,
+             "' was already freed by an earlier backward(); pass retain_graph=true to the first call");
+    const std::vector<Tensor> in_grads = node.backward(g);
+    HL_CHECK(in_grads.size() == node.inputs.size(), "backward: '", node.op, "' returned ", in_grads.size(),
+             " gradients for ", node.inputs.size(), " inputs");
+    for (size_t i = 0; i < in_grads.size(); ++i) {
+      const Tensor& in = node.inputs[i];
+      const Tensor& gi = in_grads[i];
+      if (!in.requires_grad() || !gi.defined()) continue;
+      HL_CHECK(gi.shape() == in.shape(), "backward: '", node.op, "' produced a gradient ", gi.describe(),
+               " for input ", i, " of shape ", shape_str(in.shape()));
+      auto [slot, inserted] = grads.try_emplace(in.impl(), gi);
+      if (!inserted) slot->second = add(slot->second, gi);
+    }
+  }
+  if (!retain_graph) {
+    for (const auto& t : order) {
+      if (t->grad_fn) {
+        t->grad_fn->backward = nullptr;  // drops the tensors the closure saved
+        t->grad_fn->inputs.clear();
+        t->grad_fn->released = true;
+      }
+    }
+  }
+}
+
+}  // namespace hl

@@ -1,0 +1,46 @@
+// Define-by-run autograd, small enough to read in one sitting (micrograd style).
+//
+// Every differentiable op, when any input requires grad and grad mode is on, gives its output a
+// Node: the inputs it needs gradients for and a closure that maps d(loss)/d(output) to
+// d(loss)/d(input) for each of them. Tensor::backward() sorts the nodes topologically, walks them in
+// reverse, sums gradients that meet at a tensor, stores the gradients of leaves in .grad(), and frees
+// the graph (the closures and the tensors they saved) unless asked to retain it.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "framework/tensor.h"
+
+namespace hl {
+
+struct Node {
+  std::string op;              // "matmul", "relu", ... (for error messages)
+  std::vector<Tensor> inputs;  // the inputs, in the order backward returns their gradients
+  // grads[i] is d(loss)/d(inputs[i]) or an undefined Tensor when inputs[i] needs none.
+  std::function<std::vector<Tensor>(const Tensor& grad_output)> backward;
+  bool released = false;
+};
+
+// Is gradient recording on (thread-local; on by default)?
+bool grad_enabled();
+
+// RAII: no graph is recorded while a NoGradGuard lives (evaluation, optimizer updates).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// Should an op with these inputs record a node?
+bool needs_grad(const std::vector<Tensor>& inputs);
+// Attach a node to `out` (no-op when needs_grad(inputs) is false). Returns out.
+Tensor record(Tensor out, const std::string& op, std::vector<Tensor> inputs,
+              std::function<std::vector<Tensor>(const Tensor&)> backward);
+
+}  // namespace hl

@@ -1,0 +1,155 @@
+#include "framework/device.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <new>
+
+#include "kernels/error.h"
+#include "kernels/runtime.h"
+
+namespace hl {
+
+Device parse_device(const std::string& name) {
+  if (name == "cpu") return Device::cpu;
+  if (name == "auto") return runtime::cuda_available() ? Device::cuda : Device::cpu;
+  if (name == "cuda" || name == "gpu") {
+    if (runtime::cuda_available()) return Device::cuda;
+    static bool told = false;  // one notice per process is enough
+    if (!told) {
+      std::cerr << "halfling: CUDA requested but unavailable (" << runtime::cuda_unavailable_reason()
+                << "); running on the CPU\n";
+      told = true;
+    }
+    return Device::cpu;
+  }
+  throw Error("parse_device: unknown device '" + name + "' (expected cpu, cuda or auto)");
+}
+
+bool cuda_available() { return runtime::cuda_available(); }
+
+// ---- caching allocator -----------------------------------------------------------------------------
+
+size_t CachingAllocator::round_size(size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  constexpr size_t kSmall = 512;
+  constexpr size_t kLarge = size_t(1) << 20;
+  if (bytes <= kLarge) return (bytes + kSmall - 1) / kSmall * kSmall;
+  size_t p = kLarge;
+  while (p < bytes) p <<= 1;
+  return p;
+}
+
+CachingAllocator::~CachingAllocator() {
+  // Process exit: the CUDA context may already be gone, so only return host memory.
+  try {
+    release_cached();
+  } catch (...) {
+  }
+}
+
+void* CachingAllocator::allocate(size_t bytes) {
+  const size_t size = round_size(bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  void* ptr = nullptr;
+  // A cached block of exactly this rounded size; rounding makes exact matches common.
+  auto it = free_blocks_.find(size);
+  if (it != free_blocks_.end()) {
+    ptr = it->second;
+    free_blocks_.erase(it);
+  } else {
+    try {
+      ptr = raw_alloc_(size);
+    } catch (const Error&) {
+      // Out of memory: give the cache back and try once more before failing.
+      for (auto& [s, p] : free_blocks_) {
+        raw_free_(p);
+        stats_.reserved_bytes -= s;
+      }
+      free_blocks_.clear();
+      ptr = raw_alloc_(size);
+    }
+    stats_.reserved_bytes += size;
+    stats_.backend_allocs += 1;
+  }
+  live_[ptr] = size;
+  stats_.current_bytes += size;
+  if (stats_.current_bytes > stats_.peak_bytes) stats_.peak_bytes = stats_.current_bytes;
+  return ptr;
+}
+
+void CachingAllocator::deallocate(void* ptr) {
+  if (ptr == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(ptr);
+  if (it == live_.end()) return;  // not ours: never free what we did not allocate
+  stats_.current_bytes -= it->second;
+  free_blocks_.emplace(it->second, ptr);
+  live_.erase(it);
+}
+
+void CachingAllocator::release_cached() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [size, ptr] : free_blocks_) {
+    raw_free_(ptr);
+    stats_.reserved_bytes -= size;
+  }
+  free_blocks_.clear();
+}
+
+MemoryStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void CachingAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.peak_bytes = stats_.current_bytes;
+}
+
+namespace {
+void* host_alloc(size_t bytes) {
+  // 64-byte alignment: whole cache lines, and enough for any SIMD load.
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (p == nullptr) throw Error(detail::concat("allocate: out of host memory for ", bytes, " bytes"));
+  return p;
+}
+void host_free(void* p) { std::free(p); }
+}  // namespace
+
+CachingAllocator& allocator(Device d) {
+  // Leaked on purpose: tensors destroyed during static destruction must still find their allocator.
+  static CachingAllocator* cpu = new CachingAllocator(host_alloc, host_free);
+  static CachingAllocator* gpu = new CachingAllocator(runtime::cuda_malloc, runtime::cuda_free);
+  return d == Device::cpu ? *cpu : *gpu;
+}
+
+MemoryStats memory_stats(Device d) { return allocator(d).stats(); }
+void reset_peak_memory(Device d) { allocator(d).reset_peak(); }
+
+// ---- storage -----------------------------------------------------------------------------------------
+
+Storage::Storage(size_t bytes, Device d) : bytes_(bytes), device_(d) {
+  HL_CHECK(d == Device::cpu || runtime::cuda_available(), "Storage: cannot allocate ", bytes,
+           " bytes on cuda: ", runtime::cuda_unavailable_reason());
+  ptr_ = allocator(d).allocate(bytes);
+}
+
+Storage::~Storage() { allocator(device_).deallocate(ptr_); }
+
+void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_dev == Device::cpu && src_dev == Device::cpu) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  using runtime::CopyKind;
+  const CopyKind kind = dst_dev == Device::cpu   ? CopyKind::device_to_host
+                        : src_dev == Device::cpu ? CopyKind::host_to_device
+                                                 : CopyKind::device_to_device;
+  runtime::cuda_memcpy_async(dst, src, bytes, kind);
+  // The host reads (or may free) its side right after: wait. Device-to-device stays asynchronous.
+  if (kind != CopyKind::device_to_device) runtime::cuda_synchronize();
+}
+
+}  // namespace hl

@@ -1,0 +1,91 @@
+// Devices and device memory.
+//
+// Device selection never crashes: asking for "cuda" on a machine without a usable GPU (or in a
+// CPU-only build) falls back to the CPU with a one-line notice on stderr (DESIGN.md §2).
+//
+// GPU memory comes from a caching allocator: freed blocks are kept in per-size free lists and
+// handed out again, so cudaMalloc is not on the training hot path (every step allocates the same
+// sizes). It reports current and peak bytes, which the mixed-precision lessons measure.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kernels/dtype.h"
+
+namespace hl {
+
+using Device = DeviceType;
+
+// "cpu" -> cpu; "cuda"/"gpu" -> cuda if available, else cpu with a one-line notice; "auto" -> cuda
+// when available, else cpu (silently). Anything else throws hl::Error.
+Device parse_device(const std::string& name);
+// True when tensors can be placed on the GPU.
+bool cuda_available();
+
+struct MemoryStats {
+  size_t current_bytes = 0;   // bytes held by live tensors
+  size_t peak_bytes = 0;      // high-water mark of current_bytes since the last reset
+  size_t reserved_bytes = 0;  // bytes obtained from the backend (live + cached)
+  size_t backend_allocs = 0;  // how many times the backend (cudaMalloc) was called
+};
+
+// A caching allocator over any raw backend. Block sizes are rounded up (512 B granularity, then to
+// the next power of two above 1 MiB) so that slightly different sizes share cached blocks.
+class CachingAllocator {
+ public:
+  using RawAlloc = void* (*)(size_t);
+  using RawFree = void (*)(void*);
+  CachingAllocator(RawAlloc alloc, RawFree free) : raw_alloc_(alloc), raw_free_(free) {}
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  void* allocate(size_t bytes);
+  void deallocate(void* ptr);
+  // Return every cached (unused) block to the backend.
+  void release_cached();
+  MemoryStats stats() const;
+  void reset_peak();
+  static size_t round_size(size_t bytes);
+
+ private:
+  RawAlloc raw_alloc_;
+  RawFree raw_free_;
+  mutable std::mutex mu_;
+  std::multimap<size_t, void*> free_blocks_;  // size -> block
+  std::map<void*, size_t> live_;              // block -> size
+  MemoryStats stats_;
+};
+
+// The process-wide allocator for a device (the CPU one just counts bytes over new/delete).
+CachingAllocator& allocator(Device d);
+MemoryStats memory_stats(Device d);
+void reset_peak_memory(Device d);
+
+// A block of memory on one device, shared by every tensor that views it.
+class Storage {
+ public:
+  Storage(size_t bytes, Device d);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  void* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  Device device_;
+};
+
+// Copy bytes between any two devices (synchronous from the host's point of view when the
+// destination is host memory).
+void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes);
+
+}  // namespace hl

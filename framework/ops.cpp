@@ -1,0 +1,509 @@
+#include "framework/ops.h"
+
+#include <algorithm>
+
+#include "framework/autograd.h"
+#include "kernels/elementwise.h"
+#include "kernels/gemm.h"
+#include "kernels/reduce.h"
+#include "kernels/softmax.h"
+
+namespace hl {
+
+namespace k = hl::kernels;
+
+// ---- argument checks (each names the op and everything involved) -------------------------------------
+
+namespace {
+
+void require(const Tensor& t, const char* op) {
+  HL_CHECK(t.defined(), op, ": an input tensor is undefined");
+}
+
+void require_floating(const Tensor& t, const char* op) {
+  require(t, op);
+  HL_CHECK(is_floating(t.dtype()), op, ": needs a floating tensor, got ", t.describe());
+}
+
+void require_same_device(const Tensor& a, const Tensor& b, const char* op) {
+  HL_CHECK(a.device() == b.device(), op, ": tensors on different devices: ", a.describe(), " and ", b.describe(),
+           " (move one with .to(device))");
+}
+
+}  // namespace
+
+DType promote(DType a, DType b) {
+  HL_CHECK(is_floating(a) && is_floating(b), "promote: arithmetic needs floating dtypes, got ", dtype_name(a),
+           " and ", dtype_name(b));
+  auto rank = [](DType t) { return t == DType::f16 ? 0 : t == DType::f32 ? 1 : 2; };
+  return rank(a) >= rank(b) ? a : b;
+}
+
+// ---- broadcasting helpers --------------------------------------------------------------------------------
+
+namespace {
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  const size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    HL_CHECK(da == db || da == 1 || db == 1, op, ": shapes ", shape_str(a), " and ", shape_str(b),
+             " cannot be broadcast together (dimension ", i, ": ", da, " vs ", db, ")");
+    out[i] = da == 1 ? db : da;
+  }
+  HL_CHECK(static_cast<int>(n) <= k::kMaxDims, op, ": at most ", k::kMaxDims, " dimensions, got ", n);
+  return out;
+}
+
+// Element strides of a contiguous tensor of shape `s` viewed as `out` (0 where broadcast).
+void broadcast_strides(const Shape& s, const Shape& out, int64_t* strides) {
+  const size_t off = out.size() - s.size();
+  int64_t stride = 1;
+  for (size_t i = out.size(); i-- > 0;) {
+    if (i < off || s[i - off] == 1) {
+      strides[i] = 0;
+    } else {
+      strides[i] = stride;
+      stride *= s[i - off];
+    }
+  }
+}
+
+Tensor binary_raw(k::BinaryOp op, const Tensor& a, const Tensor& b, const char* name) {
+  require_floating(a, name);
+  require_floating(b, name);
+  require_same_device(a, b, name);
+  const Shape out_shape = broadcast_shapes(a.shape(), b.shape(), name);
+  Tensor out = Tensor::empty(out_shape, promote(a.dtype(), b.dtype()), a.device());
+  k::BroadcastIndex ix;
+  ix.ndim = static_cast<int>(out_shape.size());
+  std::copy(out_shape.begin(), out_shape.end(), ix.shape);
+  broadcast_strides(a.shape(), out_shape, ix.stride_a);
+  broadcast_strides(b.shape(), out_shape, ix.stride_b);
+  k::binary(a.device(), op, ix, a.data_ptr(), a.dtype(), b.data_ptr(), b.dtype(), out.data_ptr(), out.dtype());
+  return out;
+}
+
+// Broadcast g up to `shape` (the backward of a reduction): out = g + 0 with g read through
+// broadcast strides and the zero through stride 0 everywhere.
+Tensor expand(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  broadcast_shapes(g.shape(), shape, "expand");  // validates
+  Tensor zero = Tensor::zeros({}, g.dtype(), g.device());
+  Tensor out = Tensor::empty(shape, g.dtype(), g.device());
+  k::BroadcastIndex ix;
+  ix.ndim = static_cast<int>(shape.size());
+  std::copy(shape.begin(), shape.end(), ix.shape);
+  broadcast_strides(g.shape(), shape, ix.stride_a);
+  k::binary(g.device(), k::BinaryOp::add, ix, g.data_ptr(), g.dtype(), zero.data_ptr(), zero.dtype(),
+            out.data_ptr(), out.dtype());
+  return out;
+}
+
+// The gradient of an input: summed over broadcast dims and cast back to the input's dtype.
+Tensor grad_for(const Tensor& g, const Tensor& input) {
+  Tensor r = sum_to(g, input.shape());
+  return r.dtype() == input.dtype() ? r : cast(r, input.dtype());
+}
+
+Tensor unary_raw(k::UnaryOp op, const Tensor& a, const char* name) {
+  require_floating(a, name);
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+  k::unary(a.device(), op, a.numel(), a.data_ptr(), a.dtype(), out.data_ptr(), out.dtype());
+  return out;
+}
+
+Tensor scalar_raw(k::ScalarOp op, const Tensor& a, double s, const char* name) {
+  require_floating(a, name);
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+  k::scalar(a.device(), op, a.numel(), a.data_ptr(), s, out.data_ptr(), out.dtype());
+  return out;
+}
+
+}  // namespace
+
+// ---- elementwise ---------------------------------------------------------------------------------------------
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(k::BinaryOp::add, a, b, "add");
+  return record(out, "add", {a, b}, [a, b](const Tensor& g) {
+    return std::vector<Tensor>{grad_for(g, a), grad_for(g, b)};
+  });
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(k::BinaryOp::sub, a, b, "sub");
+  return record(out, "sub", {a, b}, [a, b](const Tensor& g) {
+    return std::vector<Tensor>{grad_for(g, a), grad_for(neg(g), b)};
+  });
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(k::BinaryOp::mul, a, b, "mul");
+  return record(out, "mul", {a, b}, [a, b](const Tensor& g) {
+    return std::vector<Tensor>{a.requires_grad() ? grad_for(mul(g, b), a) : Tensor(),
+                               b.requires_grad() ? grad_for(mul(g, a), b) : Tensor()};
+  });
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(k::BinaryOp::div, a, b, "div");
+  return record(out, "div", {a, b}, [a, b, out](const Tensor& g) {
+    // d(a/b)/da = 1/b; d(a/b)/db = -(a/b)/b
+    return std::vector<Tensor>{a.requires_grad() ? grad_for(div(g, b), a) : Tensor(),
+                               b.requires_grad() ? grad_for(neg(div(mul(g, out.detach()), b)), b) : Tensor()};
+  });
+}
+
+Tensor add(const Tensor& a, double s) {
+  Tensor out = scalar_raw(k::ScalarOp::add, a, s, "add");
+  return record(out, "add_scalar", {a}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
+}
+
+Tensor mul(const Tensor& a, double s) {
+  Tensor out = scalar_raw(k::ScalarOp::mul, a, s, "mul");
+  return record(out, "mul_scalar", {a}, [s](const Tensor& g) { return std::vector<Tensor>{mul(g, s)}; });
+}
+
+Tensor rsub(double s, const Tensor& a) {
+  Tensor out = scalar_raw(k::ScalarOp::rsub, a, s, "rsub");
+  return record(out, "rsub", {a}, [](const Tensor& g) { return std::vector<Tensor>{neg(g)}; });
+}
+
+Tensor rdiv(double s, const Tensor& a) {
+  Tensor out = scalar_raw(k::ScalarOp::rdiv, a, s, "rdiv");
+  return record(out, "rdiv", {a}, [a, out](const Tensor& g) {
+    return std::vector<Tensor>{neg(div(mul(g, out.detach()), a))};  // d(s/a)/da = -(s/a)/a
+  });
+}
+
+Tensor pow(const Tensor& a, double e) {
+  Tensor out = scalar_raw(k::ScalarOp::pow, a, e, "pow");
+  return record(out, "pow", {a}, [a, e](const Tensor& g) {
+    return std::vector<Tensor>{mul(mul(g, pow(a, e - 1.0)), e)};
+  });
+}
+
+Tensor neg(const Tensor& a) {
+  Tensor out = unary_raw(k::UnaryOp::neg, a, "neg");
+  return record(out, "neg", {a}, [](const Tensor& g) { return std::vector<Tensor>{neg(g)}; });
+}
+
+Tensor relu(const Tensor& a) {
+  Tensor out = unary_raw(k::UnaryOp::relu, a, "relu");
+  return record(out, "relu", {a}, [a](const Tensor& g) {
+    Tensor gin = Tensor::empty(a.shape(), a.dtype(), a.device());
+    const Tensor gc = g.dtype() == a.dtype() ? g : cast(g, a.dtype());
+    k::relu_backward(a.device(), a.numel(), a.data_ptr(), gc.data_ptr(), gin.data_ptr(), a.dtype());
+    return std::vector<Tensor>{gin};
+  });
+}
+
+Tensor exp(const Tensor& a) {
+  Tensor out = unary_raw(k::UnaryOp::exp, a, "exp");
+  return record(out, "exp", {a}, [out](const Tensor& g) { return std::vector<Tensor>{mul(g, out.detach())}; });
+}
+
+Tensor log(const Tensor& a) {
+  Tensor out = unary_raw(k::UnaryOp::log, a, "log");
+  return record(out, "log", {a}, [a](const Tensor& g) { return std::vector<Tensor>{div(g, a)}; });
+}
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator+(const Tensor& a, double s) { return add(a, s); }
+Tensor operator-(const Tensor& a, double s) { return add(a, -s); }
+Tensor operator*(const Tensor& a, double s) { return mul(a, s); }
+Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
+Tensor operator/(const Tensor& a, double s) { return mul(a, 1.0 / s); }
+Tensor operator-(const Tensor& a) { return neg(a); }
+
+// ---- dtype ---------------------------------------------------------------------------------------------------
+
+Tensor cast(const Tensor& a, DType t) {
+  require(a, "cast");
+  if (a.dtype() == t) return a;
+  Tensor out = Tensor::empty(a.shape(), t, a.device());
+  k::cast(a.device(), a.numel(), a.data_ptr(), a.dtype(), out.data_ptr(), t);
+  if (!is_floating(t) || !is_floating(a.dtype())) return out;  // integer casts are not differentiable
+  const DType src = a.dtype();
+  return record(out, "cast", {a}, [src](const Tensor& g) { return std::vector<Tensor>{cast(g, src)}; });
+}
+
+// ---- reductions ----------------------------------------------------------------------------------------------
+
+namespace {
+
+// f16 sums are computed and returned in f32 (precision policy); f32 and f64 keep their dtype.
+DType reduction_dtype(DType t) { return t == DType::f16 ? DType::f32 : t; }
+
+Tensor reduce_impl(const Tensor& a, std::vector<int64_t> dims, bool keepdim, bool is_mean, const char* name) {
+  require_floating(a, name);
+  const int64_t nd = a.dim();
+  HL_CHECK(nd <= k::kMaxDims, name, ": at most ", k::kMaxDims, " dimensions, got ", a.describe());
+  k::ReduceIndex ix;
+  ix.ndim = static_cast<int>(nd);
+  for (int64_t i = 0; i < nd; ++i) ix.shape[i] = a.shape()[static_cast<size_t>(i)];
+  for (int64_t d : dims) {
+    const int64_t dd = d < 0 ? d + nd : d;
+    HL_CHECK(dd >= 0 && dd < nd, name, ": dimension ", d, " out of range for ", a.describe());
+    ix.reduced[dd] = true;
+  }
+  Shape out_shape, keep_shape;
+  for (int64_t i = 0; i < nd; ++i) {
+    keep_shape.push_back(ix.reduced[i] ? 1 : ix.shape[i]);
+    if (!ix.reduced[i]) out_shape.push_back(ix.shape[i]);
+    else if (keepdim) out_shape.push_back(1);
+  }
+  const int64_t count = ix.reduce_numel();
+  HL_CHECK(!is_mean || count > 0, name, ": mean over zero elements of ", a.describe());
+  Tensor out = Tensor::empty(out_shape, reduction_dtype(a.dtype()), a.device());
+  const double scale = is_mean ? 1.0 / static_cast<double>(count) : 1.0;
+  k::reduce_sum(a.device(), ix, a.data_ptr(), a.dtype(), out.data_ptr(), out.dtype(), scale);
+  const Shape in_shape = a.shape();
+  const DType in_dtype = a.dtype();
+  return record(out, name, {a}, [in_shape, in_dtype, keep_shape, scale](const Tensor& g) {
+    Tensor e = expand(g.reshape(keep_shape), in_shape);
+    if (scale != 1.0) e = mul(e, scale);
+    return std::vector<Tensor>{e.dtype() == in_dtype ? e : cast(e, in_dtype)};
+  });
+}
+
+std::vector<int64_t> all_dims(const Tensor& a) {
+  std::vector<int64_t> d(static_cast<size_t>(a.dim()));
+  for (size_t i = 0; i < d.size(); ++i) d[i] = static_cast<int64_t>(i);
+  return d;
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& a) { return reduce_impl(a, all_dims(a), false, false, "sum"); }
+Tensor sum(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
+  return reduce_impl(a, dims, keepdim, false, "sum");
+}
+Tensor mean(const Tensor& a) { return reduce_impl(a, all_dims(a), false, true, "mean"); }
+Tensor mean(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
+  return reduce_impl(a, dims, keepdim, true, "mean");
+}
+
+Tensor sum_to(const Tensor& a, const Shape& shape) {
+  require(a, "sum_to");
+  if (a.shape() == shape) return a;
+  const Shape& s = a.shape();
+  HL_CHECK(shape.size() <= s.size(), "sum_to: cannot sum ", a.describe(), " to ", shape_str(shape));
+  const size_t off = s.size() - shape.size();
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i < off) {
+      dims.push_back(static_cast<int64_t>(i));
+    } else if (shape[i - off] == 1 && s[i] != 1) {
+      dims.push_back(static_cast<int64_t>(i));
+    } else {
+      HL_CHECK(shape[i - off] == s[i], "sum_to: cannot sum ", a.describe(), " to ", shape_str(shape));
+    }
+  }
+  Tensor r = reduce_impl(a, dims, true, false, "sum_to");
+  // Keep the input's dtype: sum_to undoes a broadcast, it is not a user-facing reduction.
+  if (r.dtype() != a.dtype()) r = cast(r, a.dtype());
+  return r.reshape(shape);
+}
+
+// ---- linear algebra ------------------------------------------------------------------------------------------
+
+namespace {
+
+void check_matmul(const Tensor& a, const Tensor& b, const char* op) {
+  require_floating(a, op);
+  require_floating(b, op);
+  require_same_device(a, b, op);
+  HL_CHECK(a.dim() == 2 && b.dim() == 2, op, ": needs 2-D tensors, got ", a.describe(), " and ", b.describe());
+  HL_CHECK(a.dtype() == b.dtype(), op, ": operands must share a dtype, got ", a.describe(), " and ", b.describe(),
+           " (cast one; under mixed precision both are f16)");
+}
+
+// out = op(a) * op(b) (+ bias, relu), through the GEMM registry.
+Tensor gemm_raw(const Tensor& a, const Tensor& b, bool ta, bool tb, const Tensor& bias, bool fused_relu,
+                const char* op) {
+  const int64_t M = ta ? a.size(1) : a.size(0);
+  const int64_t K = ta ? a.size(0) : a.size(1);
+  const int64_t Kb = tb ? b.size(1) : b.size(0);
+  const int64_t N = tb ? b.size(0) : b.size(1);
+  HL_CHECK(K == Kb, op, ": inner dimensions differ: ", a.describe(), (ta ? " (transposed)" : ""), " x ",
+           b.describe(), (tb ? " (transposed)" : ""), " (", K, " vs ", Kb, ")");
+  Tensor out = Tensor::empty({M, N}, a.dtype(), a.device());
+  if (M == 0 || N == 0) return out;
+  if (K == 0) {  // an empty sum: zeros (+ bias)
+    out.zero_();
+    if (bias.defined()) out.copy_(add(out, bias.detach()));
+    return out;
+  }
+  k::GemmArgs g;
+  g.device = a.device();
+  g.op_a = ta ? k::Op::T : k::Op::N;
+  g.op_b = tb ? k::Op::T : k::Op::N;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.A = a.data_ptr();
+  g.B = b.data_ptr();
+  g.ab_type = a.dtype();
+  g.C = out.data_ptr();
+  g.c_type = out.dtype();
+  k::set_dense_ld(g);
+  if (bias.defined()) {
+    g.bias = bias.data_ptr();
+    g.bias_type = bias.dtype();
+  }
+  g.relu = fused_relu;
+  k::gemm(g);
+  return out;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  check_matmul(a, b, "matmul");
+  Tensor out = gemm_raw(a, b, ta, tb, Tensor(), false, "matmul");
+  return record(out, "matmul", {a, b}, [a, b, ta, tb](const Tensor& g) {
+    // C = op(A) op(B); every gradient is itself one GEMM in one of the three layouts.
+    Tensor ga, gb;
+    const Tensor ad = a.detach(), bd = b.detach();
+    if (a.requires_grad()) {
+      if (!ta) ga = tb ? matmul(g, bd, false, false) : matmul(g, bd, false, true);
+      else ga = tb ? matmul(bd, g, true, true) : matmul(bd, g, false, true);
+    }
+    if (b.requires_grad()) {
+      if (!tb) gb = ta ? matmul(ad, g, false, false) : matmul(ad, g, true, false);
+      else gb = ta ? matmul(g, ad, true, true) : matmul(g, ad, true, false);
+    }
+    return std::vector<Tensor>{ga, gb};
+  });
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, bool fused_relu) {
+  check_matmul(x, weight, "linear");
+  if (bias.defined()) {
+    require_floating(bias, "linear");
+    require_same_device(x, bias, "linear");
+    HL_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear: bias ", bias.describe(),
+             " does not match weight ", weight.describe(), " (needs [", weight.size(0), "])");
+  }
+  HL_CHECK(x.size(1) == weight.size(1), "linear: input ", x.describe(), " does not match weight ",
+           weight.describe(), " (", x.size(1), " input features vs ", weight.size(1), ")");
+  Tensor out = gemm_raw(x, weight, false, true, bias, fused_relu, "linear");
+  std::vector<Tensor> inputs{x, weight};
+  if (bias.defined()) inputs.push_back(bias);
+  return record(out, fused_relu ? "linear_relu" : "linear", inputs,
+                [x, weight, bias, fused_relu, out](const Tensor& g_in) {
+                  Tensor g = g_in;
+                  if (fused_relu) {  // out = relu(z) > 0 exactly where z > 0
+                    Tensor gz = Tensor::empty(out.shape(), out.dtype(), out.device());
+                    const Tensor gc = g.dtype() == out.dtype() ? g : cast(g, out.dtype());
+                    k::relu_backward(out.device(), out.numel(), out.data_ptr(), gc.data_ptr(), gz.data_ptr(),
+                                     out.dtype());
+                    g = gz;
+                  }
+                  std::vector<Tensor> grads(bias.defined() ? 3 : 2);
+                  if (x.requires_grad()) grads[0] = matmul(g, weight.detach(), false, false);   // [N,out]x[out,in]
+                  if (weight.requires_grad()) grads[1] = matmul(g, x.detach(), true, false);    // [out,N]x[N,in]
+                  if (bias.defined() && bias.requires_grad()) grads[2] = grad_for(sum(g, {0}), bias);
+                  return grads;
+                });
+}
+
+// ---- shape -----------------------------------------------------------------------------------------------------
+
+Tensor reshape(const Tensor& a, const Shape& shape) { return a.reshape(shape); }
+Tensor flatten(const Tensor& a, int64_t start_dim) { return a.flatten(start_dim); }
+
+// ---- classification ----------------------------------------------------------------------------------------
+
+Tensor log_softmax(const Tensor& logits) {
+  require_floating(logits, "log_softmax");
+  HL_CHECK(logits.dim() == 2, "log_softmax: needs [rows, classes], got ", logits.describe());
+  const int64_t rows = logits.size(0), cols = logits.size(1);
+  const DType out_t = logits.dtype() == DType::f64 ? DType::f64 : DType::f32;  // f32 math (§3.3)
+  Tensor out = Tensor::empty(logits.shape(), out_t, logits.device());
+  k::log_softmax_forward(logits.device(), rows, cols, logits.data_ptr(), logits.dtype(), out.data_ptr(), out_t);
+  const DType in_t = logits.dtype();
+  return record(out, "log_softmax", {logits}, [out, in_t, rows, cols](const Tensor& g) {
+    const Tensor gc = g.dtype() == out.dtype() ? g : cast(g, out.dtype());
+    Tensor gx = Tensor::empty(out.shape(), in_t, out.device());
+    k::log_softmax_backward(out.device(), rows, cols, out.data_ptr(), gc.data_ptr(), out.dtype(), gx.data_ptr(),
+                            in_t);
+    return std::vector<Tensor>{gx};
+  });
+}
+
+namespace {
+
+void check_labels(const Tensor& scores, const Tensor& labels, const char* op) {
+  require(labels, op);
+  require_same_device(scores, labels, op);
+  HL_CHECK(scores.dim() == 2, op, ": needs [rows, classes] scores, got ", scores.describe());
+  HL_CHECK(labels.dtype() == DType::i32 && labels.dim() == 1 && labels.size(0) == scores.size(0), op,
+           ": labels must be i32 [", scores.size(0), "], got ", labels.describe());
+}
+
+// Per-row -logp[r, label[r]]; differentiable in logp.
+Tensor nll_rows(const Tensor& logp, const Tensor& labels) {
+  const int64_t rows = logp.size(0), cols = logp.size(1);
+  if (logp.device() == Device::cpu) {  // free to check here; on the GPU a bad label yields NaN instead
+    const int32_t* l = labels.data<int32_t>();
+    for (int64_t r = 0; r < rows; ++r)
+      HL_CHECK(l[r] >= 0 && l[r] < cols, "nll_loss: label ", l[r], " at row ", r, " is outside [0, ", cols, ")");
+  }
+  Tensor out = Tensor::empty({rows}, logp.dtype(), logp.device());
+  k::nll_forward(logp.device(), rows, cols, logp.data_ptr(), logp.dtype(), labels.data<int32_t>(), out.data_ptr());
+  return record(out, "nll_loss", {logp}, [logp, labels, rows, cols](const Tensor& g) {
+    const Tensor gc = g.dtype() == logp.dtype() ? g : cast(g, logp.dtype());
+    Tensor gl = Tensor::empty(logp.shape(), logp.dtype(), logp.device());
+    k::nll_backward(logp.device(), rows, cols, labels.data<int32_t>(), gc.data_ptr(), gl.data_ptr(), logp.dtype());
+    return std::vector<Tensor>{gl};
+  });
+}
+
+}  // namespace
+
+Tensor nll_loss(const Tensor& logp, const Tensor& labels) {
+  require_floating(logp, "nll_loss");
+  check_labels(logp, labels, "nll_loss");
+  HL_CHECK(logp.size(0) > 0, "nll_loss: empty batch ", logp.describe());
+  HL_CHECK(logp.dtype() != DType::f16, "nll_loss: log-probabilities are computed in f32 (got ", logp.describe(),
+           "); use log_softmax, which returns f32");
+  return mean(nll_rows(logp, labels));
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
+  require_floating(logits, "cross_entropy");
+  check_labels(logits, labels, "cross_entropy");
+  return nll_loss(log_softmax(logits), labels);
+}
+
+Tensor argmax(const Tensor& a) {
+  require_floating(a, "argmax");
+  HL_CHECK(a.dim() == 2 && a.size(1) > 0, "argmax: needs [rows, columns > 0], got ", a.describe());
+  Tensor out = Tensor::empty({a.size(0)}, DType::i32, a.device());
+  k::argmax_rows(a.device(), a.size(0), a.size(1), a.data_ptr(), a.dtype(), out.data<int32_t>());
+  return out;
+}
+
+Tensor correct_count(const Tensor& logits, const Tensor& labels) {
+  check_labels(logits, labels, "correct_count");
+  const Tensor pred = argmax(logits);
+  Tensor count = Tensor::empty({}, DType::i32, logits.device());
+  k::count_equal(logits.device(), pred.numel(), pred.data<int32_t>(), labels.data<int32_t>(), count.data<int32_t>());
+  return count;
+}
+
+double accuracy(const Tensor& logits, const Tensor& labels) {
+  const int64_t n = logits.size(0);
+  HL_CHECK(n > 0, "accuracy: empty batch ", logits.describe());
+  return correct_count(logits, labels).item() / static_cast<double>(n);
+}
+
+}  // namespace hl

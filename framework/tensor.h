@@ -1,0 +1,139 @@
+// The Tensor: a shape, a dtype, a device, and a view into shared contiguous storage, plus what
+// autograd needs (requires_grad, grad, the node that made it).
+//
+// Tensors are always contiguous (reshape/flatten are free views; transposes are expressed through
+// the GEMM layouts instead of strided views). Copying a Tensor copies a handle, like PyTorch.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/device.h"
+#include "kernels/dtype.h"
+#include "kernels/error.h"
+
+namespace hl {
+
+using Shape = std::vector<int64_t>;
+std::string shape_str(const Shape& s);  // "[128, 784]"
+int64_t shape_numel(const Shape& s);
+
+class Tensor;
+struct Node;
+
+// Everything a tensor handle points at. Exposed so that ops and autograd can reach it; users go
+// through Tensor's methods.
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  int64_t offset = 0;  // in elements
+  Shape shape;
+  DType dtype = DType::f32;
+  bool requires_grad = false;
+  std::shared_ptr<TensorImpl> grad;  // accumulated gradient of a leaf (same shape, device)
+  std::shared_ptr<Node> grad_fn;     // the op that produced this tensor, if it is not a leaf
+  std::string name;                  // optional, for error messages and parameter listings
+};
+
+// A random number generator with a documented, portable algorithm (splitmix64-seeded
+// xoshiro256**, Box-Muller normals), so the same seed gives the same numbers on every machine.
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 0) { manual_seed(seed); }
+  void manual_seed(uint64_t seed);
+  uint64_t next_u64();
+  double uniform();  // [0, 1)
+  double normal();   // mean 0, std 1
+  uint64_t below(uint64_t n);  // uniform integer in [0, n)
+ private:
+  uint64_t s_[4];
+  bool has_spare_ = false;
+  double spare_ = 0.0;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // an undefined tensor; defined() is false
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- factories ----
+  static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device dev = Device::cpu);
+  static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device dev = Device::cpu);
+  static Tensor ones(const Shape& shape, DType dtype = DType::f32, Device dev = Device::cpu);
+  static Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device dev = Device::cpu);
+  static Tensor scalar(double value, DType dtype = DType::f32, Device dev = Device::cpu);
+  // Values are converted (rounded to nearest even for f16). Throws if values.size() != numel.
+  static Tensor from_vector(const std::vector<float>& values, const Shape& shape, DType dtype = DType::f32,
+                            Device dev = Device::cpu);
+  static Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType dtype = DType::f64,
+                            Device dev = Device::cpu);
+  static Tensor from_vector(const std::vector<int32_t>& values, const Shape& shape, Device dev = Device::cpu);
+  static Tensor from_half(const std::vector<half>& values, const Shape& shape, Device dev = Device::cpu);
+  static Tensor randn(const Shape& shape, Generator& gen, DType dtype = DType::f32, Device dev = Device::cpu,
+                      double mean = 0.0, double std = 1.0);
+  static Tensor uniform(const Shape& shape, Generator& gen, double low, double high, DType dtype = DType::f32,
+                        Device dev = Device::cpu);
+
+  // ---- metadata ----
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const;
+  int64_t dim() const { return static_cast<int64_t>(shape().size()); }
+  int64_t size(int64_t d) const;  // negative d counts from the end
+  int64_t numel() const;
+  DType dtype() const;
+  Device device() const;
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
+  std::string describe() const;  // "f16[128, 784] on cuda"
+
+  // ---- data ----
+  void* data_ptr() const;  // device or host pointer to the first element
+  template <class T>
+  T* data() const {
+    return static_cast<T*>(data_ptr());
+  }
+  Tensor to(Device d) const;   // a copy on d (the same tensor if already there)
+  Tensor to(DType t) const;    // a converted copy, differentiable (see ops.h cast)
+  Tensor clone() const;        // a copy that does not share storage, not part of the graph
+  std::vector<float> to_vector() const;    // values as float, from any device
+  std::vector<double> to_double() const;   // values as double (exact for every dtype)
+  std::vector<int32_t> to_int() const;     // i32 tensors only
+  double item() const;                      // the value of a one-element tensor
+  // Overwrite this tensor's values from src (same shape; dtype/device converted). Not recorded.
+  void copy_(const Tensor& src);
+  void fill_(double value);
+  void zero_() { fill_(0.0); }
+
+  // ---- views ----
+  Tensor reshape(const Shape& shape) const;    // one -1 allowed; shares storage
+  Tensor flatten(int64_t start_dim = 1) const;  // [N, a, b] -> [N, a*b] for start_dim 1
+  Tensor slice_rows(int64_t begin, int64_t end) const;  // rows [begin, end) of dim 0; shares storage
+
+  // ---- autograd ----
+  bool requires_grad() const;
+  Tensor& requires_grad_(bool on = true);  // leaves only
+  bool is_leaf() const;
+  Tensor grad() const;           // undefined until a backward pass reaches this leaf
+  void zero_grad();              // drop the accumulated gradient
+  // Backpropagate from this tensor. A scalar needs no seed; otherwise pass d(loss)/d(this).
+  void backward(const Tensor& seed = Tensor(), bool retain_graph = false) const;
+  Tensor detach() const;         // same storage, cut from the graph
+  const std::string& name() const;
+  Tensor& set_name(const std::string& n);
+
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+
+  // PyTorch-like printing with the digits the dtype holds: f16 4 significant digits (0.1235),
+  // f32 8 (0.12345679), f64 17.
+  std::string str(int max_per_dim = 6) const;
+
+ private:
+  void require_defined(const char* op) const;
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+}  // namespace hl

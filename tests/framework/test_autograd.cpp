@@ -1,0 +1,97 @@
+// Autograd engine: graph recording, accumulation, release, no-grad, detach, errors.
+#include <gtest/gtest.h>
+
+#include "framework/autograd.h"
+#include "framework/ops.h"
+#include "tests/test_util.h"
+
+namespace {
+
+using namespace hl;
+
+Tensor vec(std::vector<double> v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::f64); }
+
+TEST(Autograd, ChainRuleByHand) {
+  // y = sum((a * b + a)^2); dy/da = 2(ab + a)(b + 1), dy/db = 2(ab + a) a
+  Tensor a = vec({1.0, 2.0, -3.0}).requires_grad_();
+  Tensor b = vec({0.5, -1.0, 4.0}).requires_grad_();
+  Tensor y = sum(pow(a * b + a, 2.0));
+  y.backward();
+  const std::vector<double> av{1, 2, -3}, bv{0.5, -1, 4};
+  const auto ga = a.grad().to_double(), gb = b.grad().to_double();
+  for (size_t i = 0; i < 3; ++i) {
+    const double u = av[i] * bv[i] + av[i];
+    EXPECT_DOUBLE_EQ(ga[i], 2 * u * (bv[i] + 1));
+    EXPECT_DOUBLE_EQ(gb[i], 2 * u * av[i]);
+  }
+}
+
+TEST(Autograd, GradientsAccumulateAcrossUsesAndCalls) {
+  Tensor x = vec({3.0}).requires_grad_();
+  Tensor y = sum(x * x + x * 2.0);  // x used twice: dy/dx = 2x + 2 = 8
+  y.backward();
+  EXPECT_DOUBLE_EQ(x.grad().item(), 8.0);
+  sum(x * 5.0).backward();  // a second backward adds into .grad
+  EXPECT_DOUBLE_EQ(x.grad().item(), 13.0);
+  x.zero_grad();
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(Autograd, GraphIsFreedUnlessRetained) {
+  Tensor x = vec({1.0, 2.0}).requires_grad_();
+  Tensor y = sum(exp(x));
+  y.backward(Tensor(), /*retain_graph=*/true);
+  y.backward();  // allowed: the first call retained the graph
+  EXPECT_THROW(y.backward(), Error);  // now it is gone
+}
+
+TEST(Autograd, NoGradAndDetach) {
+  Tensor x = vec({1.0}).requires_grad_();
+  {
+    NoGradGuard g;
+    Tensor y = x * 2.0;
+    EXPECT_FALSE(y.requires_grad());
+  }
+  EXPECT_TRUE(grad_enabled());
+  Tensor d = x.detach();
+  EXPECT_FALSE(d.requires_grad());
+  EXPECT_EQ(d.data_ptr(), x.data_ptr());
+  EXPECT_THROW(sum(d * 2.0).backward(), Error);  // nothing requires grad
+}
+
+TEST(Autograd, NonScalarNeedsSeedAndShapesMustMatch) {
+  Tensor x = vec({1.0, 2.0}).requires_grad_();
+  Tensor y = x * 3.0;
+  EXPECT_THROW(y.backward(), Error);
+  EXPECT_THROW(y.backward(vec({1.0})), Error);
+  y.backward(vec({1.0, 10.0}));
+  EXPECT_EQ(x.grad().to_double(), (std::vector<double>{3.0, 30.0}));
+}
+
+TEST(Autograd, OnlyLeavesChangeRequiresGrad) {
+  Tensor x = vec({1.0}).requires_grad_();
+  Tensor y = x * 2.0;
+  EXPECT_THROW(y.requires_grad_(false), Error);
+  Tensor i = Tensor::from_vector(std::vector<int32_t>{1}, {1});
+  EXPECT_THROW(i.requires_grad_(), Error);
+}
+
+TEST(Autograd, GradientKeepsTheDtypeOfTheLeaf) {
+  // An f16 leaf used in an f32 computation receives an f16 gradient.
+  Tensor h = Tensor::from_vector(std::vector<float>{1.0f, 2.0f}, {2}, DType::f16).requires_grad_();
+  Tensor f = Tensor::from_vector(std::vector<float>{3.0f, 4.0f}, {2});
+  Tensor y = sum(h * f);  // promotes to f32
+  EXPECT_EQ(y.dtype(), DType::f32);
+  y.backward();
+  EXPECT_EQ(h.grad().dtype(), DType::f16);
+  EXPECT_EQ(h.grad().to_vector(), (std::vector<float>{3.0f, 4.0f}));
+}
+
+TEST(Autograd, ViewsPropagateGradients) {
+  Tensor x = Tensor::from_vector(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3}).requires_grad_();
+  Tensor y = sum(x.reshape({3, 2}) * 2.0) + sum(x.slice_rows(1, 2));
+  y.backward();
+  EXPECT_EQ(x.grad().to_double(), (std::vector<double>{2, 2, 2, 3, 3, 3}));
+}
+
+}  // namespace

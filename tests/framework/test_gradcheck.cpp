@@ -1,0 +1,132 @@
+// A central-difference gradient check (float64, CPU) for every differentiable op.
+#include <gtest/gtest.h>
+
+#include "framework/gradcheck.h"
+#include "framework/ops.h"
+#include "tests/test_util.h"
+
+namespace {
+
+using namespace hl;
+
+Tensor rnd(const Shape& s, Generator& g, double lo = -1.0, double hi = 1.0) {
+  return Tensor::uniform(s, g, lo, hi, DType::f64);
+}
+
+void expect_gradcheck(const GradcheckFn& f, const std::vector<Tensor>& in, GradcheckOptions opt = {}) {
+  const GradcheckResult r = gradcheck(f, in, opt);
+  EXPECT_TRUE(r.ok) << r.report;
+  EXPECT_LT(r.max_abs_error, 1e-6) << r.report;
+}
+
+class Gradcheck : public ::testing::Test {
+ protected:
+  Generator g{hl::test::fresh_seed()};
+};
+
+TEST_F(Gradcheck, BinaryOpsWithBroadcasting) {
+  const Tensor a = rnd({3, 4}, g), b = rnd({4}, g), c = rnd({3, 1}, g);
+  expect_gradcheck([](const std::vector<Tensor>& x) { return add(x[0], x[1]); }, {a, b});
+  expect_gradcheck([](const std::vector<Tensor>& x) { return sub(x[0], x[1]); }, {a, c});
+  expect_gradcheck([](const std::vector<Tensor>& x) { return mul(x[0], x[1]); }, {a, b});
+  const Tensor away_from_zero = rnd({4}, g, 0.5, 2.0);
+  expect_gradcheck([](const std::vector<Tensor>& x) { return div(x[0], x[1]); }, {a, away_from_zero});
+  expect_gradcheck([](const std::vector<Tensor>& x) { return mul(x[0], x[1]); }, {b, a});  // broadcast on the left
+}
+
+TEST_F(Gradcheck, ScalarAndUnaryOps) {
+  const Tensor a = rnd({2, 5}, g);
+  const Tensor pos = rnd({2, 5}, g, 0.5, 2.0);
+  expect_gradcheck([](const std::vector<Tensor>& x) { return add(x[0], 1.5); }, {a});
+  expect_gradcheck([](const std::vector<Tensor>& x) { return mul(x[0], -2.5); }, {a});
+  expect_gradcheck([](const std::vector<Tensor>& x) { return rsub(3.0, x[0]); }, {a});
+  expect_gradcheck([](const std::vector<Tensor>& x) { return rdiv(2.0, x[0]); }, {pos});
+  expect_gradcheck([](const std::vector<Tensor>& x) { return pow(x[0], 3.0); }, {a});
+  expect_gradcheck([](const std::vector<Tensor>& x) { return pow(x[0], 0.5); }, {pos});
+  expect_gradcheck([](const std::vector<Tensor>& x) { return neg(x[0]); }, {a});
+  expect_gradcheck([](const std::vector<Tensor>& x) { return exp(x[0]); }, {a});
+  expect_gradcheck([](const std::vector<Tensor>& x) { return log(x[0]); }, {pos});
+}
+
+TEST_F(Gradcheck, Relu) {
+  // Keep values away from the kink at 0, where the derivative is undefined.
+  std::vector<double> v(12);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = (i % 2 ? 1 : -1) * (0.1 + g.uniform());
+  const Tensor a = Tensor::from_vector(v, {3, 4});
+  expect_gradcheck([](const std::vector<Tensor>& x) { return relu(x[0]); }, {a});
+}
+
+TEST_F(Gradcheck, Reductions) {
+  const Tensor a = rnd({2, 3, 4}, g);
+  expect_gradcheck([](const std::vector<Tensor>& x) { return sum(x[0]); }, {a});
+  expect_gradcheck([](const std::vector<Tensor>& x) { return mean(x[0]); }, {a});
+  expect_gradcheck([](const std::vector<Tensor>& x) { return sum(x[0], {1}); }, {a});
+  expect_gradcheck([](const std::vector<Tensor>& x) { return sum(x[0], {0, 2}, true); }, {a});
+  expect_gradcheck([](const std::vector<Tensor>& x) { return mean(x[0], {-1}); }, {a});
+  expect_gradcheck([](const std::vector<Tensor>& x) { return sum_to(x[0], {3, 1}); }, {a});
+}
+
+TEST_F(Gradcheck, MatmulEveryLayout) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const Tensor a = ta ? rnd({5, 3}, g) : rnd({3, 5}, g);  // op(a) is 3x5
+      const Tensor b = tb ? rnd({4, 5}, g) : rnd({5, 4}, g);  // op(b) is 5x4
+      expect_gradcheck([ta, tb](const std::vector<Tensor>& x) { return matmul(x[0], x[1], ta, tb); }, {a, b});
+    }
+  }
+}
+
+TEST_F(Gradcheck, LinearWithAndWithoutFusedRelu) {
+  const Tensor x = rnd({4, 6}, g), w = rnd({3, 6}, g), b = rnd({3}, g);
+  expect_gradcheck([](const std::vector<Tensor>& v) { return linear(v[0], v[1], v[2]); }, {x, w, b});
+  expect_gradcheck([](const std::vector<Tensor>& v) { return linear(v[0], v[1]); }, {x, w});
+  // Fused ReLU: shift the bias so no pre-activation sits within eps of the kink.
+  Tensor wx = matmul(x, w, false, true);
+  std::vector<double> z = wx.to_double(), bb = b.to_double();
+  bool near_kink = false;
+  for (size_t i = 0; i < z.size(); ++i) near_kink |= std::abs(z[i] + bb[i % 3]) < 1e-3;
+  if (!near_kink) {
+    expect_gradcheck([](const std::vector<Tensor>& v) { return linear(v[0], v[1], v[2], true); }, {x, w, b});
+  }
+}
+
+TEST_F(Gradcheck, ShapeViewsAndCast) {
+  const Tensor a = rnd({2, 3, 2}, g);
+  expect_gradcheck([](const std::vector<Tensor>& x) { return reshape(x[0], {3, 4}); }, {a});
+  expect_gradcheck([](const std::vector<Tensor>& x) { return flatten(x[0]); }, {a});
+  expect_gradcheck([](const std::vector<Tensor>& x) { return x[0].slice_rows(1, 2); }, {a});
+  // cast f64 -> f32 -> f64 loses precision, so check with a tolerance that f32 can meet.
+  GradcheckOptions loose;
+  loose.eps = 1e-3;
+  loose.atol = 1e-4;
+  loose.rtol = 1e-3;
+  const GradcheckResult r =
+      gradcheck([](const std::vector<Tensor>& x) { return cast(cast(x[0], DType::f32), DType::f64); }, {a}, loose);
+  EXPECT_TRUE(r.ok) << r.report;
+}
+
+TEST_F(Gradcheck, LogSoftmaxNllCrossEntropy) {
+  const Tensor logits = rnd({4, 7}, g, -3.0, 3.0);
+  const Tensor labels = Tensor::from_vector(std::vector<int32_t>{0, 6, 3, 3}, {4});
+  expect_gradcheck([](const std::vector<Tensor>& x) { return log_softmax(x[0]); }, {logits});
+  GradcheckOptions skip_labels;
+  skip_labels.skip = {1};
+  expect_gradcheck([](const std::vector<Tensor>& x) { return nll_loss(log_softmax(x[0]), x[1]); }, {logits, labels},
+                   skip_labels);
+  expect_gradcheck([](const std::vector<Tensor>& x) { return cross_entropy(x[0], x[1]); }, {logits, labels},
+                   skip_labels);
+}
+
+TEST_F(Gradcheck, DetectsAWrongGradient) {
+  // The checker itself must fail on a wrong backward: exp whose gradient is claimed to be 2*exp.
+  const Tensor a = rnd({3}, g);
+  const GradcheckResult r = gradcheck(
+      [](const std::vector<Tensor>& x) {
+        Tensor e = exp(x[0]);
+        return add(e, sub(e, e.detach()));  // value e, gradient 2e
+      },
+      {a});
+  EXPECT_FALSE(r.ok);
+}
+
+}  // namespace

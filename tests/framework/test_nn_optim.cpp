@@ -1,0 +1,114 @@
+// Modules and the SGD optimizer (PyTorch semantics, checked against hand-computed updates).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "framework/autograd.h"
+#include "framework/nn.h"
+#include "framework/optim.h"
+#include "tests/test_util.h"
+
+namespace {
+
+using namespace hl;
+
+TEST(NN, LinearShapesNamesAndInit) {
+  Generator g(1);
+  nn::Linear lin(784, 512, g);
+  EXPECT_EQ(lin.weight.shape(), (Shape{512, 784}));
+  EXPECT_EQ(lin.bias.shape(), (Shape{512}));
+  const double bound = 1.0 / std::sqrt(784.0);
+  for (float v : lin.weight.to_vector()) EXPECT_LE(std::abs(v), bound);
+  auto mlp = nn::mlp512(g);
+  const auto named = mlp->named_parameters();
+  ASSERT_EQ(named.size(), 6u);
+  EXPECT_EQ(named[0].first, "1.weight");
+  EXPECT_EQ(named[5].first, "5.bias");
+  EXPECT_EQ(mlp->num_parameters(), 784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10);
+  Tensor out = (*mlp)(Tensor::zeros({3, 1, 28, 28}));
+  EXPECT_EQ(out.shape(), (Shape{3, 10}));
+  EXPECT_THROW(lin(Tensor::zeros({3, 10})), Error);
+}
+
+TEST(NN, FusedLinearReluGivesTheSameOutputAndGradients) {
+  Generator g(hl::test::fresh_seed());
+  auto m = nn::mlp512(g);
+  Tensor x = Tensor::randn({4, 784}, g);
+  Tensor y = Tensor::from_vector(std::vector<int32_t>{1, 2, 3, 4}, {4});
+  const auto out1 = (*m)(x).to_vector();
+  cross_entropy((*m)(x), y).backward();
+  std::vector<std::vector<float>> g1;
+  for (auto& p : m->parameters()) {
+    g1.push_back(p.grad().to_vector());
+    p.zero_grad();
+  }
+  m->fuse_linear_relu();
+  EXPECT_EQ((*m)(x).to_vector(), out1);
+  cross_entropy((*m)(x), y).backward();
+  size_t i = 0;
+  for (auto& p : m->parameters()) EXPECT_EQ(p.grad().to_vector(), g1[i++]);
+}
+
+TEST(NN, ModuleToDtypeKeepsHandles) {
+  Generator g(1);
+  nn::Linear lin(4, 2, g);
+  Tensor handle = lin.weight;
+  lin.to(DType::f16);
+  EXPECT_EQ(handle.dtype(), DType::f16);
+  EXPECT_TRUE(handle.requires_grad());
+}
+
+TEST(Optim, SgdMatchesPyTorchSemantics) {
+  // Two steps by hand. p0 = 1, grads 0.5 then 0.25; lr 0.1, momentum 0.9, weight decay 0.01.
+  Tensor p = Tensor::from_vector(std::vector<double>{1.0}, {1}).requires_grad_();
+  optim::SGD sgd({p}, {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
+  double pv = 1.0, buf = 0.0;
+  for (double gval : {0.5, 0.25}) {
+    p.zero_grad();
+    sum(p * gval).backward();
+    sgd.step();
+    const double d = gval + 0.01 * pv;
+    buf = (sgd.steps() == 1) ? d : 0.9 * buf + d;  // the first step stores the gradient as is
+    pv -= 0.1 * buf;
+    EXPECT_NEAR(p.item(), pv, 1e-15);
+  }
+  // Nesterov: p -= lr * (d + momentum * buf)
+  Tensor q = Tensor::from_vector(std::vector<double>{2.0}, {1}).requires_grad_();
+  optim::SGD nest({q}, {.lr = 0.5, .momentum = 0.5, .nesterov = true});
+  sum(q * 1.0).backward();
+  nest.step();
+  EXPECT_NEAR(q.item(), 2.0 - 0.5 * (1.0 + 0.5 * 1.0), 1e-15);
+}
+
+TEST(Optim, BadOptionsAndParametersAreErrors) {
+  Tensor p = Tensor::zeros({2}).requires_grad_();
+  EXPECT_THROW(optim::SGD({p}, {.lr = -1.0}), Error);
+  EXPECT_THROW(optim::SGD({p}, {.lr = 0.1, .nesterov = true}), Error);
+  Tensor not_leaf = p * 2.0;
+  EXPECT_THROW(optim::SGD({not_leaf}, {.lr = 0.1}), Error);
+  Tensor no_grad = Tensor::zeros({2});
+  EXPECT_THROW(optim::SGD({no_grad}, {.lr = 0.1}), Error);
+}
+
+TEST(Optim, TrainsASmallRegression) {
+  // Fit y = 3x - 1 with one Linear(1, 1): the loss must fall by orders of magnitude.
+  Generator g(hl::test::fresh_seed());
+  nn::Linear lin(1, 1, g);
+  optim::SGD sgd(lin.parameters(), {.lr = 0.1, .momentum = 0.9});
+  Tensor x = Tensor::uniform({64, 1}, g, -1, 1);
+  Tensor y = x * 3.0 - 1.0;
+  double first = 0, last = 0;
+  for (int it = 0; it < 200; ++it) {
+    sgd.zero_grad();
+    Tensor loss = mean(pow(lin(x) - y, 2.0));
+    if (it == 0) first = loss.item();
+    last = loss.item();
+    loss.backward();
+    sgd.step();
+  }
+  EXPECT_LT(last, first * 1e-4);
+  EXPECT_NEAR(lin.weight.item(), 3.0, 1e-2);
+  EXPECT_NEAR(lin.bias.item(), -1.0, 1e-2);
+}
+
+}  // namespace

@@ -1,0 +1,163 @@
+// Tensor basics: factories, dtype conversion, views, printing, errors, devices, the allocator.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "framework/device.h"
+#include "framework/ops.h"
+#include "framework/tensor.h"
+#include "tests/test_util.h"
+
+namespace {
+
+using namespace hl;
+
+TEST(Tensor, FactoriesAndMetadata) {
+  Tensor z = Tensor::zeros({2, 3});
+  EXPECT_EQ(z.shape(), (Shape{2, 3}));
+  EXPECT_EQ(z.numel(), 6);
+  EXPECT_EQ(z.dtype(), DType::f32);
+  EXPECT_EQ(z.device(), Device::cpu);
+  EXPECT_EQ(z.describe(), "f32[2, 3] on cpu");
+  for (float v : z.to_vector()) EXPECT_EQ(v, 0.0f);
+  for (float v : Tensor::full({4}, 2.5, DType::f16).to_vector()) EXPECT_EQ(v, 2.5f);
+  EXPECT_EQ(Tensor::scalar(3.0).item(), 3.0);
+  EXPECT_EQ(Tensor::scalar(3.0).dim(), 0);
+  EXPECT_EQ(z.size(-1), 3);
+  EXPECT_THROW(z.size(2), Error);
+  EXPECT_THROW(Tensor::from_vector(std::vector<float>{1, 2, 3}, {2, 2}), Error);
+  EXPECT_THROW(Tensor::empty({-1, 2}), Error);
+}
+
+TEST(Tensor, DtypeConversionRoundsToNearestEven) {
+  Tensor t = Tensor::from_vector(std::vector<float>{0.123456789f, 65519.0f, 65520.0f, 2049.0f, 1e-8f}, {5});
+  std::vector<float> h = t.to(DType::f16).to_vector();
+  EXPECT_EQ(h[0], hl::round_to_half(0.123456789f));
+  EXPECT_EQ(h[1], 65504.0f);
+  EXPECT_TRUE(std::isinf(h[2]));
+  EXPECT_EQ(h[3], 2048.0f);
+  EXPECT_EQ(h[4], 0.0f);  // below half of 2^-24: flushed
+  Tensor i = Tensor::from_vector(std::vector<float>{-1.7f, 2.9f}, {2}).to(DType::i32);
+  EXPECT_EQ(i.to_int(), (std::vector<int32_t>{-1, 2}));  // truncation toward zero
+  EXPECT_EQ(Tensor::from_vector(std::vector<double>{1.0 / 3.0}, {1}).to(DType::f32).item(),
+            static_cast<double>(1.0f / 3.0f));
+}
+
+TEST(Tensor, PrintingUsesTheDigitsOfTheDtype) {
+  Tensor t = Tensor::from_vector(std::vector<float>{0.123456789f}, {1});
+  EXPECT_EQ(t.to(DType::f16).str(), "tensor([0.1235], f16[1])");
+  EXPECT_EQ(t.str(), "tensor([0.12345679], f32[1])");
+  Tensor big = Tensor::zeros({100});
+  EXPECT_NE(big.str().find("..."), std::string::npos);  // long dims are elided
+}
+
+TEST(Tensor, ReshapeAndFlattenAreViews) {
+  Tensor t = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor r = t.reshape({3, -1});
+  EXPECT_EQ(r.shape(), (Shape{3, 2}));
+  EXPECT_EQ(r.data_ptr(), t.data_ptr());
+  Tensor f = Tensor::zeros({2, 3, 4}).flatten();
+  EXPECT_EQ(f.shape(), (Shape{2, 12}));
+  r.fill_(7.0);
+  for (float v : t.to_vector()) EXPECT_EQ(v, 7.0f);  // the view writes through
+  EXPECT_THROW(t.reshape({4, 2}), Error);
+  EXPECT_THROW(t.reshape({-1, -1}), Error);
+  Tensor rows = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {3, 2}).slice_rows(1, 3);
+  EXPECT_EQ(rows.to_vector(), (std::vector<float>{3, 4, 5, 6}));
+  EXPECT_THROW(t.slice_rows(1, 3), Error);
+}
+
+TEST(Tensor, ItemAndErrorsNameTheTensor) {
+  Tensor t = Tensor::zeros({2, 2});
+  try {
+    t.item();
+    FAIL() << "item() on 4 elements must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("f32[2, 2]"), std::string::npos) << e.what();
+  }
+  Tensor u;
+  EXPECT_FALSE(u.defined());
+  EXPECT_THROW(u.shape(), Error);
+}
+
+TEST(Tensor, CopyConvertsAndChecksShape) {
+  Tensor dst = Tensor::zeros({3}, DType::f16);
+  dst.copy_(Tensor::from_vector(std::vector<float>{1.0f, 2049.0f, -3.0f}, {3}));
+  EXPECT_EQ(dst.to_vector(), (std::vector<float>{1.0f, 2048.0f, -3.0f}));
+  EXPECT_THROW(dst.copy_(Tensor::zeros({4})), Error);
+  Tensor c = dst.clone();
+  EXPECT_NE(c.data_ptr(), dst.data_ptr());
+}
+
+TEST(Tensor, GeneratorIsPortableAndSeeded) {
+  Generator a(42), b(42), c(43);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(a.next_u64(), b.next_u64());
+  EXPECT_NE(a.next_u64(), c.next_u64());
+  // Pinned first values of xoshiro256** seeded through splitmix64(42), cross-checked against an
+  // independent Python implementation: every seeded experiment depends on these staying put.
+  Generator d(42);
+  EXPECT_EQ(d.next_u64(), 1546998764402558742ull);
+  EXPECT_EQ(d.next_u64(), 6990951692964543102ull);
+  Generator g(7);
+  double s = 0, s2 = 0;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    const double x = g.normal();
+    s += x;
+    s2 += x * x;
+  }
+  EXPECT_NEAR(s / n, 0.0, 0.03);
+  EXPECT_NEAR(s2 / n, 1.0, 0.05);
+  for (int i = 0; i < 1000; ++i) EXPECT_LT(g.below(7), 7u);
+}
+
+TEST(Device, ParseAndFallback) {
+  EXPECT_EQ(parse_device("cpu"), Device::cpu);
+  EXPECT_THROW(parse_device("tpu"), Error);
+  if (!cuda_available()) {
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(parse_device("cuda"), Device::cpu);  // falls back with a one-line notice
+    EXPECT_EQ(parse_device("auto"), Device::cpu);
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_LE(std::count(err.begin(), err.end(), '\n'), 1);
+    EXPECT_THROW(Tensor::zeros({2}, DType::f32, Device::cuda), Error);
+  } else {
+    EXPECT_EQ(parse_device("cuda"), Device::cuda);
+  }
+}
+
+TEST(Allocator, CachesAndCountsPeak) {
+  // The caching logic is backend-independent: test it over a counting host backend.
+  static int allocs = 0, frees = 0;
+  allocs = frees = 0;
+  CachingAllocator a([](size_t n) -> void* { ++allocs; return ::operator new(n); },
+                     [](void* p) { ++frees; ::operator delete(p); });
+  void* p1 = a.allocate(1000);
+  EXPECT_EQ(a.stats().current_bytes, CachingAllocator::round_size(1000));
+  a.deallocate(p1);
+  EXPECT_EQ(a.stats().current_bytes, 0u);
+  void* p2 = a.allocate(900);  // same rounded size: served from the cache
+  EXPECT_EQ(p2, p1);
+  EXPECT_EQ(allocs, 1);
+  void* p3 = a.allocate(5 << 20);
+  EXPECT_EQ(a.stats().peak_bytes, CachingAllocator::round_size(900) + CachingAllocator::round_size(5 << 20));
+  EXPECT_EQ(CachingAllocator::round_size(5 << 20), size_t(8) << 20);  // large blocks: powers of two
+  a.deallocate(p2);
+  a.deallocate(p3);
+  a.reset_peak();
+  EXPECT_EQ(a.stats().peak_bytes, 0u);
+  a.release_cached();
+  EXPECT_EQ(frees, 2);
+  EXPECT_EQ(a.stats().reserved_bytes, 0u);
+}
+
+TEST(Allocator, TensorsReuseMemory) {
+  const MemoryStats before = memory_stats(Device::cpu);
+  { Tensor t = Tensor::zeros({1 << 20}); }
+  { Tensor t = Tensor::zeros({1 << 20}); }
+  const MemoryStats after = memory_stats(Device::cpu);
+  EXPECT_LE(after.backend_allocs - before.backend_allocs, 1u);
+}
+
+}  // namespace
