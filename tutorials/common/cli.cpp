@@ -1,0 +1,59 @@
+#include "tutorials/common/cli.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+
+#include "kernels/gemm.h"
+#include "kernels/runtime.h"
+
+namespace hl::tutorial {
+
+void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::string>& precisions) {
+  app.add_option("--device", f.device, "cpu, cuda or auto (cuda when a GPU is present)")
+      ->check(CLI::IsMember({"cpu", "cuda", "gpu", "auto"}))
+      ->capture_default_str();
+  app.add_option("--precision", f.precision, "arithmetic: fp32, fp16 or mixed")
+      ->check(CLI::IsMember(precisions))
+      ->capture_default_str();
+  app.add_option("--epochs", f.epochs, "passes over the training set")->check(CLI::Range(1, 100000))->capture_default_str();
+  app.add_option("--batch", f.batch, "batch size")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--lr", f.lr, "learning rate")->check(CLI::Range(0.0, 100.0))->capture_default_str();
+  app.add_option("--momentum", f.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--seed", f.seed, "seed for initialization and shuffling")->capture_default_str();
+  app.add_option("--data", f.data, "data directory");
+  app.add_option("--gemm", f.gemm, "GEMM variant (see --list-variants); default: the fastest for the device");
+  app.add_option("--csv", f.csv, "append one row per epoch to this CSV file");
+  app.add_flag("--smoke", f.smoke, "a tiny run on a data subset (seconds on a CPU)");
+  app.add_flag("--list-variants", f.list_variants, "list the registered kernel variants and exit");
+}
+
+Device apply_common_flags(const CommonFlags& f) {
+  const Device dev = parse_device(f.device);
+  if (!f.gemm.empty()) {
+    const auto names = kernels::GemmRegistry::instance().names(dev);
+    if (std::find(names.begin(), names.end(), f.gemm) == names.end()) {
+      std::string known;
+      for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+      throw Error("--gemm: no variant '" + f.gemm + "' on " + device_name(dev) + " (known: " + known + ")");
+    }
+    kernels::GemmRegistry::instance().set_default(f.gemm);
+  }
+  return dev;
+}
+
+void print_variants() {
+  for (DeviceType d : {DeviceType::cpu, DeviceType::cuda}) {
+    std::cout << "gemm on " << device_name(d) << ":\n";
+    for (const auto& v : kernels::GemmRegistry::instance().all())
+      if (v.device == d) std::cout << "  " << v.name << "  (priority " << v.priority << ")  " << v.summary << "\n";
+  }
+  if (!runtime::cuda_available()) std::cout << "(no GPU here: " << runtime::cuda_unavailable_reason() << ")\n";
+}
+
+std::string default_data_dir(const std::string& name) {
+  const char* env = std::getenv("HALFLING_DATA");
+  return (env ? std::string(env) : std::string("data")) + "/" + name;
+}
+
+}  // namespace hl::tutorial

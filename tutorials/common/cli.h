@@ -1,0 +1,41 @@
+// Flags every tutorial shares (CLI11), with the defaults of DESIGN.md §4, and what they resolve to.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "framework/device.h"
+
+namespace hl::tutorial {
+
+struct CommonFlags {
+  std::string device = "auto";      // cpu | cuda | auto
+  std::string precision = "fp32";   // fp32 | fp16 | mixed
+  int64_t epochs = 2;
+  int64_t batch = 128;
+  double lr = 0.05;
+  double momentum = 0.9;
+  uint64_t seed = 0;
+  std::string data;                 // a data directory; each tutorial documents its default
+  std::string gemm;                 // a GEMM variant name (see --list-variants)
+  std::string csv;                  // write one row per epoch here
+  bool smoke = false;               // a tiny subset, seconds on the CPU (what CI runs)
+  bool list_variants = false;
+};
+
+// Register the shared flags on app. `precisions` lists the modes this tutorial supports.
+void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::string>& precisions);
+
+// Resolve --device (with the CPU fallback notice) and --gemm (pinning the registry's default, after
+// checking the name exists). Throws hl::Error with the valid choices on a bad value.
+Device apply_common_flags(const CommonFlags& f);
+
+// Print every registered GEMM variant per device.
+void print_variants();
+
+// Default data directory for a data set: $HALFLING_DATA/<name>, else ./data/<name>.
+std::string default_data_dir(const std::string& name);
+
+}  // namespace hl::tutorial

@@ -1,0 +1,98 @@
+#include "tutorials/common/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "framework/autograd.h"
+#include "framework/ops.h"
+
+namespace hl::tutorial {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+void draw_progress(int64_t epoch, int64_t step, int64_t steps, int64_t images, double elapsed, double loss) {
+  const int width = 30;
+  const int filled = steps > 0 ? static_cast<int>(width * step / steps) : width;
+  const double ips = elapsed > 0 ? images / elapsed : 0.0;
+  const double eta = step > 0 ? elapsed * static_cast<double>(steps - step) / static_cast<double>(step) : 0.0;
+  std::fprintf(stderr, "\repoch %lld [%.*s%*s] %lld/%lld  loss %.4f  %.0f img/s  ETA %s   ",
+               static_cast<long long>(epoch), filled, "##############################", width - filled, "",
+               static_cast<long long>(step), static_cast<long long>(steps), loss, ips, format_seconds(eta).c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+std::string format_seconds(double s) {
+  char buf[32];
+  if (s < 60) {
+    std::snprintf(buf, sizeof buf, "%.1f s", s);
+  } else {
+    std::snprintf(buf, sizeof buf, "%d min %02d s", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  }
+  return buf;
+}
+
+EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoader& loader, int64_t epoch,
+                        const TrainOptions& options) {
+  model.train();
+  loader.start_epoch(epoch);
+  const bool show = options.progress && isatty(STDERR_FILENO);
+  const int64_t steps = options.max_steps >= 0 ? std::min(options.max_steps, loader.num_batches()) : loader.num_batches();
+  const Device dev = loader.options().device;
+  Tensor loss_sum = Tensor::zeros({}, DType::f32, dev);  // stays on the device
+  Tensor correct = Tensor::zeros({}, DType::f32, dev);
+  EpochResult r;
+  const auto t0 = Clock::now();
+  auto last_draw = t0;
+  int64_t step = 0;
+  for (data::Batch b; step < steps && loader.next(b); ++step) {
+    opt.zero_grad();
+    Tensor logits = model(b.x);
+    Tensor loss = cross_entropy(logits, b.y);
+    loss.backward();
+    opt.step();
+    {
+      NoGradGuard no_grad;
+      const double n = static_cast<double>(b.y.numel());
+      loss_sum = add(loss_sum, mul(cast(loss.detach(), DType::f32), n));
+      correct = add(correct, cast(correct_count(logits.detach(), b.y), DType::f32));
+    }
+    r.images += b.y.numel();
+    if (show && std::chrono::duration<double>(Clock::now() - last_draw).count() > 0.25) {
+      last_draw = Clock::now();
+      draw_progress(epoch, step + 1, steps, r.images, since(t0), loss_sum.item() / static_cast<double>(r.images));
+    }
+  }
+  r.seconds = since(t0);
+  if (r.images > 0) {
+    r.loss = loss_sum.item() / static_cast<double>(r.images);
+    r.accuracy = correct.item() / static_cast<double>(r.images);
+    r.images_per_second = r.seconds > 0 ? r.images / r.seconds : 0.0;
+  }
+  if (show) std::fprintf(stderr, "\r%*s\r", 100, "");
+  return r;
+}
+
+double evaluate(nn::Module& model, data::DataLoader& loader) {
+  NoGradGuard no_grad;
+  model.eval();
+  loader.start_epoch(0);
+  Tensor correct = Tensor::zeros({}, DType::f32, loader.options().device);
+  int64_t n = 0;
+  for (data::Batch b; loader.next(b);) {
+    correct = add(correct, cast(correct_count(model(b.x), b.y), DType::f32));
+    n += b.y.numel();
+  }
+  model.train();
+  HL_CHECK(n > 0, "evaluate: the loader produced no batches");
+  return correct.item() / static_cast<double>(n);
+}
+
+}  // namespace hl::tutorial

@@ -1,0 +1,39 @@
+// The training and evaluation loops shared by the tutorial programs, the tests and the benchmarks:
+// one place that says what an epoch is.
+//
+// No host synchronization inside a step: the running loss and the correct-prediction count stay
+// on the device and are read once per progress update and at the end of the epoch.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "datasets/dataloader.h"
+#include "framework/nn.h"
+#include "framework/optim.h"
+
+namespace hl::tutorial {
+
+struct EpochResult {
+  double loss = 0.0;      // mean training loss over the epoch
+  double accuracy = 0.0;  // training accuracy (of the batches as they were seen)
+  double seconds = 0.0;
+  double images_per_second = 0.0;
+  int64_t images = 0;
+};
+
+struct TrainOptions {
+  bool progress = true;   // a progress bar with images/s and ETA on stderr (only when it is a terminal)
+  int64_t max_steps = -1; // stop the epoch early (smoke runs)
+};
+
+// One pass over the loader: forward, cross-entropy, backward, optimizer step.
+EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoader& loader, int64_t epoch,
+                        const TrainOptions& options = {});
+
+// Accuracy of the model over every batch of the loader (eval mode, no graph recorded).
+double evaluate(nn::Module& model, data::DataLoader& loader);
+
+// "12.3 s" / "2 min 05 s"
+std::string format_seconds(double s);
+
+}  // namespace hl::tutorial
