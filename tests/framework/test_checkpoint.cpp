@@ -1,0 +1,597 @@
+// Checkpoints (framework/checkpoint.h): the safetensors layout, every validation rule of the reader,
+// atomic writes (an injected failure and a killed writer leave the old file loadable), model and
+// optimizer state with their checks, extra sections, and bit-exact resume of a training run.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "framework/autograd.h"
+#include "framework/checkpoint.h"
+#include "framework/nn.h"
+#include "framework/optim.h"
+#include "tests/test_util.h"
+
+namespace {
+
+using namespace hl;
+namespace fs = std::filesystem;
+
+// A fresh directory per test, removed afterwards.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "halfling_ckpt_XXXXXX").string();
+    HL_CHECK(::mkdtemp(tmpl.data()) != nullptr, "mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  std::vector<std::string> entries() const {
+    std::vector<std::string> out;
+    for (const auto& e : fs::directory_iterator(path_)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+ private:
+  fs::path path_;
+};
+
+std::vector<uint8_t> bytes_of(const Tensor& t) {
+  const Tensor h = t.detach().to(Device::cpu);
+  const auto* p = static_cast<const uint8_t*>(h.data_ptr());
+  return std::vector<uint8_t>(p, p + h.nbytes());
+}
+
+// Tensors of every dtype with fresh random values, plus the edge cases of the format (a scalar, an
+// empty tensor, non-finite and subnormal values, whose bits must survive).
+NamedTensors random_tensors(Generator& g) {
+  NamedTensors t;
+  t.emplace_back("weights.f32", Tensor::randn({3, 5}, g));
+  t.emplace_back("weights.f16", Tensor::randn({2, 3, 4}, g, DType::f16));
+  t.emplace_back("grad.f64", Tensor::randn({7}, g, DType::f64));
+  std::vector<int32_t> labels(6);
+  for (auto& l : labels) l = static_cast<int32_t>(g.below(2000)) - 1000;
+  t.emplace_back("labels", Tensor::from_vector(labels, {2, 3}));
+  t.emplace_back("scale", Tensor::scalar(std::ldexp(1.0, static_cast<int>(g.below(20))), DType::f32));
+  t.emplace_back("empty", Tensor::empty({0, 4}, DType::f32));
+  t.emplace_back("special", Tensor::from_vector(std::vector<float>{NAN, INFINITY, -INFINITY, -0.0f, 1e-45f}, {5}));
+  t.emplace_back("subnormal.f16", Tensor::from_half({half::from_bits(0x0001), half::from_bits(0x8001)}, {2}));
+  return t;
+}
+
+void expect_same(const NamedTensors& a, const NamedTensors& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);  // file order is kept
+    EXPECT_EQ(a[i].second.dtype(), b[i].second.dtype()) << a[i].first;
+    EXPECT_EQ(a[i].second.shape(), b[i].second.shape()) << a[i].first;
+    EXPECT_EQ(bytes_of(a[i].second), bytes_of(b[i].second)) << a[i].first;
+  }
+}
+
+// ---- the file format -------------------------------------------------------------------------------------
+
+TEST(Checkpoint, SafetensorsRoundTripKeepsEveryBitNameAndOrder) {
+  Generator g(hl::test::fresh_seed());
+  TempDir dir;
+  const NamedTensors t = random_tensors(g);
+  const StringMap meta{{"epoch", std::to_string(g.below(100))}, {"note", "ünïcode and \"quotes\""}};
+  save_safetensors(dir.file("a.safetensors"), t, meta);
+  const SafeTensors back = load_safetensors(dir.file("a.safetensors"));
+  expect_same(t, back.tensors);
+  EXPECT_EQ(back.metadata, meta);
+  EXPECT_TRUE(back.contains("labels"));
+  EXPECT_EQ(back.at("labels").to_int(), t[3].second.to_int());
+  EXPECT_THROW(back.at("nope"), Error);
+  // The file on disk is exactly the in-memory serialization.
+  std::ifstream in(dir.file("a.safetensors"), std::ios::binary);
+  const std::vector<uint8_t> disk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(disk, serialize_safetensors(t, meta));
+}
+
+TEST(Checkpoint, LayoutFollowsTheSafetensorsRules) {
+  Generator g(hl::test::fresh_seed());
+  const NamedTensors t = random_tensors(g);
+  const std::vector<uint8_t> f = serialize_safetensors(t, {{"k", "v"}});
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | f[static_cast<size_t>(i)];
+  ASSERT_LE(8 + n, f.size());
+  EXPECT_EQ((8 + n) % 8, 0u) << "the data must start 8-byte aligned";
+  const std::string header(f.begin() + 8, f.begin() + 8 + static_cast<int64_t>(n));
+  EXPECT_EQ(header.front(), '{');
+  const size_t last = header.find_last_not_of(' ');
+  EXPECT_EQ(header[last], '}');  // only spaces pad it
+  const auto j = nlohmann::ordered_json::parse(header);
+  EXPECT_EQ(j["__metadata__"]["k"], "v");
+  uint64_t offset = 0;
+  size_t i = 0;
+  for (const auto& [name, info] : j.items()) {
+    if (name == "__metadata__") continue;
+    EXPECT_EQ(name, t[i].first);
+    EXPECT_EQ(info["data_offsets"][0].get<uint64_t>(), offset);
+    offset = info["data_offsets"][1].get<uint64_t>();
+    EXPECT_EQ(offset - info["data_offsets"][0].get<uint64_t>(), t[i].second.nbytes());
+    EXPECT_EQ(info["shape"].get<Shape>(), t[i].second.shape());
+    ++i;
+  }
+  EXPECT_EQ(j["weights.f16"]["dtype"], "F16");
+  EXPECT_EQ(j["grad.f64"]["dtype"], "F64");
+  EXPECT_EQ(j["labels"]["dtype"], "I32");
+  EXPECT_EQ(j["scale"]["dtype"], "F32");
+  EXPECT_EQ(j["scale"]["shape"].size(), 0u);
+  EXPECT_EQ(8 + n + offset, f.size()) << "the tensors cover the data exactly";
+}
+
+TEST(Checkpoint, SaveRejectsBadNamesClearly) {
+  TempDir dir;
+  const Tensor x = Tensor::zeros({2});
+  auto message = [&](const NamedTensors& t) {
+    try {
+      save_safetensors(dir.file("x.safetensors"), t);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({{"a", x}, {"a", x}}).find("duplicate tensor name 'a'"), std::string::npos);
+  EXPECT_NE(message({{"", x}}).find("empty name"), std::string::npos);
+  EXPECT_NE(message({{"__metadata__", x}}).find("reserved"), std::string::npos);
+  EXPECT_NE(message({{"u", Tensor()}}).find("'u' is undefined"), std::string::npos);
+  EXPECT_FALSE(fs::exists(dir.file("x.safetensors")));
+  EXPECT_TRUE(dir.entries().empty()) << "no temporary file left behind";
+  try {
+    save_safetensors("/nonexistent_dir_halfling/x.safetensors", {{"a", x}});
+    ADD_FAILURE() << "saving into a missing directory must fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent_dir_halfling/x.safetensors"), std::string::npos) << e.what();
+  }
+}
+
+// A file made by hand: the length, the header as given (padded), then the data.
+std::vector<uint8_t> make_file(const std::string& header, const std::vector<uint8_t>& data = {}, bool pad = true) {
+  std::string h = header;
+  if (pad) h.append((8 - (8 + h.size()) % 8) % 8, ' ');
+  std::string bytes;
+  for (int i = 0; i < 8; ++i) bytes += static_cast<char>(static_cast<uint64_t>(h.size()) >> (8 * i));
+  bytes += h;
+  std::vector<uint8_t> f(bytes.begin(), bytes.end());
+  f.insert(f.end(), data.begin(), data.end());
+  return f;
+}
+
+std::string parse_error(const std::vector<uint8_t>& f) {
+  try {
+    parse_safetensors(f.data(), f.size(), "bad.safetensors");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+#define EXPECT_PARSE_ERROR(file, text)                                                         \
+  do {                                                                                         \
+    const std::string msg_ = parse_error(file);                                                \
+    EXPECT_EQ(msg_.rfind("load_safetensors(bad.safetensors): ", 0), 0u) << msg_;                \
+    EXPECT_NE(msg_.find(text), std::string::npos) << "expected '" << (text) << "' in: " << msg_; \
+  } while (0)
+
+TEST(Checkpoint, LoaderRejectsEveryMalformedFileClearly) {
+  const std::vector<uint8_t> eight(8, 0x11);
+  const std::string f32x2 = R"("dtype":"F32","shape":[2])";
+  EXPECT_PARSE_ERROR(std::vector<uint8_t>({1, 2, 3}), "file too short (3 bytes)");
+  {
+    std::vector<uint8_t> f = make_file("{}");
+    f[0] = 200;  // the length now promises more than the file holds
+    EXPECT_PARSE_ERROR(f, "header length 200 is larger than the file");
+  }
+  EXPECT_PARSE_ERROR(make_file(R"({"a": )"), "invalid JSON header");
+  EXPECT_PARSE_ERROR(make_file("not json at all"), "invalid JSON header");
+  EXPECT_PARSE_ERROR(make_file("[1, 2, 3]"), "the header must be a JSON object, got array");
+  EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"BF16","shape":[2],"data_offsets":[0,4]}})", std::vector<uint8_t>(4)),
+                     "tensor 'a': unsupported dtype 'BF16'");
+  EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", eight),
+                     "data_offsets [0, 8] hold 8 bytes, but F32[3] needs 12");
+  EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", eight),
+                     "must hold non-negative integers");
+  EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}})", eight),
+                     "must hold non-negative integers");
+  EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"F32","shape":[4294967296, 4294967296, 4294967296],"data_offsets":[0,8]}})", eight),
+                     "too many elements");
+  EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", eight),
+                     "end before they begin");
+  EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"F32","shape":[2]}})", eight), "needs dtype, shape and data_offsets");
+  EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"F32","shape":[2],"data_offsets":[0,8],"extra":1}})", eight),
+                     "unknown field 'extra'");
+  EXPECT_PARSE_ERROR(make_file(R"({"a": 5})"), "tensor 'a': expected an object");
+  // Overlap: b starts inside a.
+  EXPECT_PARSE_ERROR(make_file(R"({"a": {)" + f32x2 + R"(,"data_offsets":[0,8]}, "b": {)" + f32x2 +
+                                   R"(,"data_offsets":[4,12]}})",
+                               std::vector<uint8_t>(12)),
+                     "tensor 'b' data_offsets [4, 12] overlap tensor 'a'");
+  // Out of range: the data holds 8 bytes, b claims [8, 16).
+  EXPECT_PARSE_ERROR(make_file(R"({"a": {)" + f32x2 + R"(,"data_offsets":[0,8]}, "b": {)" + f32x2 +
+                                   R"(,"data_offsets":[8,16]}})",
+                               eight),
+                     "tensor 'b' data_offsets [8, 16] run past the end of the data (8 bytes)");
+  // A gap: the first tensor starts at 4.
+  EXPECT_PARSE_ERROR(make_file(R"({"a": {)" + f32x2 + R"(,"data_offsets":[4,12]}})", std::vector<uint8_t>(12)),
+                     "gap of 4 unused bytes before tensor 'a'");
+  // Bytes after the last tensor.
+  EXPECT_PARSE_ERROR(make_file(R"({"a": {)" + f32x2 + R"(,"data_offsets":[0,8]}})", std::vector<uint8_t>(11)),
+                     "3 unexpected bytes after the last tensor");
+  // Duplicate names, at the top level and inside a tensor's entry.
+  EXPECT_PARSE_ERROR(make_file(R"({"a": {)" + f32x2 + R"(,"data_offsets":[0,8]}, "a": {)" + f32x2 +
+                                   R"(,"data_offsets":[0,8]}})",
+                               eight),
+                     "duplicate name 'a'");
+  EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"F32","dtype":"F32","shape":[2],"data_offsets":[0,8]}})", eight),
+                     "duplicate name 'dtype'");
+  EXPECT_PARSE_ERROR(make_file(R"({"__metadata__": {"k": 3}})"), "__metadata__ value of 'k' must be a string");
+  EXPECT_PARSE_ERROR(make_file(R"({"__metadata__": [1]})"), "__metadata__ must be an object");
+
+  // The same rules hold for well-formed files: a minimal one parses.
+  std::vector<uint8_t> ok = make_file(R"({"a": {)" + f32x2 + R"(,"data_offsets":[0,8]}})", eight);
+  const SafeTensors s = parse_safetensors(ok.data(), ok.size(), "ok");
+  ASSERT_EQ(s.tensors.size(), 1u);
+  EXPECT_EQ(s.at("a").shape(), (Shape{2}));
+  EXPECT_EQ(bytes_of(s.at("a")), eight);
+}
+
+TEST(Checkpoint, EveryTruncationOfAValidFileIsRejected) {
+  Generator g(hl::test::fresh_seed());
+  const std::vector<uint8_t> f = serialize_safetensors(random_tensors(g));
+  for (size_t len = 0; len < f.size(); ++len) {
+    try {
+      parse_safetensors(f.data(), len, "cut");
+      ADD_FAILURE() << "a file cut to " << len << " of " << f.size() << " bytes was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("load_safetensors(cut): ", 0), 0u) << e.what();
+    }
+  }
+}
+
+TEST(Checkpoint, MissingFileNamesThePath) {
+  try {
+    load_safetensors("/nonexistent/halfling.safetensors");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("load_safetensors(/nonexistent/halfling.safetensors): cannot open"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// ---- atomic writes -----------------------------------------------------------------------------------------
+
+struct HookReset {
+  ~HookReset() { detail::set_checkpoint_write_hook({}); }
+};
+
+TEST(Checkpoint, FailureMidWriteLeavesThePreviousFileIntact) {
+  Generator g(hl::test::fresh_seed());
+  TempDir dir;
+  const std::string path = dir.file("model.safetensors");
+  const NamedTensors old_t = random_tensors(g);
+  save_safetensors(path, old_t, {{"version", "old"}});
+  const NamedTensors new_t{{"big", Tensor::randn({600, 1000}, g)}};  // 2.4 MB: written in 3 chunks
+  const size_t total = serialize_safetensors(new_t).size();
+  HookReset reset;
+  // Fail after a random number of bytes, at least once in the header and once in the data.
+  for (size_t fail_after : {size_t(1), size_t(1) + g.below(total - 1), total - 1}) {
+    detail::set_checkpoint_write_hook([fail_after](size_t written) {
+      if (written >= fail_after) throw Error("injected failure");
+    });
+    EXPECT_THROW(save_safetensors(path, new_t, {{"version", "new"}}), Error) << fail_after;
+    const SafeTensors back = load_safetensors(path);
+    EXPECT_EQ(back.metadata.at("version"), "old");
+    expect_same(old_t, back.tensors);
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{"model.safetensors"}) << "the temporary file is removed";
+  }
+  detail::set_checkpoint_write_hook({});
+  save_safetensors(path, new_t, {{"version", "new"}});
+  EXPECT_EQ(load_safetensors(path).metadata.at("version"), "new");
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"model.safetensors"});
+}
+
+TEST(Checkpoint, KilledWriterLeavesThePreviousFileIntact) {
+  Generator g(hl::test::fresh_seed());
+  TempDir dir;
+  const std::string path = dir.file("ckpt.safetensors");
+  const NamedTensors old_t = random_tensors(g);
+  save_safetensors(path, old_t, {{"version", "old"}});
+  const NamedTensors new_t{{"big", Tensor::randn({1000, 1000}, g)}};  // 4 MB
+  const size_t stop_at = (size_t(1) << 20) + g.below(size_t(2) << 20);  // somewhere in the data
+
+  int pipefd[2];
+  ASSERT_EQ(::pipe(pipefd), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // The writer: it tells the parent once `stop_at` bytes are on disk, then waits to be killed.
+    ::close(pipefd[0]);
+    try {
+      detail::set_checkpoint_write_hook([&](size_t written) {
+        if (written < stop_at) return;
+        const char c = 'x';
+        if (::write(pipefd[1], &c, 1) != 1) ::_exit(3);
+        for (;;) ::pause();
+      });
+      save_safetensors(path, new_t, {{"version", "new"}});
+    } catch (...) {
+    }
+    ::_exit(2);  // only reached if the hook never fired
+  }
+  ::close(pipefd[1]);
+  char c = 0;
+  ASSERT_EQ(::read(pipefd[0], &c, 1), 1) << "the writer exited before reaching " << stop_at << " bytes";
+  ::close(pipefd[0]);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+
+  const SafeTensors back = load_safetensors(path);
+  EXPECT_EQ(back.metadata.at("version"), "old");
+  expect_same(old_t, back.tensors);
+  // The killed writer's partial temporary file is all that is left of it, named after the target.
+  const auto entries = dir.entries();
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0].rfind(".ckpt.safetensors.tmp.", 0), 0u) << entries[0];
+  EXPECT_LT(fs::file_size(dir.file(entries[0])), serialize_safetensors(new_t).size());
+  // ... and the next save still works.
+  save_safetensors(path, new_t, {{"version", "new"}});
+  EXPECT_EQ(load_safetensors(path).metadata.at("version"), "new");
+}
+
+// ---- model and optimizer checkpoints ----------------------------------------------------------------------
+
+std::shared_ptr<nn::Sequential> small_mlp(Generator& g, int64_t hidden = 32) {
+  return std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Linear>(16, hidden, g), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(hidden, 5, g)});
+}
+
+// A few SGD steps on random data, so that the optimizer has momentum buffers.
+void train_steps(nn::Module& model, optim::Optimizer& opt, Generator& g, int steps) {
+  for (int i = 0; i < steps; ++i) {
+    const Tensor x = Tensor::randn({8, 16}, g);
+    std::vector<int32_t> y(8);
+    for (auto& v : y) v = static_cast<int32_t>(g.below(5));
+    opt.zero_grad();
+    cross_entropy(model(x), Tensor::from_vector(y, {8})).backward();
+    opt.step();
+  }
+}
+
+std::string load_error(const std::string& path, nn::Module& m, optim::Optimizer* opt = nullptr) {
+  try {
+    load_checkpoint(path, m, opt);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Checkpoint, ModelAndOptimizerRoundTripIntoTheSameHandles) {
+  Generator g(hl::test::fresh_seed());
+  TempDir dir;
+  auto a = small_mlp(g);
+  optim::SGD sa(a->parameters(), {.lr = 0.05, .momentum = 0.9});
+  train_steps(*a, sa, g, 3);
+  save_checkpoint(dir.file("c.safetensors"), *a, &sa, {{"epoch", "3"}});
+
+  const SafeTensors raw = load_safetensors(dir.file("c.safetensors"));
+  EXPECT_TRUE(raw.contains("model.0.weight"));
+  EXPECT_TRUE(raw.contains("model.2.bias"));
+  EXPECT_TRUE(raw.contains("optim.momentum.0"));
+  EXPECT_EQ(raw.metadata.at("optim.type"), "SGD");
+  EXPECT_EQ(raw.metadata.at("optim.steps"), "3");
+  EXPECT_EQ(raw.metadata.at("user.epoch"), "3");
+  EXPECT_EQ(raw.metadata.at("halfling.format"), "checkpoint");
+
+  auto b = small_mlp(g);  // different initial values
+  const Tensor handle = b->parameters()[0];
+  optim::SGD sb(b->parameters(), {.lr = 1.0, .momentum = 0.9});
+  const Checkpoint c = load_checkpoint(dir.file("c.safetensors"), *b, &sb);
+  EXPECT_EQ(c.metadata, (StringMap{{"epoch", "3"}}));
+  EXPECT_TRUE(c.sections.empty());
+  EXPECT_EQ(handle.impl(), b->parameters()[0].impl()) << "parameters are filled in place";
+  EXPECT_EQ(handle.to_vector(), a->parameters()[0].to_vector());
+  for (size_t i = 0; i < a->parameters().size(); ++i) {
+    EXPECT_EQ(bytes_of(a->parameters()[i]), bytes_of(b->parameters()[i]));
+    EXPECT_EQ(bytes_of(sa.momentum_buffers()[i]), bytes_of(sb.momentum_buffers()[i]));
+  }
+  EXPECT_EQ(sb.steps(), 3);
+  EXPECT_EQ(sb.lr(), 0.05);
+  EXPECT_TRUE(b->parameters()[0].requires_grad());
+
+  // Weights only: the optimizer state in the file is not needed.
+  auto w = small_mlp(g);
+  load_checkpoint(dir.file("c.safetensors"), *w);
+  EXPECT_EQ(bytes_of(w->parameters()[3]), bytes_of(a->parameters()[3]));
+}
+
+TEST(Checkpoint, MismatchesAreNamedAndChangeNothing) {
+  Generator g(hl::test::fresh_seed());
+  TempDir dir;
+  auto a = small_mlp(g);
+  save_checkpoint(dir.file("m.safetensors"), *a);
+
+  // Another architecture: shapes differ.
+  auto wide = small_mlp(g, 64);
+  const auto before = bytes_of(wide->parameters()[0]);
+  std::string msg = load_error(dir.file("m.safetensors"), *wide);
+  EXPECT_EQ(msg.rfind("load_checkpoint(" + dir.file("m.safetensors") + "): ", 0), 0u) << msg;
+  EXPECT_NE(msg.find("'model.0.weight' has shape [32, 16] in the file but [64, 16] in the model"), std::string::npos)
+      << msg;
+  EXPECT_EQ(bytes_of(wide->parameters()[0]), before) << "a failed load changes nothing";
+
+  // Missing and unexpected parameters.
+  auto deeper = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Linear>(16, 32, g), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(32, 5, g),
+      std::make_shared<nn::Linear>(5, 5, g)});
+  msg = load_error(dir.file("m.safetensors"), *deeper);
+  EXPECT_NE(msg.find("missing model.3.weight, model.3.bias"), std::string::npos) << msg;
+  auto no_bias = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Linear>(16, 32, g), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(32, 5, g, false)});
+  msg = load_error(dir.file("m.safetensors"), *no_bias);
+  EXPECT_NE(msg.find("unexpected model.2.bias"), std::string::npos) << msg;
+
+  // dtypes: narrowing is refused, exact widening is done.
+  auto half_model = small_mlp(g);
+  half_model->to(DType::f16);
+  msg = load_error(dir.file("m.safetensors"), *half_model);
+  EXPECT_NE(msg.find("'model.0.weight' is f32 in the file but f16 in the model"), std::string::npos) << msg;
+  save_checkpoint(dir.file("h.safetensors"), *half_model);
+  auto f32_model = small_mlp(g);
+  load_checkpoint(dir.file("h.safetensors"), *f32_model);
+  EXPECT_EQ(f32_model->parameters()[0].dtype(), DType::f32);
+  EXPECT_EQ(f32_model->parameters()[0].to_vector(), half_model->parameters()[0].to_vector());
+
+  // An optimizer but no optimizer state in the file.
+  auto b = small_mlp(g);
+  optim::SGD sb(b->parameters(), {.lr = 0.1, .momentum = 0.9});
+  msg = load_error(dir.file("m.safetensors"), *b, &sb);
+  EXPECT_NE(msg.find("holds no optimizer state"), std::string::npos) << msg;
+
+  // Tensors outside every section.
+  save_safetensors(dir.file("odd.safetensors"), {{"model.0.weight", a->parameters()[0]}, {"stray", Tensor::zeros({1})}});
+  msg = load_error(dir.file("odd.safetensors"), *b);
+  EXPECT_NE(msg.find("unexpected tensors stray"), std::string::npos) << msg;
+}
+
+TEST(Checkpoint, BadOptimizerStateRollsTheModelBack) {
+  Generator g(hl::test::fresh_seed());
+  TempDir dir;
+  auto a = small_mlp(g);
+  optim::SGD sa(a->parameters(), {.lr = 0.05, .momentum = 0.9});
+  train_steps(*a, sa, g, 2);
+  save_checkpoint(dir.file("c.safetensors"), *a, &sa);
+  // Corrupt the optimizer state only: a momentum buffer of the wrong shape.
+  SafeTensors f = load_safetensors(dir.file("c.safetensors"));
+  for (auto& [name, t] : f.tensors)
+    if (name == "optim.momentum.1") t = Tensor::zeros({3});
+  save_safetensors(dir.file("c.safetensors"), f.tensors, f.metadata);
+
+  auto b = small_mlp(g);
+  optim::SGD sb(b->parameters(), {.lr = 0.2, .momentum = 0.9});
+  train_steps(*b, sb, g, 1);
+  std::vector<std::vector<uint8_t>> params_before, momentum_before;
+  for (const auto& p : b->parameters()) params_before.push_back(bytes_of(p));
+  for (const auto& m : sb.momentum_buffers()) momentum_before.push_back(bytes_of(m));
+  const std::string msg = load_error(dir.file("c.safetensors"), *b, &sb);
+  EXPECT_NE(msg.find("optimizer state does not fit"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("momentum.1"), std::string::npos) << msg;
+  for (size_t i = 0; i < params_before.size(); ++i) {
+    EXPECT_EQ(bytes_of(b->parameters()[i]), params_before[i]) << i;
+    EXPECT_EQ(bytes_of(sb.momentum_buffers()[i]), momentum_before[i]) << i;
+  }
+  EXPECT_EQ(sb.steps(), 1);
+  EXPECT_EQ(sb.lr(), 0.2);
+}
+
+TEST(Checkpoint, ExtraSectionsRoundTrip) {
+  Generator g(hl::test::fresh_seed());
+  TempDir dir;
+  auto a = small_mlp(g);
+  const double scale = std::ldexp(1.0, static_cast<int>(g.below(24)));
+  CheckpointSection scaler;
+  scaler.tensors.emplace_back("scale", Tensor::scalar(scale));
+  scaler.meta["growth_tracker"] = std::to_string(g.below(2000));
+  scaler.meta["kind"] = "dynamic";
+  CheckpointSection data;
+  data.meta["epoch"] = "7";
+  save_checkpoint(dir.file("s.safetensors"), *a, nullptr, {{"run", "x"}}, {{"scaler", scaler}, {"data_loader", data}});
+  EXPECT_TRUE(load_safetensors(dir.file("s.safetensors")).contains("scaler.scale"));
+
+  auto b = small_mlp(g);
+  const Checkpoint c = load_checkpoint(dir.file("s.safetensors"), *b);
+  ASSERT_EQ(c.sections.size(), 2u);
+  const CheckpointSection& s = c.sections.at("scaler");
+  ASSERT_EQ(s.tensors.size(), 1u);
+  EXPECT_EQ(s.tensors[0].first, "scale");
+  EXPECT_EQ(s.tensors[0].second.item(), scale);
+  EXPECT_EQ(s.meta, scaler.meta);
+  EXPECT_EQ(c.sections.at("data_loader").meta, data.meta);
+  EXPECT_TRUE(c.sections.at("data_loader").tensors.empty());
+  EXPECT_EQ(c.metadata, (StringMap{{"run", "x"}}));
+
+  for (const std::string bad : {"model", "optim", "user", "halfling", "Scaler", "a.b", ""}) {
+    EXPECT_THROW(save_checkpoint(dir.file("bad.safetensors"), *a, nullptr, {}, {{bad, scaler}}), Error) << bad;
+  }
+  EXPECT_FALSE(fs::exists(dir.file("bad.safetensors")));
+}
+
+TEST(Checkpoint, LoadParametersFromAPyTorchStyleStateDict) {
+  // safetensors.torch.save_file(model.state_dict()) names tensors "0.weight" etc., with no prefix.
+  Generator g(hl::test::fresh_seed());
+  TempDir dir;
+  auto a = small_mlp(g);
+  save_safetensors(dir.file("sd.safetensors"), a->named_parameters(), {{"format", "pt"}});
+  auto b = small_mlp(g);
+  load_parameters(load_safetensors(dir.file("sd.safetensors")), *b, "", "sd.safetensors");
+  for (size_t i = 0; i < a->parameters().size(); ++i) EXPECT_EQ(bytes_of(a->parameters()[i]), bytes_of(b->parameters()[i]));
+}
+
+// ---- exact resume -------------------------------------------------------------------------------------------
+
+// Train 10 steps straight; and train 4, checkpoint, load into a fresh model and optimizer, train 6
+// more. The data stream is the same in both runs, so every loss must agree bit for bit: weights,
+// momentum buffers, the step count and the learning rate all come back from the file.
+TEST(Checkpoint, ResumeIsBitExact) {
+  const uint64_t seed = hl::test::fresh_seed();
+  TempDir dir;
+  const int total = 10, split = 4;
+  // Fresh random data, drawn once and shared by both runs.
+  Generator data_gen(seed + 1);
+  std::vector<Tensor> xs, ys;
+  for (int i = 0; i < total; ++i) {
+    xs.push_back(Tensor::randn({8, 16}, data_gen));
+    std::vector<int32_t> y(8);
+    for (auto& v : y) v = static_cast<int32_t>(data_gen.below(5));
+    ys.push_back(Tensor::from_vector(y, {8}));
+  }
+  const optim::SGD::Options opts{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-3};
+  auto step = [&](nn::Module& m, optim::Optimizer& opt, int i) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(m(xs[static_cast<size_t>(i)]), ys[static_cast<size_t>(i)]);
+    loss.backward();
+    opt.step();
+    return loss.item();
+  };
+
+  Generator ga(seed);
+  auto a = small_mlp(ga);
+  optim::SGD sa(a->parameters(), opts);
+  std::vector<double> straight;
+  for (int i = 0; i < total; ++i) straight.push_back(step(*a, sa, i));
+
+  Generator gb(seed);
+  auto b = small_mlp(gb);
+  optim::SGD sb(b->parameters(), opts);
+  std::vector<double> resumed;
+  for (int i = 0; i < split; ++i) resumed.push_back(step(*b, sb, i));
+  save_checkpoint(dir.file("resume.safetensors"), *b, &sb, {{"step", std::to_string(split)}});
+
+  Generator gc(seed + 2);  // a different initialization, which the checkpoint must overwrite
+  auto c = small_mlp(gc);
+  optim::SGD sc(c->parameters(), {.lr = 0.5, .momentum = 0.9, .weight_decay = 1e-3});
+  const Checkpoint ck = load_checkpoint(dir.file("resume.safetensors"), *c, &sc);
+  ASSERT_EQ(std::stoi(ck.metadata.at("step")), split);
+  for (int i = split; i < total; ++i) resumed.push_back(step(*c, sc, i));
+
+  ASSERT_EQ(resumed.size(), straight.size());
+  for (int i = 0; i < total; ++i) EXPECT_EQ(resumed[static_cast<size_t>(i)], straight[static_cast<size_t>(i)]) << "step " << i;
+  for (size_t i = 0; i < a->parameters().size(); ++i) EXPECT_EQ(bytes_of(a->parameters()[i]), bytes_of(c->parameters()[i]));
+  EXPECT_EQ(sc.steps(), total);
+}
+
+}  // namespace
