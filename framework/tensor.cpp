@@ -106,7 +106,9 @@ Tensor from_host(const void* data, size_t count, DType src, const Shape& shape, 
   HL_CHECK(static_cast<int64_t>(count) == shape_numel(shape), op, ": ", count, " values do not fill shape ",
            shape_str(shape), " (", shape_numel(shape), " elements)");
   Tensor host = Tensor::empty(shape, dtype, Device::cpu);
-  kernels::cast(DeviceType::cpu, static_cast<int64_t>(count), data, src, host.data_ptr(), dtype);
+  // Same dtype: copy the bits (the cast kernels compute i32 through float, which rounds above 2^24).
+  if (src == dtype) copy_bytes(host.data_ptr(), Device::cpu, data, Device::cpu, host.nbytes());
+  else kernels::cast(DeviceType::cpu, static_cast<int64_t>(count), data, src, host.data_ptr(), dtype);
   return host.to(dev);
 }
 }  // namespace
@@ -192,6 +194,10 @@ Tensor Tensor::clone() const {
 
 std::vector<double> Tensor::to_double() const {
   require_defined("Tensor::to_double");
+  if (dtype() == DType::i32) {  // exact: not through the cast kernel, which goes via float
+    const std::vector<int32_t> v = to_int();
+    return std::vector<double>(v.begin(), v.end());
+  }
   const Tensor host = detach().to(Device::cpu);
   std::vector<double> out(static_cast<size_t>(numel()));
   kernels::cast(DeviceType::cpu, numel(), host.data_ptr(), dtype(), out.data(), DType::f64);

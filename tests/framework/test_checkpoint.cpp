@@ -98,6 +98,21 @@ TEST(Checkpoint, SafetensorsRoundTripKeepsEveryBitNameAndOrder) {
   EXPECT_EQ(disk, serialize_safetensors(t, meta));
 }
 
+// Labels and counters above 2^24 are not floats: every bit must survive from_vector, the file and
+// to_int/to_double (a conversion through float once rounded 16777217 to 16777216).
+TEST(Checkpoint, LargeIntegersKeepEveryBit) {
+  Generator g(hl::test::fresh_seed());
+  std::vector<int32_t> v{16777217, -16777217, 2147483647, -2147483647 - 1};
+  for (int i = 0; i < 4; ++i) v.push_back(static_cast<int32_t>(static_cast<uint32_t>(g.next_u64())));
+  const Tensor t = Tensor::from_vector(v, {static_cast<int64_t>(v.size())});
+  EXPECT_EQ(t.to_int(), v);
+  const std::vector<uint8_t> f = serialize_safetensors({{"ints", t}});
+  const SafeTensors back = parse_safetensors(f.data(), f.size(), "ints");
+  EXPECT_EQ(back.at("ints").to_int(), v);
+  const std::vector<double> d = back.at("ints").to_double();
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(d[i], static_cast<double>(v[i])) << v[i];
+}
+
 TEST(Checkpoint, LayoutFollowsTheSafetensorsRules) {
   Generator g(hl::test::fresh_seed());
   const NamedTensors t = random_tensors(g);
