@@ -38,4 +38,14 @@ void cuda_synchronize();
 // The halfling stream (a cudaStream_t), as an opaque pointer so that .cpp files need no CUDA headers.
 void* cuda_stream();
 
+// CUDA events (cudaEvent_t, opaque like the stream): a marker in the halfling stream that the host
+// can wait for. The DataLoader records one after each batch's host-to-device copy and waits on it
+// before it refills that pinned buffer, so the copy never reads a half-overwritten batch.
+// Created with timing disabled (cheaper to record and wait on).
+void* cuda_event_create();
+void cuda_event_destroy(void* event);
+void cuda_event_record(void* event);       // at the current end of the halfling stream
+void cuda_event_synchronize(void* event);  // block the calling host thread until the stream gets there
+bool cuda_event_query(void* event);        // true once reached (and for an event never recorded)
+
 }  // namespace hl::runtime

@@ -172,4 +172,36 @@ void cuda_synchronize() {
   HL_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(cuda_stream())));
 }
 
+void* cuda_event_create() {
+  require_cuda("cuda_event_create");
+  cudaEvent_t e = nullptr;
+  HL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+
+void cuda_event_destroy(void* event) {
+  if (event == nullptr) return;
+  const cudaError_t status = cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  if (status == cudaErrorCudartUnloading) return;  // process exit, as in cuda_free
+  HL_CUDA_CHECK(status);
+}
+
+void cuda_event_record(void* event) {
+  HL_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(cuda_stream())));
+}
+
+void cuda_event_synchronize(void* event) { HL_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event))); }
+
+bool cuda_event_query(void* event) {
+  const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (status == cudaErrorNotReady) {
+    // Not an error, but some runtimes also leave it as the thread's last error, where the next
+    // HL_LAUNCH_CHECK would mistake it for a failed launch; clear it only if it is exactly that.
+    if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
+    return false;
+  }
+  HL_CUDA_CHECK(status);
+  return true;
+}
+
 }  // namespace hl::runtime

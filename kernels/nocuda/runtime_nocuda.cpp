@@ -25,5 +25,10 @@ void cuda_memcpy_async(void*, const void*, size_t, CopyKind) { no_cuda("cuda_mem
 void cuda_memset_async(void*, int, size_t) { no_cuda("cuda_memset_async"); }
 void cuda_synchronize() {}
 void* cuda_stream() { return nullptr; }
+void* cuda_event_create() { no_cuda("cuda_event_create"); }
+void cuda_event_destroy(void*) {}
+void cuda_event_record(void*) { no_cuda("cuda_event_record"); }
+void cuda_event_synchronize(void*) {}
+bool cuda_event_query(void*) { return true; }
 
 }  // namespace hl::runtime
