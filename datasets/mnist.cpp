@@ -2,8 +2,6 @@
 // The two sets share a format and differ only in names, so one loader serves both.
 #include "datasets/mnist.h"
 
-#include <array>
-#include <cmath>
 #include <filesystem>
 
 #include "datasets/idx.h"
@@ -34,8 +32,7 @@ std::string find_idx_file(const IdxImageSet& set, const std::string& dir, const 
 }
 
 Dataset load_idx_image_set(const IdxImageSet& set, const std::string& dir, Split split, Normalization norm) {
-  HL_CHECK(std::isfinite(norm.mean) && std::isfinite(norm.std) && norm.std > 0.0f, set.op, "(", dir,
-           "): the normalization std must be finite and > 0 (got mean ", norm.mean, ", std ", norm.std, ")");
+  norm.check(detail::concat(set.op, "(", dir, ")"), 1);
   const std::string prefix = split == Split::train ? "train" : "t10k";
   const std::string images_path = find_idx_file(set, dir, prefix + "-images-idx3-ubyte");
   const std::string labels_path = find_idx_file(set, dir, prefix + "-labels-idx1-ubyte");
@@ -57,45 +54,19 @@ Dataset load_idx_image_set(const IdxImageSet& set, const std::string& dir, Split
       fail(labels_path, ": label ", int{labels.data[static_cast<size_t>(i)]}, " at index ", i,
            " is out of range (expected 0 to ", kClasses - 1, ")");
 
-  // pixel/255 normalized through a 256-entry table: every pixel value maps to one float.
-  std::array<float, 256> table{};
-  for (int v = 0; v < 256; ++v) table[static_cast<size_t>(v)] = static_cast<float>((v / 255.0 - norm.mean) / norm.std);
-
   Dataset ds;
-  ds.images = Tensor::empty({n, 1, kSide, kSide}, DType::f32, Device::cpu);
+  ds.images = normalize_pixels(images.data.data(), n, 1, kSide, kSide, norm);
   ds.labels = Tensor::empty({n}, DType::i32, Device::cpu);
-  float* px = ds.images.data<float>();
-  for (size_t i = 0; i < images.data.size(); ++i) px[i] = table[images.data[i]];
   int32_t* lb = ds.labels.data<int32_t>();
   for (int64_t i = 0; i < n; ++i) lb[i] = labels.data[static_cast<size_t>(i)];
   ds.num_classes = kClasses;
   ds.class_names = set.class_names;
   ds.name = std::string(set.fetch_name) + "/" + split_name(split);
+  ds.norm = norm;
   return ds;
 }
 
 }  // namespace
-
-const char* split_name(Split s) { return s == Split::train ? "train" : "test"; }
-
-int64_t Dataset::size() const { return images.defined() ? images.size(0) : 0; }
-
-Dataset Dataset::subset(int64_t begin, int64_t end) const {
-  HL_CHECK(0 <= begin && begin <= end && end <= size(), "Dataset::subset(", name, "): rows [", begin, ", ", end,
-           ") are out of range for a set of ", size(), " rows");
-  Dataset out = *this;
-  out.images = images.slice_rows(begin, end);
-  out.labels = labels.slice_rows(begin, end);
-  out.name = detail::concat(name, "[", begin, ":", end, "]");
-  return out;
-}
-
-Dataset Dataset::to(Device d) const {
-  Dataset out = *this;
-  out.images = images.to(d);
-  out.labels = labels.to(d);
-  return out;
-}
 
 Dataset load_mnist(const std::string& dir, Split split, Normalization norm) {
   static const IdxImageSet set{"load_mnist", "mnist", {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}};

@@ -1,0 +1,268 @@
+// Image files through stb (see image.h). libstb.so (Debian's libstb-dev) holds the stb_image,
+// stb_image_write and stb_image_resize implementations, so these headers are included for their
+// declarations only: defining STB_IMAGE_IMPLEMENTATION here would compile a second copy.
+#include "datasets/image.h"
+
+#include <stb/stb_image.h>
+#include <stb/stb_image_resize.h>
+#include <stb/stb_image_write.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <memory>
+
+#include "datasets/io.h"
+#include "kernels/error.h"
+
+namespace hl::data {
+namespace {
+
+// Largest image accepted: 2^26 pixels (an 8192 x 8192 photo) is 256 MiB as RGBA. A damaged or
+// malicious header can claim up to 2^24 x 2^24; refusing it before decoding keeps a bad file from
+// costing gigabytes (and lets the fuzzer run under its memory limit).
+constexpr int64_t kMaxPixels = int64_t{1} << 26;
+
+std::string dims(const Image& img) {
+  return detail::concat(img.width, "x", img.height, "x", img.channels);
+}
+
+// The tensor as float values with its channel count, height and width; [C,H,W], [H,W] or [1,C,H,W].
+struct Planes {
+  std::vector<float> v;
+  int64_t c, h, w;
+};
+
+Planes planes(const Tensor& t, const char* op) {
+  HL_CHECK(t.defined(), op, ": the tensor is undefined");
+  Shape s = t.shape();
+  if (s.size() == 4 && s[0] == 1) s.erase(s.begin());
+  if (s.size() == 2) s.insert(s.begin(), 1);
+  HL_CHECK(s.size() == 3 && (s[0] == 1 || s[0] == 3) && s[1] > 0 && s[2] > 0, op, ": expected an image tensor ",
+           "[C, H, W] or [H, W] with C = 1 or 3, got ", t.describe());
+  HL_CHECK(is_floating(t.dtype()), op, ": expected a floating tensor, got ", t.describe());
+  return {t.to_vector(), s[0], s[1], s[2]};
+}
+
+Image from_planes(const Planes& p, const std::vector<float>& scale, const std::vector<float>& shift) {
+  Image img{p.w, p.h, p.c, std::vector<uint8_t>(static_cast<size_t>(p.c * p.h * p.w))};
+  for (int64_t c = 0; c < p.c; ++c)
+    for (int64_t i = 0; i < p.h * p.w; ++i) {
+      const float v = p.v[static_cast<size_t>(c * p.h * p.w + i)] * scale[static_cast<size_t>(c)] + shift[static_cast<size_t>(c)];
+      // NaN maps to 0, so a broken tensor shows as black rather than as undefined behaviour.
+      const float clamped = std::isnan(v) ? 0.0f : std::clamp(v, 0.0f, 255.0f);
+      img.pixels[static_cast<size_t>(i * p.c + c)] = static_cast<uint8_t>(std::lround(clamped));
+    }
+  return img;
+}
+
+enum class Format { png, jpeg, bmp, unknown };
+
+Format sniff(const uint8_t* d, size_t n) {
+  if (n >= 8 && d[0] == 0x89 && d[1] == 'P' && d[2] == 'N' && d[3] == 'G') return Format::png;
+  if (n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF) return Format::jpeg;
+  if (n >= 2 && d[0] == 'B' && d[1] == 'M') return Format::bmp;
+  return Format::unknown;
+}
+
+uint32_t le32(const uint8_t* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (uint32_t{p[3]} << 24); }
+
+// stb_image reads past the end of a cut-off JPEG or BMP as if the missing bytes were zeros, and
+// returns an image whose lower part is garbage. These checks find the cut before decoding, so a
+// truncated file is an error rather than a silently wrong sample. (A cut-off PNG already fails in
+// stb's zlib decoder.) Returns what is wrong, or "".
+std::string truncation(Format f, const uint8_t* d, size_t n) {
+  if (f == Format::png) {
+    // The last chunk is IEND (length 0, type, CRC). stb_image stops at the end of the pixel data and
+    // would accept a file cut after it, which is still a cut file.
+    static constexpr uint8_t kIend[8] = {0, 0, 0, 0, 'I', 'E', 'N', 'D'};
+    for (size_t i = n >= 12 ? n - 12 : 0; i + 12 <= n && i + 64 >= n; --i) {  // allow a little trailing padding
+      if (std::equal(kIend, kIend + 8, d + i)) return "";
+      if (i == 0) break;
+    }
+    return "truncated PNG: the file does not end with an IEND chunk";
+  }
+  if (f == Format::jpeg) {
+    // The image data follows the last start-of-scan marker (FF DA); inside entropy-coded data every
+    // FF byte is followed by 00 or a restart marker, so an end-of-image marker (FF D9) after it can
+    // only be the real end.
+    size_t sos = 0;
+    for (size_t i = 0; i + 1 < n; ++i)
+      if (d[i] == 0xFF && d[i + 1] == 0xDA) sos = i;
+    for (size_t i = sos; i + 1 < n; ++i)
+      if (d[i] == 0xFF && d[i + 1] == 0xD9) return "";
+    return "truncated JPEG: no end-of-image marker (FF D9) after the image data";
+  }
+  if (f == Format::bmp && n >= 34) {
+    // Uncompressed BMP (BI_RGB): the pixel rows, each padded to 4 bytes, start at the data offset.
+    const uint64_t offset = le32(d + 10), header = le32(d + 14);
+    if (header < 40) return "";  // an old OS/2 header: left to stb_image
+    const auto width = static_cast<int32_t>(le32(d + 18)), height = static_cast<int32_t>(le32(d + 22));
+    const uint32_t bpp = d[28] | (d[29] << 8), compression = le32(d + 30);
+    const int64_t rows = height < 0 ? -static_cast<int64_t>(height) : height;
+    // Sizes stb_image refuses anyway (over 2^24) are left to it; below that the product cannot overflow.
+    if (compression != 0 || width <= 0 || rows == 0 || rows > (1 << 24) || width > (1 << 24) || bpp == 0 || bpp > 32)
+      return "";
+    const uint64_t row = (static_cast<uint64_t>(width) * bpp + 31) / 32 * 4;
+    const uint64_t need = offset + row * static_cast<uint64_t>(rows);
+    if (n < need) return detail::concat("truncated BMP: ", width, "x", height, " at ", bpp, " bits per pixel needs ",
+                                        need, " bytes, the file has ", n);
+  }
+  return "";
+}
+
+}  // namespace
+
+Image decode_image(const uint8_t* data, size_t size, const std::string& source, int channels) {
+  const auto fail = [&](const auto&... what) { throw Error(detail::concat("decode_image(", source, "): ", what...)); };
+  if (channels < 0 || channels > 4) fail("channels must be 0 (as stored), 1, 2, 3 or 4 (got ", channels, ")");
+  if (size == 0) fail("the file is empty");
+  if (size > static_cast<size_t>(INT_MAX)) fail("the file is ", size, " bytes; stb_image reads at most 2 GiB");
+  const Format format = sniff(data, size);
+  if (format == Format::unknown) fail("not a PNG, JPEG or BMP file (unrecognized first bytes)");
+  if (const std::string cut = truncation(format, data, size); !cut.empty()) fail(cut);
+  const int len = static_cast<int>(size);
+  int w = 0, h = 0, comp = 0;
+  if (!stbi_info_from_memory(data, len, &w, &h, &comp))
+    fail("not a decodable image (", stbi_failure_reason(), "); halfling reads PNG, JPEG and BMP");
+  if (w <= 0 || h <= 0 || static_cast<int64_t>(w) * h > kMaxPixels)
+    fail("the header claims ", w, "x", h, " pixels; halfling accepts at most ", kMaxPixels, " pixels");
+  std::unique_ptr<stbi_uc, void (*)(void*)> pixels(stbi_load_from_memory(data, len, &w, &h, &comp, channels),
+                                                     &stbi_image_free);
+  if (!pixels) fail("cannot decode (", stbi_failure_reason(), ")");
+  Image img{w, h, channels ? channels : comp, {}};
+  img.pixels.assign(pixels.get(), pixels.get() + static_cast<size_t>(img.width * img.height * img.channels));
+  return img;
+}
+
+Image read_image(const std::string& path, int channels) {
+  const std::vector<uint8_t> bytes = read_file_bytes(path, "read_image");
+  return decode_image(bytes.data(), bytes.size(), path, channels);
+}
+
+Image resize_image(const Image& img, int64_t width, int64_t height) {
+  HL_CHECK(width > 0 && height > 0 && width * height <= kMaxPixels, "resize_image: cannot resize ", dims(img), " to ",
+           width, "x", height);
+  HL_CHECK(img.width > 0 && img.height > 0 && img.channels > 0 &&
+               img.pixels.size() == static_cast<size_t>(img.width * img.height * img.channels),
+           "resize_image: the image ", dims(img), " holds ", img.pixels.size(), " bytes");
+  if (width == img.width && height == img.height) return img;
+  Image out{width, height, img.channels, std::vector<uint8_t>(static_cast<size_t>(width * height * img.channels))};
+  const int ok = stbir_resize_uint8(img.pixels.data(), static_cast<int>(img.width), static_cast<int>(img.height), 0,
+                                    out.pixels.data(), static_cast<int>(width), static_cast<int>(height), 0,
+                                    static_cast<int>(img.channels));
+  HL_CHECK(ok, "resize_image: stb_image_resize failed on ", dims(img), " -> ", width, "x", height);
+  return out;
+}
+
+Image scale_nearest(const Image& img, int64_t factor) {
+  HL_CHECK(factor >= 1 && factor <= 64, "scale_nearest: factor must be 1 to 64 (got ", factor, ")");
+  if (factor == 1) return img;
+  Image out{img.width * factor, img.height * factor, img.channels, {}};
+  out.pixels.resize(static_cast<size_t>(out.width * out.height * out.channels));
+  for (int64_t y = 0; y < out.height; ++y)
+    for (int64_t x = 0; x < out.width; ++x)
+      for (int64_t c = 0; c < img.channels; ++c)
+        out.pixels[static_cast<size_t>((y * out.width + x) * img.channels + c)] = img.at(y / factor, x / factor, c);
+  return out;
+}
+
+Image make_grid(const std::vector<Image>& images, int64_t cols, int64_t padding, uint8_t background) {
+  HL_CHECK(!images.empty(), "make_grid: no images");
+  HL_CHECK(cols >= 1 && padding >= 0, "make_grid: cols must be >= 1 and padding >= 0 (got ", cols, ", ", padding, ")");
+  const Image& first = images.front();
+  for (const Image& img : images)
+    HL_CHECK(img.width == first.width && img.height == first.height && img.channels == first.channels,
+             "make_grid: every image must be ", dims(first), ", got ", dims(img));
+  cols = std::min<int64_t>(cols, static_cast<int64_t>(images.size()));
+  const int64_t rows = (static_cast<int64_t>(images.size()) + cols - 1) / cols;
+  Image grid{cols * first.width + (cols + 1) * padding, rows * first.height + (rows + 1) * padding, first.channels, {}};
+  grid.pixels.assign(static_cast<size_t>(grid.width * grid.height * grid.channels), background);
+  for (size_t k = 0; k < images.size(); ++k) {
+    const int64_t x0 = padding + static_cast<int64_t>(k) % cols * (first.width + padding);
+    const int64_t y0 = padding + static_cast<int64_t>(k) / cols * (first.height + padding);
+    for (int64_t y = 0; y < first.height; ++y)
+      std::copy_n(images[k].pixels.begin() + y * first.width * first.channels, first.width * first.channels,
+                  grid.pixels.begin() + ((y0 + y) * grid.width + x0) * grid.channels);
+  }
+  return grid;
+}
+
+Tensor image_to_tensor(const Image& img, const Normalization& norm) {
+  HL_CHECK(img.width > 0 && img.height > 0 && img.channels > 0 &&
+               img.pixels.size() == static_cast<size_t>(img.width * img.height * img.channels),
+           "image_to_tensor: the image ", dims(img), " holds ", img.pixels.size(), " bytes");
+  norm.check("image_to_tensor", img.channels);
+  Tensor out = Tensor::empty({img.channels, img.height, img.width}, DType::f32, Device::cpu);
+  float* dst = out.data<float>();
+  const int64_t plane = img.width * img.height;
+  for (int64_t c = 0; c < img.channels; ++c) {
+    const std::vector<float> table = norm.table(c);
+    for (int64_t i = 0; i < plane; ++i) dst[c * plane + i] = table[img.pixels[static_cast<size_t>(i * img.channels + c)]];
+  }
+  return out;
+}
+
+Tensor load_image_tensor(const std::string& path, const ImageInput& in, const Normalization& norm) {
+  HL_CHECK(in.channels == 1 || in.channels == 3, "load_image_tensor(", path, "): channels must be 1 or 3 (got ",
+           in.channels, ")");
+  HL_CHECK((in.height == 0) == (in.width == 0) && in.height >= 0, "load_image_tensor(", path,
+           "): give both height and width (or neither), got ", in.height, "x", in.width);
+  Image img = read_image(path, in.channels);
+  if (in.height > 0) img = resize_image(img, in.width, in.height);
+  const Tensor t = image_to_tensor(img, norm);
+  return t.reshape({1, img.channels, img.height, img.width});
+}
+
+Image tensor_to_image(const Tensor& t, const Normalization& norm) {
+  const Planes p = planes(t, "tensor_to_image");
+  norm.check("tensor_to_image", p.c);
+  std::vector<float> scale, shift;
+  for (int64_t c = 0; c < p.c; ++c) {
+    scale.push_back(norm.std_of(c) * 255.0f);
+    shift.push_back(norm.mean_of(c) * 255.0f);
+  }
+  return from_planes(p, scale, shift);
+}
+
+Image tensor_to_image_minmax(const Tensor& t) {
+  const Planes p = planes(t, "tensor_to_image_minmax");
+  const auto [lo, hi] = std::minmax_element(p.v.begin(), p.v.end());
+  const float range = *hi - *lo;
+  const float scale = range > 0.0f ? 255.0f / range : 0.0f;
+  const float shift = range > 0.0f ? -*lo * scale : 127.5f;
+  return from_planes(p, std::vector<float>(static_cast<size_t>(p.c), scale), std::vector<float>(static_cast<size_t>(p.c), shift));
+}
+
+void write_png(const std::string& path, const Image& img) {
+  HL_CHECK(img.width > 0 && img.height > 0 && img.channels >= 1 && img.channels <= 4 &&
+               img.pixels.size() == static_cast<size_t>(img.width * img.height * img.channels),
+           "write_png(", path, "): not a valid image (", dims(img), ", ", img.pixels.size(), " bytes)");
+  std::vector<uint8_t> png;
+  const auto append = [](void* ctx, void* data, int size) {
+    auto* out = static_cast<std::vector<uint8_t>*>(ctx);
+    out->insert(out->end(), static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
+  };
+  const int ok = stbi_write_png_to_func(append, &png, static_cast<int>(img.width), static_cast<int>(img.height),
+                                        static_cast<int>(img.channels), img.pixels.data(),
+                                        static_cast<int>(img.width * img.channels));
+  HL_CHECK(ok, "write_png(", path, "): stb_image_write could not encode the image");
+  write_file_atomic(path, png.data(), png.size(), "write_png");
+}
+
+void save_png(const std::string& path, const Tensor& image, const Normalization& norm) {
+  write_png(path, tensor_to_image(image, norm));
+}
+
+void save_png_grid(const std::string& path, const Tensor& batch, const Normalization& norm, int64_t cols,
+                   int64_t scale, int64_t max_images) {
+  HL_CHECK(batch.defined() && batch.dim() == 4 && batch.size(0) > 0, "save_png_grid(", path,
+           "): expected a batch [N, C, H, W], got ", batch.defined() ? batch.describe() : "an undefined tensor");
+  const Tensor host = batch.to(Device::cpu);
+  std::vector<Image> images;
+  for (int64_t i = 0; i < std::min(host.size(0), max_images); ++i)
+    images.push_back(scale_nearest(tensor_to_image(host.slice_rows(i, i + 1), norm), scale));
+  write_png(path, make_grid(images, cols));
+}
+
+}  // namespace hl::data

@@ -1,0 +1,68 @@
+// Image files: PNG, JPEG and BMP in (through stb_image), PNG out (through stb_image_write), and the
+// conversions between an image and a tensor, so a user can classify their own 28x28 digit or
+// 32x32 photo and look at samples, augmentations and learned filters.
+//
+//   Tensor x = load_image_tensor("my_digit.png", {.channels = 1, .height = 28, .width = 28},
+//                                mnist_normalization());          // f32 [1, 1, 28, 28], model-ready
+//   save_png_grid("samples.png", batch.x, ds.norm, 8);             // 8 images per row
+//
+// An Image holds 8-bit pixels, height x width x channels, interleaved (what stb_image returns);
+// tensors are channel-major [C, H, W], like the data sets.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "datasets/dataset.h"
+
+namespace hl::data {
+
+struct Image {
+  int64_t width = 0, height = 0, channels = 0;  // channels: 1 (gray), 3 (RGB) or 4 (RGBA)
+  std::vector<uint8_t> pixels;                  // height * width * channels, row by row, interleaved
+
+  uint8_t at(int64_t y, int64_t x, int64_t c) const { return pixels[static_cast<size_t>((y * width + x) * channels + c)]; }
+};
+
+// Decode a PNG, JPEG or BMP file held in memory, converted to `channels` (1 = gray, 3 = RGB; 0
+// keeps the file's own). Throws hl::Error("decode_image(<source>): <stb_image's reason>") for
+// anything that is not a whole, valid image: never a partly decoded one. Exposed over a byte buffer
+// so that tests/fuzz/fuzz_image.cpp can feed it anything.
+Image decode_image(const uint8_t* data, size_t size, const std::string& source, int channels = 0);
+Image read_image(const std::string& path, int channels = 0);
+
+// Resampled to width x height (stb_image_resize: a Mitchell filter when shrinking, Catmull-Rom when
+// enlarging). Returns a copy when the size already matches.
+Image resize_image(const Image& img, int64_t width, int64_t height);
+// Enlarged by an integer factor, each pixel becoming a factor x factor block (for looking at 32x32
+// samples on a screen without blur).
+Image scale_nearest(const Image& img, int64_t factor);
+// A grid of equally sized images, `cols` per row, `padding` pixels of `background` between them.
+Image make_grid(const std::vector<Image>& images, int64_t cols, int64_t padding = 2, uint8_t background = 255);
+
+// f32 [C, H, W], normalized per channel: x = (pixel/255 - mean[c]) / std[c].
+Tensor image_to_tensor(const Image& img, const Normalization& norm);
+
+struct ImageInput {
+  int channels = 3;                // 1 or 3
+  int64_t height = 0, width = 0;   // resized to this; 0 keeps the file's size
+};
+// read_image + resize + image_to_tensor, with a batch dimension: f32 [1, C, H, W].
+Tensor load_image_tensor(const std::string& path, const ImageInput& in, const Normalization& norm);
+
+// One image tensor, [C, H, W] or [H, W] (C = 1 or 3), back to 8-bit pixels: the normalization
+// undone, x*std + mean scaled to 0..255, rounded, clamped. Any device and floating dtype.
+Image tensor_to_image(const Tensor& t, const Normalization& norm);
+// The same, scaled so the tensor's minimum is 0 and its maximum 255 (learned filters, whose values
+// have no fixed range). A constant tensor gives mid-gray.
+Image tensor_to_image_minmax(const Tensor& t);
+
+// PNG out (stb_image_write). write_png is atomic (temp file + rename); errors name the file.
+void write_png(const std::string& path, const Image& img);
+void save_png(const std::string& path, const Tensor& image, const Normalization& norm);
+// The first min(N, max_images) images of a batch [N, C, H, W] as a grid, `cols` per row, each
+// enlarged `scale` times.
+void save_png_grid(const std::string& path, const Tensor& batch, const Normalization& norm, int64_t cols,
+                   int64_t scale = 1, int64_t max_images = 1 << 30);
+
+}  // namespace hl::data

@@ -1,0 +1,187 @@
+// Image-folder data sets: layout and label order, the decoded-pixel cache (hit, invalidation when the
+// folder changes, a damaged cache rebuilt, a separate cache folder), and every bad folder rejected
+// with an error naming the folder or file.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "datasets/image.h"
+#include "datasets/image_folder.h"
+#include "tests/datasets/data_files.h"
+#include "tests/test_util.h"
+
+namespace hl::test {
+namespace {
+
+using data::Image;
+using data::ImageFolderInfo;
+using data::ImageFolderOptions;
+
+namespace fs = std::filesystem;
+
+Image random_image(int64_t w, int64_t h, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Image img{w, h, 3, Bytes(static_cast<size_t>(w * h * 3))};
+  for (auto& p : img.pixels) p = static_cast<uint8_t>(rng());
+  return img;
+}
+
+// root/train/<class>/<k>.png for the given classes; returns the images in load order.
+std::vector<Image> make_folder(const TempDir& root, const std::vector<std::pair<std::string, int>>& classes,
+                               uint64_t seed, int64_t side = 6) {
+  std::vector<std::pair<std::string, int>> sorted = classes;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<Image> in_order;
+  for (const auto& [name, count] : sorted) {
+    fs::create_directories(root / ("train/" + name));
+    for (int k = 0; k < count; ++k) {
+      const Image img = random_image(side, side, seed++);
+      data::write_png(root / ("train/" + name + "/" + std::to_string(100 + k) + ".png"), img);
+      in_order.push_back(img);
+    }
+  }
+  return in_order;
+}
+
+void expect_images(const data::Dataset& ds, const std::vector<Image>& want) {
+  ASSERT_EQ(ds.size(), static_cast<int64_t>(want.size()));
+  const std::vector<float> x = ds.images.to_vector();
+  const int64_t side = want[0].width, plane = side * side;
+  for (size_t i = 0; i < want.size(); ++i)
+    for (int64_t c = 0; c < 3; ++c)
+      for (int64_t k = 0; k < plane; ++k)
+        ASSERT_EQ(x[i * 3 * plane + c * plane + k], static_cast<float>(want[i].pixels[k * 3 + c] / 255.0))
+            << "image " << i;  // default normalization: pixel/255
+}
+
+TEST(ImageFolder, LayoutLabelsAndCache) {
+  TempDir root;
+  const auto images = make_folder(root, {{"zebra", 2}, {"ant", 3}, {"moth", 1}}, fresh_seed());
+  ImageFolderInfo info;
+  const data::Dataset ds = data::load_image_folder(root.str(), "train", {}, &info);
+  EXPECT_FALSE(info.from_cache);
+  EXPECT_EQ(info.decoded, 6);
+  EXPECT_EQ(ds.class_names, (std::vector<std::string>{"ant", "moth", "zebra"}));  // sorted by name
+  EXPECT_EQ(ds.labels.to_int(), (std::vector<int32_t>{0, 0, 0, 1, 2, 2}));
+  EXPECT_EQ(ds.images.shape(), (Shape{6, 3, 6, 6}));
+  EXPECT_EQ(ds.num_classes, 3);
+  expect_images(ds, images);
+  EXPECT_TRUE(fs::exists(info.cache_path));
+  EXPECT_EQ(fs::path(info.cache_path).parent_path(), fs::path(root.str()));  // next to the data
+
+  const data::Dataset again = data::load_image_folder(root.str(), "train", {}, &info);
+  EXPECT_TRUE(info.from_cache);
+  EXPECT_EQ(info.decoded, 0);
+  EXPECT_EQ(again.images.to_vector(), ds.images.to_vector());
+  EXPECT_EQ(again.labels.to_int(), ds.labels.to_int());
+}
+
+TEST(ImageFolder, CacheIsInvalidatedWhenTheFolderChanges) {
+  TempDir root;
+  make_folder(root, {{"a", 2}, {"b", 2}}, fresh_seed());
+  ImageFolderInfo info;
+  data::load_image_folder(root.str(), "train", {}, &info);
+  ASSERT_FALSE(info.from_cache);
+  // A new file.
+  data::write_png(root / "train/b/900.png", random_image(6, 6, 1));
+  EXPECT_EQ(data::load_image_folder(root.str(), "train", {}, &info).size(), 5);
+  EXPECT_FALSE(info.from_cache);
+  // A file replaced by another of the same size: only its modification time differs.
+  const Image replacement = random_image(6, 6, 2);
+  const fs::file_time_type before = fs::last_write_time(root / "train/a/100.png");
+  data::write_png(root / "train/a/100.png", replacement);
+  fs::last_write_time(root / "train/a/100.png", before + std::chrono::seconds(1));
+  const data::Dataset ds = data::load_image_folder(root.str(), "train", {}, &info);
+  EXPECT_FALSE(info.from_cache);
+  EXPECT_EQ(ds.images.slice_rows(0, 1).to_vector(), data::image_to_tensor(replacement, {}).to_vector());
+  // A removed file.
+  fs::remove(root / "train/b/900.png");
+  EXPECT_EQ(data::load_image_folder(root.str(), "train", {}, &info).size(), 4);
+  EXPECT_FALSE(info.from_cache);
+  // Other decoding options use another cache file.
+  ImageFolderOptions gray;
+  gray.channels = 1;
+  EXPECT_EQ(data::load_image_folder(root.str(), "train", gray, &info).images.shape(), (Shape{4, 1, 6, 6}));
+  EXPECT_FALSE(info.from_cache);
+  data::load_image_folder(root.str(), "train", {}, &info);
+  EXPECT_TRUE(info.from_cache);
+}
+
+TEST(ImageFolder, DamagedCacheIsRebuilt) {
+  TempDir root;
+  const auto images = make_folder(root, {{"a", 3}}, fresh_seed());
+  ImageFolderInfo info;
+  data::load_image_folder(root.str(), "train", {}, &info);
+  Bytes cache = read_file(info.cache_path);
+  cache.resize(cache.size() - 7);
+  write_file(info.cache_path, cache);
+  expect_images(data::load_image_folder(root.str(), "train", {}, &info), images);
+  EXPECT_FALSE(info.from_cache);
+  data::load_image_folder(root.str(), "train", {}, &info);
+  EXPECT_TRUE(info.from_cache) << "the rebuilt cache was not written back";
+}
+
+TEST(ImageFolder, CacheDirAndResize) {
+  TempDir root, cache;
+  make_folder(root, {{"a", 1}, {"b", 1}}, fresh_seed(), 9);
+  data::write_png(root / "train/b/odd.png", random_image(5, 7, 3));  // another size
+  ImageFolderOptions opt;
+  opt.height = opt.width = 4;
+  opt.cache_dir = cache.str();
+  ImageFolderInfo info;
+  const data::Dataset ds = data::load_image_folder(root.str(), "train", opt, &info);
+  EXPECT_EQ(ds.images.shape(), (Shape{3, 3, 4, 4}));
+  EXPECT_EQ(fs::path(info.cache_path).parent_path(), fs::path(cache.str()));
+  for (const auto& e : fs::directory_iterator(root.str())) EXPECT_EQ(e.path().filename(), "train");
+  opt.use_cache = false;
+  data::load_image_folder(root.str(), "train", opt, &info);
+  EXPECT_TRUE(info.cache_path.empty());
+  EXPECT_EQ(info.decoded, 3);
+}
+
+TEST(ImageFolder, RejectsBadFolders) {
+  TempDir root;
+  EXPECT_HL_ERROR(data::load_image_folder(root.str(), "train"), "load_image_folder(" + root / "train" + ")",
+                  "no such folder");
+  fs::create_directories(root / "train");
+  EXPECT_HL_ERROR(data::load_image_folder(root.str(), "train"), "holds no class folders");
+  fs::create_directories(root / "train/cat");
+  write_file(root / "train/cat/notes.txt", Bytes{'x'});
+  EXPECT_HL_ERROR(data::load_image_folder(root.str(), "train"), root / "train/cat", "holds no images");
+  data::write_png(root / "train/cat/1.png", random_image(6, 6, 1));
+  data::write_png(root / "train/cat/2.png", random_image(6, 8, 2));
+  EXPECT_HL_ERROR(data::load_image_folder(root.str(), "train"), root / "train/cat/2.png", "is 6x8",
+                  "different sizes");
+  fs::remove(root / "train/cat/2.png");
+  write_file(root / "train/cat/3.jpg", Bytes{0xFF, 0xD8, 0xFF, 0xE0, 0, 0x10, 'J', 'F', 'I', 'F'});
+  EXPECT_HL_ERROR(data::load_image_folder(root.str(), "train"), "decode_image(" + root / "train/cat/3.jpg" + ")");
+  fs::remove(root / "train/cat/3.jpg");
+  EXPECT_EQ(data::load_image_folder(root.str(), "train").size(), 1);
+  ImageFolderOptions bad;
+  bad.channels = 2;
+  EXPECT_HL_ERROR(data::load_image_folder(root.str(), "train", bad), "channels must be 1 or 3");
+}
+
+TEST(ImageCache, ParseRejectsEveryDamagedField) {
+  data::ImageCache c{42, 2, 1, 2, 2, {"a", "bb"}, {1, 0}, Bytes(8, 7)};
+  const Bytes good = data::serialize_image_cache(c);
+  const data::ImageCache back = data::parse_image_cache(good.data(), good.size(), "c");
+  EXPECT_EQ(back.fingerprint, 42u);
+  EXPECT_EQ(back.class_names, c.class_names);
+  EXPECT_EQ(back.labels, c.labels);
+  EXPECT_EQ(back.pixels, c.pixels);
+  for (size_t cut = 0; cut < good.size(); ++cut)
+    EXPECT_HL_ERROR(data::parse_image_cache(good.data(), cut, "c.bin"), "parse_image_cache(c.bin)");
+  Bytes extra = good;
+  extra.push_back(0);
+  EXPECT_HL_ERROR(data::parse_image_cache(extra.data(), extra.size(), "c.bin"), "size mismatch");
+  c.labels[1] = 2;
+  const Bytes bad_label = data::serialize_image_cache(c);
+  EXPECT_HL_ERROR(data::parse_image_cache(bad_label.data(), bad_label.size(), "c.bin"), "label 2", "out of range");
+}
+
+}  // namespace
+}  // namespace hl::test
