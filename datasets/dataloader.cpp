@@ -1,13 +1,18 @@
-// DataLoader (see dataloader.h): a reproducible shuffle, a host-side gather, then one conversion
-// and one copy per batch to where the model runs.
+// DataLoader (see dataloader.h): a reproducible shuffle, reproducible augmentation, and three ways
+// to put a batch where the model runs.
 #include "datasets/dataloader.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <future>
 #include <numeric>
 #include <utility>
 
 #include "kernels/error.h"
+#include "kernels/gather.h"
+#include "kernels/half.h"
+#include "kernels/runtime.h"
 
 namespace hl::data {
 namespace {
@@ -21,9 +26,191 @@ uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// Separates the augmentation's random stream from the shuffle's, which is seeded by mix64(mix64(seed) ^ epoch).
+constexpr uint64_t kAugmentStream = 0xA5A5F00DCAFE1234ull;
+
+// Pinned host memory for one batch, and the event that marks the end of its last copy to the GPU.
+struct PinnedSlot {
+  void* x = nullptr;
+  void* y = nullptr;
+  void* copied = nullptr;
+};
+
 }  // namespace
 
-DataLoader::DataLoader(Dataset ds, Options opt) : ds_(std::move(ds)), opt_(opt) {
+AugmentDraw draw_augment(const Augment& a, uint64_t seed, int64_t epoch, int64_t index) {
+  Generator gen(mix64(mix64(mix64(seed ^ kAugmentStream) ^ static_cast<uint64_t>(epoch)) ^ static_cast<uint64_t>(index)));
+  AugmentDraw d;
+  const uint64_t positions = 2 * static_cast<uint64_t>(a.crop_padding) + 1;
+  d.dx = a.crop_padding > 0 ? static_cast<int64_t>(gen.below(positions)) : a.crop_padding;
+  d.dy = a.crop_padding > 0 ? static_cast<int64_t>(gen.below(positions)) : a.crop_padding;
+  d.flip = a.horizontal_flip && gen.below(2) == 1;
+  return d;
+}
+
+void augment_image(const float* in, float* out, int64_t channels, int64_t height, int64_t width, const Augment& a,
+                   const AugmentDraw& d, const float* pad) {
+  // Output pixel (y, x) is pixel (y + dy - p, xs + dx - p) of the original, where xs mirrors x when
+  // flipping (crop first, then flip, as torchvision composes them); outside the original it is pad.
+  const int64_t p = a.crop_padding;
+  for (int64_t c = 0; c < channels; ++c) {
+    const float* src = in + c * height * width;
+    float* dst = out + c * height * width;
+    for (int64_t y = 0; y < height; ++y) {
+      const int64_t sy = y + d.dy - p;
+      for (int64_t x = 0; x < width; ++x) {
+        const int64_t sx = (d.flip ? width - 1 - x : x) + d.dx - p;
+        dst[y * width + x] = (sy >= 0 && sy < height && sx >= 0 && sx < width) ? src[sy * width + sx] : pad[c];
+      }
+    }
+  }
+}
+
+struct DataLoader::Impl {
+  enum class Path { device_gather, pinned_prefetch, host };
+
+  Options opt;
+  Path path = Path::host;
+  int64_t n = 0;
+  Shape sample_shape;  // [C, H, W] (or whatever follows N)
+  int64_t row_elems = 0;
+  Tensor host_images, host_labels;  // the host path's source (f32 when augmenting)
+  Tensor dev_images, dev_labels;    // the device-gather path's source
+  std::vector<float> pad;           // per channel: the normalized value of a black pixel
+
+  std::vector<int64_t> order;
+  std::vector<int32_t> order32;  // the same, for gather_rows
+  Tensor dev_order;              // order32 on the GPU (device gather), uploaded once per epoch
+  int64_t cursor = 0;            // position in order of the next batch
+  int64_t epoch = 0;
+
+  // pinned prefetch
+  std::array<PinnedSlot, 2> slots;
+  std::future<void> ahead;  // the worker filling slots[ahead_slot] with the batch at ahead_begin
+  int64_t ahead_begin = -1;
+  int ahead_slot = 0;
+
+  ~Impl() {
+    drain();
+    for (PinnedSlot& s : slots) {
+      if (s.copied) {
+        try {
+          runtime::cuda_event_synchronize(s.copied);  // the GPU may still be reading the buffer
+        } catch (...) {
+        }
+        runtime::cuda_event_destroy(s.copied);
+      }
+      runtime::cuda_host_free(s.x);
+      runtime::cuda_host_free(s.y);
+    }
+  }
+
+  // Wait for the worker, dropping its batch (and any error: the batch is no longer wanted).
+  void drain() {
+    if (ahead.valid()) {
+      try {
+        ahead.get();
+      } catch (...) {
+      }
+    }
+    ahead_begin = -1;
+  }
+
+  int64_t batch_rows_at(int64_t begin) const {
+    const int64_t rows = std::min(opt.batch_size, n - begin);
+    return rows <= 0 || (opt.drop_last && rows < opt.batch_size) ? 0 : rows;
+  }
+
+  Shape batch_shape(int64_t rows) const {
+    Shape s = sample_shape;
+    s.insert(s.begin(), rows);
+    return s;
+  }
+
+  // Rows order[begin, begin + rows) of the host data set into x (opt.dtype) and y (i32), augmented
+  // when asked. Runs on the caller's thread or on the prefetch worker; reads only what no other
+  // thread writes while it runs.
+  void fill(int64_t begin, int64_t rows, void* x, int32_t* y) const {
+    const int32_t* idx = order32.data() + begin;
+    kernels::gather_rows(DeviceType::cpu, {host_labels.data_ptr(), DType::i32, n, 1, idx, rows, y, DType::i32});
+    if (!opt.augment.enabled()) {
+      kernels::gather_rows(DeviceType::cpu, {host_images.data_ptr(), host_images.dtype(), n, row_elems, idx, rows, x,
+                                             opt.dtype});
+      return;
+    }
+    const float* src = host_images.data<float>();
+    const int64_t c = sample_shape[0], h = sample_shape[1], w = sample_shape[2];
+#pragma omp parallel
+    {
+      std::vector<float> scratch(static_cast<size_t>(row_elems));
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = idx[r];
+        const AugmentDraw d = draw_augment(opt.augment, opt.seed, epoch, i);
+        if (opt.dtype == DType::f32) {
+          augment_image(src + i * row_elems, static_cast<float*>(x) + r * row_elems, c, h, w, opt.augment, d, pad.data());
+        } else {
+          augment_image(src + i * row_elems, scratch.data(), c, h, w, opt.augment, d, pad.data());
+          const int32_t zero = 0;
+          kernels::cpu::gather_rows({scratch.data(), DType::f32, 1, row_elems, &zero, 1,
+                                     static_cast<unsigned char*>(x) + r * row_elems * dtype_size(opt.dtype), opt.dtype});
+        }
+      }
+    }
+  }
+
+  void launch(int64_t begin, int slot) {
+    ahead_begin = begin;
+    ahead_slot = slot;
+    const int64_t rows = batch_rows_at(begin);
+    ahead = std::async(std::launch::async, [this, begin, rows, slot] {
+      runtime::cuda_event_synchronize(slots[static_cast<size_t>(slot)].copied);  // its previous copy is done
+      fill(begin, rows, slots[static_cast<size_t>(slot)].x, static_cast<int32_t*>(slots[static_cast<size_t>(slot)].y));
+    });
+  }
+
+  Batch next_prefetched(int64_t rows) {
+    if (ahead_begin != cursor) {  // the first batch of an epoch: nothing was prepared ahead
+      drain();
+      launch(cursor, ahead_slot ^ 1);
+    }
+    const int slot = ahead_slot;
+    ahead_begin = -1;
+    ahead.get();  // rethrows the worker's error, if any
+    PinnedSlot& s = slots[static_cast<size_t>(slot)];
+    Batch b{Tensor::empty(batch_shape(rows), opt.dtype, Device::cuda), Tensor::empty({rows}, DType::i32, Device::cuda)};
+    runtime::cuda_memcpy_async(b.x.data_ptr(), s.x, b.x.nbytes(), runtime::CopyKind::host_to_device);
+    runtime::cuda_memcpy_async(b.y.data_ptr(), s.y, b.y.nbytes(), runtime::CopyKind::host_to_device);
+    runtime::cuda_event_record(s.copied);
+    cursor += rows;
+    // Start on the following batch now: it is gathered while the caller queues this one's work.
+    if (batch_rows_at(cursor) > 0) launch(cursor, slot ^ 1);
+    return b;
+  }
+
+  Batch next_device_gather(int64_t rows) {
+    Batch b{Tensor::empty(batch_shape(rows), opt.dtype, Device::cuda), Tensor::empty({rows}, DType::i32, Device::cuda)};
+    const int32_t* idx = dev_order.data<int32_t>() + cursor;
+    kernels::gather_rows(DeviceType::cuda, {dev_images.data_ptr(), dev_images.dtype(), n, row_elems, idx, rows,
+                                            b.x.data_ptr(), opt.dtype});
+    kernels::gather_rows(DeviceType::cuda, {dev_labels.data_ptr(), DType::i32, n, 1, idx, rows, b.y.data_ptr(), DType::i32});
+    cursor += rows;
+    return b;
+  }
+
+  Batch next_host(int64_t rows) {
+    Batch b{Tensor::empty(batch_shape(rows), opt.dtype, Device::cpu), Tensor::empty({rows}, DType::i32, Device::cpu)};
+    fill(cursor, rows, b.x.data_ptr(), b.y.data<int32_t>());
+    cursor += rows;
+    if (opt.device != Device::cpu) {
+      b.x = b.x.to(opt.device);
+      b.y = b.y.to(opt.device);
+    }
+    return b;
+  }
+};
+
+DataLoader::DataLoader(Dataset ds, Options opt) : ds_(std::move(ds)), opt_(opt), impl_(std::make_unique<Impl>()) {
   const auto fail = [&](const auto&... what) { throw Error(detail::concat("DataLoader(", ds_.name, "): ", what...)); };
   if (opt_.batch_size < 1) fail("batch_size must be >= 1 (got ", opt_.batch_size, ")");
   if (!ds_.images.defined() || !ds_.labels.defined()) fail("the data set has no images or no labels");
@@ -32,64 +219,94 @@ DataLoader::DataLoader(Dataset ds, Options opt) : ds_(std::move(ds)), opt_(opt) 
     fail("labels must be i32 [", ds_.size(), "] to match images ", ds_.images.describe(), ", got ",
          ds_.labels.describe());
   if (!is_floating(opt_.dtype)) fail("the batch dtype must be floating point (got ", dtype_name(opt_.dtype), ")");
-  host_images_ = ds_.images.to(Device::cpu);
-  host_labels_ = ds_.labels.to(Device::cpu);
+  if (!is_floating(ds_.images.dtype())) fail("the images must be floating point, got ", ds_.images.describe());
+  if (ds_.size() > INT32_MAX) fail("at most 2^31 - 1 samples (gather_rows takes i32 indices), got ", ds_.size());
+  if (opt_.augment.crop_padding < 0) fail("augment.crop_padding must be >= 0 (got ", opt_.augment.crop_padding, ")");
+  if (opt_.augment.enabled() && ds_.images.dim() != 4)
+    fail("augmentation needs images [N, C, H, W], got ", ds_.images.describe());
+
+  Impl& m = *impl_;
+  m.opt = opt_;
+  m.n = ds_.size();
+  m.sample_shape.assign(ds_.images.shape().begin() + 1, ds_.images.shape().end());
+  m.row_elems = shape_numel(m.sample_shape);
+  if (opt_.augment.enabled()) {
+    const int64_t channels = m.sample_shape[0];
+    ds_.norm.check(detail::concat("DataLoader(", ds_.name, ")"), channels);
+    for (int64_t c = 0; c < channels; ++c) m.pad.push_back(-ds_.norm.mean_of(c) / ds_.norm.std_of(c));
+  }
+
+  const bool on_gpu = opt_.device == Device::cuda;
+  if (on_gpu && ds_.images.device() == Device::cuda && !opt_.augment.enabled()) {
+    m.path = Impl::Path::device_gather;
+    m.dev_images = ds_.images;
+    m.dev_labels = ds_.labels.to(Device::cuda);
+  } else {
+    m.path = on_gpu && opt_.prefetch ? Impl::Path::pinned_prefetch : Impl::Path::host;
+    m.host_images = ds_.images.to(Device::cpu);
+    if (opt_.augment.enabled() && m.host_images.dtype() != DType::f32) m.host_images = m.host_images.to(DType::f32);
+    m.host_labels = ds_.labels.to(Device::cpu);
+  }
+  if (m.path == Impl::Path::pinned_prefetch) {
+    const size_t x_bytes = static_cast<size_t>(std::min(opt_.batch_size, m.n) * m.row_elems) * dtype_size(opt_.dtype);
+    const size_t y_bytes = static_cast<size_t>(std::min(opt_.batch_size, m.n)) * sizeof(int32_t);
+    for (PinnedSlot& s : m.slots) {
+      s.x = runtime::cuda_host_alloc(x_bytes);
+      s.y = runtime::cuda_host_alloc(y_bytes);
+      s.copied = runtime::cuda_event_create();
+    }
+  }
   start_epoch(0);
 }
+
+DataLoader::~DataLoader() = default;
+DataLoader::DataLoader(DataLoader&&) noexcept = default;
+DataLoader& DataLoader::operator=(DataLoader&&) noexcept = default;
 
 int64_t DataLoader::num_batches() const {
   const int64_t n = ds_.size(), b = opt_.batch_size;
   return opt_.drop_last ? n / b : (n + b - 1) / b;
 }
 
+int64_t DataLoader::epoch() const { return impl_->epoch; }
+const std::vector<int64_t>& DataLoader::order() const { return impl_->order; }
+
+const char* DataLoader::path() const {
+  switch (impl_->path) {
+    case Impl::Path::device_gather: return "device gather";
+    case Impl::Path::pinned_prefetch: return "pinned prefetch";
+    case Impl::Path::host: return "host";
+  }
+  return "?";
+}
+
 void DataLoader::start_epoch(int64_t epoch) {
-  epoch_ = epoch;
-  cursor_ = 0;
-  order_.resize(static_cast<size_t>(ds_.size()));
-  std::iota(order_.begin(), order_.end(), int64_t{0});
-  if (!opt_.shuffle) return;
-  // Fisher-Yates with hl::Generator (portable, unlike std:: distributions): swap each position,
-  // from the last down, with a uniformly chosen one at or before it.
-  Generator gen(mix64(mix64(opt_.seed) ^ static_cast<uint64_t>(epoch)));
-  for (size_t i = order_.size() - 1; i > 0; --i) std::swap(order_[i], order_[gen.below(i + 1)]);
+  Impl& m = *impl_;
+  m.drain();  // the worker reads the order and the epoch
+  m.epoch = epoch;
+  m.cursor = 0;
+  m.order.resize(static_cast<size_t>(m.n));
+  std::iota(m.order.begin(), m.order.end(), int64_t{0});
+  if (opt_.shuffle) {
+    // Fisher-Yates with hl::Generator (portable, unlike std:: distributions): swap each position,
+    // from the last down, with a uniformly chosen one at or before it.
+    Generator gen(mix64(mix64(opt_.seed) ^ static_cast<uint64_t>(epoch)));
+    for (size_t i = m.order.size() - 1; i > 0; --i) std::swap(m.order[i], m.order[gen.below(i + 1)]);
+  }
+  m.order32.assign(m.order.begin(), m.order.end());
+  if (m.path == Impl::Path::device_gather) m.dev_order = Tensor::from_vector(m.order32, {m.n}, Device::cuda);
 }
 
 bool DataLoader::next(Batch& out) {
-  const int64_t n = ds_.size();
-  const int64_t size = std::min(opt_.batch_size, n - cursor_);
-  if (size <= 0 || (opt_.drop_last && size < opt_.batch_size)) return false;
-  out = deliver(gather(cursor_, cursor_ + size));
-  cursor_ += size;
+  Impl& m = *impl_;
+  const int64_t rows = m.batch_rows_at(m.cursor);
+  if (rows == 0) return false;
+  switch (m.path) {
+    case Impl::Path::device_gather: out = m.next_device_gather(rows); break;
+    case Impl::Path::pinned_prefetch: out = m.next_prefetched(rows); break;
+    case Impl::Path::host: out = m.next_host(rows); break;
+  }
   return true;
-}
-
-Batch DataLoader::gather(int64_t begin, int64_t end) const {
-  const int64_t rows = end - begin;
-  Shape x_shape = host_images_.shape();
-  x_shape[0] = rows;
-  Batch b{Tensor::empty(x_shape, host_images_.dtype(), Device::cpu), Tensor::empty({rows}, DType::i32, Device::cpu)};
-
-  const size_t row_bytes = host_images_.nbytes() / static_cast<size_t>(ds_.size());
-  const auto* src = static_cast<const unsigned char*>(host_images_.data_ptr());
-  auto* dst = static_cast<unsigned char*>(b.x.data_ptr());
-  const int32_t* labels = host_labels_.data<int32_t>();
-  int32_t* y = b.y.data<int32_t>();
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t i = order_[static_cast<size_t>(begin + r)];
-    std::memcpy(dst + static_cast<size_t>(r) * row_bytes, src + static_cast<size_t>(i) * row_bytes, row_bytes);
-    y[r] = labels[i];
-  }
-  return b;
-}
-
-Batch DataLoader::deliver(Batch host) const {
-  // Convert on the host first: an f16 batch is half the bytes to copy.
-  if (host.x.dtype() != opt_.dtype) host.x = host.x.to(opt_.dtype);
-  if (opt_.device != Device::cpu) {
-    host.x = host.x.to(opt_.device);
-    host.y = host.y.to(opt_.device);
-  }
-  return host;
 }
 
 }  // namespace hl::data

@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "datasets/dataloader.h"
+#include "kernels/half.h"
 #include "tests/datasets/data_files.h"
 #include "tests/test_util.h"
 
@@ -218,6 +220,206 @@ TEST(DataLoader, RejectsBadOptionsAndEmptySets) {
   Dataset mismatched = indexed_dataset(5);
   mismatched.labels = Tensor::from_vector(std::vector<int32_t>{0, 1, 2}, {3});
   EXPECT_HL_ERROR(DataLoader(mismatched, opts(4, true, false)), "labels");
+}
+
+}  // namespace
+}  // namespace hl::test
+
+// ---- augmentation, dtype and device paths (issue 3) ------------------------------------------------
+
+namespace hl::test {
+namespace {
+
+using data::Augment;
+using data::AugmentDraw;
+
+// n random images [n, c, h, w], labels i % 10, with a per-channel normalization recorded.
+Dataset random_images(int64_t n, int64_t c, int64_t h, int64_t w, uint64_t seed) {
+  Generator gen(seed);
+  Dataset ds;
+  ds.images = Tensor::uniform({n, c, h, w}, gen, -2.0, 2.0);
+  std::vector<int32_t> y(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) y[static_cast<size_t>(i)] = static_cast<int32_t>(i % 10);
+  ds.labels = Tensor::from_vector(y, {n});
+  ds.num_classes = 10;
+  ds.name = "random";
+  ds.norm = c == 3 ? data::cifar10_normalization() : data::mnist_normalization();
+  return ds;
+}
+
+// Every batch of one epoch, concatenated, on the host as float (images) and int (labels).
+std::pair<std::vector<float>, std::vector<int32_t>> epoch_contents(DataLoader& loader, int64_t epoch) {
+  loader.start_epoch(epoch);
+  std::pair<std::vector<float>, std::vector<int32_t>> out;
+  for (Batch b; loader.next(b);) {
+    const auto x = b.x.to_vector();
+    const auto y = b.y.to_int();
+    out.first.insert(out.first.end(), x.begin(), x.end());
+    out.second.insert(out.second.end(), y.begin(), y.end());
+  }
+  return out;
+}
+
+TEST(Augment, DrawIsAPureFunctionOfSeedEpochAndIndex) {
+  const Augment a = Augment::cifar10();
+  const uint64_t seed = fresh_seed();
+  std::vector<int> dx_seen(9, 0);
+  int flips = 0;
+  for (int64_t i = 0; i < 2000; ++i) {
+    const AugmentDraw d = data::draw_augment(a, seed, 3, i);
+    const AugmentDraw again = data::draw_augment(a, seed, 3, i);
+    ASSERT_EQ(d.dx, again.dx);
+    ASSERT_EQ(d.dy, again.dy);
+    ASSERT_EQ(d.flip, again.flip);
+    ASSERT_GE(d.dx, 0);
+    ASSERT_LE(d.dx, 8);
+    ASSERT_GE(d.dy, 0);
+    ASSERT_LE(d.dy, 8);
+    dx_seen[static_cast<size_t>(d.dx)]++;
+    flips += d.flip;
+  }
+  // 2000 draws: each of the 9 offsets expected 222 times; 100 is more than 8 standard deviations
+  // (sqrt(2000 * 1/9 * 8/9) = 14) away, so a failure means a broken draw, not bad luck. Likewise flips.
+  for (int c : dx_seen) EXPECT_GT(c, 100);
+  EXPECT_NEAR(flips, 1000, 150);
+  // Another epoch or seed gives other draws (the chance that 50 draws all agree is negligible).
+  int same_epoch = 0, same_seed = 0;
+  for (int64_t i = 0; i < 50; ++i) {
+    const AugmentDraw d = data::draw_augment(a, seed, 3, i);
+    const AugmentDraw e = data::draw_augment(a, seed, 4, i);
+    const AugmentDraw s = data::draw_augment(a, seed + 1, 3, i);
+    same_epoch += d.dx == e.dx && d.dy == e.dy && d.flip == e.flip;
+    same_seed += d.dx == s.dx && d.dy == s.dy && d.flip == s.flip;
+  }
+  EXPECT_LT(same_epoch, 50);
+  EXPECT_LT(same_seed, 50);
+}
+
+TEST(Augment, CropAndFlipMoveEveryPixelWhereExpected) {
+  const int64_t c = 2, h = 5, w = 7, p = 4;
+  std::vector<float> in(static_cast<size_t>(c * h * w));
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i) + 0.5f;
+  const float pad[2] = {-100.0f, -200.0f};
+  const Augment a{p, true};
+  for (int64_t dy = 0; dy <= 2 * p; ++dy)
+    for (int64_t dx = 0; dx <= 2 * p; ++dx)
+      for (bool flip : {false, true}) {
+        std::vector<float> out(in.size(), NAN);
+        data::augment_image(in.data(), out.data(), c, h, w, a, {dx, dy, flip}, pad);
+        for (int64_t ch = 0; ch < c; ++ch)
+          for (int64_t y = 0; y < h; ++y)
+            for (int64_t x = 0; x < w; ++x) {
+              // Reference: pad into a (h + 2p) x (w + 2p) canvas, crop at (dy, dx), then mirror.
+              const int64_t cx = flip ? w - 1 - x : x;
+              const int64_t sy = y + dy - p, sx = cx + dx - p;
+              const bool inside = sy >= 0 && sy < h && sx >= 0 && sx < w;
+              const float want = inside ? in[static_cast<size_t>((ch * h + sy) * w + sx)] : pad[ch];
+              ASSERT_EQ(out[static_cast<size_t>((ch * h + y) * w + x)], want)
+                  << "dy " << dy << " dx " << dx << " flip " << flip << " at " << ch << "," << y << "," << x;
+            }
+      }
+  // No padding, no flip: the identity.
+  std::vector<float> out(in.size());
+  data::augment_image(in.data(), out.data(), c, h, w, Augment{}, {0, 0, false}, pad);
+  EXPECT_EQ(out, in);
+}
+
+TEST(DataLoader, AugmentedEpochsAreReproducibleAndIndependentOfBatchSize) {
+  const uint64_t seed = fresh_seed();
+  const Dataset ds = random_images(37, 3, 8, 8, seed);
+  DataLoader::Options o = opts(8, true, false, seed);
+  o.augment = Augment::cifar10();
+  DataLoader a(ds, o);
+  o.batch_size = 5;
+  DataLoader b(ds, o);
+  const auto ea = epoch_contents(a, 2);
+  EXPECT_EQ(ea, epoch_contents(b, 2)) << "the augmentation of a sample must not depend on the batch size";
+  EXPECT_EQ(ea, epoch_contents(a, 2)) << "repeating an epoch repeats its augmentation";
+  EXPECT_NE(ea.first, epoch_contents(a, 3).first);
+  // Each augmented sample is its own crop/flip of the original, with black (-mean/std) padding.
+  const std::vector<float> src = ds.images.to_vector();
+  std::vector<float> pad;
+  for (int64_t c = 0; c < 3; ++c) pad.push_back(-ds.norm.mean_of(c) / ds.norm.std_of(c));
+  a.start_epoch(2);
+  for (size_t r = 0; r < a.order().size(); ++r) {
+    const int64_t i = a.order()[r];
+    std::vector<float> want(192);
+    data::augment_image(src.data() + i * 192, want.data(), 3, 8, 8, o.augment, data::draw_augment(o.augment, seed, 2, i),
+                        pad.data());
+    ASSERT_TRUE(std::equal(want.begin(), want.end(), ea.first.begin() + static_cast<long>(r * 192))) << "row " << r;
+  }
+}
+
+TEST(DataLoader, F16BatchesAreTheRoundedF32Batches) {
+  const uint64_t seed = fresh_seed();
+  const Dataset ds = random_images(29, 3, 6, 6, seed);
+  for (bool augment : {false, true}) {
+    DataLoader::Options o = opts(7, true, false, seed);
+    if (augment) o.augment = Augment::cifar10();
+    DataLoader f32(ds, o);
+    o.dtype = DType::f16;
+    DataLoader f16(ds, o);
+    auto [x32, y32] = epoch_contents(f32, 1);
+    auto [x16, y16] = epoch_contents(f16, 1);
+    EXPECT_EQ(y16, y32);
+    ASSERT_EQ(x16.size(), x32.size());
+    for (size_t i = 0; i < x32.size(); ++i) ASSERT_EQ(x16[i], round_to_half(x32[i])) << "element " << i;
+  }
+}
+
+TEST(DataLoader, RejectsAugmentationItCannotApply) {
+  DataLoader::Options o = opts(4, true, false);
+  o.augment = Augment::cifar10();
+  Dataset flat = indexed_dataset(6);
+  flat.images = flat.images.reshape({6, 4});
+  EXPECT_HL_ERROR(DataLoader(flat, o), "augmentation needs images [N, C, H, W]");
+  o.augment.crop_padding = -1;
+  EXPECT_HL_ERROR(DataLoader(indexed_dataset(6), o), "crop_padding");
+}
+
+TEST(DataLoader, IsMovable) {
+  DataLoader a(indexed_dataset(20), opts(6, true, false, 4));
+  Batch b;
+  ASSERT_TRUE(a.next(b));
+  DataLoader moved(std::move(a));
+  EXPECT_EQ(run_epoch(moved, 1).size(), 20u);
+}
+
+// Every GPU path gives exactly the batches of the CPU path (same seed, epoch, dtype, augmentation).
+TEST(DataLoader, GpuPathsMatchTheHostPath) {
+  HL_REQUIRE_CUDA();
+  const uint64_t seed = fresh_seed();
+  const Dataset ds = random_images(300, 3, 8, 8, seed);
+  for (DType dt : {DType::f32, DType::f16})
+    for (bool augment : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (augment ? " augmented" : ""));
+      DataLoader::Options o = opts(64, true, false, seed);
+      o.dtype = dt;
+      if (augment) o.augment = Augment::cifar10();
+      DataLoader host(ds, o);
+      EXPECT_STREQ(host.path(), "host");
+      o.device = Device::cuda;
+      DataLoader pinned(ds, o);
+      EXPECT_STREQ(pinned.path(), "pinned prefetch");
+      DataLoader resident(ds.to(Device::cuda), o);
+      EXPECT_STREQ(resident.path(), augment ? "pinned prefetch" : "device gather");
+      o.prefetch = false;
+      DataLoader plain(ds, o);
+      EXPECT_STREQ(plain.path(), "host");
+      for (int64_t epoch : {0, 1, 0}) {  // also re-starting an epoch mid-way through the prefetch
+        const auto want = epoch_contents(host, epoch);
+        EXPECT_EQ(epoch_contents(pinned, epoch), want);
+        EXPECT_EQ(epoch_contents(resident, epoch), want);
+        EXPECT_EQ(epoch_contents(plain, epoch), want);
+      }
+      pinned.start_epoch(5);
+      Batch b;
+      ASSERT_TRUE(pinned.next(b));
+      EXPECT_EQ(b.x.device(), Device::cuda);
+      EXPECT_EQ(b.x.dtype(), dt);
+      pinned.start_epoch(6);  // abandons a prefetched batch
+      EXPECT_EQ(epoch_contents(pinned, 6), epoch_contents(host, 6));
+    }
 }
 
 }  // namespace
