@@ -157,7 +157,7 @@ std::vector<Prepared> prepare(const NamedTensors& tensors, const StringMap& meta
 
 // The header, padded with spaces so that the data starts at a multiple of 8 bytes (the format's rule,
 // which lets a reader map the file and view the tensors in place, aligned).
-std::string make_header(const std::vector<Prepared>& tensors, const StringMap& metadata) {
+std::string make_header(const std::vector<Prepared>& tensors, const StringMap& metadata, const std::string& op) {
   json header = json::object();
   if (!metadata.empty()) {
     json meta = json::object();
@@ -172,14 +172,19 @@ std::string make_header(const std::vector<Prepared>& tensors, const StringMap& m
                       {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
-  std::string text = header.dump();
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const json::exception& e) {  // names and metadata must be valid UTF-8 to be JSON
+    throw Error(op + ": a tensor name or metadata string is not valid UTF-8 (" + e.what() + ")");
+  }
   text.append((8 - (8 + text.size()) % 8) % 8, ' ');
   return text;
 }
 
 template <class Sink>
-void emit(const std::vector<Prepared>& tensors, const StringMap& metadata, Sink&& sink) {
-  const std::string header = make_header(tensors, metadata);
+void emit(const std::vector<Prepared>& tensors, const StringMap& metadata, const std::string& op, Sink&& sink) {
+  const std::string header = make_header(tensors, metadata, op);
   const uint64_t n = header.size();
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
@@ -199,9 +204,10 @@ void set_checkpoint_write_hook(std::function<void(size_t)> hook) {
 }  // namespace detail
 
 std::vector<uint8_t> serialize_safetensors(const NamedTensors& tensors, const StringMap& metadata) {
-  const auto prepared = prepare(tensors, metadata, "serialize_safetensors");
+  const std::string op = "serialize_safetensors";
+  const auto prepared = prepare(tensors, metadata, op);
   std::vector<uint8_t> out;
-  emit(prepared, metadata, [&](const void* p, size_t n) {
+  emit(prepared, metadata, op, [&](const void* p, size_t n) {
     const auto* b = static_cast<const uint8_t*>(p);
     out.insert(out.end(), b, b + n);
   });
@@ -212,7 +218,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
   const std::string op = "save_safetensors(" + path + ")";
   const auto prepared = prepare(tensors, metadata, op);
   AtomicFile file(path, "save_safetensors");
-  emit(prepared, metadata, [&](const void* p, size_t n) { file.write(p, n); });
+  emit(prepared, metadata, op, [&](const void* p, size_t n) { file.write(p, n); });
   file.commit();
 }
 
@@ -338,6 +344,7 @@ SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::strin
       }
       continue;
     }
+    HL_CHECK(!key.empty(), where, "a tensor has an empty name");
     entries.push_back(parse_entry(key, value, where));
   }
 

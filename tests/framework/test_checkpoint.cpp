@@ -161,6 +161,7 @@ TEST(Checkpoint, SaveRejectsBadNamesClearly) {
   EXPECT_NE(message({{"", x}}).find("empty name"), std::string::npos);
   EXPECT_NE(message({{"__metadata__", x}}).find("reserved"), std::string::npos);
   EXPECT_NE(message({{"u", Tensor()}}).find("'u' is undefined"), std::string::npos);
+  EXPECT_NE(message({{"bad\xff", x}}).find("not valid UTF-8"), std::string::npos);
   EXPECT_FALSE(fs::exists(dir.file("x.safetensors")));
   EXPECT_TRUE(dir.entries().empty()) << "no temporary file left behind";
   try {
@@ -227,6 +228,8 @@ TEST(Checkpoint, LoaderRejectsEveryMalformedFileClearly) {
   EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"F32","shape":[2],"data_offsets":[0,8],"extra":1}})", eight),
                      "unknown field 'extra'");
   EXPECT_PARSE_ERROR(make_file(R"({"a": 5})"), "tensor 'a': expected an object");
+  EXPECT_PARSE_ERROR(make_file(R"({"": {)" + f32x2 + R"(,"data_offsets":[0,8]}})", eight), "a tensor has an empty name");
+  EXPECT_PARSE_ERROR(make_file("{\"\xff\": 1}"), "invalid JSON header");
   // Overlap: b starts inside a.
   EXPECT_PARSE_ERROR(make_file(R"({"a": {)" + f32x2 + R"(,"data_offsets":[0,8]}, "b": {)" + f32x2 +
                                    R"(,"data_offsets":[4,12]}})",
