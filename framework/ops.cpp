@@ -273,7 +273,8 @@ Tensor reduce_impl(const Tensor& a, std::vector<int64_t> dims, bool keepdim, boo
   });
 }
 
-std::vector<int64_t> all_dims(const Tensor& a) {
+std::vector<int64_t> all_dims(const Tensor& a, const char* op) {
+  require(a, op);  // before a.dim(), so an undefined input is reported under the op's name
   std::vector<int64_t> d(static_cast<size_t>(a.dim()));
   for (size_t i = 0; i < d.size(); ++i) d[i] = static_cast<int64_t>(i);
   return d;
@@ -281,11 +282,11 @@ std::vector<int64_t> all_dims(const Tensor& a) {
 
 }  // namespace
 
-Tensor sum(const Tensor& a) { return reduce_impl(a, all_dims(a), false, false, "sum"); }
+Tensor sum(const Tensor& a) { return reduce_impl(a, all_dims(a, "sum"), false, false, "sum"); }
 Tensor sum(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
   return reduce_impl(a, dims, keepdim, false, "sum");
 }
-Tensor mean(const Tensor& a) { return reduce_impl(a, all_dims(a), false, true, "mean"); }
+Tensor mean(const Tensor& a) { return reduce_impl(a, all_dims(a, "mean"), false, true, "mean"); }
 Tensor mean(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
   return reduce_impl(a, dims, keepdim, true, "mean");
 }
@@ -442,6 +443,7 @@ Tensor log_softmax(const Tensor& logits) {
 namespace {
 
 void check_labels(const Tensor& scores, const Tensor& labels, const char* op) {
+  require(scores, op);
   require(labels, op);
   require_same_device(scores, labels, op);
   HL_CHECK(scores.dim() == 2, op, ": needs [rows, classes] scores, got ", scores.describe());
@@ -481,6 +483,7 @@ Tensor nll_loss(const Tensor& logp, const Tensor& labels) {
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
   require_floating(logits, "cross_entropy");
   check_labels(logits, labels, "cross_entropy");
+  HL_CHECK(logits.size(0) > 0, "cross_entropy: empty batch ", logits.describe());
   return nll_loss(log_softmax(logits), labels);
 }
 
@@ -493,6 +496,7 @@ Tensor argmax(const Tensor& a) {
 }
 
 Tensor correct_count(const Tensor& logits, const Tensor& labels) {
+  require_floating(logits, "correct_count");
   check_labels(logits, labels, "correct_count");
   const Tensor pred = argmax(logits);
   Tensor count = Tensor::empty({}, DType::i32, logits.device());
@@ -501,6 +505,8 @@ Tensor correct_count(const Tensor& logits, const Tensor& labels) {
 }
 
 double accuracy(const Tensor& logits, const Tensor& labels) {
+  require_floating(logits, "accuracy");  // checked here too, so that errors are named after accuracy
+  check_labels(logits, labels, "accuracy");
   const int64_t n = logits.size(0);
   HL_CHECK(n > 0, "accuracy: empty batch ", logits.describe());
   return correct_count(logits, labels).item() / static_cast<double>(n);

@@ -274,6 +274,7 @@ Tensor Tensor::reshape(const Shape& new_shape) const {
 }
 
 Tensor Tensor::flatten(int64_t start_dim) const {
+  require_defined("flatten");
   const int64_t n = dim();
   if (start_dim < 0) start_dim += n;
   HL_CHECK(start_dim >= 0 && start_dim <= n, "flatten: start_dim out of range for ", describe());
