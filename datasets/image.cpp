@@ -73,14 +73,18 @@ uint32_t le32(const uint8_t* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (ui
 // stb's zlib decoder.) Returns what is wrong, or "".
 std::string truncation(Format f, const uint8_t* d, size_t n) {
   if (f == Format::png) {
-    // The last chunk is IEND (length 0, type, CRC). stb_image stops at the end of the pixel data and
-    // would accept a file cut after it, which is still a cut file.
-    static constexpr uint8_t kIend[8] = {0, 0, 0, 0, 'I', 'E', 'N', 'D'};
-    for (size_t i = n >= 12 ? n - 12 : 0; i + 12 <= n && i + 64 >= n; --i) {  // allow a little trailing padding
-      if (std::equal(kIend, kIend + 8, d + i)) return "";
-      if (i == 0) break;
+    // Walk the chunks (length, type, data, CRC) up to IEND. stb_image would accept a file cut after
+    // its pixel data, and it grows its buffer to whatever size a chunk header claims before reading
+    // the chunk: a 70-byte file claiming a 2 GB chunk made it allocate 2 GB (found by fuzz_image).
+    for (size_t at = 8;;) {
+      if (n - at < 12) return detail::concat("truncated PNG: the chunk at byte ", at, " is cut off (no IEND chunk)");
+      const uint64_t len = (uint64_t{d[at]} << 24) | (uint64_t{d[at + 1]} << 16) | (uint64_t{d[at + 2]} << 8) | d[at + 3];
+      if (len > n - at - 12)
+        return detail::concat("truncated PNG: the chunk at byte ", at, " claims ", len, " bytes of data, the file has ",
+                              n - at - 12, " more");
+      if (std::equal(d + at + 4, d + at + 8, "IEND")) return "";
+      at += 12 + static_cast<size_t>(len);
     }
-    return "truncated PNG: the file does not end with an IEND chunk";
   }
   if (f == Format::jpeg) {
     // The image data follows the last start-of-scan marker (FF DA); inside entropy-coded data every

@@ -48,7 +48,7 @@ TEST(Png, WrittenTensorReadsBackTheSame) {
         c == 3 ? data::cifar10_normalization() : data::mnist_normalization();
     const Tensor t = data::image_to_tensor(img, norm);
     EXPECT_EQ(t.shape(), (Shape{c, 9, 13}));
-    const std::string path = dir / ("t" + std::to_string(c) + ".png");
+    const std::string path = dir / (c == 1 ? "gray.png" : "rgb.png");
     data::save_png(path, t, norm);
     const Image back = data::read_image(path);
     EXPECT_EQ(back.width, 13);
@@ -97,6 +97,10 @@ TEST(Image, RejectsDamagedFiles) {
     }
   }
   EXPECT_HL_ERROR(data::decode_image(nullptr, 0, "e.png"), "decode_image(e.png)", "empty");
+  // A chunk length far beyond the file (stb_image would first allocate that much; found by fuzz_image).
+  Bytes huge = encode(img, "png");
+  huge[33] = 0x7F;  // the first chunk after IHDR (bytes 8-32) starts at 33: its length becomes ~2 GB
+  EXPECT_HL_ERROR(data::decode_image(huge.data(), huge.size(), "h.png"), "truncated PNG", "claims");
   const Bytes text = {'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd'};
   EXPECT_HL_ERROR(data::decode_image(text.data(), text.size(), "t.jpg"), "not a PNG, JPEG or BMP");
   TempDir dir;
