@@ -1,4 +1,10 @@
-// Optimizers. They update parameters in place (under NoGradGuard) through the kernels/ API.
+// Optimizers, with what mixed precision needs (paper §3.1):
+//  - optional FP32 master weights: the model's parameters may be FP16 working copies; the update is
+//    applied to FP32 masters and the FP16 copy is rewritten from them in the same fused pass;
+//  - FP32 gradients: before an update the parameters' gradients (FP16 in mixed precision) are
+//    unscaled into FP32 buffers by one fused pass (see amp::LossScaler), where clipping happens;
+//  - FP32 moments (momentum, Adam's m and v) whatever the parameter dtype.
+// Every update is one multi-tensor kernel call over all parameters (kernels/optim.h).
 #pragma once
 #include <map>
 #include <string>
@@ -12,32 +18,77 @@ namespace hl::optim {
 
 class Optimizer {
  public:
-  explicit Optimizer(std::vector<Tensor> params);
+  // master_weights: keep an FP32 copy of every parameter (taken now, from the current values) and
+  // apply updates to it. Use it for `mixed` precision; without it an FP16 parameter is updated in
+  // place, and updates below half an FP16 ulp of the weight are lost (the `fp16` mode).
+  Optimizer(std::vector<Tensor> params, bool master_weights);
   virtual ~Optimizer() = default;
-  virtual void step() = 0;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // Apply one update from the current gradients (unscaling them with factor 1 if unscale_grads()
+  // was not called this step). Parameters without a gradient are left alone.
+  void step();
+  // Fill the FP32 gradient buffers: g32 = grad * inv_scale, in one fused pass over all parameters,
+  // setting *found_inf (an i32 on the parameters' device, not cleared here) if any value is inf or
+  // NaN. Throws if called twice before step()/skip_step().
+  void unscale_grads(float inv_scale, int32_t* found_inf);
+  bool grads_unscaled() const { return unscaled_; }
+  // End a step without updating anything (the loss scaler found an overflow): parameters, masters,
+  // moments and the step counter stay bit-identical.
+  void skip_step();
+  // Scale the FP32 gradients so that their global L2 norm is at most max_norm (after unscaling;
+  // unscales with factor 1 first if needed). Returns the norm before clipping. Reads one number
+  // back to the host.
+  double clip_grad_norm(double max_norm);
   // Drop every parameter's gradient (the next backward() starts them fresh).
   void zero_grad();
-  const std::vector<Tensor>& params() const { return params_; }
-  int64_t steps() const { return steps_; }
 
-  // Everything needed to resume exactly (checkpoints): named state tensors (e.g. "momentum.3" for
-  // the momentum buffer of parameter 3; absent when not created yet) and scalar settings as strings.
+  const std::vector<Tensor>& params() const { return params_; }
+  // The FP32 master weights (undefined entries when the optimizer keeps none).
+  const std::vector<Tensor>& master_weights() const { return masters_; }
+  // The FP32 gradients of the last unscale (undefined before it).
+  const std::vector<Tensor>& unscaled_grads() const { return grads_; }
+  bool has_master_weights() const { return use_masters_; }
+  // The per-parameter state buffers called `name` ("momentum", "exp_avg", "exp_avg_sq"); entries are
+  // undefined until the parameter's first update (empty when the buffer is not used at all).
+  const std::vector<Tensor>& state_buffers(const std::string& name) const;
+  int64_t steps() const { return steps_; }
+  double lr() const { return lr_; }
+  void set_lr(double lr);
+
+  // Everything needed to resume exactly (checkpoints): named state tensors ("master.3",
+  // "momentum.3", "exp_avg.3", ...; absent when not created yet) and settings as strings.
   struct State {
     std::vector<std::pair<std::string, Tensor>> tensors;
     std::map<std::string, std::string> meta;
   };
   virtual State state() const;
-  // Restore a state produced by state() of the same optimizer type over the same parameters
-  // (copies the values; checks names, shapes and the optimizer type; throws hl::Error otherwise).
+  // Restore a state produced by state() of the same optimizer type over the same parameters.
   virtual void load_state(const State& s);
   virtual std::string type() const = 0;
 
  protected:
+  // The optimizer-specific kernel call over every parameter that has a gradient.
+  virtual void update(std::vector<kernels::ParamSlot>& slots, const std::vector<size_t>& index) = 0;
+  // The FP32 (f64 for f64 parameters) buffer `name` of parameter i, created zero-filled on first use.
+  Tensor& buffer(const std::string& name, size_t i, bool* created = nullptr);
+  DType state_dtype(size_t i) const;
+
   std::vector<Tensor> params_;
+  std::vector<Tensor> masters_;
+  std::vector<Tensor> grads_;
+  std::map<std::string, std::vector<Tensor>> buffers_;  // name -> per-parameter buffer
   int64_t steps_ = 0;
+  double lr_ = 0.0;
+
+ private:
+  bool use_masters_;
+  bool unscaled_ = false;
+  Tensor scratch_flag_;  // found-inf target when nobody asked for one
 };
 
-// Stochastic gradient descent with PyTorch's semantics (momentum buffer starts as the first
+// Stochastic gradient descent with PyTorch's semantics (the momentum buffer starts as the first
 // gradient; weight decay added to the gradient; optional Nesterov and dampening).
 class SGD : public Optimizer {
  public:
@@ -47,19 +98,48 @@ class SGD : public Optimizer {
     double weight_decay = 0.0;
     double dampening = 0.0;
     bool nesterov = false;
+    bool master_weights = false;
   };
   SGD(std::vector<Tensor> params, Options opt);
-  void step() override;
   std::string type() const override { return "SGD"; }
-  State state() const override;
-  void load_state(const State& s) override;
-  double lr() const { return opt_.lr; }
-  void set_lr(double lr) { opt_.lr = lr; }
-  const std::vector<Tensor>& momentum_buffers() const { return momentum_; }
+  const std::vector<Tensor>& momentum_buffers() const { return state_buffers("momentum"); }
+
+ protected:
+  void update(std::vector<kernels::ParamSlot>& slots, const std::vector<size_t>& index) override;
 
  private:
   Options opt_;
-  std::vector<Tensor> momentum_;  // undefined until the parameter's first update
 };
+
+// Adam (Kingma & Ba) and AdamW (decoupled weight decay, Loshchilov & Hutter), PyTorch's semantics.
+class Adam : public Optimizer {
+ public:
+  struct Options {
+    double lr = 1e-3;
+    double beta1 = 0.9;
+    double beta2 = 0.999;
+    double eps = 1e-8;
+    double weight_decay = 0.0;
+    bool decoupled = false;  // true: AdamW
+    bool master_weights = false;
+  };
+  Adam(std::vector<Tensor> params, Options opt);
+  std::string type() const override { return opt_.decoupled ? "AdamW" : "Adam"; }
+
+ protected:
+  void update(std::vector<kernels::ParamSlot>& slots, const std::vector<size_t>& index) override;
+
+ private:
+  Options opt_;
+};
+
+// AdamW with PyTorch's default weight decay (0.01).
+inline Adam::Options adamw_options(double lr = 1e-3, double weight_decay = 1e-2) {
+  Adam::Options o;
+  o.lr = lr;
+  o.weight_decay = weight_decay;
+  o.decoupled = true;
+  return o;
+}
 
 }  // namespace hl::optim

@@ -35,7 +35,10 @@
                    void* loss);                                                                           \
   void nll_backward(int64_t rows, int64_t cols, const int32_t* labels, const void* gloss, void* glogp,    \
                     DType t);                                                                             \
-  void sgd_step(int64_t n, void* param, const void* grad, void* momentum_buf, DType t, const SgdParams& p);
+  void sgd_update(const std::vector<ParamSlot>& slots, const SgdParams& p);                                \
+  void adam_update(const std::vector<ParamSlot>& slots, const AdamParams& p);                              \
+  void unscale_grads(const std::vector<GradSlot>& slots, float inv_scale, int32_t* found_inf);            \
+  void sum_of_squares(const std::vector<ConstSpan>& tensors, float* out);
 
 namespace hl::kernels::cpu {
 HL_DECLARE_BACKEND_KERNELS

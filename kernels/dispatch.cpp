@@ -64,9 +64,17 @@ void nll_backward(DeviceType dev, int64_t rows, int64_t cols, const int32_t* lab
                   void* glogp, DType t) {
   HL_DISPATCH(nll_backward, rows, cols, labels, gloss, glogp, t);
 }
-void sgd_step(DeviceType dev, int64_t n, void* param, const void* grad, void* momentum_buf, DType t,
-              const SgdParams& p) {
-  HL_DISPATCH(sgd_step, n, param, grad, momentum_buf, t, p);
+void sgd_update(DeviceType dev, const std::vector<ParamSlot>& slots, const SgdParams& p) {
+  HL_DISPATCH(sgd_update, slots, p);
+}
+void adam_update(DeviceType dev, const std::vector<ParamSlot>& slots, const AdamParams& p) {
+  HL_DISPATCH(adam_update, slots, p);
+}
+void unscale_grads(DeviceType dev, const std::vector<GradSlot>& slots, float inv_scale, int32_t* found_inf) {
+  HL_DISPATCH(unscale_grads, slots, inv_scale, found_inf);
+}
+void sum_of_squares(DeviceType dev, const std::vector<ConstSpan>& tensors, float* out) {
+  HL_DISPATCH(sum_of_squares, tensors, out);
 }
 
 }  // namespace hl::kernels

@@ -1,10 +1,32 @@
-// Optimizer update kernels. The parameter is updated in place from its gradient.
+// Optimizer kernels: the fused, multi-tensor passes of mixed-precision training (paper §3.1, §3.2).
+//
+// One call covers every parameter of the model:
+//  - unscale_grads: g32 = g * (1/S) for all gradients at once, raising one found-inf flag;
+//  - sgd_update / adam_update: the update applied to the FP32 master weights, and the FP16 working
+//    copy rewritten from them in the same pass (no second kernel, no second read of the masters).
+// Moments (momentum, Adam's m and v) are always FP32.
 #pragma once
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "kernels/dtype.h"
 
 namespace hl::kernels {
+
+// One parameter's update. master, grad, buf1 and buf2 all have dtype state_type: f32, or f64 for
+// f64 parameters (CPU only; used by exact-arithmetic tests).
+struct ParamSlot {
+  void* param = nullptr;  // the model's weights: f32, f16 (the working copy) or f64
+  DType param_type = DType::f32;
+  void* master = nullptr;       // FP32 master weights (mixed precision), or null: update `param` directly
+  const void* grad = nullptr;   // the unscaled gradient
+  void* buf1 = nullptr;         // SGD momentum / Adam first moment (null when unused)
+  void* buf2 = nullptr;         // Adam second moment
+  DType state_type = DType::f32;
+  int64_t n = 0;
+  bool first_step = false;  // SGD momentum: the buffer starts as the gradient (PyTorch semantics)
+};
 
 struct SgdParams {
   double lr = 0.01;
@@ -12,13 +34,47 @@ struct SgdParams {
   double weight_decay = 0.0;
   double dampening = 0.0;
   bool nesterov = false;
-  bool first_step = false;  // PyTorch semantics: the momentum buffer starts as the first gradient
 };
 
-// PyTorch's SGD: g = grad + wd*p; buf = first ? g : momentum*buf + (1-dampening)*g;
-// g = nesterov ? g + momentum*buf : buf; p -= lr*g. param/grad/momentum_buf share dtype t
-// (f32 or f16; the arithmetic is f32 either way). momentum_buf may be null when momentum == 0.
-void sgd_step(DeviceType dev, int64_t n, void* param, const void* grad, void* momentum_buf, DType t,
-              const SgdParams& p);
+struct AdamParams {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool decoupled = false;  // AdamW: decay the weights directly instead of adding wd*w to the gradient
+  int64_t step = 1;        // t, counted from 1, for the bias corrections
+};
+
+// PyTorch's SGD on every slot: g = grad + wd*w; buf = first ? g : momentum*buf + (1-dampening)*g;
+// g = nesterov ? g + momentum*buf : buf; w -= lr*g. w is the master when present (then param is
+// rewritten from it), else param itself; the arithmetic is f32 (f64 for f64 params).
+void sgd_update(DeviceType dev, const std::vector<ParamSlot>& slots, const SgdParams& p);
+
+// PyTorch's Adam / AdamW: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+// w -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps); AdamW first multiplies w by (1 - lr*wd).
+void adam_update(DeviceType dev, const std::vector<ParamSlot>& slots, const AdamParams& p);
+
+// One gradient to unscale: out[i] = grad[i] * inv_scale, computed in the dtype of out (f32, or f64
+// for f64 gradients). out may alias grad when the dtypes match.
+struct GradSlot {
+  const void* grad = nullptr;
+  DType grad_type = DType::f32;
+  void* out = nullptr;
+  DType out_type = DType::f32;
+  int64_t n = 0;
+};
+// The loss scaler's fused pass: unscale every gradient and set *found_inf (an i32 on the device,
+// not cleared here) to 1 if any input is inf or NaN.
+void unscale_grads(DeviceType dev, const std::vector<GradSlot>& slots, float inv_scale, int32_t* found_inf);
+
+// A read-only view of one tensor's elements.
+struct ConstSpan {
+  const void* data = nullptr;
+  DType type = DType::f32;
+  int64_t n = 0;
+};
+// *out (an f32 on the device) = sum over all tensors of x^2, for gradient clipping by global norm.
+void sum_of_squares(DeviceType dev, const std::vector<ConstSpan>& tensors, float* out);
 
 }  // namespace hl::kernels

@@ -1,31 +1,148 @@
-// CPU optimizer updates (PyTorch's SGD semantics, see kernels/optim.h).
+// CPU optimizer passes (kernels/optim.h): the reference semantics of the fused mixed-precision
+// update. For every element the master weight (or the parameter itself) is read once, updated in
+// f32 (f64 for f64 state), and the parameter is written once (rounded to f16 when it is f16).
+#include <cmath>
+
 #include "kernels/backends.h"
 #include "kernels/cpu/cpu_common.h"
 
 namespace hl::kernels::cpu {
 
-void sgd_step(int64_t n, void* param, const void* grad, void* momentum_buf, DType t, const SgdParams& sp) {
-  visit_floating(t, "sgd_step", [&](auto tag) {
-    using T = decltype(tag);
-    using C = compute_t<T>;
-    T* p = static_cast<T*>(param);
-    const T* g = static_cast<const T*>(grad);
-    T* buf = static_cast<T*>(momentum_buf);
-    const C lr = static_cast<C>(sp.lr), mom = static_cast<C>(sp.momentum), wd = static_cast<C>(sp.weight_decay),
-            damp = static_cast<C>(sp.dampening);
-    const bool use_mom = sp.momentum != 0.0;
-    HL_CHECK(!use_mom || buf != nullptr, "sgd_step: momentum ", sp.momentum, " needs a momentum buffer");
-#pragma omp parallel for if (n > kParallelThreshold)
-    for (int64_t i = 0; i < n; ++i) {
-      C d = load(g, i) + wd * load(p, i);
-      if (use_mom) {
-        const C b = sp.first_step ? d : mom * load(buf, i) + (C(1) - damp) * d;
-        store(buf, i, b);
-        d = sp.nesterov ? d + mom * b : b;
-      }
-      store(p, i, load(p, i) - lr * d);
+namespace {
+
+// Run f(S{}, P{}) with S the state type (float/double) and P the parameter's storage type.
+template <class F>
+void visit_slot(const ParamSlot& s, const char* op, F&& f) {
+  HL_CHECK(s.state_type == DType::f32 || s.state_type == DType::f64, op, ": optimizer state must be f32 or f64, got ",
+           dtype_name(s.state_type));
+  visit_floating(s.param_type, op, [&](auto P) {
+    if (s.state_type == DType::f64) {
+      f(double{}, P);
+    } else {
+      f(float{}, P);
     }
   });
+}
+
+// The weight an update starts from: the master copy when there is one, else the parameter.
+template <class S, class P>
+inline S read_weight(const ParamSlot& s, int64_t i) {
+  return s.master ? static_cast<const S*>(s.master)[i] : static_cast<S>(load(static_cast<const P*>(s.param), i));
+}
+
+template <class S, class P>
+inline void write_weight(const ParamSlot& s, int64_t i, S w) {
+  if (s.master) static_cast<S*>(s.master)[i] = w;
+  store(static_cast<P*>(s.param), i, w);  // the working copy: rounded once, from the updated master
+}
+
+}  // namespace
+
+void sgd_update(const std::vector<ParamSlot>& slots, const SgdParams& sp) {
+  for (const ParamSlot& s : slots) {
+    visit_slot(s, "sgd_update", [&](auto Stag, auto Ptag) {
+      using S = decltype(Stag);
+      using P = decltype(Ptag);
+      const S lr = static_cast<S>(sp.lr), mom = static_cast<S>(sp.momentum), wd = static_cast<S>(sp.weight_decay),
+              damp = static_cast<S>(sp.dampening);
+      const bool use_mom = sp.momentum != 0.0;
+      HL_CHECK(!use_mom || s.buf1 != nullptr, "sgd_update: momentum ", sp.momentum, " needs a momentum buffer");
+      const S* g = static_cast<const S*>(s.grad);
+      S* buf = static_cast<S*>(s.buf1);
+#pragma omp parallel for if (s.n > kParallelThreshold)
+      for (int64_t i = 0; i < s.n; ++i) {
+        const S w = read_weight<S, P>(s, i);
+        S d = g[i] + wd * w;
+        if (use_mom) {
+          const S b = s.first_step ? d : mom * buf[i] + (S(1) - damp) * d;
+          buf[i] = b;
+          d = sp.nesterov ? d + mom * b : b;
+        }
+        write_weight<S, P>(s, i, w - lr * d);
+      }
+    });
+  }
+}
+
+void adam_update(const std::vector<ParamSlot>& slots, const AdamParams& ap) {
+  for (const ParamSlot& s : slots) {
+    visit_slot(s, "adam_update", [&](auto Stag, auto Ptag) {
+      using S = decltype(Stag);
+      using P = decltype(Ptag);
+      HL_CHECK(s.buf1 != nullptr && s.buf2 != nullptr, "adam_update: needs both moment buffers");
+      const S lr = static_cast<S>(ap.lr), b1 = static_cast<S>(ap.beta1), b2 = static_cast<S>(ap.beta2),
+              eps = static_cast<S>(ap.eps), wd = static_cast<S>(ap.weight_decay);
+      // PyTorch's formulation: step size lr / (1 - b1^t), denominator sqrt(v) / sqrt(1 - b2^t) + eps.
+      const S bc1 = static_cast<S>(1.0 - std::pow(ap.beta1, static_cast<double>(ap.step)));
+      const S bc2_sqrt = static_cast<S>(std::sqrt(1.0 - std::pow(ap.beta2, static_cast<double>(ap.step))));
+      const S step_size = lr / bc1;
+      const S* g = static_cast<const S*>(s.grad);
+      S* m = static_cast<S*>(s.buf1);
+      S* v = static_cast<S*>(s.buf2);
+#pragma omp parallel for if (s.n > kParallelThreshold)
+      for (int64_t i = 0; i < s.n; ++i) {
+        S w = read_weight<S, P>(s, i);
+        S gi = g[i];
+        if (ap.decoupled) {
+          w = w * (S(1) - lr * wd);
+        } else {
+          gi = gi + wd * w;
+        }
+        m[i] = b1 * m[i] + (S(1) - b1) * gi;
+        v[i] = b2 * v[i] + (S(1) - b2) * gi * gi;
+        const S denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+        write_weight<S, P>(s, i, w - step_size * m[i] / denom);
+      }
+    });
+  }
+}
+
+void unscale_grads(const std::vector<GradSlot>& slots, float inv_scale, int32_t* found_inf) {
+  int32_t found = 0;
+  for (const GradSlot& s : slots) {
+    visit_floating(s.grad_type, "unscale_grads", [&](auto Gtag) {
+      using G = decltype(Gtag);
+      const G* g = static_cast<const G*>(s.grad);
+      HL_CHECK(s.out_type == DType::f32 || s.out_type == DType::f64, "unscale_grads: output must be f32 or f64");
+      int32_t local = 0;
+      if (s.out_type == DType::f64) {
+        double* o = static_cast<double*>(s.out);
+        for (int64_t i = 0; i < s.n; ++i) {
+          const double x = static_cast<double>(load(g, i));
+          local |= !std::isfinite(x);
+          o[i] = x * static_cast<double>(inv_scale);
+        }
+      } else {
+        float* o = static_cast<float*>(s.out);
+#pragma omp parallel for reduction(| : local) if (s.n > kParallelThreshold)
+        for (int64_t i = 0; i < s.n; ++i) {
+          const float x = static_cast<float>(load(g, i));
+          local |= !std::isfinite(x);
+          o[i] = x * inv_scale;  // exact when inv_scale is a power of two (and no underflow)
+        }
+      }
+      found |= local;
+    });
+  }
+  if (found) *found_inf = 1;
+}
+
+void sum_of_squares(const std::vector<ConstSpan>& tensors, float* out) {
+  double total = 0.0;
+  for (const ConstSpan& t : tensors) {
+    visit_floating(t.type, "sum_of_squares", [&](auto tag) {
+      using T = decltype(tag);
+      const T* x = static_cast<const T*>(t.data);
+      double s = 0.0;
+#pragma omp parallel for reduction(+ : s) if (t.n > kParallelThreshold)
+      for (int64_t i = 0; i < t.n; ++i) {
+        const double v = static_cast<double>(load(x, i));
+        s += v * v;
+      }
+      total += s;
+    });
+  }
+  *out = static_cast<float>(total);
 }
 
 }  // namespace hl::kernels::cpu

@@ -1,49 +1,241 @@
-// CUDA SGD update with PyTorch's semantics (kernels/optim.h), one thread per parameter element.
+// CUDA optimizer passes: multi-tensor, fused (kernels/optim.h; paper §3.1 and §3.2).
 //
-// The arithmetic is FP32 whatever the storage: with FP16 parameters (the `fp16` precision mode) the
-// result is rounded to FP16 on the store, which is exactly where small updates are lost (paper §3.1:
-// an update below half an FP16 ulp of the weight vanishes). The `mixed` mode avoids that by giving
-// this kernel FP32 master weights instead.
+// Why multi-tensor: a model has many parameter tensors, most of them small (biases). One launch per
+// tensor would make the optimizer launch-bound. Here one launch covers up to kMaxSlots tensors:
+// the kernel argument carries every tensor's pointers plus a prefix sum of how many blocks each
+// tensor gets, and each block finds its tensor and its chunk of kChunk elements.
+//
+// Why fused: in mixed precision the update reads the FP32 master weight, updates it, and writes
+// the FP16 working copy from the new master in the same pass, so the masters are read once and no
+// separate cast kernel runs. The arithmetic is FP32; the FP16 copy is rounded once, on the store.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "kernels/backends.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/runtime.h"
 
 namespace hl::kernels::cuda {
 
 namespace {
 
-// The scalars, converted once on the host to the compute type.
-struct SgdScalars {
-  float lr, momentum, weight_decay, dampening;
-  bool use_momentum, nesterov, first_step;
+constexpr int kMaxSlots = 24;       // keeps the kernel argument well under CUDA's 4 KB limit
+constexpr int64_t kChunk = 4096;    // elements per block
+
+template <class Slot>
+struct SlotBatch {
+  int count = 0;
+  Slot slots[kMaxSlots];
+  int64_t first_block[kMaxSlots + 1];  // slot s owns blocks [first_block[s], first_block[s + 1])
 };
 
-__global__ void sgd_kernel(int64_t n, void* param, const void* grad, void* momentum_buf, DType t, SgdScalars s) {
-  for (int64_t i = global_thread_index(); i < n; i += global_thread_count()) {
-    const float p = load_float(param, t, i);
-    float d = load_float(grad, t, i) + s.weight_decay * p;
-    if (s.use_momentum) {
-      // PyTorch: the buffer starts as the first gradient, then is an exponential moving sum.
-      const float buf = s.first_step ? d : s.momentum * load_float(momentum_buf, t, i) + (1.0f - s.dampening) * d;
-      store_float(momentum_buf, t, i, buf);
-      d = s.nesterov ? d + s.momentum * buf : buf;
-    }
-    store_float(param, t, i, p - s.lr * d);
+// Which slot, and which chunk of it, this block works on (a short linear search).
+template <class Slot>
+__device__ __forceinline__ int find_slot(const SlotBatch<Slot>& b, int64_t& chunk) {
+  int s = 0;
+  while (s + 1 < b.count && blockIdx.x >= b.first_block[s + 1]) ++s;
+  chunk = blockIdx.x - b.first_block[s];
+  return s;
+}
+
+// Split `slots` into batches of at most kMaxSlots and launch `launch(batch, blocks)` for each.
+template <class Slot, class N, class Launch>
+void for_each_batch(const std::vector<Slot>& slots, N n_of, Launch launch) {
+  SlotBatch<Slot> b;
+  auto flush = [&] {
+    if (b.count > 0 && b.first_block[b.count] > 0) launch(b, b.first_block[b.count]);
+    b.count = 0;
+  };
+  for (const Slot& s : slots) {
+    if (n_of(s) == 0) continue;
+    if (b.count == kMaxSlots) flush();
+    if (b.count == 0) b.first_block[0] = 0;
+    b.slots[b.count] = s;
+    b.first_block[b.count + 1] = b.first_block[b.count] + (n_of(s) + kChunk - 1) / kChunk;
+    ++b.count;
   }
+  flush();
+}
+
+void check_slot(const ParamSlot& s, const char* op) {
+  HL_CHECK(s.state_type == DType::f32, op, ": CUDA optimizer state must be f32, got ", dtype_name(s.state_type));
+  HL_CHECK(s.param_type == DType::f32 || s.param_type == DType::f16, op, ": CUDA parameters must be f32 or f16, got ",
+           dtype_name(s.param_type));
+}
+
+__device__ __forceinline__ float read_weight(const ParamSlot& s, int64_t i) {
+  return s.master ? static_cast<const float*>(s.master)[i] : load_float(s.param, s.param_type, i);
+}
+
+__device__ __forceinline__ void write_weight(const ParamSlot& s, int64_t i, float w) {
+  if (s.master) static_cast<float*>(s.master)[i] = w;
+  store_float(s.param, s.param_type, i, w);  // the working copy, rounded once from the new master
+}
+
+struct SgdScalars {
+  float lr, momentum, weight_decay, dampening;
+  bool use_momentum, nesterov;
+};
+
+__global__ void sgd_kernel(SlotBatch<ParamSlot> b, SgdScalars k) {
+  int64_t chunk;
+  const ParamSlot& s = b.slots[find_slot(b, chunk)];
+  const int64_t end = min(s.n, (chunk + 1) * kChunk);
+  const float* g = static_cast<const float*>(s.grad);
+  float* buf = static_cast<float*>(s.buf1);
+  for (int64_t i = chunk * kChunk + threadIdx.x; i < end; i += blockDim.x) {
+    const float w = read_weight(s, i);
+    float d = g[i] + k.weight_decay * w;
+    if (k.use_momentum) {
+      const float m = s.first_step ? d : k.momentum * buf[i] + (1.0f - k.dampening) * d;
+      buf[i] = m;
+      d = k.nesterov ? d + k.momentum * m : m;
+    }
+    write_weight(s, i, w - k.lr * d);
+  }
+}
+
+struct AdamScalars {
+  float lr, beta1, beta2, eps, weight_decay, step_size, bc2_sqrt;
+  bool decoupled;
+};
+
+__global__ void adam_kernel(SlotBatch<ParamSlot> b, AdamScalars k) {
+  int64_t chunk;
+  const ParamSlot& s = b.slots[find_slot(b, chunk)];
+  const int64_t end = min(s.n, (chunk + 1) * kChunk);
+  const float* g = static_cast<const float*>(s.grad);
+  float* m = static_cast<float*>(s.buf1);
+  float* v = static_cast<float*>(s.buf2);
+  for (int64_t i = chunk * kChunk + threadIdx.x; i < end; i += blockDim.x) {
+    float w = read_weight(s, i);
+    float gi = g[i];
+    if (k.decoupled) {
+      w = w * (1.0f - k.lr * k.weight_decay);
+    } else {
+      gi = gi + k.weight_decay * w;
+    }
+    const float mi = k.beta1 * m[i] + (1.0f - k.beta1) * gi;
+    const float vi = k.beta2 * v[i] + (1.0f - k.beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    write_weight(s, i, w - k.step_size * mi / (sqrtf(vi) / k.bc2_sqrt + k.eps));
+  }
+}
+
+__global__ void unscale_kernel(SlotBatch<GradSlot> b, float inv_scale, int32_t* found_inf) {
+  int64_t chunk;
+  const GradSlot& s = b.slots[find_slot(b, chunk)];
+  const int64_t end = min(s.n, (chunk + 1) * kChunk);
+  float* out = static_cast<float*>(s.out);
+  bool bad = false;
+  for (int64_t i = chunk * kChunk + threadIdx.x; i < end; i += blockDim.x) {
+    const float x = load_float(s.grad, s.grad_type, i);
+    bad |= !isfinite(x);
+    out[i] = x * inv_scale;
+  }
+  // Every writer stores the same value, so the unsynchronized stores are benign; one flag for all.
+  if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1;
+}
+
+__global__ void squares_kernel(SlotBatch<ConstSpan> b, int64_t block_offset, float* partials) {
+  __shared__ float scratch[32];
+  int64_t chunk;
+  const ConstSpan& s = b.slots[find_slot(b, chunk)];
+  const int64_t end = min(s.n, (chunk + 1) * kChunk);
+  float acc = 0.0f;
+  for (int64_t i = chunk * kChunk + threadIdx.x; i < end; i += blockDim.x) {
+    const float x = load_float(s.data, s.type, i);
+    acc += x * x;
+  }
+  acc = block_reduce(acc, SumOp{}, 0.0f, scratch);
+  if (threadIdx.x == 0) partials[block_offset + blockIdx.x] = acc;
+}
+
+// One block adds the partial sums in a fixed order (deterministic, unlike atomics), in double.
+__global__ void sum_partials_kernel(const float* partials, int64_t n, float* out) {
+  __shared__ double scratch[32];
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += partials[i];
+  acc = block_reduce(acc, SumOp{}, 0.0, scratch);
+  if (threadIdx.x == 0) *out = static_cast<float>(acc);
+}
+
+// A grow-only scratch buffer for the partial sums (cudaMalloc stays off the hot path).
+float* partials_buffer(int64_t n) {
+  static float* buf = nullptr;
+  static int64_t cap = 0;
+  if (n > cap) {
+    if (buf) runtime::cuda_free(buf);
+    cap = std::max<int64_t>(n, 1024);
+    buf = static_cast<float*>(runtime::cuda_malloc(static_cast<size_t>(cap) * sizeof(float)));
+  }
+  return buf;
 }
 
 }  // namespace
 
-void sgd_step(int64_t n, void* param, const void* grad, void* momentum_buf, DType t, const SgdParams& p) {
-  HL_CHECK(t == DType::f32 || t == DType::f16, "sgd_step: CUDA parameters must be f32 or f16, got ", dtype_name(t));
-  const bool use_momentum = p.momentum != 0.0;
-  HL_CHECK(!use_momentum || momentum_buf != nullptr, "sgd_step: momentum ", p.momentum, " needs a momentum buffer");
-  if (n == 0) return;
-  const SgdScalars s{static_cast<float>(p.lr),           static_cast<float>(p.momentum),
-                     static_cast<float>(p.weight_decay), static_cast<float>(p.dampening),
-                     use_momentum,                       p.nesterov,
-                     p.first_step};
-  sgd_kernel<<<grid_for(n), kBlock, 0, stream()>>>(n, param, grad, momentum_buf, t, s);
-  HL_LAUNCH_CHECK("sgd_kernel");
+void sgd_update(const std::vector<ParamSlot>& slots, const SgdParams& p) {
+  for (const auto& s : slots) {
+    check_slot(s, "sgd_update");
+    HL_CHECK(p.momentum == 0.0 || s.buf1 != nullptr, "sgd_update: momentum ", p.momentum, " needs a momentum buffer");
+  }
+  const SgdScalars k{static_cast<float>(p.lr), static_cast<float>(p.momentum), static_cast<float>(p.weight_decay),
+                     static_cast<float>(p.dampening), p.momentum != 0.0, p.nesterov};
+  for_each_batch(slots, [](const ParamSlot& s) { return s.n; }, [&](const SlotBatch<ParamSlot>& b, int64_t blocks) {
+    sgd_kernel<<<static_cast<unsigned>(blocks), kBlock, 0, stream()>>>(b, k);
+    HL_LAUNCH_CHECK("sgd_kernel");
+  });
+}
+
+void adam_update(const std::vector<ParamSlot>& slots, const AdamParams& p) {
+  for (const auto& s : slots) {
+    check_slot(s, "adam_update");
+    HL_CHECK(s.buf1 != nullptr && s.buf2 != nullptr, "adam_update: needs both moment buffers");
+  }
+  const double bc1 = 1.0 - std::pow(p.beta1, static_cast<double>(p.step));
+  const AdamScalars k{static_cast<float>(p.lr),
+                      static_cast<float>(p.beta1),
+                      static_cast<float>(p.beta2),
+                      static_cast<float>(p.eps),
+                      static_cast<float>(p.weight_decay),
+                      static_cast<float>(p.lr / bc1),
+                      static_cast<float>(std::sqrt(1.0 - std::pow(p.beta2, static_cast<double>(p.step)))),
+                      p.decoupled};
+  for_each_batch(slots, [](const ParamSlot& s) { return s.n; }, [&](const SlotBatch<ParamSlot>& b, int64_t blocks) {
+    adam_kernel<<<static_cast<unsigned>(blocks), kBlock, 0, stream()>>>(b, k);
+    HL_LAUNCH_CHECK("adam_kernel");
+  });
+}
+
+void unscale_grads(const std::vector<GradSlot>& slots, float inv_scale, int32_t* found_inf) {
+  for (const auto& s : slots) {
+    HL_CHECK(s.out_type == DType::f32, "unscale_grads: CUDA output must be f32, got ", dtype_name(s.out_type));
+    check_floating(s.grad_type, "unscale_grads");
+    HL_CHECK(s.grad_type != DType::f64, "unscale_grads: CUDA gradients must be f32 or f16");
+  }
+  for_each_batch(slots, [](const GradSlot& s) { return s.n; }, [&](const SlotBatch<GradSlot>& b, int64_t blocks) {
+    unscale_kernel<<<static_cast<unsigned>(blocks), kBlock, 0, stream()>>>(b, inv_scale, found_inf);
+    HL_LAUNCH_CHECK("unscale_kernel");
+  });
+}
+
+void sum_of_squares(const std::vector<ConstSpan>& tensors, float* out) {
+  int64_t total_blocks = 0;
+  for (const auto& t : tensors) {
+    HL_CHECK(t.type == DType::f32 || t.type == DType::f16, "sum_of_squares: CUDA tensors must be f32 or f16");
+    total_blocks += (t.n + kChunk - 1) / kChunk;
+  }
+  float* partials = partials_buffer(total_blocks);
+  int64_t offset = 0;
+  for_each_batch(tensors, [](const ConstSpan& t) { return t.n; }, [&](const SlotBatch<ConstSpan>& b, int64_t blocks) {
+    squares_kernel<<<static_cast<unsigned>(blocks), kBlock, 0, stream()>>>(b, offset, partials);
+    HL_LAUNCH_CHECK("squares_kernel");
+    offset += blocks;
+  });
+  sum_partials_kernel<<<1, 1024, 0, stream()>>>(partials, offset, out);
+  HL_LAUNCH_CHECK("sum_partials_kernel");
 }
 
 }  // namespace hl::kernels::cuda

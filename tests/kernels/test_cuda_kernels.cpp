@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <memory>
 #include <cstdint>
 #include <cstring>
 #include <iomanip>
@@ -788,87 +790,199 @@ TEST(CudaSoftmax, NllForwardAndBackward) {
 // optimizer
 // =====================================================================================================
 
-TEST(CudaOptim, SgdMatchesPyTorchSemantics) {
-  HL_REQUIRE_CUDA();
-  uint64_t seed = test::fresh_seed();
-  const size_t n = 10007;
-  struct Config {
-    std::string label;
-    kernels::SgdParams p;
-  };
-  auto sgd = [](double lr, double momentum, double wd, double dampening, bool nesterov, bool first) {
-    kernels::SgdParams p;
-    p.lr = lr;
-    p.momentum = momentum;
-    p.weight_decay = wd;
-    p.dampening = dampening;
-    p.nesterov = nesterov;
-    p.first_step = first;
-    return p;
-  };
-  const std::vector<Config> configs = {
-      {"plain", sgd(0.1, 0, 0, 0, false, false)},
-      {"weight decay", sgd(0.1, 0, 1e-2, 0, false, false)},
-      {"momentum, first step", sgd(0.05, 0.9, 0, 0, false, true)},
-      {"momentum", sgd(0.05, 0.9, 0, 0, false, false)},
-      {"momentum + dampening + wd", sgd(0.05, 0.9, 5e-3, 0.1, false, false)},
-      {"nesterov + wd", sgd(0.05, 0.9, 5e-3, 0, true, false)},
-      {"nesterov, first step", sgd(0.05, 0.9, 0, 0, true, true)},
-  };
-  for (DType t : {DType::f32, DType::f16}) {
-    for (const Config& c : configs) {
-      const kernels::SgdParams& p = c.p;
-      const auto param = test::random_values(n, seed++, -2, 2, t);
-      const auto grad = test::random_values(n, seed++, -1, 1, t);
-      const auto buf = test::random_values(n, seed++, -1, 1, t);
-      DeviceBuffer dp(param, t), dg(grad, t), db(buf, t);
-      kernels::sgd_step(kCuda, static_cast<int64_t>(n), dp.get(), dg.get(), db.get(), t, p);
+// The multi-tensor optimizer passes run the same arithmetic (f32) on the CPU and the GPU: the CPU
+// backend is the reference. Slots of awkward sizes, more of them than one launch carries
+// (kMaxSlots = 24), f16 working copies with f32 masters and plain f32 parameters.
+struct OptimCase {
+  std::vector<size_t> sizes;
+  std::vector<std::vector<double>> param, master, grad, m, v;
+  std::vector<DType> ptype;
+};
 
-      // The update in float64 from the same inputs; the kernel's scalars are f32.
-      const double lr = static_cast<float>(p.lr), mom = static_cast<float>(p.momentum);
-      const double wd = static_cast<float>(p.weight_decay), damp = static_cast<float>(p.dampening);
-      std::vector<double> ref_p(n), ref_b(n), mag_p(n), mag_b(n);
-      for (size_t i = 0; i < n; ++i) {
-        double d = grad[i] + wd * param[i];
-        double b = buf[i];
-        if (mom != 0) {
-          b = p.first_step ? d : mom * buf[i] + (1 - damp) * d;
-          d = p.nesterov ? d + mom * b : b;
-        }
-        ref_p[i] = param[i] - lr * d;
-        ref_b[i] = b;
-        // Sizes of the terms that were rounded along the way, for the tolerance.
-        mag_b[i] = std::fabs(grad[i]) + wd * std::fabs(param[i]) + mom * std::fabs(buf[i]);
-        mag_p[i] = std::fabs(param[i]) + lr * (1 + mom) * mag_b[i];
-      }
-      // f32 math: a handful of roundings of the terms (<= 8 * 2^-24 of their magnitude). An f16
-      // store rounds once more, and the f32 value it rounds can sit across an f16 tie from the exact
-      // one: up to one f16 ulp (2 * 2^-11 relative) plus a subnormal step for tiny values.
-      const double out_tol = t == DType::f16 ? 2 * kF16Eps : 0.0, sub = t == DType::f16 ? std::ldexp(1.0, -24) : 0.0;
-      expect_all_close(dp.download(), ref_p,
-                       [&](size_t i) { return 8 * kF32Eps * mag_p[i] + out_tol * std::fabs(ref_p[i]) + sub; },
-                       "sgd param " + name(t) + " " + c.label);
-      expect_all_close(db.download(), ref_b,
-                       [&](size_t i) { return 8 * kF32Eps * mag_b[i] + out_tol * std::fabs(ref_b[i]) + sub; },
-                       "sgd momentum buffer " + name(t) + " " + c.label);
+OptimCase make_optim_case(uint64_t& seed) {
+  OptimCase c;
+  for (int i = 0; i < 30; ++i) c.sizes.push_back(static_cast<size_t>(i % 5 == 0 ? 10007 : 1 + 37 * i));
+  c.sizes.push_back(4096);
+  for (size_t i = 0; i < c.sizes.size(); ++i) {
+    const size_t n = c.sizes[i];
+    c.ptype.push_back(i % 2 ? DType::f16 : DType::f32);
+    c.master.push_back(test::random_values(n, seed++, -2, 2, DType::f32));
+    std::vector<double> p(n);
+    for (size_t j = 0; j < n; ++j)
+      p[j] = c.ptype[i] == DType::f16 ? round_to_half(static_cast<float>(c.master[i][j])) : c.master[i][j];
+    c.param.push_back(p);
+    c.grad.push_back(test::random_values(n, seed++, -1, 1, DType::f32));
+    c.m.push_back(test::random_values(n, seed++, -1, 1, DType::f32));
+    std::vector<double> v = test::random_values(n, seed++, 0, 1, DType::f32);  // second moments are >= 0
+    c.v.push_back(v);
+  }
+  return c;
+}
+
+// Runs `update` on the GPU and on the CPU over the same slots; compares params, masters and moments.
+void check_optim_against_cpu(const OptimCase& c, bool adam,
+                             const std::function<void(DeviceType, const std::vector<kernels::ParamSlot>&)>& update,
+                             const std::string& label) {
+  std::vector<std::unique_ptr<DeviceBuffer>> dev;
+  std::vector<std::vector<uint8_t>> host;
+  auto host_buf = [&](const std::vector<double>& vals, DType t) {
+    host.push_back(encode(vals, t));
+    return static_cast<void*>(host.back().data());
+  };
+  host.reserve(c.sizes.size() * 5);
+  std::vector<kernels::ParamSlot> gpu, cpu;
+  for (size_t i = 0; i < c.sizes.size(); ++i) {
+    const bool has_master = c.ptype[i] == DType::f16;
+    kernels::ParamSlot g, h;
+    g.n = h.n = static_cast<int64_t>(c.sizes[i]);
+    g.param_type = h.param_type = c.ptype[i];
+    dev.push_back(std::make_unique<DeviceBuffer>(c.param[i], c.ptype[i]));
+    g.param = dev.back()->get();
+    h.param = host_buf(c.param[i], c.ptype[i]);
+    if (has_master) {
+      dev.push_back(std::make_unique<DeviceBuffer>(c.master[i], DType::f32));
+      g.master = dev.back()->get();
+      h.master = host_buf(c.master[i], DType::f32);
     }
+    dev.push_back(std::make_unique<DeviceBuffer>(c.grad[i], DType::f32));
+    g.grad = dev.back()->get();
+    h.grad = host_buf(c.grad[i], DType::f32);
+    dev.push_back(std::make_unique<DeviceBuffer>(c.m[i], DType::f32));
+    g.buf1 = dev.back()->get();
+    h.buf1 = host_buf(c.m[i], DType::f32);
+    if (adam) {
+      dev.push_back(std::make_unique<DeviceBuffer>(c.v[i], DType::f32));
+      g.buf2 = dev.back()->get();
+      h.buf2 = host_buf(c.v[i], DType::f32);
+    }
+    g.first_step = h.first_step = i % 7 == 3;
+    gpu.push_back(g);
+    cpu.push_back(h);
+  }
+  update(kCuda, gpu);
+  update(DeviceType::cpu, cpu);
+  size_t k = 0;
+  for (size_t i = 0; i < c.sizes.size(); ++i) {
+    const size_t n = c.sizes[i];
+    auto host_vals = [&](const void* p, DType t) {
+      const uint8_t* b = static_cast<const uint8_t*>(p);
+      return decode(std::vector<uint8_t>(b, b + n * dtype_size(t)), t);
+    };
+    // The same f32 operations on both sides; nvcc may contract a*b+c into one FMA, which rounds
+    // once instead of twice: a few f32 ulps of the operands' size. The f16 copy may then land on
+    // the other side of an f16 tie: one f16 ulp.
+    const std::string what = label + " slot " + std::to_string(i);
+    auto tol32 = [](double scale) { return [scale](size_t) { return 16 * kF32Eps * scale; }; };
+    const std::vector<double> gp = dev[k++]->download();
+    const std::vector<double> cp = host_vals(cpu[i].param, c.ptype[i]);
+    expect_all_close(gp, cp, [&](size_t j) { return 2 * kF16Eps * std::fabs(cp[j]) + 8 * kF32Eps * 4; }, what + " param");
+    if (cpu[i].master) expect_all_close(dev[k++]->download(), host_vals(cpu[i].master, DType::f32), tol32(4), what + " master");
+    ++k;  // the gradient is read-only
+    expect_all_close(dev[k++]->download(), host_vals(cpu[i].buf1, DType::f32), tol32(4), what + " buf1");
+    if (adam) expect_all_close(dev[k++]->download(), host_vals(cpu[i].buf2, DType::f32), tol32(2), what + " buf2");
   }
 }
 
-TEST(CudaOptim, F16WeightsSwallowSmallUpdates) {
-  // Paper §3.1: an update smaller than half an FP16 ulp of the weight is lost when the weight is
-  // stored in FP16; FP32 master weights keep it. Below 1 the f16 spacing is 2^-11, so 1 - 2^-13
-  // rounds back to exactly 1 in f16 and is exact in f32.
+TEST(CudaOptim, MultiTensorSgdMatchesTheCpu) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const OptimCase c = make_optim_case(seed);
+  for (bool nesterov : {false, true}) {
+    kernels::SgdParams p;
+    p.lr = 0.05;
+    p.momentum = 0.9;
+    p.weight_decay = 5e-4;
+    p.nesterov = nesterov;
+    check_optim_against_cpu(c, false, [&](DeviceType d, const auto& slots) { kernels::sgd_update(d, slots, p); },
+                            nesterov ? "sgd nesterov" : "sgd");
+  }
+}
+
+TEST(CudaOptim, MultiTensorAdamMatchesTheCpu) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const OptimCase c = make_optim_case(seed);
+  for (bool decoupled : {false, true}) {
+    kernels::AdamParams p;
+    p.lr = 1e-3;
+    p.weight_decay = 1e-2;
+    p.decoupled = decoupled;
+    p.step = 7;
+    check_optim_against_cpu(c, true, [&](DeviceType d, const auto& slots) { kernels::adam_update(d, slots, p); },
+                            decoupled ? "adamw" : "adam");
+  }
+}
+
+TEST(CudaOptim, F16WeightsSwallowSmallUpdatesMastersKeepThem) {
+  // Paper §3.1: below 1 the f16 spacing is 2^-11, so 1 - 2^-13 rounds back to 1 in f16. With an
+  // FP32 master the update is kept, and 16 of them move the f16 copy by 2^-9 (exactly representable).
   HL_REQUIRE_CUDA();
   const size_t n = 4099;
   kernels::SgdParams p;
   p.lr = 1.0;
-  const double update = std::ldexp(1.0, -13);  // exact in f16 and f32, below half an f16 ulp of 1
-  for (DType t : {DType::f16, DType::f32}) {
-    DeviceBuffer dp(std::vector<double>(n, 1.0), t), dg(std::vector<double>(n, update), t);
-    kernels::sgd_step(kCuda, static_cast<int64_t>(n), dp.get(), dg.get(), nullptr, t, p);
-    const double want = t == DType::f16 ? 1.0 : 1.0 - update;
-    expect_all_equal(dp.download(), std::vector<double>(n, want), "sgd with a tiny update, " + name(t));
+  const double update = std::ldexp(1.0, -13);
+  DeviceBuffer plain(std::vector<double>(n, 1.0), DType::f16), copy(std::vector<double>(n, 1.0), DType::f16);
+  DeviceBuffer master(std::vector<double>(n, 1.0), DType::f32), grad(std::vector<double>(n, update), DType::f32);
+  kernels::ParamSlot a, b;
+  a.param = plain.get();
+  a.param_type = DType::f16;
+  a.grad = grad.get();
+  a.n = static_cast<int64_t>(n);
+  b = a;
+  b.param = copy.get();
+  b.master = master.get();
+  for (int i = 0; i < 16; ++i) kernels::sgd_update(kCuda, {a, b}, p);
+  expect_all_equal(plain.download(), std::vector<double>(n, 1.0), "f16 weights without a master");
+  expect_all_equal(master.download(), std::vector<double>(n, 1.0 - 16 * update), "f32 master");
+  expect_all_equal(copy.download(), std::vector<double>(n, 1.0 - 16 * update), "f16 copy of the master");
+}
+
+TEST(CudaOptim, UnscaleRaisesOneFlagAndSumOfSquares) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const std::vector<size_t> sizes = {1, 4096, 4097, 10007, 3};
+  std::vector<std::unique_ptr<DeviceBuffer>> in, out;
+  std::vector<kernels::GradSlot> slots;
+  std::vector<std::vector<double>> vals;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const DType t = i % 2 ? DType::f16 : DType::f32;
+    vals.push_back(test::random_values(sizes[i], seed++, -4, 4, t));
+    in.push_back(std::make_unique<DeviceBuffer>(vals.back(), t));
+    out.push_back(std::make_unique<DeviceBuffer>(sizes[i], DType::f32));
+    out.back()->poison();
+    kernels::GradSlot s;
+    s.grad = in.back()->get();
+    s.grad_type = t;
+    s.out = out.back()->get();
+    s.n = static_cast<int64_t>(sizes[i]);
+    slots.push_back(s);
+  }
+  DeviceBuffer flag(std::vector<double>{0.0}, DType::i32);
+  kernels::unscale_grads(kCuda, slots, 1.0f / 1024.0f, flag.i32());
+  EXPECT_EQ(flag.download()[0], 0.0);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::vector<double> ref(vals[i]);
+    for (double& x : ref) x /= 1024.0;  // exact: a power of two, no underflow at these magnitudes
+    expect_all_equal(out[i]->download(), ref, "unscaled slot " + std::to_string(i));
+  }
+  // Sum of squares of the unscaled gradients, against float64 (f32 partial sums: ~n * 2^-24).
+  std::vector<kernels::ConstSpan> spans;
+  double ref_sq = 0.0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    spans.push_back({out[i]->get(), DType::f32, static_cast<int64_t>(sizes[i])});
+    for (double x : vals[i]) ref_sq += (x / 1024.0) * (x / 1024.0);
+  }
+  DeviceBuffer sq(1, DType::f32);
+  sq.poison();
+  kernels::sum_of_squares(kCuda, spans, static_cast<float*>(sq.get()));
+  EXPECT_NEAR(sq.download()[0], ref_sq, 1e-5 * ref_sq);
+  // One inf in the middle of one slot: the single flag goes up; NaN and -inf likewise.
+  for (double bad : {kInf, -kInf, kNaN}) {
+    vals[3][5000] = bad;
+    in[3]->upload(vals[3]);
+    DeviceBuffer f(std::vector<double>{0.0}, DType::i32);
+    kernels::unscale_grads(kCuda, slots, 1.0f, f.i32());
+    EXPECT_EQ(f.download()[0], 1.0) << bad;
   }
 }
 

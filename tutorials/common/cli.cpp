@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "framework/amp.h"
 #include "kernels/gemm.h"
 #include "kernels/runtime.h"
 
@@ -16,6 +17,18 @@ void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::stri
   app.add_option("--precision", f.precision, "arithmetic: fp32, fp16 or mixed")
       ->check(CLI::IsMember(precisions))
       ->capture_default_str();
+  if (precisions.size() > 1) {
+    app.add_option("--loss-scale", f.loss_scale, "none, static:S or dynamic[:init=,interval=,hysteresis=,consecutive]")
+        ->check([](const std::string& s) {
+          try {
+            amp::ScalerConfig::parse(s);
+            return std::string();
+          } catch (const Error& e) {
+            return std::string(e.what());
+          }
+        })
+        ->capture_default_str();
+  }
   app.add_option("--epochs", f.epochs, "passes over the training set")->check(CLI::Range(1, 100000))->capture_default_str();
   app.add_option("--batch", f.batch, "batch size")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_option("--lr", f.lr, "learning rate")->check(CLI::Range(0.0, 100.0))->capture_default_str();

@@ -13,6 +13,7 @@ namespace hl::tutorial {
 struct CommonFlags {
   std::string device = "auto";      // cpu | cuda | auto
   std::string precision = "fp32";   // fp32 | fp16 | mixed
+  std::string loss_scale = "dynamic";  // none | static:S | dynamic[:key=value,...] (fp16 and mixed)
   int64_t epochs = 2;
   int64_t batch = 128;
   double lr = 0.05;

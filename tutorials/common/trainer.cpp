@@ -55,9 +55,22 @@ EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoad
   for (data::Batch b; step < steps && loader.next(b); ++step) {
     opt.zero_grad();
     Tensor logits = model(b.x);
-    Tensor loss = cross_entropy(logits, b.y);
-    loss.backward();
-    opt.step();
+    Tensor loss = cross_entropy(logits, b.y);  // f32 whatever the logits (paper §3.3)
+    if (options.scaler != nullptr) {
+      amp::LossScaler& s = *options.scaler;
+      s.scale(loss).backward();  // every gradient is multiplied by S
+      if (options.clip_grad_norm > 0.0) {
+        s.unscale(opt);  // clip the true gradients, not the scaled ones
+        opt.clip_grad_norm(options.clip_grad_norm);
+      }
+      if (!s.step(opt)) ++r.skipped_steps;
+      s.update();
+    } else {
+      loss.backward();
+      if (options.clip_grad_norm > 0.0) opt.clip_grad_norm(options.clip_grad_norm);
+      opt.step();
+    }
+    ++r.steps;
     {
       NoGradGuard no_grad;
       const double n = static_cast<double>(b.y.numel());

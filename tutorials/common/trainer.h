@@ -8,6 +8,7 @@
 #include <string>
 
 #include "datasets/dataloader.h"
+#include "framework/amp.h"
 #include "framework/nn.h"
 #include "framework/optim.h"
 
@@ -19,11 +20,15 @@ struct EpochResult {
   double seconds = 0.0;
   double images_per_second = 0.0;
   int64_t images = 0;
+  int64_t skipped_steps = 0;  // steps the loss scaler skipped on overflow
+  int64_t steps = 0;
 };
 
 struct TrainOptions {
   bool progress = true;   // a progress bar with images/s and ETA on stderr (only when it is a terminal)
   int64_t max_steps = -1; // stop the epoch early (smoke runs)
+  amp::LossScaler* scaler = nullptr;  // loss scaling (paper §3.2); null: plain backward + step
+  double clip_grad_norm = 0.0;        // > 0: clip the (unscaled) gradients to this global norm
 };
 
 // One pass over the loader: forward, cross-entropy, backward, optimizer step.

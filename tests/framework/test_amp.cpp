@@ -1,0 +1,432 @@
+// The mixed-precision engine: the acceptance tests of the mixed-precision issue, numbered as there,
+// plus Adam/AdamW and gradient clipping. All on the CPU, where f16 is emulated bit-exactly.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "framework/amp.h"
+#include "framework/autograd.h"
+#include "framework/nn.h"
+#include "framework/ops.h"
+#include "framework/optim.h"
+#include "tests/test_util.h"
+
+namespace {
+
+using namespace hl;
+using amp::LossScaler;
+using amp::ScalerConfig;
+
+Tensor f16(std::vector<float> v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::f16); }
+
+// Raw bytes of a tensor, for bit-identity checks.
+std::vector<uint8_t> bytes(const Tensor& t) {
+  const Tensor h = t.detach().to(Device::cpu);
+  const uint8_t* p = static_cast<const uint8_t*>(h.data_ptr());
+  return std::vector<uint8_t>(p, p + h.nbytes());
+}
+
+// 1. FP32 accumulation: a dot product of 4096 FP16 ones is 4096 (an f16 accumulator stalls at 2048).
+TEST(Amp, T1_DotProductOf4096F16OnesIs4096) {
+  Tensor a = Tensor::ones({1, 4096}, DType::f16), b = Tensor::ones({4096, 1}, DType::f16);
+  EXPECT_EQ(matmul(a, b).item(), 4096.0);
+  // What an f16 accumulator would do, for contrast: 2048 + 1 rounds back to 2048.
+  float acc = 0.0f;
+  for (int i = 0; i < 4096; ++i) acc = round_to_half(acc + 1.0f);
+  EXPECT_EQ(acc, 2048.0f);
+}
+
+// 2. Master weights: w = 1 plus 16 updates of 2^-12 is 1.00390625 in `mixed`, stays 1.0 in `fp16`.
+TEST(Amp, T2_MasterWeightsKeepUpdatesThatFp16Loses) {
+  for (bool mixed : {true, false}) {
+    Tensor w = f16({1.0f}).requires_grad_();
+    optim::SGD sgd({w}, {.lr = 1.0, .master_weights = mixed});
+    const Tensor minus_u = f16({-std::ldexp(1.0f, -12)});  // d(loss)/dw = -2^-12, so w += 2^-12
+    for (int i = 0; i < 16; ++i) {
+      sgd.zero_grad();
+      sum(mul(w, minus_u)).backward();
+      sgd.step();
+    }
+    if (mixed) {
+      EXPECT_EQ(sgd.master_weights()[0].item(), 1.00390625);
+      EXPECT_EQ(w.item(), 1.00390625);  // the f16 copy, rewritten from the master in the same pass
+    } else {
+      EXPECT_EQ(w.item(), 1.0);  // 2^-12 is below half an f16 ulp of 1 (2^-11): every update lost
+    }
+  }
+}
+
+// 3. Static scaling: a gradient of 2^-26 is 0 in FP16; with S = 8 it is stored as 2^-23 and
+//    unscales to exactly 2^-26.
+TEST(Amp, T3_StaticScaleRescuesAGradientBelowFp16Range) {
+  const float c = std::ldexp(1.0f, -13);
+  auto grad_of_w = [&](const char* spec, float* stored_f16) {
+    Tensor w = f16({1.0f}).requires_grad_();
+    optim::SGD sgd({w}, {.lr = 0.0, .master_weights = true});
+    LossScaler scaler(ScalerConfig::parse(spec));
+    // loss = sum(w * 2^-13) * 2^-13: dloss/dw = 2^-26, computed in f16 through the chain rule.
+    Tensor loss = sum(mul(mul(w, f16({c})), static_cast<double>(c)));
+    scaler.scale(loss).backward();
+    *stored_f16 = static_cast<float>(w.grad().item());
+    scaler.unscale(sgd);
+    return sgd.unscaled_grads()[0].item();
+  };
+  float stored = -1.0f;
+  EXPECT_EQ(grad_of_w("none", &stored), 0.0);
+  EXPECT_EQ(stored, 0.0f);  // 2^-26 flushes to zero in f16 (below half of 2^-24)
+  EXPECT_EQ(grad_of_w("static:8", &stored), std::ldexp(1.0, -26));
+  EXPECT_EQ(stored, std::ldexp(1.0f, -23));  // 8 * 2^-26, an f16 subnormal
+}
+
+// A one-parameter problem whose gradient we control: d(sum(w * x))/dw = x.
+struct Probe {
+  Tensor w = Tensor::from_vector(std::vector<float>{0.5f, -0.25f}, {2}).requires_grad_();
+  Tensor v = Tensor::from_vector(std::vector<float>{1.0f}, {1}).requires_grad_();
+  optim::SGD sgd{{w, v}, {.lr = 0.01}};
+  // One scaled step; `bad` in {0, inf, -inf, nan} is planted in the gradient of w (and of v too
+  // when `both`).
+  bool step(LossScaler& s, float bad = 0.0f, bool both = false) {
+    sgd.zero_grad();
+    const float gx = bad == 0.0f ? 1.0f : bad;
+    Tensor loss = sum(mul(w, Tensor::from_vector(std::vector<float>{gx, 1.0f}, {2}))) +
+                  sum(mul(v, Tensor::from_vector(std::vector<float>{both ? gx : 1.0f}, {1})));
+    s.scale(loss).backward();
+    const bool applied = s.step(sgd);
+    s.update();
+    return applied;
+  }
+};
+
+// 4. Golden dynamic trajectory (PyTorch GradScaler defaults).
+TEST(Amp, T4_GoldenDynamicTrajectory) {
+  Probe p;
+  LossScaler s(ScalerConfig::parse("dynamic"));
+  EXPECT_EQ(s.get_scale(), 65536.0);
+  EXPECT_FALSE(p.step(s, INFINITY));  // step 1 overflows: skipped, scale halves
+  EXPECT_EQ(s.get_scale(), 32768.0);
+  EXPECT_EQ(s.growth_tracker(), 0);
+  for (int i = 0; i < 1999; ++i) ASSERT_TRUE(p.step(s));
+  EXPECT_EQ(s.get_scale(), 32768.0);  // 1999 clean steps later: unchanged
+  EXPECT_EQ(s.growth_tracker(), 1999);
+  EXPECT_TRUE(p.step(s));  // the 2000th clean step grows it
+  EXPECT_EQ(s.get_scale(), 65536.0);
+  EXPECT_EQ(s.growth_tracker(), 0);
+  EXPECT_EQ(s.skipped_steps(), 1);
+  EXPECT_EQ(s.steps(), 2001);
+  ASSERT_EQ(s.scale_history().size(), 2001u);
+  EXPECT_EQ(s.scale_history()[0], 65536.0);
+  EXPECT_EQ(s.scale_history()[1], 32768.0);
+}
+
+TEST(Amp, T4_NanAndBothInfinitiesCountInfsInSeveralTensorsBackOffOnce) {
+  for (float bad : {NAN, INFINITY, -INFINITY}) {
+    Probe p;
+    LossScaler s(ScalerConfig::parse("dynamic"));
+    EXPECT_FALSE(p.step(s, bad, /*both=*/true));  // infs in two tensors: one flag, one backoff
+    EXPECT_EQ(s.get_scale(), 32768.0) << bad;
+  }
+}
+
+TEST(Amp, T4_GrowthFrom2Pow127IsRefused) {
+  // Scale 2^127 at a growth point, with a zero gradient so that nothing overflows at that scale.
+  LossScaler t(ScalerConfig::parse("dynamic:init=1.7014118346046923e38,interval=1,growth=2"));
+  Tensor w = Tensor::from_vector(std::vector<float>{1.0f}, {1}).requires_grad_();
+  optim::SGD sgd({w}, {.lr = 0.0});
+  sum(mul(w, 0.0)).backward();  // a zero gradient: never overflows, whatever the scale
+  t.step(sgd);
+  t.update();
+  EXPECT_EQ(t.get_scale(), std::ldexp(1.0, 127));  // 2^128 is not a finite f32: growth refused
+  EXPECT_TRUE(std::isfinite(t.get_scale()));
+}
+
+// 5. Skip purity: on overflow, f16 weights, masters, moments and step counters are bit-identical.
+TEST(Amp, T5_OverflowStepChangesNothing) {
+  for (const char* which : {"sgd", "adam"}) {
+    Generator g(hl::test::fresh_seed());
+    nn::Linear lin(4, 3, g);
+    lin.to(DType::f16);
+    std::unique_ptr<optim::Optimizer> opt;
+    if (std::string(which) == "sgd") {
+      opt = std::make_unique<optim::SGD>(lin.parameters(), optim::SGD::Options{.lr = 0.1, .momentum = 0.9, .master_weights = true});
+    } else {
+      auto o = optim::adamw_options(1e-2);
+      o.master_weights = true;
+      opt = std::make_unique<optim::Adam>(lin.parameters(), o);
+    }
+    LossScaler s(ScalerConfig::parse("dynamic:init=256"));
+    Tensor x = Tensor::randn({5, 4}, g, DType::f16);
+    Tensor y = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 0, 1}, {5});
+    auto run = [&](bool overflow) {
+      opt->zero_grad();
+      Tensor loss = cross_entropy(lin(overflow ? mul(x, INFINITY) : x), y);
+      s.scale(loss).backward();
+      const bool ok = s.step(*opt);
+      s.update();
+      return ok;
+    };
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(run(false)) << which;
+    const optim::Optimizer::State before = opt->state();
+    std::vector<std::vector<uint8_t>> snap;
+    for (const auto& p : lin.parameters()) snap.push_back(bytes(p));
+    for (const auto& [n, t] : before.tensors) snap.push_back(bytes(t));
+    EXPECT_FALSE(run(true)) << which;
+    const optim::Optimizer::State after = opt->state();
+    std::vector<std::vector<uint8_t>> now;
+    for (const auto& p : lin.parameters()) now.push_back(bytes(p));
+    for (const auto& [n, t] : after.tensors) now.push_back(bytes(t));
+    EXPECT_EQ(now, snap) << which;
+    EXPECT_EQ(after.meta.at("steps"), before.meta.at("steps")) << which;
+    EXPECT_EQ(opt->steps(), 3) << which;
+    EXPECT_EQ(s.get_scale(), 128.0) << which;
+  }
+}
+
+// 6. Hysteresis (DeepSpeed): with hysteresis 2 the first overflow skips without backing off, the
+//    next halves; `consecutive` refills on a clean step; a growth refills the counter.
+TEST(Amp, T6_HysteresisGoldenSequences) {
+  {
+    Probe p;
+    LossScaler s(ScalerConfig::parse("dynamic:init=1024,hysteresis=2"));
+    EXPECT_FALSE(p.step(s, INFINITY));
+    EXPECT_EQ(s.get_scale(), 1024.0);  // tolerated (but skipped)
+    EXPECT_EQ(s.skipped_steps(), 1);
+    EXPECT_FALSE(p.step(s, INFINITY));
+    EXPECT_EQ(s.get_scale(), 512.0);  // the second overflow backs off
+  }
+  {
+    Probe p;  // non-consecutive: O, C, O still halves (a clean step does not refill)
+    LossScaler s(ScalerConfig::parse("dynamic:init=1024,hysteresis=2"));
+    p.step(s, INFINITY);
+    p.step(s);
+    p.step(s, INFINITY);
+    EXPECT_EQ(s.get_scale(), 512.0);
+  }
+  {
+    Probe p;  // consecutive: O, C, O leaves the scale
+    LossScaler s(ScalerConfig::parse("dynamic:init=1024,hysteresis=2,consecutive"));
+    p.step(s, INFINITY);
+    p.step(s);
+    p.step(s, INFINITY);
+    EXPECT_EQ(s.get_scale(), 1024.0);
+    p.step(s, INFINITY);  // O, O: halves
+    EXPECT_EQ(s.get_scale(), 512.0);
+  }
+  {
+    Probe p;  // a growth refills: O (allowance 1 left), O (backoff, allowance stays 1), grow, O (tolerated)
+    LossScaler s(ScalerConfig::parse("dynamic:init=1024,hysteresis=2,interval=3"));
+    p.step(s, INFINITY);
+    p.step(s, INFINITY);
+    EXPECT_EQ(s.get_scale(), 512.0);
+    EXPECT_EQ(s.hysteresis_left(), 1);
+    for (int i = 0; i < 3; ++i) p.step(s);
+    EXPECT_EQ(s.get_scale(), 1024.0);
+    EXPECT_EQ(s.hysteresis_left(), 2);
+    p.step(s, INFINITY);
+    EXPECT_EQ(s.get_scale(), 1024.0);
+  }
+}
+
+// 7. Unscale-then-clip with S = 1024 matches the FP32 run exactly; gradients are never divided twice.
+TEST(Amp, T7_UnscaleThenClipMatchesFp32) {
+  Generator g(hl::test::fresh_seed());
+  const Tensor x = Tensor::randn({8, 6}, g);
+  const Tensor y = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 3, 0, 1, 2, 3}, {8});
+  const uint64_t seed = g.next_u64();
+  auto train = [&](bool scaled) {
+    Generator init(seed);
+    nn::Linear lin(6, 4, init);
+    optim::SGD sgd(lin.parameters(), {.lr = 0.5, .momentum = 0.9});
+    LossScaler s(ScalerConfig::parse("static:1024"));
+    std::vector<double> norms;
+    for (int i = 0; i < 5; ++i) {
+      sgd.zero_grad();
+      Tensor loss = cross_entropy(lin(x), y);
+      if (scaled) {
+        s.scale(loss).backward();
+        s.unscale(sgd);
+        norms.push_back(sgd.clip_grad_norm(0.05));  // small enough to clip every step
+        s.step(sgd);  // must not unscale again
+        s.update();
+      } else {
+        loss.backward();
+        norms.push_back(sgd.clip_grad_norm(0.05));
+        sgd.step();
+      }
+    }
+    return std::make_pair(lin.weight.to_vector(), norms);
+  };
+  const auto [w_scaled, n_scaled] = train(true);
+  const auto [w_plain, n_plain] = train(false);
+  EXPECT_EQ(w_scaled, w_plain);  // x1024 and /1024 are exact in f32
+  EXPECT_EQ(n_scaled, n_plain);
+  for (double n : n_plain) EXPECT_GT(n, 0.05);  // clipping was active
+  // Dividing twice is refused.
+  Probe p;
+  LossScaler s(ScalerConfig::parse("static:1024"));
+  s.scale(sum(p.w)).backward();
+  s.unscale(p.sgd);
+  EXPECT_THROW(s.unscale(p.sgd), Error);
+  s.step(p.sgd);
+  EXPECT_THROW(s.step(p.sgd), Error);  // stepping twice without update
+  s.update();
+  EXPECT_THROW(s.update(), Error);     // update without a step
+  // The optimizer guards itself too: two unscales without a step in between.
+  p.sgd.unscale_grads(1.0f, nullptr);
+  EXPECT_THROW(p.sgd.unscale_grads(1.0f, nullptr), Error);
+}
+
+// 8. Precision policy under `mixed`.
+TEST(Amp, T8_PrecisionPolicyUnderMixed) {
+  Generator g(hl::test::fresh_seed());
+  auto model = nn::mlp512(g);
+  model->to(amp::compute_dtype(amp::Precision::mixed));
+  Tensor x = Tensor::randn({4, 1, 28, 28}, g, DType::f16);
+  Tensor logits = (*model)(x);
+  EXPECT_EQ(logits.dtype(), DType::f16);  // linear (GEMM) outputs are f16
+  Tensor labels = Tensor::from_vector(std::vector<int32_t>{1, 2, 3, 4}, {4});
+  EXPECT_EQ(log_softmax(logits).dtype(), DType::f32);
+  EXPECT_EQ(cross_entropy(logits, labels).dtype(), DType::f32);
+  EXPECT_EQ(sum(logits).dtype(), DType::f32);
+  EXPECT_EQ(mean(logits).dtype(), DType::f32);
+  Tensor twelve = Tensor::from_vector(std::vector<float>{12.0f, 0.0f, -3.0f}, {1, 3}, DType::f16);
+  for (float v : log_softmax(twelve).to_vector()) EXPECT_TRUE(std::isfinite(v));  // exp(12) > 65504
+  EXPECT_EQ(add(f16({1.0f}), Tensor::ones({1})).dtype(), DType::f32);  // f16 + f32 promotes
+  EXPECT_EQ(amp::parse_precision("mixed"), amp::Precision::mixed);
+  EXPECT_THROW(amp::parse_precision("bf16"), Error);
+}
+
+// 9. Resume: save model, optimizer and scaler mid-run, restore, and the loss and scale trajectories
+//    match the uninterrupted run exactly.
+TEST(Amp, T9_ResumeIsExact) {
+  Generator g(hl::test::fresh_seed());
+  const Tensor x = Tensor::randn({16, 10}, g, DType::f16);
+  std::vector<int32_t> yv(16);
+  for (auto& v : yv) v = static_cast<int32_t>(g.below(5));
+  const Tensor y = Tensor::from_vector(yv, {16});
+  const uint64_t seed = g.next_u64();
+  // A high initial scale so that the run overflows, skips and backs off along the way.
+  const ScalerConfig cfg = ScalerConfig::parse("dynamic:init=1e9,interval=4,hysteresis=2");
+
+  struct Run {
+    std::unique_ptr<nn::Sequential> model;
+    std::unique_ptr<optim::SGD> opt;
+    LossScaler scaler;
+  };
+  auto make = [&](const ScalerConfig& c) {
+    Generator init(seed);
+    Run r{std::make_unique<nn::Sequential>(), nullptr, LossScaler(c)};
+    r.model->add(std::make_shared<nn::Linear>(10, 8, init));
+    r.model->add(std::make_shared<nn::ReLU>());
+    r.model->add(std::make_shared<nn::Linear>(8, 5, init));
+    r.model->to(DType::f16);
+    r.opt = std::make_unique<optim::SGD>(r.model->parameters(),
+                                         optim::SGD::Options{.lr = 0.1, .momentum = 0.9, .master_weights = true});
+    return r;
+  };
+  auto steps = [&](Run& r, int n, std::vector<double>& losses, std::vector<double>& scales) {
+    for (int i = 0; i < n; ++i) {
+      r.opt->zero_grad();
+      Tensor loss = cross_entropy((*r.model)(x), y);
+      losses.push_back(loss.item());
+      r.scaler.scale(loss).backward();
+      r.scaler.step(*r.opt);
+      r.scaler.update();
+      scales.push_back(r.scaler.get_scale());
+    }
+  };
+  Run a = make(cfg);
+  std::vector<double> la, sa;
+  steps(a, 20, la, sa);
+  EXPECT_GT(a.scaler.skipped_steps(), 0);  // the trajectory really exercised overflow handling
+
+  Run b = make(cfg);
+  std::vector<double> lb, sb;
+  steps(b, 9, lb, sb);
+  // "Save": copies of everything, detached from b.
+  std::vector<Tensor> params;
+  for (const auto& p : b.model->parameters()) params.push_back(p.detach().clone());
+  optim::Optimizer::State ost = b.opt->state();
+  for (auto& [n, t] : ost.tensors) t = t.clone();
+  const auto sst = b.scaler.state();
+  // "Restore" into a fresh run and finish.
+  Run c = make(cfg);
+  const auto cp = c.model->parameters();
+  for (size_t i = 0; i < cp.size(); ++i) Tensor(cp[i]).copy_(params[i]);
+  c.opt->load_state(ost);
+  c.scaler.load_state(sst);
+  steps(c, 11, lb, sb);
+  EXPECT_EQ(lb, la);
+  EXPECT_EQ(sb, sa);
+}
+
+TEST(Amp, AdamAndAdamWMatchPyTorchFormulas) {
+  // Three steps on f64 parameters, against the update written out in double.
+  for (bool decoupled : {false, true}) {
+    Tensor p = Tensor::from_vector(std::vector<double>{1.0, -2.0}, {2}).requires_grad_();
+    optim::Adam::Options o;
+    o.lr = 0.1;
+    o.weight_decay = 0.05;
+    o.decoupled = decoupled;
+    optim::Adam adam({p}, o);
+    std::vector<double> w{1.0, -2.0}, m(2, 0.0), v(2, 0.0);
+    const std::vector<double> gconst{0.3, -0.7};
+    for (int t = 1; t <= 3; ++t) {
+      adam.zero_grad();
+      sum(mul(p, Tensor::from_vector(gconst, {2}))).backward();
+      adam.step();
+      for (size_t i = 0; i < 2; ++i) {
+        double g = gconst[i];
+        if (decoupled) w[i] *= 1 - 0.1 * 0.05;
+        else g += 0.05 * w[i];
+        m[i] = 0.9 * m[i] + 0.1 * g;
+        v[i] = 0.999 * v[i] + 0.001 * g * g;
+        const double denom = std::sqrt(v[i]) / std::sqrt(1 - std::pow(0.999, t)) + 1e-8;
+        w[i] -= 0.1 / (1 - std::pow(0.9, t)) * m[i] / denom;
+      }
+      const auto got = p.to_double();
+      EXPECT_NEAR(got[0], w[0], 1e-15) << "t=" << t;
+      EXPECT_NEAR(got[1], w[1], 1e-15) << "t=" << t;
+    }
+    EXPECT_EQ(adam.type(), decoupled ? "AdamW" : "Adam");
+  }
+}
+
+TEST(Amp, ClipGradNormComputesTheGlobalNorm) {
+  Tensor a = Tensor::from_vector(std::vector<float>{3.0f}, {1}).requires_grad_();
+  Tensor b = Tensor::from_vector(std::vector<float>{4.0f}, {1}).requires_grad_();
+  optim::SGD sgd({a, b}, {.lr = 1.0});
+  sum(a * 3.0 + b * 4.0).backward();  // grads 3 and 4: norm 5
+  EXPECT_NEAR(sgd.clip_grad_norm(1.0), 5.0, 1e-6);
+  EXPECT_NEAR(sgd.unscaled_grads()[0].item(), 3.0 / (5.0 + 1e-6), 1e-6);
+  EXPECT_NEAR(sgd.unscaled_grads()[1].item(), 4.0 / (5.0 + 1e-6), 1e-6);
+  EXPECT_THROW(sgd.clip_grad_norm(0.0), Error);
+}
+
+TEST(Amp, ScalerSpecsParseAndRejectNonsense) {
+  EXPECT_EQ(ScalerConfig::parse("none").kind, ScalerConfig::Kind::none);
+  EXPECT_EQ(ScalerConfig::parse("static:1024").init_scale, 1024.0);
+  const ScalerConfig d = ScalerConfig::parse("dynamic:init=128,interval=10,hysteresis=3,consecutive,min=1,max=4096");
+  EXPECT_EQ(d.init_scale, 128.0);
+  EXPECT_EQ(d.growth_interval, 10);
+  EXPECT_EQ(d.hysteresis, 3);
+  EXPECT_TRUE(d.consecutive_hysteresis);
+  EXPECT_EQ(d.max_scale, 4096.0);
+  for (const char* bad : {"static", "static:-1", "static:abc", "dynamic:foo=1", "dynamic:init", "auto",
+                          "dynamic:backoff=2", "dynamic:hysteresis=0", "static:1e40"}) {
+    EXPECT_THROW(ScalerConfig::parse(bad), Error) << bad;
+  }
+}
+
+TEST(Amp, MinAndMaxScaleBoundTheDynamicScale) {
+  Probe p;
+  LossScaler s(ScalerConfig::parse("dynamic:init=4,min=2,max=8,interval=1"));
+  p.step(s, INFINITY);
+  p.step(s, INFINITY);
+  EXPECT_EQ(s.get_scale(), 2.0);  // floored at min
+  for (int i = 0; i < 5; ++i) p.step(s);
+  EXPECT_EQ(s.get_scale(), 8.0);  // capped at max
+}
+
+}  // namespace
