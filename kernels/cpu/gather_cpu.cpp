@@ -1,5 +1,6 @@
 // gather_rows on the CPU (see kernels/gather.h): one memcpy per row when the dtypes match, else
-// an element loop that widens to float (or double for f64) and rounds on store.
+// an element loop that widens to float (or double for f64) and rounds on store. Single-threaded:
+// it is bound by memory, and the DataLoader calls it from its own worker thread on the GPU path.
 #include <cstring>
 
 #include "kernels/error.h"
@@ -40,7 +41,6 @@ void gather_rows(const GatherArgs& a) {
   const size_t dst_row = static_cast<size_t>(a.row_elems) * dtype_size(a.dst_dtype);
   const auto* src = static_cast<const unsigned char*>(a.src);
   auto* dst = static_cast<unsigned char*>(a.dst);
-#pragma omp parallel for schedule(static) if (a.rows * a.row_elems > (1 << 16))
   for (int64_t r = 0; r < a.rows; ++r) {
     const unsigned char* s = src + static_cast<size_t>(a.indices[r]) * src_row;
     unsigned char* d = dst + static_cast<size_t>(r) * dst_row;
