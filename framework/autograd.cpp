@@ -4,11 +4,25 @@
 #include <unordered_set>
 
 #include "framework/ops.h"
+#include "kernels/reduce.h"
 
 namespace hl {
 
 namespace {
 thread_local bool g_grad_enabled = true;
+bool g_detect_anomaly = false;
+}
+
+void set_detect_anomaly(bool on) { g_detect_anomaly = on; }
+bool detect_anomaly() { return g_detect_anomaly; }
+DetectAnomalyGuard::DetectAnomalyGuard() : prev_(g_detect_anomaly) { g_detect_anomaly = true; }
+DetectAnomalyGuard::~DetectAnomalyGuard() { g_detect_anomaly = prev_; }
+
+void check_finite(const Tensor& t, const std::string& what) {
+  if (!t.defined() || !is_floating(t.dtype()) || t.numel() == 0) return;
+  Tensor flag = Tensor::zeros({}, DType::i32, t.device());
+  kernels::any_nonfinite(t.device(), t.numel(), t.data_ptr(), t.dtype(), flag.data<int32_t>());
+  HL_CHECK(flag.item() == 0.0, "anomaly: ", what, " (", t.describe(), ") contains NaN or inf");
 }
 
 bool grad_enabled() { return g_grad_enabled; }
@@ -25,6 +39,10 @@ bool needs_grad(const std::vector<Tensor>& inputs) {
 Tensor record(Tensor out, const std::string& op, std::vector<Tensor> inputs,
               std::function<std::vector<Tensor>(const Tensor&)> backward) {
   if (!needs_grad(inputs)) return out;
+  if (g_detect_anomaly) {
+    for (size_t i = 0; i < inputs.size(); ++i) check_finite(inputs[i], detail::concat("input ", i, " of '", op, "'"));
+    check_finite(out, "the output of '" + op + "'");
+  }
   auto node = std::make_shared<Node>();
   node->op = op;
   node->inputs = std::move(inputs);
@@ -89,6 +107,10 @@ void Tensor::backward(const Tensor& seed, bool retain_graph) const {
     HL_CHECK(!node.released, "backward: the graph through '", node.op,
              "' was already freed by an earlier backward(); pass retain_graph=true to the first call");
     const std::vector<Tensor> in_grads = node.backward(g);
+    if (g_detect_anomaly) {
+      for (size_t i = 0; i < in_grads.size(); ++i)
+        check_finite(in_grads[i], detail::concat("the gradient of input ", i, " of '", node.op, "' (backward)"));
+    }
     HL_CHECK(in_grads.size() == node.inputs.size(), "backward: '", node.op, "' returned ", in_grads.size(),
              " gradients for ", node.inputs.size(), " inputs");
     for (size_t i = 0; i < in_grads.size(); ++i) {

@@ -37,6 +37,26 @@ class NoGradGuard {
   bool prev_;
 };
 
+// Anomaly detection (opt-in, off by default; a debugging aid, it reads a flag back per op): every
+// recorded op checks its inputs and its output, and backward() checks every gradient it computes.
+// The first non-finite tensor stops the run with an hl::Error naming the op, which tensor and what
+// was found, e.g. "anomaly: the output of 'linear' (f32[128, 10] on cpu) contains NaN or inf".
+void set_detect_anomaly(bool on);
+bool detect_anomaly();
+// RAII form of set_detect_anomaly(true).
+class DetectAnomalyGuard {
+ public:
+  DetectAnomalyGuard();
+  ~DetectAnomalyGuard();
+  DetectAnomalyGuard(const DetectAnomalyGuard&) = delete;
+  DetectAnomalyGuard& operator=(const DetectAnomalyGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+// Throws the anomaly error if t (floating, defined) holds an inf or NaN. `what` names it.
+void check_finite(const Tensor& t, const std::string& what);
+
 // Should an op with these inputs record a node?
 bool needs_grad(const std::vector<Tensor>& inputs);
 // Attach a node to `out` (no-op when needs_grad(inputs) is false). Returns out.

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "framework/amp.h"
+#include "framework/autograd.h"
 #include "kernels/gemm.h"
 #include "kernels/runtime.h"
 
@@ -38,11 +39,13 @@ void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::stri
   app.add_option("--gemm", f.gemm, "GEMM variant (see --list-variants); default: the fastest for the device");
   app.add_option("--csv", f.csv, "append one row per epoch to this CSV file");
   app.add_flag("--smoke", f.smoke, "a tiny run on a data subset (seconds on a CPU)");
+  app.add_flag("--detect-anomaly", f.detect_anomaly, "stop at the first NaN/inf tensor and name it (slow)");
   app.add_flag("--list-variants", f.list_variants, "list the registered kernel variants and exit");
 }
 
 Device apply_common_flags(const CommonFlags& f) {
   const Device dev = parse_device(f.device);
+  set_detect_anomaly(f.detect_anomaly);
   if (!f.gemm.empty()) {
     const auto names = kernels::GemmRegistry::instance().names(dev);
     if (std::find(names.begin(), names.end(), f.gemm) == names.end()) {

@@ -23,6 +23,7 @@ struct CommonFlags {
   std::string gemm;                 // a GEMM variant name (see --list-variants)
   std::string csv;                  // write one row per epoch here
   bool smoke = false;               // a tiny subset, seconds on the CPU (what CI runs)
+  bool detect_anomaly = false;      // stop at the first NaN/inf tensor, naming it (slow: debugging)
   bool list_variants = false;
 };
 

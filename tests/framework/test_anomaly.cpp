@@ -1,0 +1,120 @@
+// Training through bad data: a batch with a NaN in it.
+//  - mixed + dynamic scaling keeps going: the step is skipped, the scale backs off, weights stay finite;
+//  - fp32 with anomaly detection stops at the first non-finite tensor, naming it;
+//  - fp32 without it silently poisons every weight (why the detection exists).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "framework/amp.h"
+#include "framework/autograd.h"
+#include "framework/nn.h"
+#include "framework/ops.h"
+#include "framework/optim.h"
+#include "tests/test_util.h"
+
+namespace {
+
+using namespace hl;
+
+struct PoisonedRun {
+  std::shared_ptr<nn::Sequential> model = std::make_shared<nn::Sequential>();
+  std::vector<Tensor> xs, ys;
+};
+
+// 4 batches of 16 random 20-feature inputs with 3 classes; batch 2 holds one NaN.
+PoisonedRun make(uint64_t seed, DType dt) {
+  Generator g(seed);
+  PoisonedRun s;
+  s.model->add(std::make_shared<nn::Linear>(20, 16, g));
+  s.model->add(std::make_shared<nn::ReLU>());
+  s.model->add(std::make_shared<nn::Linear>(16, 3, g));
+  for (int b = 0; b < 4; ++b) {
+    std::vector<float> x(16 * 20);
+    for (auto& v : x) v = static_cast<float>(g.normal());
+    if (b == 2) x[37] = NAN;
+    std::vector<int32_t> y(16);
+    for (auto& v : y) v = static_cast<int32_t>(g.below(3));
+    s.xs.push_back(Tensor::from_vector(x, {16, 20}, dt));
+    s.ys.push_back(Tensor::from_vector(y, {16}));
+  }
+  return s;
+}
+
+bool all_finite(const std::vector<Tensor>& ts) {
+  for (const auto& t : ts)
+    for (float v : t.to_vector())
+      if (!std::isfinite(v)) return false;
+  return true;
+}
+
+TEST(Anomaly, MixedWithDynamicScalingSkipsNaNBatchesAndKeepsGoing) {
+  PoisonedRun s = make(hl::test::fresh_seed(), DType::f16);
+  optim::SGD sgd(s.model->parameters(), {.lr = 0.05, .momentum = 0.9, .master_weights = true});
+  s.model->to(DType::f16);
+  amp::LossScaler scaler(amp::ScalerConfig::parse("dynamic"));
+  std::vector<bool> applied;
+  for (int step = 0; step < 12; ++step) {
+    const int b = step % 4;
+    sgd.zero_grad();
+    Tensor loss = cross_entropy((*s.model)(s.xs[b]), s.ys[b]);
+    scaler.scale(loss).backward();
+    applied.push_back(scaler.step(sgd));
+    scaler.update();
+  }
+  for (int step = 0; step < 12; ++step) EXPECT_EQ(applied[step], step % 4 != 2) << "step " << step;
+  EXPECT_EQ(scaler.skipped_steps(), 3);
+  EXPECT_EQ(scaler.get_scale(), 65536.0 / 8);  // one backoff per poisoned step
+  EXPECT_TRUE(all_finite(s.model->parameters()));
+  EXPECT_TRUE(all_finite(sgd.master_weights()));
+  EXPECT_EQ(sgd.steps(), 9);
+}
+
+TEST(Anomaly, Fp32WithDetectionStopsAtTheFirstNonFiniteTensor) {
+  PoisonedRun s = make(hl::test::fresh_seed(), DType::f32);
+  optim::SGD sgd(s.model->parameters(), {.lr = 0.05, .momentum = 0.9});
+  DetectAnomalyGuard detect;
+  for (int b = 0; b < 2; ++b) {  // clean batches pass the checks
+    sgd.zero_grad();
+    cross_entropy((*s.model)(s.xs[b]), s.ys[b]).backward();
+    sgd.step();
+  }
+  const std::vector<float> before = s.model->parameters()[0].to_vector();
+  try {
+    sgd.zero_grad();
+    cross_entropy((*s.model)(s.xs[2]), s.ys[2]).backward();
+    FAIL() << "the NaN batch must stop the run";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("anomaly"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("input 0 of 'linear'"), std::string::npos) << msg;  // the data, entering layer 1
+    EXPECT_NE(msg.find("f32[16, 20]"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(s.model->parameters()[0].to_vector(), before);  // nothing was updated
+}
+
+TEST(Anomaly, DetectionCatchesNonFiniteGradientsInBackward) {
+  // A finite forward whose backward overflows: d(sqrt(x))/dx at x = 0 is inf.
+  DetectAnomalyGuard detect;
+  Tensor x = Tensor::from_vector(std::vector<float>{0.0f, 1.0f}, {2}).requires_grad_();
+  Tensor y = sum(pow(x, 0.5));
+  try {
+    y.backward();
+    FAIL() << "an inf gradient must be reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("backward"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'pow'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Anomaly, Fp32WithoutDetectionPoisonsEveryWeight) {
+  PoisonedRun s = make(hl::test::fresh_seed(), DType::f32);
+  optim::SGD sgd(s.model->parameters(), {.lr = 0.05});
+  EXPECT_FALSE(detect_anomaly());
+  sgd.zero_grad();
+  cross_entropy((*s.model)(s.xs[2]), s.ys[2]).backward();
+  sgd.step();
+  EXPECT_FALSE(all_finite({s.model->parameters()[0]}));
+}
+
+}  // namespace
