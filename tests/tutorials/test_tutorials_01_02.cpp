@@ -1,0 +1,319 @@
+// Tutorials 01 (FP16 numbers) and 02 (autograd): the programs run, print the right numbers, and
+// reject bad flags; and every number chapter 01 quotes holds for hl::half itself.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/half.h"
+
+namespace {
+
+// Run a command, return (exit status, stdout+stderr).
+std::pair<int, std::string> run(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return {-1, ""};
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WEXITSTATUS(status), out};
+}
+
+const std::string kFp16Numbers = std::string(HALFLING_BINARY_DIR) + "/tutorials/01_fp16_numbers";
+const std::string kAutograd = std::string(HALFLING_BINARY_DIR) + "/tutorials/02_autograd";
+
+// The first line of `out` that starts with `prefix` ("" when there is none).
+std::string line_starting(const std::string& out, const std::string& prefix) {
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(prefix, 0) == 0) return line;
+  return "";
+}
+
+std::vector<std::string> fields(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> f;
+  for (std::string w; in >> w;) f.push_back(w);
+  return f;
+}
+
+// The text of the section whose heading starts with `heading` ("== 5."), up to the next heading.
+std::string section(const std::string& out, const std::string& heading) {
+  const size_t begin = out.find("\n" + heading);
+  if (begin == std::string::npos) return "";
+  const size_t end = out.find("\n== ", begin + 1);
+  return out.substr(begin + 1, end == std::string::npos ? std::string::npos : end - begin - 1);
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+float h(float x) { return hl::round_to_half(x); }
+
+// ---- 01_fp16_numbers: the program -------------------------------------------------------------------
+
+class Fp16NumbersTutorial : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { result_ = run(kFp16Numbers + " --smoke"); }
+  static std::pair<int, std::string> result_;
+  const std::string& out() const { return result_.second; }
+};
+std::pair<int, std::string> Fp16NumbersTutorial::result_;
+
+TEST_F(Fp16NumbersTutorial, SmokeRunSucceeds) { EXPECT_EQ(result_.first, 0) << out(); }
+
+TEST_F(Fp16NumbersTutorial, RangeAndPrecision) {
+  const auto largest = fields(line_starting(out(), "largest finite"));
+  ASSERT_EQ(largest.size(), 5u) << out();
+  EXPECT_EQ(largest[2], "65504");
+  EXPECT_EQ(largest[3], "3.4028235e+38");
+  EXPECT_TRUE(contains(line_starting(out(), "smallest normal"), "6.103515625e-05 (2^-14)")) << out();
+  EXPECT_TRUE(contains(line_starting(out(), "smallest subnormal"), "(2^-24)")) << out();
+  EXPECT_TRUE(contains(line_starting(out(), "smallest subnormal"), "(2^-149)")) << out();
+  EXPECT_TRUE(contains(out(), "fp16 largest finite = (2 - 2^-10) x 2^15 = 65504 (bits 0x7BFF)")) << out();
+  EXPECT_TRUE(contains(out(), "61440 normal, 2046 subnormal, 2 zeros, 2 infinities, 2046 NaN; 0 fail")) << out();
+
+  const std::string eps = line_starting(out(), "machine epsilon");
+  EXPECT_TRUE(contains(eps, "0.0009765625 (2^-10)") && contains(eps, "(2^-23)") && contains(eps, "(2^-52)")) << eps;
+  EXPECT_EQ(fields(line_starting(out(), "significant bits")), (std::vector<std::string>{"significant", "bits", "11", "24", "53"}));
+  const auto prints = fields(line_starting(out(), "0.123456789 prints as"));
+  ASSERT_EQ(prints.size(), 6u) << out();
+  EXPECT_EQ(prints[3], "0.1235");
+  EXPECT_EQ(prints[4], "0.12345679");
+  EXPECT_EQ(prints[5], "0.123456789");
+  EXPECT_TRUE(contains(line_starting(out(), "stored value (20 digits)"), "0.12347412109375")) << out();
+}
+
+TEST_F(Fp16NumbersTutorial, SubnormalsLoseOneBitPerHalving) {
+  const std::string subnormals = section(out(), "== 4.");
+  EXPECT_TRUE(contains(line_starting(subnormals, "2^-14 "), "0x0400") && contains(line_starting(subnormals, "2^-14 "), "normal"));
+  const auto sub15 = fields(line_starting(subnormals, "2^-15 "));
+  ASSERT_GE(sub15.size(), 5u) << out();
+  EXPECT_EQ(sub15[1], "0x0200");
+  EXPECT_EQ(sub15[3], "subnormal");
+  EXPECT_EQ(sub15[4], "10");
+  const auto sub24 = fields(line_starting(subnormals, "2^-24 "));
+  ASSERT_GE(sub24.size(), 5u) << out();
+  EXPECT_EQ(sub24[1], "0x0001");
+  EXPECT_EQ(sub24[4], "1");
+  const auto sub26 = fields(line_starting(subnormals, "2^-26 "));
+  ASSERT_GE(sub26.size(), 4u) << out();
+  EXPECT_EQ(sub26[2], "0");
+  EXPECT_EQ(sub26[3], "zero");
+}
+
+TEST_F(Fp16NumbersTutorial, RoundsToNearestEven) {
+  const std::string rounding = section(out(), "== 5.");
+  EXPECT_TRUE(ends_with(line_starting(rounding, "2049 "), "tie -> even (2048)     2048 (2^11)")) << out();
+  EXPECT_TRUE(ends_with(line_starting(rounding, "2051 "), "tie -> even (2052)     2052")) << out();
+  EXPECT_TRUE(ends_with(line_starting(rounding, "65519 "), "65504")) << out();
+  EXPECT_TRUE(ends_with(line_starting(rounding, "65520 "), "inf")) << out();
+  EXPECT_TRUE(ends_with(line_starting(rounding, "2^-25 "), "tie -> even (0)        0")) << out();
+  EXPECT_TRUE(ends_with(line_starting(rounding, "1.5 x 2^-25 "), "(2^-24)")) << out();
+  EXPECT_TRUE(ends_with(line_starting(rounding, "1 + 2^-11 "), " 1")) << out();
+}
+
+TEST_F(Fp16NumbersTutorial, SwampingCutOffIs2048) {
+  // Columns: ratio, u, fp16(1 + u), verdict for w = 1, "|", fp16(1.9 + u), verdict for w = 1.9.
+  const std::string swamping = section(out(), "== 6.");
+  auto verdicts = [&](const std::string& ratio) {
+    const auto f = fields(line_starting(swamping, ratio + " "));
+    return f.size() == 7 ? std::make_pair(f[3], f[6]) : std::make_pair(std::string("?"), std::string("?"));
+  };
+  EXPECT_EQ(verdicts("1024"), std::make_pair(std::string("kept"), std::string("kept"))) << out();
+  EXPECT_EQ(verdicts("2047"), std::make_pair(std::string("kept"), std::string("kept"))) << out();
+  EXPECT_EQ(verdicts("2048"), std::make_pair(std::string("LOST"), std::string("kept"))) << out();
+  EXPECT_EQ(verdicts("3000"), std::make_pair(std::string("LOST"), std::string("kept"))) << out();
+  EXPECT_EQ(verdicts("4096"), std::make_pair(std::string("LOST"), std::string("LOST"))) << out();
+}
+
+TEST_F(Fp16NumbersTutorial, MasterWeightsKeepTheUpdates) {
+  EXPECT_TRUE(contains(out(), "lr*g = 1e-08 in fp32, 0 in fp16")) << out();
+  EXPECT_TRUE(contains(out(), "after 16 updates: fp16 weight 1, fp32 master 1.00390625 (= 1 + 2^-8)")) << out();
+}
+
+TEST_F(Fp16NumbersTutorial, Fp16AccumulationStallsAt2048) {
+  const std::string accumulation = section(out(), "== 8.");
+  EXPECT_EQ(fields(line_starting(accumulation, "2048 ")), (std::vector<std::string>{"2048", "2048", "2048"})) << out();
+  EXPECT_EQ(fields(line_starting(accumulation, "4096 ")), (std::vector<std::string>{"4096", "2048", "4096"})) << out();
+  EXPECT_TRUE(contains(out(), "the fp16 sum stalls at 2048: from addition 2049 on")) << out();
+  EXPECT_TRUE(contains(out(), "halfling: sum(f16[4096] on cpu of ones) = 4096, returned as f32")) << out();
+}
+
+TEST_F(Fp16NumbersTutorial, ExpOverflowsAndSoftmaxNeedsFp32) {
+  EXPECT_TRUE(contains(line_starting(out(), "exp(12)"), "fp16: inf")) << out();
+  EXPECT_TRUE(contains(line_starting(out(), "exp(11)"), "fp16: 59872")) << out();
+  EXPECT_TRUE(contains(out(), "with exp stored in fp16: [nan, 0, 0]")) << out();
+  EXPECT_TRUE(contains(out(), "in fp32:                 [0.7310553, 0.2689402, 4.491759e-06]")) << out();
+  EXPECT_TRUE(contains(out(), "returned as f32")) << out();
+}
+
+TEST(Fp16NumbersFlags, ValueAndBits) {
+  const auto [s1, o1] = run(kFp16Numbers + " --value 0.123456789");
+  EXPECT_EQ(s1, 0) << o1;
+  EXPECT_TRUE(contains(o1, "fp16  prints as 0.1235\n      stored value 0.12347412109375")) << o1;
+  EXPECT_TRUE(contains(o1, "bits 0 01011 1111100111  = +2^(11-15) x 1.1111100111b")) << o1;
+  EXPECT_TRUE(contains(o1, "fp32  prints as 0.12345679\n")) << o1;
+  EXPECT_TRUE(contains(o1, "fp64  prints as 0.123456789\n")) << o1;
+
+  const auto [s2, o2] = run(kFp16Numbers + " --value 65520");
+  EXPECT_EQ(s2, 0) << o2;
+  EXPECT_TRUE(contains(o2, "overflow: too large for fp16")) << o2;
+
+  const auto [s3, o3] = run(kFp16Numbers + " --bits 0x7BFF");
+  EXPECT_EQ(s3, 0) << o3;
+  EXPECT_TRUE(contains(o3, "value     65504 (exactly 65504)")) << o3;
+  const auto [s4, o4] = run(kFp16Numbers + " --bits 0001");
+  EXPECT_EQ(s4, 0) << o4;
+  EXPECT_TRUE(contains(o4, "+2^-14 x 0.0000000001b  (subnormal)")) << o4;
+  EXPECT_TRUE(contains(o4, "exactly 5.9604644775390625e-08")) << o4;
+}
+
+TEST(Fp16NumbersFlags, RejectsInvalidFlagsClearly) {
+  for (const char* flags : {"--bits 0x10000", "--bits 0xZZ", "--value abc", "--value 1.5x", "--section nope"}) {
+    const std::string args = flags;
+    const auto [status, out] = run(kFp16Numbers + " " + args);
+    EXPECT_NE(status, 0) << args;
+    const std::string flag = args.substr(0, args.find(' '));
+    EXPECT_TRUE(contains(out, flag)) << args << ": " << out;
+  }
+  const auto [status, out] = run(kFp16Numbers + " --no-such-flag");
+  EXPECT_NE(status, 0);
+  EXPECT_TRUE(contains(out, "--no-such-flag")) << out;
+}
+
+// ---- 01_fp16_numbers: the chapter's claims, checked on hl::half directly ---------------------------
+
+TEST(Fp16NumbersClaims, RangeAndEpsilon) {
+  EXPECT_EQ(hl::half_bits_to_float(0x7BFF), 65504.0f);
+  EXPECT_EQ(hl::half_bits_to_float(0x0400), std::ldexp(1.0f, -14));
+  EXPECT_EQ(hl::half_bits_to_float(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(hl::half_bits_to_float(0x3C01) - 1.0f, std::ldexp(1.0f, -10));
+  EXPECT_EQ(std::nextafter(1.0f, 2.0f) - 1.0f, std::ldexp(1.0f, -23));
+  EXPECT_EQ(hl::double_to_half_bits(0.123456789), 0x2FE7);
+  EXPECT_EQ(static_cast<double>(hl::half_bits_to_float(0x2FE7)), 0.12347412109375);
+}
+
+TEST(Fp16NumbersClaims, RoundingTable) {
+  EXPECT_EQ(h(2049.0f), 2048.0f);
+  EXPECT_EQ(h(2051.0f), 2052.0f);
+  EXPECT_EQ(h(65519.0f), 65504.0f);
+  EXPECT_TRUE(std::isinf(h(65520.0f)));
+  EXPECT_EQ(h(std::ldexp(1.0f, -25)), 0.0f);
+  EXPECT_EQ(h(1.5f * std::ldexp(1.0f, -25)), std::ldexp(1.0f, -24));
+  EXPECT_EQ(h(1.0f + std::ldexp(1.0f, -11)), 1.0f);
+  EXPECT_EQ(h(static_cast<float>(std::exp(11.0))), 59872.0f);
+  EXPECT_TRUE(std::isinf(h(static_cast<float>(std::exp(12.0)))));
+}
+
+TEST(Fp16NumbersClaims, SwampingUpdatesAndStall) {
+  // For w = 1: an update survives up to w/u = 2047 and is lost from 2048 on.
+  EXPECT_NE(hl::double_to_half_bits(1.0 + 1.0 / 2047), hl::double_to_half_bits(1.0));
+  EXPECT_EQ(hl::double_to_half_bits(1.0 + 1.0 / 2048), hl::double_to_half_bits(1.0));
+  // 0.01 * 1e-6 underflows to zero in fp16 (it is below 2^-25).
+  EXPECT_EQ(h(0.01f * 1e-6f), 0.0f);
+  // 1 + 16 updates of 2^-12: lost in fp16, kept by an fp32 master copy.
+  float w16 = 1.0f, master = 1.0f;
+  for (int i = 0; i < 16; ++i) {
+    w16 = h(w16 + std::ldexp(1.0f, -12));
+    master += std::ldexp(1.0f, -12);
+  }
+  EXPECT_EQ(w16, 1.0f);
+  EXPECT_EQ(master, 1.00390625f);
+  EXPECT_EQ(h(master), 1.00390625f);
+  // 4096 ones: an fp16 accumulator stalls at 2048.
+  float acc16 = 0.0f, acc32 = 0.0f;
+  for (int i = 0; i < 4096; ++i) {
+    acc16 = h(acc16 + 1.0f);
+    acc32 += 1.0f;
+  }
+  EXPECT_EQ(acc16, 2048.0f);
+  EXPECT_EQ(acc32, 4096.0f);
+}
+
+// ---- 02_autograd ---------------------------------------------------------------------------------------
+
+class AutogradTutorial : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { result_ = run(kAutograd + " --smoke"); }
+  static std::pair<int, std::string> result_;
+  const std::string& out() const { return result_.second; }
+};
+std::pair<int, std::string> AutogradTutorial::result_;
+
+TEST_F(AutogradTutorial, SmokeRunSucceeds) {
+  EXPECT_EQ(result_.first, 0) << out();
+  EXPECT_TRUE(contains(out(), "every correct op passed gradcheck, and the wrong backward was caught")) << out();
+}
+
+TEST_F(AutogradTutorial, ForwardValuesAndHandDerivedGradients) {
+  // y = sum((a*b + a)^2), a = [1, 2, -3], b = [0.5, -1.5, 2]:
+  // dy/da = 2(ab+a)(b+1) = [4.5, 1, -54], dy/db = 2(ab+a)a = [3, -4, 54].
+  EXPECT_TRUE(contains(out(), "  y = sum(e) = 84.25\n")) << out();
+  const std::string ga = line_starting(out(), "  dy/da");
+  EXPECT_TRUE(contains(ga, "autograd [4.5, 1, -54]") && contains(ga, "= [4.5, 1, -54]") &&
+              ends_with(ga, "max difference 0"))
+      << ga;
+  const std::string gb = line_starting(out(), "  dy/db");
+  EXPECT_TRUE(contains(gb, "autograd [3, -4, 54]") && contains(gb, "= [3, -4, 54]") && ends_with(gb, "max difference 0"))
+      << gb;
+  // The neuron: z = 0.625, dL/dz = 2(0.625 - 1) = -0.75.
+  EXPECT_TRUE(contains(out(), "z = x . w + b = 0.625, h = relu(z) = 0.625, L = 0.140625")) << out();
+  for (const char* g : {"  dL/dw", "  dL/db", "  dL/dx"})
+    EXPECT_TRUE(ends_with(line_starting(out(), g), "max difference 0")) << out();
+  EXPECT_TRUE(contains(line_starting(out(), "  dL/dw"), "autograd [-0.75, -1.5, -2.25]")) << out();
+}
+
+TEST_F(AutogradTutorial, GraphAccumulationReleaseAndNoGrad) {
+  EXPECT_TRUE(contains(out(), "        |  |- a  (leaf, requires grad)")) << out();
+  EXPECT_TRUE(contains(out(), "a.grad = [9, 2, -108]")) << out();
+  EXPECT_TRUE(contains(out(), "the graph through 'sum' was already freed by an earlier backward()")) << out();
+  EXPECT_TRUE(contains(out(), "z.requires_grad() = false, node recorded: no")) << out();
+  EXPECT_TRUE(contains(out(), "does not require grad")) << out();
+}
+
+TEST_F(AutogradTutorial, GradcheckPassesCorrectOpsAndFailsTheWrongOne) {
+  int passes = 0;
+  for (const char* op : {"a*b (broadcast", "a/b", "exp(a)", "log(a)", "pow(a, 3)", "relu(a)", "sum(a, dim 1)",
+                         "mean(a)", "matmul(a, b)", "linear(x, W, b)", "log_softmax(z)", "cross_entropy(z, labels)",
+                         "square(a), correct backward"}) {
+    const std::string line = line_starting(out(), op);
+    EXPECT_TRUE(ends_with(line, "PASS")) << op << ": " << line;
+    const auto f = fields(line);
+    if (f.size() >= 2) {
+      EXPECT_LT(std::stod(f[f.size() - 2]), 1e-6) << line;
+    }
+    passes += ends_with(line, "PASS");
+  }
+  EXPECT_EQ(passes, 13);
+  EXPECT_TRUE(ends_with(line_starting(out(), "square(a), backward without the 2"), "FAIL")) << out();
+  EXPECT_TRUE(contains(out(), "input 0 element 0: analytic")) << out();
+}
+
+TEST(AutogradTutorialFlags, OtherSeedsPassToo) {
+  const auto [status, out] = run(kAutograd + " --seed 12345");
+  EXPECT_EQ(status, 0) << out;
+}
+
+TEST(AutogradTutorialFlags, RejectsInvalidFlagsClearly) {
+  for (const char* flags : {"--eps 0", "--eps 1", "--eps abc", "--seed -x"}) {
+    const std::string args = flags;
+    const auto [status, out] = run(kAutograd + " " + args);
+    EXPECT_NE(status, 0) << args;
+    const std::string flag = args.substr(0, args.find(' '));
+    EXPECT_TRUE(contains(out, flag)) << args << ": " << out;
+  }
+}
+
+}  // namespace
