@@ -150,7 +150,10 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 
 Tensor div(const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(k::BinaryOp::div, a, b, "div");
-  return record(out, "div", {a, b}, [a, b, out](const Tensor& g) {
+  // Closures that need the output capture a detached view of it (same storage, no grad_fn): capturing
+  // `out` itself would make a cycle out -> node -> closure -> out that leaks every graph never
+  // backpropagated (BadInput.GraphsDroppedWithoutBackwardAreFreed).
+  return record(out, "div", {a, b}, [a, b, out = out.detach()](const Tensor& g) {
     // d(a/b)/da = 1/b; d(a/b)/db = -(a/b)/b
     return std::vector<Tensor>{a.requires_grad() ? grad_for(div(g, b), a) : Tensor(),
                                b.requires_grad() ? grad_for(neg(div(mul(g, out.detach()), b)), b) : Tensor()};
@@ -174,7 +177,7 @@ Tensor rsub(double s, const Tensor& a) {
 
 Tensor rdiv(double s, const Tensor& a) {
   Tensor out = scalar_raw(k::ScalarOp::rdiv, a, s, "rdiv");
-  return record(out, "rdiv", {a}, [a, out](const Tensor& g) {
+  return record(out, "rdiv", {a}, [a, out = out.detach()](const Tensor& g) {
     return std::vector<Tensor>{neg(div(mul(g, out.detach()), a))};  // d(s/a)/da = -(s/a)/a
   });
 }
@@ -203,7 +206,7 @@ Tensor relu(const Tensor& a) {
 
 Tensor exp(const Tensor& a) {
   Tensor out = unary_raw(k::UnaryOp::exp, a, "exp");
-  return record(out, "exp", {a}, [out](const Tensor& g) { return std::vector<Tensor>{mul(g, out.detach())}; });
+  return record(out, "exp", {a}, [out = out.detach()](const Tensor& g) { return std::vector<Tensor>{mul(g, out)}; });
 }
 
 Tensor log(const Tensor& a) {
@@ -399,7 +402,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, bool fu
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
   return record(out, fused_relu ? "linear_relu" : "linear", inputs,
-                [x, weight, bias, fused_relu, out](const Tensor& g_in) {
+                [x, weight, bias, fused_relu, out = out.detach()](const Tensor& g_in) {
                   Tensor g = g_in;
                   if (fused_relu) {  // out = relu(z) > 0 exactly where z > 0
                     Tensor gz = Tensor::empty(out.shape(), out.dtype(), out.device());
@@ -431,7 +434,7 @@ Tensor log_softmax(const Tensor& logits) {
   Tensor out = Tensor::empty(logits.shape(), out_t, logits.device());
   k::log_softmax_forward(logits.device(), rows, cols, logits.data_ptr(), logits.dtype(), out.data_ptr(), out_t);
   const DType in_t = logits.dtype();
-  return record(out, "log_softmax", {logits}, [out, in_t, rows, cols](const Tensor& g) {
+  return record(out, "log_softmax", {logits}, [out = out.detach(), in_t, rows, cols](const Tensor& g) {
     const Tensor gc = g.dtype() == out.dtype() ? g : cast(g, out.dtype());
     Tensor gx = Tensor::empty(out.shape(), in_t, out.device());
     k::log_softmax_backward(out.device(), rows, cols, out.data_ptr(), gc.data_ptr(), out.dtype(), gx.data_ptr(),

@@ -287,6 +287,42 @@ TEST(BadInput, EmptyBatchesBackpropagateToZeroGradients) {
   EXPECT_EQ(q.grad().shape(), (Shape{0, 4}));
 }
 
+// ---- graphs that are never backpropagated --------------------------------------------------------------------
+
+// A forward pass whose graph is dropped without backward() (inference without NoGradGuard, a loss
+// computed only for logging) must free its tensors. A backward closure that captures its own output
+// makes a reference cycle (output -> node -> closure -> output) that leaks every such pass (found by
+// LeakSanitizer in scripts/sanitize.sh).
+TEST(BadInput, GraphsDroppedWithoutBackwardAreFreed) {
+  Generator g(hl::test::fresh_seed());
+  const Tensor x = rand({4, 3}, g).requires_grad_(), w = rand({5, 3}, g).requires_grad_();
+  const Tensor b = rand({5}, g).requires_grad_(), pos = add(mul(exp(rand({4, 3}, g)), 1.0), 0.5);
+  const std::vector<std::pair<std::string, std::function<Tensor()>>> ops = {
+      {"add", [&] { return add(x, x); }},          {"sub", [&] { return sub(x, x); }},
+      {"mul", [&] { return mul(x, x); }},          {"div", [&] { return div(x, pos); }},
+      {"add_scalar", [&] { return add(x, 1.0); }}, {"mul_scalar", [&] { return mul(x, 2.0); }},
+      {"rsub", [&] { return rsub(1.0, x); }},      {"rdiv", [&] { return rdiv(1.0, pos + x); }},
+      {"pow", [&] { return pow(x, 2.0); }},        {"neg", [&] { return neg(x); }},
+      {"relu", [&] { return relu(x); }},           {"exp", [&] { return exp(x); }},
+      {"log", [&] { return log(pos + x * 0.0); }}, {"cast", [&] { return cast(x, DType::f64); }},
+      {"sum", [&] { return sum(x); }},             {"mean", [&] { return mean(x, {0}); }},
+      {"matmul", [&] { return matmul(x, w, false, true); }},
+      {"linear", [&] { return linear(x, w, b); }}, {"linear_relu", [&] { return linear(x, w, b, true); }},
+      {"reshape", [&] { return reshape(x, {3, 4}); }},
+      {"log_softmax", [&] { return log_softmax(x); }},
+      {"cross_entropy", [&] { return cross_entropy(x, labels({0, 1, 2, 0})); }},
+  };
+  for (const auto& [name, op] : ops) {
+    std::weak_ptr<TensorImpl> alive;
+    {
+      const Tensor y = op();
+      ASSERT_TRUE(y.requires_grad()) << name;
+      alive = y.impl_ptr();
+    }
+    EXPECT_TRUE(alive.expired()) << name << ": the output outlives its last handle (a cycle through its backward)";
+  }
+}
+
 // ---- tutorial programs: invalid flags -------------------------------------------------------------------
 
 std::pair<int, std::string> run(const std::string& cmd, bool* signaled) {
