@@ -141,7 +141,7 @@ struct Prepared {
   Tensor host;  // contiguous, on the CPU
 };
 
-std::vector<Prepared> prepare(const NamedTensors& tensors, const StringMap& metadata, const std::string& op) {
+std::vector<Prepared> prepare(const NamedTensors& tensors, const std::string& op) {
   std::set<std::string> seen;
   std::vector<Prepared> out;
   for (const auto& [name, t] : tensors) {
@@ -151,7 +151,6 @@ std::vector<Prepared> prepare(const NamedTensors& tensors, const StringMap& meta
     HL_CHECK(t.defined(), op, ": tensor '", name, "' is undefined");
     out.push_back({name, t.detach().to(Device::cpu)});
   }
-  (void)metadata;  // any strings are valid metadata
   return out;
 }
 
@@ -205,7 +204,7 @@ void set_checkpoint_write_hook(std::function<void(size_t)> hook) {
 
 std::vector<uint8_t> serialize_safetensors(const NamedTensors& tensors, const StringMap& metadata) {
   const std::string op = "serialize_safetensors";
-  const auto prepared = prepare(tensors, metadata, op);
+  const auto prepared = prepare(tensors, op);
   std::vector<uint8_t> out;
   emit(prepared, metadata, op, [&](const void* p, size_t n) {
     const auto* b = static_cast<const uint8_t*>(p);
@@ -216,7 +215,7 @@ std::vector<uint8_t> serialize_safetensors(const NamedTensors& tensors, const St
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors, const StringMap& metadata) {
   const std::string op = "save_safetensors(" + path + ")";
-  const auto prepared = prepare(tensors, metadata, op);
+  const auto prepared = prepare(tensors, op);
   AtomicFile file(path, "save_safetensors");
   emit(prepared, metadata, op, [&](const void* p, size_t n) { file.write(p, n); });
   file.commit();
