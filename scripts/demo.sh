@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Set up, build, fetch MNIST and run the main lesson. Until the mixed-precision tutorial (05) lands,
-# that is tutorial 03: MLP-512 trained in FP32 on MNIST (on the GPU when one is present).
-# Extra arguments go to the program, e.g. scripts/demo.sh --epochs 5.
+# Set up, build, fetch MNIST and run the main lesson: tutorial 05, MLP-512 on MNIST trained in fp32,
+# fp16, mixed without and mixed with loss scaling (on the GPU when one is present, else the CPU),
+# ending with the comparison table. Extra arguments go to the program, e.g. scripts/demo.sh --epochs 2.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${HALFLING_BUILD:-$root/build}
@@ -9,4 +9,4 @@ build=${HALFLING_BUILD:-$root/build}
 "$root/scripts/build.sh" -DHALFLING_TESTS=OFF
 "$root/datasets/fetch.sh" mnist
 cd "$root"
-exec "$build/tutorials/03_mlp_mnist" --device auto "$@"
+exec "$build/tutorials/05_mixed_precision" --device auto "$@"

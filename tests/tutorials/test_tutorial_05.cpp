@@ -1,0 +1,50 @@
+// Tutorial 05 (mixed precision): the smoke run prints the four-way table; bad flags are refused.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include "tests/test_util.h"
+
+namespace {
+
+std::pair<int, std::string> run05(const std::string& args) {
+  const std::string cmd = std::string(HALFLING_BINARY_DIR) + "/tutorials/05_mixed_precision " + args + " 2>&1";
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return {-1, ""};
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WEXITSTATUS(status), out};
+}
+
+TEST(Tutorial05, SmokeRunPrintsTheComparisonTable) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const auto [status, out] = run05("--smoke --device cpu --data " + dir);
+  ASSERT_EQ(status, 0) << out;
+  for (const char* row : {"| fp32 | FP32 | FP32 weights | none |", "| fp16 weights | FP16 | FP16 weights | dynamic",
+                          "| mixed, no scaling | FP16 | FP32 masters | none |", "| mixed + dynamic | FP16 | FP32 masters | dynamic"}) {
+    EXPECT_NE(out.find(row), std::string::npos) << row << "\n" << out;
+  }
+}
+
+TEST(Tutorial05, SingleConfigurationAndBadFlags) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const auto [status, out] = run05("--smoke --device cpu --single --precision mixed --loss-scale static:1024 --data " + dir);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("| mixed static:1024 | FP16 | FP32 masters | static:1024 |"), std::string::npos) << out;
+  auto [s1, o1] = run05("--loss-scale dynamic:bogus=1");
+  EXPECT_NE(s1, 0);
+  EXPECT_NE(o1.find("--loss-scale"), std::string::npos) << o1;
+  EXPECT_NE(o1.find("bogus"), std::string::npos) << o1;
+  auto [s2, o2] = run05("--precision bf16");
+  EXPECT_NE(s2, 0);
+  EXPECT_NE(o2.find("--precision"), std::string::npos) << o2;
+}
+
+}  // namespace

@@ -1,0 +1,152 @@
+// Tutorial 05: the paper's comparison (Micikevicius et al. 2018, §3 and Table 1's spirit) on
+// MLP-512 / MNIST: fp32 vs fp16 weights vs mixed precision without and with loss scaling.
+// The chapter is tutorials/05_mixed_precision/README.md.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "datasets/dataloader.h"
+#include "datasets/mnist.h"
+#include "framework/amp.h"
+#include "framework/nn.h"
+#include "framework/optim.h"
+#include "kernels/runtime.h"
+#include "tutorials/common/cli.h"
+#include "tutorials/common/trainer.h"
+
+using namespace hl;
+
+namespace {
+
+struct RunConfig {
+  std::string label;
+  amp::Precision precision;
+  std::string loss_scale;
+};
+
+struct RunResult {
+  RunConfig config;
+  double test_accuracy = 0.0;
+  double seconds_per_epoch = 0.0;
+  double peak_mib = 0.0;
+  int64_t skipped = 0, steps = 0;
+  double final_scale = 1.0;
+};
+
+RunResult train_one(const RunConfig& rc, const data::Dataset& train, const data::Dataset& test, Device dev,
+                    const tutorial::CommonFlags& f, int64_t epochs, std::ofstream& csv) {
+  // Memory above what is already held (the data sets): weights, masters, gradients, moments, activations.
+  reset_peak_memory(dev);
+  const size_t baseline = memory_stats(dev).current_bytes;
+
+  Generator gen(f.seed);
+  auto model = nn::mlp512(gen);  // initialized in FP32
+  model->to(dev);
+  // The optimizer takes its FP32 master copy now, from the FP32 initialization, before the model's
+  // weights become FP16 working copies.
+  optim::SGD sgd(model->parameters(),
+                 {.lr = f.lr, .momentum = f.momentum, .master_weights = amp::uses_master_weights(rc.precision)});
+  const DType dt = amp::compute_dtype(rc.precision);
+  model->to(dt);
+  amp::LossScaler scaler(amp::ScalerConfig::parse(rc.loss_scale));
+
+  data::DataLoader train_loader(train, {.batch_size = f.batch, .shuffle = true, .seed = f.seed, .device = dev, .dtype = dt});
+  data::DataLoader test_loader(test, {.batch_size = 1000, .shuffle = false, .device = dev, .dtype = dt});
+  tutorial::TrainOptions opts;
+  opts.scaler = &scaler;
+
+  RunResult r{rc};
+  double seconds = 0.0;
+  for (int64_t e = 1; e <= epochs; ++e) {
+    const tutorial::EpochResult er = tutorial::train_epoch(*model, sgd, train_loader, e, opts);
+    r.test_accuracy = tutorial::evaluate(*model, test_loader);
+    seconds += er.seconds;
+    r.skipped += er.skipped_steps;
+    r.steps += er.steps;
+    std::printf("  [%s] epoch %lld/%lld  loss %.4f  test acc %.2f%%  %.1f s  skipped %lld  scale %g\n",
+                rc.label.c_str(), static_cast<long long>(e), static_cast<long long>(epochs), er.loss,
+                100 * r.test_accuracy, er.seconds, static_cast<long long>(er.skipped_steps), scaler.get_scale());
+    if (csv.is_open()) {
+      csv << rc.label << "," << e << "," << er.loss << "," << r.test_accuracy << "," << er.seconds << ","
+          << er.skipped_steps << "," << scaler.get_scale() << "\n";
+    }
+  }
+  r.seconds_per_epoch = seconds / static_cast<double>(epochs);
+  r.peak_mib = static_cast<double>(memory_stats(dev).peak_bytes - baseline) / (1 << 20);
+  r.final_scale = scaler.get_scale();
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"halfling tutorial 05: fp32 vs fp16 vs mixed precision (with and without loss scaling)"};
+  tutorial::CommonFlags f;
+  f.epochs = 5;
+  tutorial::add_common_flags(app, f, {"fp32", "fp16", "mixed"});
+  bool single = false;
+  app.add_flag("--single", single, "train only the --precision / --loss-scale configuration instead of the table");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (f.list_variants) {
+      tutorial::print_variants();
+      return 0;
+    }
+    const Device dev = tutorial::apply_common_flags(f);
+    const std::string dir = f.data.empty() ? tutorial::default_data_dir("mnist") : f.data;
+    data::Dataset train = data::load_mnist(dir, data::Split::train);
+    data::Dataset test = data::load_mnist(dir, data::Split::test);
+    int64_t epochs = f.epochs;
+    if (f.smoke) {
+      train = train.subset(0, 2048);
+      test = test.subset(0, 1000);
+      epochs = 1;
+    }
+    std::printf("halfling 05_mixed_precision: MLP-512 on MNIST, %lld train / %lld test images, %lld epoch(s), device %s%s\n",
+                static_cast<long long>(train.size()), static_cast<long long>(test.size()),
+                static_cast<long long>(epochs), device_name(dev),
+                dev == Device::cuda ? (" (" + runtime::cuda_device_description() + ")").c_str() : "");
+
+    std::vector<RunConfig> runs;
+    if (single) {
+      runs.push_back({f.precision + " " + f.loss_scale, amp::parse_precision(f.precision), f.loss_scale});
+    } else {
+      runs = {{"fp32", amp::Precision::fp32, "none"},
+              {"fp16 weights", amp::Precision::fp16, f.loss_scale},
+              {"mixed, no scaling", amp::Precision::mixed, "none"},
+              {"mixed + " + f.loss_scale, amp::Precision::mixed, f.loss_scale}};
+    }
+    std::ofstream csv;
+    if (!f.csv.empty()) {
+      csv.open(f.csv);
+      HL_CHECK(csv.good(), "--csv: cannot write ", f.csv);
+      csv << "run,epoch,train_loss,test_acc,seconds,skipped_steps,loss_scale\n";
+    }
+    std::vector<RunResult> results;
+    for (const RunConfig& rc : runs) {
+      std::printf("%s:\n", rc.label.c_str());
+      results.push_back(train_one(rc, train, test, dev, f, epochs, csv));
+    }
+
+    std::printf("\n| run | weights in fwd/bwd | update applied to | loss scale | test accuracy | s/epoch | peak memory (MiB) | skipped steps |\n");
+    std::printf("|---|---|---|---|---|---|---|---|\n");
+    for (const RunResult& r : results) {
+      const amp::Precision p = r.config.precision;
+      std::printf("| %s | %s | %s | %s | %.2f%% | %.2f | %.1f | %lld / %lld |\n", r.config.label.c_str(),
+                  p == amp::Precision::fp32 ? "FP32" : "FP16",
+                  p == amp::Precision::mixed ? "FP32 masters" : (p == amp::Precision::fp16 ? "FP16 weights" : "FP32 weights"),
+                  amp::ScalerConfig::parse(r.config.loss_scale).str().c_str(), 100 * r.test_accuracy,
+                  r.seconds_per_epoch, r.peak_mib, static_cast<long long>(r.skipped), static_cast<long long>(r.steps));
+    }
+    std::printf("(peak memory: bytes held on %s above the loaded data sets: weights, masters, gradients, moments, activations)\n",
+                device_name(dev));
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "05_mixed_precision: %s\n", e.what());
+    return 1;
+  }
+}
