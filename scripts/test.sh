@@ -1,30 +1,74 @@
 #!/usr/bin/env bash
-# Set up, build, fetch the test data, run every test. Ends with one line: "N passed, N failed, N skipped".
-# CUDA tests skip themselves (with the reason) when no GPU is present.
+# Set up, build, fetch the test data and run every test:
+#   1. the test suite (ctest), CUDA tests skipping themselves (with the reason) without a GPU;
+#   2. the CPU suite again under AddressSanitizer + UndefinedBehaviorSanitizer (scripts/sanitize.sh);
+#   3. a bounded libFuzzer run of every parser (tests/fuzz/run.sh, 60 s per target).
+# Ends with one line: "N passed, N failed, N skipped" over all three (each fuzz target counts as one).
+# HALFLING_SANITIZE_TESTS=0 or HALFLING_FUZZ_SECONDS=0 leave stage 2 or 3 out (e.g. for a quick local run).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${HALFLING_BUILD:-$root/build}
+fuzz_seconds=${HALFLING_FUZZ_SECONDS:-60}
+sanitize=${HALFLING_SANITIZE_TESTS:-1}
 
 "$root/scripts/setup.sh"
 "$root/scripts/build.sh" -DHALFLING_TESTS=ON "$@"
 "$root/datasets/fetch.sh" mnist
 "$root/datasets/fetch.sh" fashion-mnist
 
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-set +e
-OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} ctest --test-dir "$build" --output-on-failure -j"${HALFLING_JOBS:-2}" 2>&1 | tee "$log"
-status=${PIPESTATUS[0]}
-set -e
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+passed=0 failed=0 skipped=0 status=0
 
-# ctest's summary: "100% tests passed, 0 tests failed out of 57" and a list of skipped tests.
-total=$(grep -Eo "tests failed out of [0-9]+" "$log" | grep -Eo "[0-9]+$" || echo 0)
-failed=$(grep -Eo "[0-9]+ tests failed out of" "$log" | grep -Eo "^[0-9]+" || echo 0)
-skipped=$(grep -Ec "\(Skipped\)$" "$log" || true)
-passed=$((total - failed - skipped))
-if [[ $total -eq 0 ]]; then
-  echo "test.sh: ctest ran no tests" >&2
-  status=1
+# Add a ctest log's counts to the totals ("100% tests passed, 0 tests failed out of 57", plus one
+# "(Skipped)" line per skipped test). A log with no summary counts as one failure.
+tally_ctest() {
+  local total fail skip
+  total=$(grep -Eo "tests failed out of [0-9]+" "$1" | grep -Eo "[0-9]+$" || true)
+  if [[ -z $total || $total -eq 0 ]]; then
+    echo "test.sh: $2 ran no tests" >&2
+    failed=$((failed + 1))
+    return
+  fi
+  fail=$(grep -Eo "[0-9]+ tests failed out of" "$1" | grep -Eo "^[0-9]+")
+  skip=$(grep -Ec "\(Skipped\)$" "$1" || true)
+  passed=$((passed + total - fail - skip))
+  failed=$((failed + fail))
+  skipped=$((skipped + skip))
+}
+
+echo "== test suite"
+set +e
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} ctest --test-dir "$build" --output-on-failure -j"${HALFLING_JOBS:-2}" 2>&1 |
+  tee "$logs/ctest.log"
+[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+set -e
+tally_ctest "$logs/ctest.log" "the test suite"
+
+if [[ $sanitize != 0 ]]; then
+  echo "== the CPU test suite under ASan + UBSan"
+  set +e
+  "$root/scripts/sanitize.sh" 2>&1 | tee "$logs/asan.log"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  set -e
+  tally_ctest "$logs/asan.log" "the sanitizer suite"
 fi
+
+if [[ $fuzz_seconds != 0 ]]; then
+  echo "== fuzzing every parser for ${fuzz_seconds}s"
+  set +e
+  "$root/tests/fuzz/run.sh" "$fuzz_seconds" 2>&1 | tee "$logs/fuzz.log"
+  fuzz_status=${PIPESTATUS[0]}
+  set -e
+  ok=$(grep -Ec "^fuzz: fuzz_[a-z0-9_]+ ok:" "$logs/fuzz.log" || true)
+  bad=$(grep -Ec "^fuzz: fuzz_[a-z0-9_]+ FAILED" "$logs/fuzz.log" || true)
+  # A build or usage problem (exit 2) fails without naming a target: count it once.
+  if [[ $fuzz_status -ne 0 && $bad -eq 0 ]]; then bad=1; fi
+  [[ $fuzz_status -eq 0 ]] || status=1
+  passed=$((passed + ok))
+  failed=$((failed + bad))
+fi
+
+[[ $failed -eq 0 ]] || status=1
 echo "$passed passed, $failed failed, $skipped skipped"
 exit "$status"
