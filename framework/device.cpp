@@ -8,6 +8,24 @@
 #include "kernels/error.h"
 #include "kernels/runtime.h"
 
+// AddressSanitizer's manual poisoning (no-ops in ordinary builds). g++ says __SANITIZE_ADDRESS__,
+// clang says __has_feature(address_sanitizer).
+#if defined(__SANITIZE_ADDRESS__)
+#define HL_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HL_ASAN 1
+#endif
+#endif
+#if defined(HL_ASAN)
+#include <sanitizer/asan_interface.h>
+#define HL_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define HL_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define HL_POISON(p, n) ((void)(p), (void)(n))
+#define HL_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 namespace hl {
 
 Device parse_device(const std::string& name) {
@@ -63,6 +81,7 @@ void* CachingAllocator::allocate(size_t bytes) {
     } catch (const Error&) {
       // Out of memory: give the cache back and try once more before failing.
       for (auto& [s, p] : free_blocks_) {
+        if (host_memory_) HL_UNPOISON(p, s);
         raw_free_(p);
         stats_.reserved_bytes -= s;
       }
@@ -73,6 +92,10 @@ void* CachingAllocator::allocate(size_t bytes) {
     stats_.backend_allocs += 1;
   }
   live_[ptr] = size;
+  if (host_memory_) {
+    HL_UNPOISON(ptr, bytes);
+    HL_POISON(static_cast<char*>(ptr) + bytes, size - bytes);  // the rounding slack
+  }
   stats_.current_bytes += size;
   if (stats_.current_bytes > stats_.peak_bytes) stats_.peak_bytes = stats_.current_bytes;
   return ptr;
@@ -84,6 +107,7 @@ void CachingAllocator::deallocate(void* ptr) {
   auto it = live_.find(ptr);
   if (it == live_.end()) return;  // not ours: never free what we did not allocate
   stats_.current_bytes -= it->second;
+  if (host_memory_) HL_POISON(ptr, it->second);  // cached, not free: any use now is a use after free
   free_blocks_.emplace(it->second, ptr);
   live_.erase(it);
 }
@@ -91,6 +115,7 @@ void CachingAllocator::deallocate(void* ptr) {
 void CachingAllocator::release_cached() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [size, ptr] : free_blocks_) {
+    if (host_memory_) HL_UNPOISON(ptr, size);
     raw_free_(ptr);
     stats_.reserved_bytes -= size;
   }
@@ -119,7 +144,7 @@ void host_free(void* p) { std::free(p); }
 
 CachingAllocator& allocator(Device d) {
   // Leaked on purpose: tensors destroyed during static destruction must still find their allocator.
-  static CachingAllocator* cpu = new CachingAllocator(host_alloc, host_free);
+  static CachingAllocator* cpu = new CachingAllocator(host_alloc, host_free, /*host_memory=*/true);
   static CachingAllocator* gpu = new CachingAllocator(runtime::cuda_malloc, runtime::cuda_free);
   return d == Device::cpu ? *cpu : *gpu;
 }

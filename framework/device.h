@@ -40,7 +40,11 @@ class CachingAllocator {
  public:
   using RawAlloc = void* (*)(size_t);
   using RawFree = void (*)(void*);
-  CachingAllocator(RawAlloc alloc, RawFree free) : raw_alloc_(alloc), raw_free_(free) {}
+  // host_memory: the blocks are ordinary host memory, so under AddressSanitizer the slack past each
+  // request and every cached (freed) block are poisoned: an overrun or a use after free is reported
+  // instead of landing silently in memory the allocator still owns.
+  CachingAllocator(RawAlloc alloc, RawFree free, bool host_memory = false)
+      : raw_alloc_(alloc), raw_free_(free), host_memory_(host_memory) {}
   ~CachingAllocator();
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
@@ -56,6 +60,7 @@ class CachingAllocator {
  private:
   RawAlloc raw_alloc_;
   RawFree raw_free_;
+  bool host_memory_;
   mutable std::mutex mu_;
   std::multimap<size_t, void*> free_blocks_;  // size -> block
   std::map<void*, size_t> live_;              // block -> size

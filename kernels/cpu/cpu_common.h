@@ -13,9 +13,10 @@
 
 namespace hl::kernels::cpu {
 
-// The arithmetic type for a storage type: double for double, float for everything else.
+// The arithmetic type for a storage type: float for f16 and f32; double for f64, and for i32, whose
+// values above 2^24 a float cannot hold (a cast from i32 then rounds once, from the exact value).
 template <class T>
-using compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+using compute_t = std::conditional_t<std::is_same_v<T, double> || std::is_same_v<T, int32_t>, double, float>;
 
 template <class T>
 inline compute_t<T> load(const T* p, int64_t i) {

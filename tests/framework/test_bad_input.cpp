@@ -402,7 +402,7 @@ TEST(BadInput, TutorialProgramsRejectInvalidFlagsClearly) {
 
 // NaN passes CLI::Range (every comparison with NaN is false), so `--lr nan` starts training with a NaN
 // learning rate. Enable once tutorials/common/cli.cpp rejects non-finite values (see docs/hardening.md).
-TEST(BadInput, DISABLED_TutorialProgramsRejectNanLearningRate) {
+TEST(BadInput, TutorialProgramsRejectNanLearningRate) {
   for (const std::string& prog : tutorial_programs()) {
     bool signaled = false;
     for (const std::string args : {"--lr nan", "--momentum nan"}) {

@@ -7,6 +7,7 @@
 #include "framework/device.h"
 #include "framework/ops.h"
 #include "framework/tensor.h"
+#include "kernels/elementwise.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -42,6 +43,16 @@ TEST(Tensor, DtypeConversionRoundsToNearestEven) {
   EXPECT_EQ(i.to_int(), (std::vector<int32_t>{-1, 2}));  // truncation toward zero
   EXPECT_EQ(Tensor::from_vector(std::vector<double>{1.0 / 3.0}, {1}).to(DType::f32).item(),
             static_cast<double>(1.0f / 3.0f));
+}
+
+TEST(Tensor, LargeIntegersCastExactly) {
+  // 2^24 + 1 is not a float: i32 -> f64 must not pass through f32; i32 -> f32 rounds once (to even).
+  Tensor i = Tensor::from_vector(std::vector<int32_t>{16777217, 2147483647, -2147483647}, {3});
+  std::vector<double> d(3);
+  hl::kernels::cast(DeviceType::cpu, 3, i.data_ptr(), DType::i32, d.data(), DType::f64);
+  EXPECT_EQ(d, (std::vector<double>{16777217.0, 2147483647.0, -2147483647.0}));
+  EXPECT_EQ(i.to(DType::f32).to_double()[0], 16777216.0);
+  EXPECT_EQ(i.to(DType::f64).to_double()[1], 2147483647.0);
 }
 
 TEST(Tensor, PrintingUsesTheDigitsOfTheDtype) {
@@ -151,6 +162,31 @@ TEST(Allocator, CachesAndCountsPeak) {
   EXPECT_EQ(frees, 2);
   EXPECT_EQ(a.stats().reserved_bytes, 0u);
 }
+
+#if defined(__SANITIZE_ADDRESS__)
+TEST(Allocator, AsanSeesOverrunsAndCachedBlocks) {
+  // Only in the ASan build (scripts/sanitize.sh): the slack past a request and freed blocks kept in
+  // the cache are poisoned, so these accesses are reported although the allocator owns the memory.
+  EXPECT_DEATH(
+      {
+        Tensor t = Tensor::zeros({3});  // 12 bytes in a 512-byte block
+        volatile float* p = t.data<float>();
+        p[3] = 1.0f;
+      },
+      "AddressSanitizer");
+  EXPECT_DEATH(
+      {
+        float* p = nullptr;
+        {
+          Tensor t = Tensor::zeros({3});
+          p = t.data<float>();
+        }
+        volatile float v = p[0];
+        (void)v;
+      },
+      "AddressSanitizer");
+}
+#endif
 
 TEST(Allocator, TensorsReuseMemory) {
   const MemoryStats before = memory_stats(Device::cpu);

@@ -1,6 +1,7 @@
 #include "tutorials/common/cli.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 
@@ -10,6 +11,19 @@
 #include "kernels/runtime.h"
 
 namespace hl::tutorial {
+
+namespace {
+// CLI11's Range lets NaN through (every comparison with NaN is false): refuse it explicitly.
+const CLI::Validator kFinite(
+    [](std::string& text) {
+      try {
+        if (std::isfinite(std::stod(text))) return std::string();
+      } catch (...) {
+      }
+      return "must be a finite number, got '" + text + "'";
+    },
+    "FINITE");
+}  // namespace
 
 void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::string>& precisions) {
   app.add_option("--device", f.device, "cpu, cuda or auto (cuda when a GPU is present)")
@@ -32,8 +46,8 @@ void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::stri
   }
   app.add_option("--epochs", f.epochs, "passes over the training set")->check(CLI::Range(1, 100000))->capture_default_str();
   app.add_option("--batch", f.batch, "batch size")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  app.add_option("--lr", f.lr, "learning rate")->check(CLI::Range(0.0, 100.0))->capture_default_str();
-  app.add_option("--momentum", f.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--lr", f.lr, "learning rate")->check(kFinite & CLI::Range(0.0, 100.0))->capture_default_str();
+  app.add_option("--momentum", f.momentum, "SGD momentum")->check(kFinite & CLI::Range(0.0, 1.0))->capture_default_str();
   app.add_option("--seed", f.seed, "seed for initialization and shuffling")->capture_default_str();
   app.add_option("--data", f.data, "data directory");
   app.add_option("--gemm", f.gemm, "GEMM variant (see --list-variants); default: the fastest for the device");
