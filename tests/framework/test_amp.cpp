@@ -4,9 +4,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 
 #include "framework/amp.h"
+#include "framework/checkpoint.h"
 #include "framework/autograd.h"
 #include "framework/nn.h"
 #include "framework/ops.h"
@@ -359,6 +361,22 @@ TEST(Amp, T9_ResumeIsExact) {
   steps(c, 11, lb, sb);
   EXPECT_EQ(lb, la);
   EXPECT_EQ(sb, sa);
+
+  // The same through a checkpoint file: model, optimizer (masters, momentum) and the scaler's state
+  // as an extra section of the safetensors file.
+  Run d = make(cfg);
+  std::vector<double> ld, sd;
+  steps(d, 9, ld, sd);
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("halfling_amp_resume_" + std::to_string(seed) + ".safetensors")).string();
+  save_checkpoint(path, *d.model, d.opt.get(), {}, {{"scaler", CheckpointSection{{}, d.scaler.state()}}});
+  Run e = make(cfg);
+  const Checkpoint ck = load_checkpoint(path, *e.model, e.opt.get());
+  e.scaler.load_state(ck.sections.at("scaler").meta);
+  std::filesystem::remove(path);
+  steps(e, 11, ld, sd);
+  EXPECT_EQ(ld, la);
+  EXPECT_EQ(sd, sa);
 }
 
 TEST(Amp, AdamAndAdamWMatchPyTorchFormulas) {
