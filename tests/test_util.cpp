@@ -1,6 +1,10 @@
 #include "tests/test_util.h"
 
+#include <sys/wait.h>
+
+#include <array>
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -44,6 +48,23 @@ std::vector<double> random_values(size_t n, uint64_t seed, double lo, double hi,
     if (t == DType::i32) x = std::floor(x);
   }
   return v;
+}
+
+std::pair<int, std::string> run_command(const std::string& cmd, bool* signaled) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return {-1, ""};
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  // The shell reports a child killed by signal N as exit status 128 + N.
+  if (signaled) *signaled = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) > 128);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string tutorial_program(const std::string& name) {
+  return (std::filesystem::path(HALFLING_BINARY_DIR) / "tutorials" / name).string();
 }
 
 std::string data_dir(const std::string& name) {

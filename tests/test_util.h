@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/dtype.h"
@@ -22,6 +23,13 @@ double rel_error(const std::vector<double>& out, const std::vector<double>& ref)
 // Random values in [lo, hi), already rounded to what dtype t can hold (so a float64 reference
 // computed from them sees exactly the inputs the kernel sees).
 std::vector<double> random_values(size_t n, uint64_t seed, double lo, double hi, DType t);
+
+// Run a shell command; returns (exit status, stdout + stderr). The status is -1 when the command did
+// not exit normally; *signaled (if given) says whether it died of a signal (a crash).
+std::pair<int, std::string> run_command(const std::string& cmd, bool* signaled = nullptr);
+
+// The path of a built tutorial program, e.g. tutorial_program("03_mlp_mnist").
+std::string tutorial_program(const std::string& name);
 
 // Path of a data set fetched by datasets/fetch.sh ($HALFLING_DATA/<name> or <repo>/data/<name>; "" if absent).
 std::string data_dir(const std::string& name);

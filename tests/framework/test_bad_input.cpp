@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -325,19 +324,6 @@ TEST(BadInput, GraphsDroppedWithoutBackwardAreFreed) {
 
 // ---- tutorial programs: invalid flags -------------------------------------------------------------------
 
-std::pair<int, std::string> run(const std::string& cmd, bool* signaled) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return {-1, ""};
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  // The shell reports a child killed by signal N as exit status 128 + N.
-  *signaled = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) > 128);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
 std::vector<std::string> tutorial_programs() {
   std::vector<std::string> out;
   const std::filesystem::path dir = std::filesystem::path(HALFLING_BINARY_DIR) / "tutorials";
@@ -376,7 +362,7 @@ TEST(BadInput, TutorialProgramsRejectInvalidFlagsClearly) {
   for (const std::string& prog : programs) {
     SCOPED_TRACE(prog);
     bool signaled = false;
-    const auto [help_status, help] = run(prog + " --help", &signaled);
+    const auto [help_status, help] = hl::test::run_command(prog + " --help", &signaled);
     EXPECT_EQ(help_status, 0) << help;
     // A missing data directory keeps a wrongly accepted flag from starting a long training run.
     const std::string no_data = help.find("--data") != std::string::npos ? " --data /nonexistent_halfling_data" : "";
@@ -384,7 +370,7 @@ TEST(BadInput, TutorialProgramsRejectInvalidFlagsClearly) {
     for (const auto& c : kBadFlags)
       if (help.find(c.flag + " ") != std::string::npos || help.find(c.flag + "\n") != std::string::npos) cases.push_back(c);
     for (const auto& c : cases) {
-      const auto [status, out] = run(prog + " " + c.args + no_data, &signaled);
+      const auto [status, out] = hl::test::run_command(prog + " " + c.args + no_data, &signaled);
       EXPECT_FALSE(signaled) << c.args << " crashed:\n" << out;
       EXPECT_NE(status, 0) << c.args << " was accepted:\n" << out;
       EXPECT_NE(out.find(c.expected), std::string::npos) << c.args << ": the error does not name '" << c.expected
@@ -393,7 +379,7 @@ TEST(BadInput, TutorialProgramsRejectInvalidFlagsClearly) {
       EXPECT_EQ(out.find("terminate called"), std::string::npos) << c.args << ":\n" << out;
     }
     // A flag missing its value, last on the line.
-    const auto [status, out] = run(prog + " --seed", &signaled);
+    const auto [status, out] = hl::test::run_command(prog + " --seed", &signaled);
     EXPECT_FALSE(signaled) << out;
     EXPECT_NE(status, 0) << out;
     EXPECT_NE(out.find("--seed"), std::string::npos) << out;
@@ -406,7 +392,7 @@ TEST(BadInput, TutorialProgramsRejectNanLearningRate) {
   for (const std::string& prog : tutorial_programs()) {
     bool signaled = false;
     for (const std::string args : {"--lr nan", "--momentum nan"}) {
-      const auto [status, out] = run(prog + " " + args + " --data /nonexistent_halfling_data", &signaled);
+      const auto [status, out] = hl::test::run_command(prog + " " + args + " --data /nonexistent_halfling_data", &signaled);
       EXPECT_NE(status, 0) << prog << " " << args;
       EXPECT_NE(out.find(args.substr(0, args.find(' '))), std::string::npos) << prog << " " << args << ":\n" << out;
     }

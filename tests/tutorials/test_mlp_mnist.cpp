@@ -1,7 +1,6 @@
 // End to end: MLP-512 learns MNIST in FP32 on the CPU, and the tutorial program behaves.
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -17,19 +16,8 @@ namespace {
 
 using namespace hl;
 
-// Run a command, return (exit status, stdout+stderr).
-std::pair<int, std::string> run(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return {-1, ""};
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WEXITSTATUS(status), out};
-}
-
-const std::string kProgram = std::string(HALFLING_BINARY_DIR) + "/tutorials/03_mlp_mnist";
+using hl::test::run_command;
+const std::string kProgram = hl::test::tutorial_program("03_mlp_mnist");
 
 // The acceptance bar of the foundation issue: >= 97% test accuracy within 2 epochs, FP32, CPU, with
 // the canonical recipe (DESIGN.md §4: batch 128, SGD momentum 0.9, lr 0.05). A single seed sits
@@ -68,26 +56,26 @@ TEST(MlpMnist, Fp32CpuReaches97PercentInTwoEpochs) {
 
 TEST(MlpMnist, TutorialSmokeRun) {
   if (hl::test::data_dir("mnist").empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
-  const auto [status, out] = run(kProgram + " --smoke --device cpu --data " + hl::test::data_dir("mnist"));
+  const auto [status, out] = run_command(kProgram + " --smoke --device cpu --data " + hl::test::data_dir("mnist"));
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("epoch 1/1"), std::string::npos) << out;
   EXPECT_NE(out.find("final test accuracy"), std::string::npos) << out;
 }
 
 TEST(MlpMnist, TutorialRejectsBadInputClearly) {
-  auto [s1, o1] = run(kProgram + " --precision mixed");
+  auto [s1, o1] = run_command(kProgram + " --precision mixed");
   EXPECT_NE(s1, 0);
   EXPECT_NE(o1.find("--precision"), std::string::npos) << o1;
-  auto [s2, o2] = run(kProgram + " --epochs 0");
+  auto [s2, o2] = run_command(kProgram + " --epochs 0");
   EXPECT_NE(s2, 0);
   EXPECT_NE(o2.find("--epochs"), std::string::npos) << o2;
-  auto [s3, o3] = run(kProgram + " --data /nonexistent/dir --smoke");
+  auto [s3, o3] = run_command(kProgram + " --data /nonexistent/dir --smoke");
   EXPECT_EQ(s3, 1);
   EXPECT_NE(o3.find("/nonexistent/dir"), std::string::npos) << o3;
-  auto [s4, o4] = run(kProgram + " --gemm no_such_variant --smoke");
+  auto [s4, o4] = run_command(kProgram + " --gemm no_such_variant --smoke");
   EXPECT_EQ(s4, 1);
   EXPECT_NE(o4.find("no_such_variant"), std::string::npos) << o4;
-  auto [s5, o5] = run(kProgram + " --device tpu");
+  auto [s5, o5] = run_command(kProgram + " --device tpu");
   EXPECT_NE(s5, 0);
   EXPECT_NE(o5.find("--device"), std::string::npos) << o5;
 }

@@ -1,7 +1,6 @@
 // Tutorial 05 (mixed precision): the smoke run prints the four-way table; bad flags are refused.
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cstdio>
 #include <string>
 
@@ -10,15 +9,7 @@
 namespace {
 
 std::pair<int, std::string> run05(const std::string& args) {
-  const std::string cmd = std::string(HALFLING_BINARY_DIR) + "/tutorials/05_mixed_precision " + args + " 2>&1";
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return {-1, ""};
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WEXITSTATUS(status), out};
+  return hl::test::run_command(hl::test::tutorial_program("05_mixed_precision") + " " + args);
 }
 
 TEST(Tutorial05, SmokeRunPrintsTheComparisonTable) {

@@ -2,7 +2,6 @@
 // reject bad flags; and every number chapter 01 quotes holds for hl::half itself.
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -12,23 +11,13 @@
 #include <vector>
 
 #include "kernels/half.h"
+#include "tests/test_util.h"
 
 namespace {
 
-// Run a command, return (exit status, stdout+stderr).
-std::pair<int, std::string> run(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return {-1, ""};
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WEXITSTATUS(status), out};
-}
-
-const std::string kFp16Numbers = std::string(HALFLING_BINARY_DIR) + "/tutorials/01_fp16_numbers";
-const std::string kAutograd = std::string(HALFLING_BINARY_DIR) + "/tutorials/02_autograd";
+using hl::test::run_command;
+const std::string kFp16Numbers = hl::test::tutorial_program("01_fp16_numbers");
+const std::string kAutograd = hl::test::tutorial_program("02_autograd");
 
 // The first line of `out` that starts with `prefix` ("" when there is none).
 std::string line_starting(const std::string& out, const std::string& prefix) {
@@ -65,7 +54,7 @@ float h(float x) { return hl::round_to_half(x); }
 
 class Fp16NumbersTutorial : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { result_ = run(kFp16Numbers + " --smoke"); }
+  static void SetUpTestSuite() { result_ = run_command(kFp16Numbers + " --smoke"); }
   static std::pair<int, std::string> result_;
   const std::string& out() const { return result_.second; }
 };
@@ -160,21 +149,21 @@ TEST_F(Fp16NumbersTutorial, ExpOverflowsAndSoftmaxNeedsFp32) {
 }
 
 TEST(Fp16NumbersFlags, ValueAndBits) {
-  const auto [s1, o1] = run(kFp16Numbers + " --value 0.123456789");
+  const auto [s1, o1] = run_command(kFp16Numbers + " --value 0.123456789");
   EXPECT_EQ(s1, 0) << o1;
   EXPECT_TRUE(contains(o1, "fp16  prints as 0.1235\n      stored value 0.12347412109375")) << o1;
   EXPECT_TRUE(contains(o1, "bits 0 01011 1111100111  = +2^(11-15) x 1.1111100111b")) << o1;
   EXPECT_TRUE(contains(o1, "fp32  prints as 0.12345679\n")) << o1;
   EXPECT_TRUE(contains(o1, "fp64  prints as 0.123456789\n")) << o1;
 
-  const auto [s2, o2] = run(kFp16Numbers + " --value 65520");
+  const auto [s2, o2] = run_command(kFp16Numbers + " --value 65520");
   EXPECT_EQ(s2, 0) << o2;
   EXPECT_TRUE(contains(o2, "overflow: too large for fp16")) << o2;
 
-  const auto [s3, o3] = run(kFp16Numbers + " --bits 0x7BFF");
+  const auto [s3, o3] = run_command(kFp16Numbers + " --bits 0x7BFF");
   EXPECT_EQ(s3, 0) << o3;
   EXPECT_TRUE(contains(o3, "value     65504 (exactly 65504)")) << o3;
-  const auto [s4, o4] = run(kFp16Numbers + " --bits 0001");
+  const auto [s4, o4] = run_command(kFp16Numbers + " --bits 0001");
   EXPECT_EQ(s4, 0) << o4;
   EXPECT_TRUE(contains(o4, "+2^-14 x 0.0000000001b  (subnormal)")) << o4;
   EXPECT_TRUE(contains(o4, "exactly 5.9604644775390625e-08")) << o4;
@@ -183,12 +172,12 @@ TEST(Fp16NumbersFlags, ValueAndBits) {
 TEST(Fp16NumbersFlags, RejectsInvalidFlagsClearly) {
   for (const char* flags : {"--bits 0x10000", "--bits 0xZZ", "--value abc", "--value 1.5x", "--section nope"}) {
     const std::string args = flags;
-    const auto [status, out] = run(kFp16Numbers + " " + args);
+    const auto [status, out] = run_command(kFp16Numbers + " " + args);
     EXPECT_NE(status, 0) << args;
     const std::string flag = args.substr(0, args.find(' '));
     EXPECT_TRUE(contains(out, flag)) << args << ": " << out;
   }
-  const auto [status, out] = run(kFp16Numbers + " --no-such-flag");
+  const auto [status, out] = run_command(kFp16Numbers + " --no-such-flag");
   EXPECT_NE(status, 0);
   EXPECT_TRUE(contains(out, "--no-such-flag")) << out;
 }
@@ -246,7 +235,7 @@ TEST(Fp16NumbersClaims, SwampingUpdatesAndStall) {
 
 class AutogradTutorial : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { result_ = run(kAutograd + " --smoke"); }
+  static void SetUpTestSuite() { result_ = run_command(kAutograd + " --smoke"); }
   static std::pair<int, std::string> result_;
   const std::string& out() const { return result_.second; }
 };
@@ -302,14 +291,14 @@ TEST_F(AutogradTutorial, GradcheckPassesCorrectOpsAndFailsTheWrongOne) {
 }
 
 TEST(AutogradTutorialFlags, OtherSeedsPassToo) {
-  const auto [status, out] = run(kAutograd + " --seed 12345");
+  const auto [status, out] = run_command(kAutograd + " --seed 12345");
   EXPECT_EQ(status, 0) << out;
 }
 
 TEST(AutogradTutorialFlags, RejectsInvalidFlagsClearly) {
   for (const char* flags : {"--eps 0", "--eps 1", "--eps abc", "--seed -x"}) {
     const std::string args = flags;
-    const auto [status, out] = run(kAutograd + " " + args);
+    const auto [status, out] = run_command(kAutograd + " " + args);
     EXPECT_NE(status, 0) << args;
     const std::string flag = args.substr(0, args.find(' '));
     EXPECT_TRUE(contains(out, flag)) << args << ": " << out;
