@@ -156,7 +156,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
   return record(out, "div", {a, b}, [a, b, out = out.detach()](const Tensor& g) {
     // d(a/b)/da = 1/b; d(a/b)/db = -(a/b)/b
     return std::vector<Tensor>{a.requires_grad() ? grad_for(div(g, b), a) : Tensor(),
-                               b.requires_grad() ? grad_for(neg(div(mul(g, out.detach()), b)), b) : Tensor()};
+                               b.requires_grad() ? grad_for(neg(div(mul(g, out), b)), b) : Tensor()};
   });
 }
 
@@ -178,7 +178,7 @@ Tensor rsub(double s, const Tensor& a) {
 Tensor rdiv(double s, const Tensor& a) {
   Tensor out = scalar_raw(k::ScalarOp::rdiv, a, s, "rdiv");
   return record(out, "rdiv", {a}, [a, out = out.detach()](const Tensor& g) {
-    return std::vector<Tensor>{neg(div(mul(g, out.detach()), a))};  // d(s/a)/da = -(s/a)/a
+    return std::vector<Tensor>{neg(div(mul(g, out), a))};  // d(s/a)/da = -(s/a)/a
   });
 }
 
