@@ -115,6 +115,72 @@ std::string truncation(Format f, const uint8_t* d, size_t n) {
   return "";
 }
 
+// Debian's stb_image (a 2022 snapshot) decodes a JPEG scan with whatever its Huffman tables hold,
+// and it does not clear them first: a scan that uses a table no DHT segment defined reads stale
+// memory and can crash (stb's PR #1297 describes it), and a DHT whose code counts add up to more
+// than 256 overruns the table (stb issue #1289). Both were fixed upstream after that snapshot, so we
+// walk the markers first and refuse such files. Found by tests/fuzz/fuzz_image.
+std::string jpeg_tables(const uint8_t* d, size_t n) {
+  bool dc[4] = {}, ac[4] = {}, progressive = false;
+  size_t at = 2;  // after SOI (FF D8)
+  while (at + 4 <= n) {
+    if (d[at] != 0xFF) {  // padding between segments: stb skips to the next FF, and so do we
+      ++at;
+      continue;
+    }
+    const uint8_t m = d[at + 1];
+    if (m == 0xFF) {  // fill byte before a marker
+      ++at;
+      continue;
+    }
+    if (m == 0xD9) return "";                                    // end of image
+    if ((m >= 0xD0 && m <= 0xD7) || m == 0x01) {                 // markers without a length
+      at += 2;
+      continue;
+    }
+    const size_t len = (static_cast<size_t>(d[at + 2]) << 8) | d[at + 3];
+    if (len < 2 || at + 2 + len > n)
+      return detail::concat("corrupt JPEG: the segment at byte ", at, " claims ", len, " bytes, past the end of the file");
+    const uint8_t* p = d + at + 4;
+    const size_t plen = len - 2;
+    if (m == 0xC2 || m == 0xC6 || m == 0xCA || m == 0xCE) progressive = true;
+    if (m == 0xC4) {  // DHT: one or more tables of 1 + 16 + (sum of counts) bytes
+      for (size_t k = 0; k < plen;) {
+        if (k + 17 > plen) return detail::concat("corrupt JPEG: a Huffman table at byte ", at, " is cut off");
+        const int tc = p[k] >> 4, th = p[k] & 15;
+        if (tc > 1 || th > 3) return detail::concat("corrupt JPEG: Huffman table class ", tc, " id ", th, " (at most 1 and 3)");
+        size_t total = 0;
+        for (int i = 1; i <= 16; ++i) total += p[k + i];
+        if (total > 256) return detail::concat("corrupt JPEG: a Huffman table with ", total, " codes (at most 256)");
+        if (k + 17 + total > plen) return detail::concat("corrupt JPEG: a Huffman table at byte ", at, " is cut off");
+        (tc == 0 ? dc : ac)[th] = true;
+        k += 17 + total;
+      }
+    }
+    if (m == 0xDA) {  // SOS: the tables each component of this scan decodes with must exist
+      const size_t ns = plen >= 1 ? p[0] : 0;
+      if (ns == 0 || plen < 1 + 2 * ns + 3) return detail::concat("corrupt JPEG: a bad start-of-scan header at byte ", at);
+      const int ss = p[1 + 2 * ns], ah = p[3 + 2 * ns] >> 4;
+      // Progressive scans use only one kind: DC tables for a first DC scan, AC tables for AC scans.
+      const bool need_dc = !progressive || (ss == 0 && ah == 0), need_ac = !progressive || ss > 0;
+      for (size_t c = 0; c < ns; ++c) {
+        const int td = p[2 + 2 * c] >> 4, ta = p[2 + 2 * c] & 15;
+        if (need_dc && (td > 3 || !dc[td]))
+          return detail::concat("corrupt JPEG: a scan uses DC Huffman table ", td, ", which no DHT segment defined");
+        if (need_ac && (ta > 3 || !ac[ta]))
+          return detail::concat("corrupt JPEG: a scan uses AC Huffman table ", ta, ", which no DHT segment defined");
+      }
+      // Skip the entropy-coded data: it ends at the first FF not followed by 00 or a restart marker.
+      size_t i = at + 2 + len;
+      while (i + 1 < n && !(d[i] == 0xFF && d[i + 1] != 0x00 && !(d[i + 1] >= 0xD0 && d[i + 1] <= 0xD7))) ++i;
+      at = i;
+      continue;
+    }
+    at += 2 + len;
+  }
+  return "";  // no end marker: the truncation check reports it
+}
+
 }  // namespace
 
 Image decode_image(const uint8_t* data, size_t size, const std::string& source, int channels) {
@@ -125,6 +191,9 @@ Image decode_image(const uint8_t* data, size_t size, const std::string& source, 
   const Format format = sniff(data, size);
   if (format == Format::unknown) fail("not a PNG, JPEG or BMP file (unrecognized first bytes)");
   if (const std::string cut = truncation(format, data, size); !cut.empty()) fail(cut);
+  if (format == Format::jpeg) {
+    if (const std::string bad = jpeg_tables(data, size); !bad.empty()) fail(bad);
+  }
   const int len = static_cast<int>(size);
   int w = 0, h = 0, comp = 0;
   if (!stbi_info_from_memory(data, len, &w, &h, &comp))

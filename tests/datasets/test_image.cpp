@@ -108,6 +108,28 @@ TEST(Image, RejectsDamagedFiles) {
   EXPECT_HL_ERROR(data::read_image(dir.str()), "directory");
 }
 
+// Debian's stb_image decodes a scan with Huffman tables that no DHT segment defined (stale memory:
+// a crash found by tests/fuzz/fuzz_image, seed regress_jpeg_undefined_huffman_table.jpg) and lets a
+// table's code counts exceed 256 (stb issue #1289). decode_image refuses both before stb sees them.
+TEST(Image, RejectsJpegHuffmanTablesStbWouldMisread) {
+  const Bytes good = encode(random_image(16, 16, 3, fresh_seed()), "jpg");
+  auto find = [&](uint8_t marker) {
+    for (size_t i = 0; i + 1 < good.size(); ++i)
+      if (good[i] == 0xFF && good[i + 1] == marker) return i;
+    ADD_FAILURE() << "marker " << int(marker) << " not in stb's JPEG";
+    return size_t(0);
+  };
+  ASSERT_EQ(data::decode_image(good.data(), good.size(), "good.jpg").width, 16);
+  Bytes undefined = good;
+  undefined[find(0xDA) + 6] = 0x22;  // the scan's first component now asks for DC/AC tables 2
+  EXPECT_HL_ERROR(data::decode_image(undefined.data(), undefined.size(), "u.jpg"), "decode_image(u.jpg)",
+                  "Huffman table 2, which no DHT segment defined");
+  Bytes overfull = good;
+  overfull[find(0xC4) + 5 + 15] = 255;  // the 16-bit code count of the first table: > 256 codes in all
+  EXPECT_HL_ERROR(data::decode_image(overfull.data(), overfull.size(), "o.jpg"), "decode_image(o.jpg)",
+                  "codes (at most 256)");
+}
+
 TEST(Image, ResizeGridAndScale) {
   const Image img = random_image(32, 32, 3, fresh_seed());
   const Image half = data::resize_image(img, 16, 8);
