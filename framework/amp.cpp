@@ -27,12 +27,6 @@ const char* precision_name(Precision p) {
 
 namespace {
 
-std::string exact(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
 double parse_number(const std::string& text, const std::string& spec) {
   try {
     size_t used = 0;
@@ -98,9 +92,9 @@ ScalerConfig ScalerConfig::parse(const std::string& spec) {
 std::string ScalerConfig::str() const {
   switch (kind) {
     case Kind::none: return "none";
-    case Kind::fixed: return "static:" + exact(init_scale);
+    case Kind::fixed: return "static:" + detail::exact(init_scale);
     case Kind::dynamic: {
-      std::string s = "dynamic:init=" + exact(init_scale) + ",interval=" + std::to_string(growth_interval);
+      std::string s = "dynamic:init=" + detail::exact(init_scale) + ",interval=" + std::to_string(growth_interval);
       if (hysteresis != 1) s += ",hysteresis=" + std::to_string(hysteresis);
       if (consecutive_hysteresis) s += ",consecutive";
       return s;
@@ -180,7 +174,7 @@ void LossScaler::update() {
 std::map<std::string, std::string> LossScaler::state() const {
   HL_CHECK(stage_ == Stage::ready, "LossScaler::state: save between steps (after update())");
   return {{"config", config_.str()},
-          {"scale", exact(scale_)},
+          {"scale", detail::exact(scale_)},
           {"growth_tracker", std::to_string(growth_tracker_)},
           {"hysteresis_left", std::to_string(hysteresis_left_)},
           {"steps", std::to_string(steps_)},

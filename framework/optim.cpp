@@ -11,13 +11,6 @@ namespace hl::optim {
 
 namespace {
 
-// Every bit of a double, as text (17 significant digits round-trip exactly).
-std::string exact(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
 // "momentum.3" -> 3 when name has the form <prefix>.<i>, else -1.
 int64_t indexed(const std::string& name, const std::string& prefix) {
   if (name.rfind(prefix + ".", 0) != 0) return -1;
@@ -100,7 +93,7 @@ void Optimizer::unscale_grads(float inv_scale, int32_t* found_inf) {
     // An FP32 gradient is unscaled in place; an FP16 one into a kept FP32 buffer.
     if (g.dtype() == st) {
       grads_[i] = g;
-    } else if (!grads_[i].defined() || grads_[i].impl() == g.impl() || grads_[i].dtype() != st) {
+    } else if (!grads_[i].defined()) {  // a buffer made here always has dtype st: kept across steps
       grads_[i] = Tensor::empty(g.shape(), st, g.device());
     }
     slots.push_back({g.data_ptr(), g.dtype(), grads_[i].data_ptr(), st, g.numel()});
@@ -169,7 +162,7 @@ Optimizer::State Optimizer::state() const {
   State s;
   s.meta["type"] = type();
   s.meta["steps"] = std::to_string(steps_);
-  s.meta["lr"] = exact(lr_);
+  s.meta["lr"] = detail::exact(lr_);
   s.meta["master_weights"] = use_masters_ ? "1" : "0";
   for (size_t i = 0; i < masters_.size(); ++i)
     if (masters_[i].defined()) s.tensors.emplace_back("master." + std::to_string(i), masters_[i]);
@@ -230,8 +223,7 @@ SGD::SGD(std::vector<Tensor> params, Options opt) : Optimizer(std::move(params),
   HL_CHECK(opt.weight_decay >= 0.0, "SGD: weight_decay must be >= 0, got ", opt.weight_decay);
   HL_CHECK(!opt.nesterov || (opt.momentum > 0.0 && opt.dampening == 0.0),
            "SGD: Nesterov momentum needs momentum > 0 and dampening 0");
-  HL_CHECK(opt.lr >= 0.0, "SGD: learning rate must be >= 0, got ", opt.lr);
-  set_lr(opt.lr);
+  set_lr(opt.lr);  // validates it
 }
 
 void SGD::update(std::vector<kernels::ParamSlot>& slots, const std::vector<size_t>& index) {
@@ -255,12 +247,11 @@ void SGD::update(std::vector<kernels::ParamSlot>& slots, const std::vector<size_
 // ---- Adam / AdamW ----------------------------------------------------------------------------------------
 
 Adam::Adam(std::vector<Tensor> params, Options opt) : Optimizer(std::move(params), opt.master_weights), opt_(opt) {
-  HL_CHECK(opt.lr >= 0.0, type(), ": learning rate must be >= 0, got ", opt.lr);
   HL_CHECK(opt.beta1 >= 0.0 && opt.beta1 < 1.0 && opt.beta2 >= 0.0 && opt.beta2 < 1.0, type(),
            ": betas must be in [0, 1), got ", opt.beta1, ", ", opt.beta2);
   HL_CHECK(opt.eps > 0.0, type(), ": eps must be positive, got ", opt.eps);
   HL_CHECK(opt.weight_decay >= 0.0, type(), ": weight_decay must be >= 0, got ", opt.weight_decay);
-  set_lr(opt.lr);
+  set_lr(opt.lr);  // validates it
 }
 
 void Adam::update(std::vector<kernels::ParamSlot>& slots, const std::vector<size_t>& index) {

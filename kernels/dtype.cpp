@@ -1,8 +1,16 @@
 #include "kernels/dtype.h"
 
+#include <cstdio>
+
 #include "kernels/error.h"
 
 namespace hl {
+
+std::string detail::exact(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
 
 DType parse_dtype(const std::string& s) {
   if (s == "f32" || s == "float32" || s == "fp32" || s == "float") return DType::f32;

@@ -14,6 +14,9 @@ class Error : public std::runtime_error {
 };
 
 namespace detail {
+// Every bit of a double as text: 17 significant digits round-trip exactly (saved settings, states).
+std::string exact(double v);
+
 template <class... Args>
 std::string concat(const Args&... args) {
   std::ostringstream os;

@@ -35,11 +35,12 @@ int main(int argc, char** argv) {
     }
     const Device dev = tutorial::apply_common_flags(f);
     const std::string dir = f.data.empty() ? tutorial::default_data_dir(dataset) : f.data;
-    auto load = dataset == "mnist" ? data::load_mnist : data::load_fashion_mnist;
-    data::Dataset train = load(dir, data::Split::train, dataset == "mnist" ? data::Normalization{0.1307f, 0.3081f}
-                                                                          : data::Normalization{0.2860f, 0.3530f});
-    data::Dataset test = load(dir, data::Split::test, dataset == "mnist" ? data::Normalization{0.1307f, 0.3081f}
-                                                                        : data::Normalization{0.2860f, 0.3530f});
+    // A function pointer carries no default arguments: pass each set's own normalization explicitly.
+    const bool mnist = dataset == "mnist";
+    auto load = mnist ? data::load_mnist : data::load_fashion_mnist;
+    const data::Normalization norm = mnist ? data::mnist_normalization() : data::fashion_mnist_normalization();
+    data::Dataset train = load(dir, data::Split::train, norm);
+    data::Dataset test = load(dir, data::Split::test, norm);
     int64_t epochs = f.epochs;
     if (f.smoke) {  // seconds, not minutes: what CI runs so that this chapter never rots
       train = train.subset(0, 2048);
