@@ -191,7 +191,8 @@ class GemmProblem {
     // the few epilogue roundings; relu cannot increase an error), plus half an f16 ulp for an f16 store.
     const double u = unit_roundoff(ab_type_);
     const double gamma = static_cast<double>(s_.K + 8) * u;
-    std::vector<double> out(static_cast<size_t>(M * N)), ref(static_cast<size_t>(M * N));
+    std::vector<double> out(static_cast<size_t>(M * N)), ref(static_cast<size_t>(M * N)),
+        scales(static_cast<size_t>(M * N));
     int64_t nan_count = 0, over_bound = 0;
     std::string first_problem;
     for (int64_t i = 0; i < M; ++i) {
@@ -214,6 +215,7 @@ class GemmProblem {
         const double o = C.get(static_cast<size_t>(i * ldc_ + j));
         out[ij] = o;
         ref[ij] = r;
+        scales[ij] = scale;
         if (std::isnan(o)) {
           if (nan_count++ == 0) first_problem = "NaN at (" + std::to_string(i) + ", " + std::to_string(j) + ")";
         } else if (!(std::fabs(o - r) <= bound)) {
@@ -235,7 +237,16 @@ class GemmProblem {
         padding_written += std::memcmp(C.bytes().data() + at, c_before.data() + at, esize) != 0;
       }
     EXPECT_EQ(padding_written, 0) << "elements written past N in the padding of C";
-    return test::rel_error(out, ref);
+    // The norm-wise error, relative to the size of the terms that were summed (|alpha| sum|ab| +
+    // |beta c| + |bias|), not to the result: when they nearly cancel (a 1x1x1 case with a bias,
+    // say) a result-relative error is unbounded although every rounding was as small as it can be.
+    // Since |ref| <= scale element by element, this is never larger than ||out - ref|| / ||ref||.
+    double num = 0.0, den = 0.0;
+    for (size_t k = 0; k < out.size(); ++k) {
+      num += (out[k] - ref[k]) * (out[k] - ref[k]);
+      den += scales[k] * scales[k];
+    }
+    return den == 0.0 ? std::sqrt(num) : std::sqrt(num / den);
   }
 
  private:
