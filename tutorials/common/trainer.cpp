@@ -7,6 +7,7 @@
 
 #include "framework/autograd.h"
 #include "framework/ops.h"
+#include "kernels/runtime.h"
 
 namespace hl::tutorial {
 
@@ -83,6 +84,9 @@ EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoad
       draw_progress(epoch, step + 1, steps, r.images, since(t0), loss_sum.item() / static_cast<double>(r.images));
     }
   }
+  // Kernels are queued asynchronously: wait for the GPU to finish the epoch's work before reading
+  // the clock, or the time would only measure how fast the host can queue launches.
+  if (dev == Device::cuda) runtime::cuda_synchronize();
   r.seconds = since(t0);
   if (r.images > 0) {
     r.loss = loss_sum.item() / static_cast<double>(r.images);

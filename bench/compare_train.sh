@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# End-to-end training speed, halfling next to PyTorch eager on the same machine, in one run
+# (DESIGN.md §6: every figure a ratio from one run). Writes bench/results/train_<device>_<date>.txt.
+#
+#   bench/compare_train.sh cpu  [MODELS] [EPOCHS]   # fp32 only (PyTorch's CPU autocast is bfloat16)
+#   bench/compare_train.sh cuda [MODELS] [EPOCHS]   # fp32 and mixed (autocast FP16 + GradScaler)
+#
+# MODELS: comma-separated, default mlp512,lenet,vgg_small (cpu: mlp512,lenet). EPOCHS: default 3; the
+# first is warm-up and each side reports the median of the others. Thread count: OMP_NUM_THREADS
+# (default: all cores), the same for both. Needs a build (HALFLING_BUILD, default build/) and
+# python3 with numpy and torch (Debian: python3-torch libopenblas0). MAX_STEPS=N stops every epoch of
+# both sides after N steps (a quick check of the script, not a measurement).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${HALFLING_BUILD:-$root/build}
+device=${1:?usage: bench/compare_train.sh cpu|cuda [MODELS] [EPOCHS]}
+case $device in
+  cpu) models=${2:-mlp512,lenet}; precisions="fp32" ;;
+  cuda) models=${2:-mlp512,lenet,vgg_small}; precisions="fp32 mixed" ;;
+  *) echo "bench/compare_train.sh: device must be cpu or cuda, got '$device'" >&2; exit 2 ;;
+esac
+epochs=${3:-3}
+steps=()
+[[ -n ${MAX_STEPS:-} ]] && steps=(--max-steps "$MAX_STEPS")
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
+python=${PYTHON:-python3}
+$python -c 'import numpy, torch' 2>/dev/null || python=/usr/bin/python3
+$python -c 'import numpy, torch' || { echo "bench/compare_train.sh: python3 with numpy and torch is needed" >&2; exit 1; }
+prog="$build/bench/train"
+[[ -x $prog ]] || { echo "bench/compare_train.sh: $prog is missing; build first (scripts/build.sh)" >&2; exit 1; }
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$root/bench/results"
+out="$root/bench/results/train_${device}_$(date +%F).txt"
+declare -A dataset=([mlp512]=mnist [lenet]=mnist [vgg_small]=cifar10)
+
+{
+  echo "# bench/compare_train.sh $*"
+  echo "# date: $(date -u +%FT%TZ)   git: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "# cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores, OMP_NUM_THREADS=$OMP_NUM_THREADS"
+  [[ $device == cuda ]] && echo "# gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo unknown)"
+  echo "# pytorch: $($python -c 'import torch; print(torch.__version__)')"
+  echo "# $epochs epochs each, median of epochs 2..$epochs; batch 128, SGD momentum 0.9, lr 0.05, same data and order"
+} > "$work/header"
+cat "$work/header"
+
+: > "$work/results.jsonl"
+IFS=, read -r -a model_list <<< "$models"
+for model in "${model_list[@]}"; do
+  ds=${dataset[$model]:?unknown model $model}
+  "$prog" --model "$model" --epochs "$epochs" --export "$work/$ds" > /dev/null
+  for p in $precisions; do
+    echo "## halfling $model $p" >&2
+    "$prog" --model "$model" --precision "$p" --device "$device" --epochs "$epochs" "${steps[@]}" --json | tee "$work/log" >&2
+    tail -n 1 "$work/log" >> "$work/results.jsonl"
+    echo "## pytorch $model $p" >&2
+    $python "$root/bench/pytorch/train.py" --data "$work/$ds" --model "$model" --precision "$p" \
+      --device "$device" --epochs "$epochs" --threads "$OMP_NUM_THREADS" "${steps[@]}" --json | tee "$work/log" >&2
+    tail -n 1 "$work/log" >> "$work/results.jsonl"
+  done
+  rm -rf "${work:?}/$ds"
+done
+
+# One table: halfling / PyTorch ratios (s/epoch: lower is better for halfling).
+$python - "$work/results.jsonl" > "$work/table" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+by = {(r["framework"], r["model"], r["precision"]): r for r in rows}
+print("| model | precision | halfling s/epoch | PyTorch s/epoch | ratio (halfling/PyTorch) | halfling img/s "
+      "| PyTorch img/s | halfling acc | PyTorch acc | halfling peak MiB | PyTorch peak MiB |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+fmt = lambda v, f: "n/a" if v is None else f.format(v)
+for (fw, model, prec), h in by.items():
+    if fw != "halfling":
+        continue
+    t = by.get(("pytorch", model, prec), {})
+    ratio = h["seconds_per_epoch"] / t["seconds_per_epoch"] if t else None
+    print(f"| {model} | {prec} | {h['seconds_per_epoch']:.3f} | {fmt(t.get('seconds_per_epoch'), '{:.3f}')} "
+          f"| {fmt(ratio, '{:.2f}x')} | {h['images_per_second']:.0f} | {fmt(t.get('images_per_second'), '{:.0f}')} "
+          f"| {100 * h['test_accuracy']:.2f}% | {fmt(t.get('test_accuracy') and 100 * t['test_accuracy'], '{:.2f}%')} "
+          f"| {h['peak_mib']:.1f} | {fmt(t.get('peak_mib'), '{:.1f}')} |")
+EOF
+cat "$work/header" "$work/table" > "$out"
+cat "$work/table"
+echo "written: $out" >&2

@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""The PyTorch half of the end-to-end comparison (bench/compare_train.sh runs both).
+
+Trains the canonical models of DESIGN.md section 4 in PyTorch eager, FP32 or AMP (autocast FP16 +
+GradScaler), on exactly the data halfling trains on: `build/bench/train --export DIR` writes the
+normalized images, labels and the shuffled order of every epoch as .npy files, and this script
+reads them. The data sit on the device before the clock starts (for MNIST, as halfling does).
+
+    bench/pytorch/train.py --data /tmp/export --model mlp512 --precision mixed --device cuda --epochs 3
+
+Prints one line per epoch and, with --json, one machine-readable last line. Timing: the clock stops
+after torch.cuda.synchronize(); with more than one epoch the first (warm-up) is left out of the
+median, as in bench/train.
+"""
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+
+try:
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError as e:  # a clear message instead of a traceback
+    sys.exit(f"bench/pytorch/train.py: {e}. Install PyTorch (Debian: apt-get install python3-torch "
+             f"libopenblas0) or run on the GPU machine, where it is installed.")
+
+# Same constants as halfling's tutorials/common/cli.h defaults and bench/train.cpp.
+WEIGHT_DECAY = {"mlp512": 0.0, "lenet": 0.0, "vgg_small": 5e-4}
+
+
+def mlp512():
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                         nn.Linear(512, 10))
+
+
+def lenet():
+    return nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(3136, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+def vgg_small():
+    layers, c = [], 3
+    for width in (64, 128, 256):
+        for _ in range(2):
+            layers += [nn.Conv2d(c, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU()]
+            c = width
+        layers.append(nn.MaxPool2d(2))
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 10)]
+    return nn.Sequential(*layers)
+
+
+MODELS = {"mlp512": mlp512, "lenet": lenet, "vgg_small": vgg_small}
+
+
+def augment(x, pad_value, gen):
+    """torchvision's RandomCrop(32, padding=4) + RandomHorizontalFlip() on a batch already on the
+    device, like halfling's DataLoader (padding is a black pixel, i.e. -mean/std after normalizing).
+    The draws differ from halfling's (another generator); the distribution is the same."""
+    n, c, h, w = x.shape
+    p = 4
+    padded = pad_value.view(1, c, 1, 1).expand(n, c, h + 2 * p, w + 2 * p).clone()
+    padded[:, :, p:p + h, p:p + w] = x
+    dy = torch.randint(0, 2 * p + 1, (n,), device=x.device, generator=gen)
+    dx = torch.randint(0, 2 * p + 1, (n,), device=x.device, generator=gen)
+    rows = (dy.view(n, 1) + torch.arange(h, device=x.device)).view(n, 1, h, 1).expand(n, c, h, w)
+    cols = (dx.view(n, 1) + torch.arange(w, device=x.device)).view(n, 1, 1, w).expand(n, c, h, w)
+    out = padded[torch.arange(n, device=x.device).view(n, 1, 1, 1), torch.arange(c, device=x.device).view(1, c, 1, 1),
+                 rows, cols]
+    flip = torch.rand(n, device=x.device, generator=gen) < 0.5
+    out[flip] = out[flip].flip(3)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", required=True, help="a directory written by `build/bench/train --export DIR`")
+    ap.add_argument("--model", choices=sorted(MODELS), default="mlp512")
+    ap.add_argument("--precision", choices=["fp32", "mixed"], default="fp32")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", os.cpu_count())))
+    ap.add_argument("--max-steps", type=int, default=-1, help="stop each epoch after this many steps")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+
+    if a.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("bench/pytorch/train.py: --device cuda but torch.cuda.is_available() is False")
+    if a.device == "cpu" and a.precision == "mixed":
+        sys.exit("bench/pytorch/train.py: AMP with FP16 is a CUDA feature in PyTorch (CPU autocast is bfloat16); "
+                 "compare --precision fp32 on the CPU")
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    dev = torch.device(a.device)
+
+    def load(name):
+        path = os.path.join(a.data, name)
+        if not os.path.exists(path):
+            sys.exit(f"bench/pytorch/train.py: {path} is missing; write it with build/bench/train --export {a.data}")
+        return torch.from_numpy(np.load(path))
+
+    train_x, train_y, test_x, test_y = (load(f) for f in ("train_x.npy", "train_y.npy", "test_x.npy", "test_y.npy"))
+    order = load("order.npy")
+    if order.shape[0] < a.epochs:
+        sys.exit(f"bench/pytorch/train.py: {a.data}/order.npy holds {order.shape[0]} epochs, {a.epochs} asked; "
+                 f"export again with --epochs {a.epochs}")
+    if a.model in ("mlp512", "lenet") and train_x.shape[1:] != (1, 28, 28):
+        sys.exit(f"bench/pytorch/train.py: {a.model} needs MNIST [N,1,28,28], the export holds {list(train_x.shape)}")
+    if a.model == "vgg_small" and train_x.shape[1:] != (3, 32, 32):
+        sys.exit(f"bench/pytorch/train.py: vgg_small needs CIFAR-10 [N,3,32,32], the export holds {list(train_x.shape)}")
+
+    train_x, train_y = train_x.to(dev), train_y.long().to(dev)
+    test_x, test_y = test_x.to(dev), test_y.long().to(dev)
+    order = order.to(dev)
+    # The normalized value of a black pixel per channel: the minimum of each channel of the data.
+    pad_value = train_x.amin(dim=(0, 2, 3))
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(a.seed)
+
+    model = MODELS[a.model]().to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum, weight_decay=WEIGHT_DECAY[a.model])
+    amp = a.precision == "mixed"
+    scaler = torch.cuda.amp.GradScaler(enabled=amp)
+
+    def autocast():  # FP16 autocast exists only on CUDA in PyTorch; fp32 runs use no context at all
+        return torch.autocast(device_type="cuda", dtype=torch.float16) if amp else contextlib.nullcontext()
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    baseline = torch.cuda.memory_allocated() if dev.type == "cuda" else 0
+
+    print(f"pytorch {torch.__version__} bench/pytorch/train.py: {a.model}, {a.precision}, batch {a.batch}, "
+          f"device {a.device}{' (' + torch.cuda.get_device_name() + ')' if dev.type == 'cuda' else ''}, "
+          f"threads {torch.get_num_threads()}")
+    seconds, images = [], 0
+    n = train_x.shape[0]
+    for epoch in range(a.epochs):
+        model.train()
+        perm = order[epoch]
+        steps = (n + a.batch - 1) // a.batch
+        if a.max_steps >= 0:
+            steps = min(steps, a.max_steps)
+        images = 0
+        loss_sum = torch.zeros((), device=dev)
+        t0 = time.perf_counter()
+        for s in range(steps):
+            idx = perm[s * a.batch:(s + 1) * a.batch]
+            x, y = train_x[idx], train_y[idx]
+            if a.model == "vgg_small":
+                x = augment(x, pad_value, gen)
+            opt.zero_grad(set_to_none=True)
+            with autocast():
+                loss = F.cross_entropy(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            loss_sum += loss.detach().float() * idx.numel()
+            images += idx.numel()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - t0)
+        print(f"epoch {epoch + 1}  {seconds[-1]:.3f} s  {images / seconds[-1]:.0f} img/s  "
+              f"loss {loss_sum.item() / images:.4f}")
+
+    model.eval()
+    correct = 0
+    with torch.no_grad(), autocast():
+        for i in range(0, test_x.shape[0], 1000):
+            correct += (model(test_x[i:i + 1000]).argmax(1) == test_y[i:i + 1000]).sum().item()
+    accuracy = correct / test_x.shape[0]
+    peak_mib = (torch.cuda.max_memory_allocated() - baseline) / 2**20 if dev.type == "cuda" else float("nan")
+    timed = sorted(seconds[1:] if len(seconds) > 1 else seconds)
+    median = timed[len(timed) // 2]
+    print(f"summary: {median:.3f} s/epoch (median of {len(timed)}), {images / median:.0f} img/s, "
+          f"test accuracy {100 * accuracy:.2f}%, peak memory {peak_mib:.1f} MiB")
+    if a.json:
+        print(json.dumps({"framework": "pytorch", "model": a.model, "precision": a.precision, "device": a.device,
+                          "seconds_per_epoch": round(median, 4), "images_per_second": round(images / median, 1),
+                          "test_accuracy": round(accuracy, 4),
+                          "peak_mib": None if peak_mib != peak_mib else round(peak_mib, 1), "epochs": a.epochs}))
+
+
+if __name__ == "__main__":
+    main()

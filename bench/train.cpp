@@ -1,0 +1,227 @@
+// bench/train: end-to-end training throughput of the canonical models (DESIGN.md §4), the halfling
+// half of the side-by-side comparison with PyTorch (bench/pytorch/train.py, bench/compare_train.sh).
+//
+//   build/bench/train --model mlp512 --precision mixed --device cuda --epochs 3
+//
+// Prints, per epoch, the training seconds and images/s (the clock stops after the GPU has finished
+// the epoch's work), then the test accuracy and the peak memory held on the device. --json adds one
+// machine-readable line for the wrapper. --export DIR writes the exact inputs PyTorch must see: the
+// normalized images and labels as .npy, and the shuffled order of every epoch, so both frameworks
+// train on the same data in the same order.
+#include <CLI/CLI.hpp>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "datasets/cifar10.h"
+#include "datasets/dataloader.h"
+#include "datasets/image_folder.h"
+#include "datasets/mnist.h"
+#include "framework/amp.h"
+#include "framework/nn.h"
+#include "framework/optim.h"
+#include "kernels/runtime.h"
+#include "tutorials/common/cli.h"
+#include "tutorials/common/trainer.h"
+
+using namespace hl;
+
+namespace {
+
+struct ModelSpec {
+  std::string dataset;  // "mnist" or "cifar10"
+  double weight_decay;
+  std::function<std::shared_ptr<nn::Module>(Generator&)> make;
+};
+
+// The canonical models and the data set each trains on. SGD momentum 0.9, lr 0.05 for all;
+// VGG-small adds the usual 5e-4 weight decay (the PyTorch script uses the same values).
+const std::map<std::string, ModelSpec>& models() {
+  static const std::map<std::string, ModelSpec> m = {
+      {"mlp512", {"mnist", 0.0, [](Generator& g) -> std::shared_ptr<nn::Module> { return nn::mlp512(g); }}},
+  };
+  return m;
+}
+
+std::string model_names() {
+  std::string s;
+  for (const auto& [name, spec] : models()) s += (s.empty() ? "" : ", ") + name;
+  return s;
+}
+
+// CIFAR-10 from the official binary batches when DIR holds them, else from an image folder
+// (DIR/train/<class>/*.jpg, the layout of ../shared/datasets/cifar10-jpg.tar.gz).
+data::Dataset load_cifar(const std::string& dir, data::Split split) {
+  namespace fs = std::filesystem;
+  if (fs::exists(fs::path(dir) / "data_batch_1.bin")) return data::load_cifar10(dir, split);
+  data::ImageFolderOptions opt;
+  opt.channels = 3;
+  opt.height = 32;
+  opt.width = 32;
+  opt.norm = data::cifar10_normalization();
+  return data::load_image_folder(dir, data::split_name(split), opt);
+}
+
+// A .npy file (format version 1.0): a little-endian array in C order. numpy reads it directly.
+void write_npy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape,
+               const void* data, size_t bytes) {
+  std::ostringstream dict;
+  dict << "{'descr': '" << descr << "', 'fortran_order': False, 'shape': (";
+  for (size_t i = 0; i < shape.size(); ++i) dict << shape[i] << (shape.size() == 1 || i + 1 < shape.size() ? "," : "");
+  dict << "), }";
+  std::string header = dict.str();
+  // magic (6) + version (2) + header length (2) + header, padded with spaces and a newline to 64 bytes.
+  const size_t total = 10 + header.size() + 1;
+  header += std::string((64 - total % 64) % 64, ' ') + "\n";
+  std::ofstream f(path, std::ios::binary);
+  HL_CHECK(f.good(), "train --export: cannot write ", path);
+  const uint16_t len = static_cast<uint16_t>(header.size());
+  f.write("\x93NUMPY\x01\x00", 8);
+  f.write(reinterpret_cast<const char*>(&len), 2);
+  f.write(header.data(), static_cast<std::streamsize>(header.size()));
+  f.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+  HL_CHECK(f.good(), "train --export: writing ", path, " failed");
+}
+
+void export_set(const std::string& dir, const std::string& prefix, const data::Dataset& ds) {
+  const Tensor x = ds.images.to(Device::cpu);  // data sets are dense f32 [N, C, H, W]
+  const Tensor y = ds.labels.to(Device::cpu);
+  write_npy(dir + "/" + prefix + "_x.npy", "<f4", x.shape(), x.data_ptr(), static_cast<size_t>(x.numel()) * 4);
+  write_npy(dir + "/" + prefix + "_y.npy", "<i4", y.shape(), y.data_ptr(), static_cast<size_t>(y.numel()) * 4);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"halfling bench/train: seconds per epoch, images/s and peak memory of a canonical model"};
+  tutorial::CommonFlags f;
+  f.epochs = 3;
+  tutorial::add_common_flags(app, f, {"fp32", "fp16", "mixed"});
+  std::string model_name = "mlp512", export_dir;
+  bool json = false, fuse = true;
+  int64_t max_steps = -1;
+  app.add_option("--model", model_name, "the model: " + model_names());
+  app.add_option("--max-steps", max_steps, "stop each epoch after this many steps");
+  app.add_option("--export", export_dir, "write the data and the epochs' orders as .npy for bench/pytorch/train.py, then exit");
+  app.add_flag("--json", json, "print a last line of JSON with the results");
+  app.add_flag("--fuse,!--no-fuse", fuse, "fuse each Linear + ReLU into one GEMM epilogue (default on)");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (f.list_variants) {
+      tutorial::print_variants();
+      return 0;
+    }
+    const auto it = models().find(model_name);
+    HL_CHECK(it != models().end(), "train: unknown --model '", model_name, "' (known: ", model_names(), ")");
+    const ModelSpec& spec = it->second;
+    const Device dev = tutorial::apply_common_flags(f);
+    const amp::Precision precision = amp::parse_precision(f.precision);
+
+    const std::string dir = f.data.empty() ? tutorial::default_data_dir(spec.dataset) : f.data;
+    data::Dataset train, test;
+    if (spec.dataset == "mnist") {
+      train = data::load_mnist(dir, data::Split::train);
+      test = data::load_mnist(dir, data::Split::test);
+    } else {
+      train = load_cifar(dir, data::Split::train);
+      test = load_cifar(dir, data::Split::test);
+    }
+    if (f.smoke) {
+      train = train.subset(0, std::min<int64_t>(train.size(), 1024));
+      test = test.subset(0, std::min<int64_t>(test.size(), 512));
+    }
+    const bool augment = spec.dataset == "cifar10";
+
+    if (!export_dir.empty()) {
+      std::filesystem::create_directories(export_dir);
+      export_set(export_dir, "train", train);
+      export_set(export_dir, "test", test);
+      data::DataLoader order_loader(train, {.batch_size = f.batch, .shuffle = true, .seed = f.seed});
+      std::vector<int64_t> orders;
+      for (int64_t e = 0; e < f.epochs; ++e) {
+        order_loader.start_epoch(e);
+        orders.insert(orders.end(), order_loader.order().begin(), order_loader.order().end());
+      }
+      write_npy(export_dir + "/order.npy", "<i8", {f.epochs, train.size()}, orders.data(), orders.size() * 8);
+      std::printf("exported %s (%lld train, %lld test images, %lld epoch orders) to %s\n", spec.dataset.c_str(),
+                  static_cast<long long>(train.size()), static_cast<long long>(test.size()),
+                  static_cast<long long>(f.epochs), export_dir.c_str());
+      return 0;
+    }
+
+    // MNIST (47 MB) lives on the GPU whole: each batch is one gather kernel, no host work.
+    if (dev == Device::cuda && spec.dataset == "mnist") {
+      train = train.to(dev);
+      test = test.to(dev);
+    }
+    reset_peak_memory(dev);
+    const size_t baseline = memory_stats(dev).current_bytes;
+
+    Generator gen(f.seed);
+    std::shared_ptr<nn::Module> model = spec.make(gen);
+    if (auto* seq = dynamic_cast<nn::Sequential*>(model.get())) seq->fuse_linear_relu(fuse);
+    model->to(dev);
+    optim::SGD sgd(model->parameters(), {.lr = f.lr,
+                                         .momentum = f.momentum,
+                                         .weight_decay = spec.weight_decay,
+                                         .master_weights = amp::uses_master_weights(precision)});
+    const DType dt = amp::compute_dtype(precision);
+    model->to(dt);
+    amp::LossScaler scaler(amp::ScalerConfig::parse(precision == amp::Precision::fp32 ? "none" : f.loss_scale));
+
+    data::DataLoader::Options lo{.batch_size = f.batch, .shuffle = true, .seed = f.seed, .device = dev, .dtype = dt};
+    if (augment) lo.augment = data::Augment::cifar10();
+    data::DataLoader train_loader(train, lo);
+    data::DataLoader test_loader(test, {.batch_size = 1000, .shuffle = false, .device = dev, .dtype = dt});
+    tutorial::TrainOptions opts;
+    opts.scaler = &scaler;
+    opts.max_steps = f.smoke ? 4 : max_steps;
+
+    std::printf("halfling bench/train: %s on %s, %s, batch %lld, device %s%s, OMP threads %d\n", model_name.c_str(),
+                spec.dataset.c_str(), f.precision.c_str(), static_cast<long long>(f.batch), device_name(dev),
+                dev == Device::cuda ? (" (" + runtime::cuda_device_description() + ")").c_str() : "",
+                omp_get_max_threads());
+    std::vector<double> seconds;
+    int64_t images_per_epoch = 0;
+    int64_t skipped = 0;
+    for (int64_t e = 0; e < f.epochs; ++e) {
+      const tutorial::EpochResult r = tutorial::train_epoch(*model, sgd, train_loader, e, opts);
+      seconds.push_back(r.seconds);
+      images_per_epoch = r.images;
+      skipped += r.skipped_steps;
+      std::printf("epoch %lld  %.3f s  %.0f img/s  loss %.4f  skipped %lld\n", static_cast<long long>(e + 1),
+                  r.seconds, r.images_per_second, r.loss, static_cast<long long>(r.skipped_steps));
+    }
+    const double accuracy = tutorial::evaluate(*model, test_loader);
+    const double peak_mib = static_cast<double>(memory_stats(dev).peak_bytes - baseline) / (1 << 20);
+    // The first epoch pays for warm-up (allocator, caches, lazy initialization): with more than one
+    // epoch it is left out of the summary, as the PyTorch script does.
+    std::vector<double> timed(seconds.size() > 1 ? seconds.begin() + 1 : seconds.begin(), seconds.end());
+    std::sort(timed.begin(), timed.end());
+    const double median = timed[timed.size() / 2];
+    const double ips = static_cast<double>(images_per_epoch) / median;
+    std::printf("summary: %.3f s/epoch (median of %zu), %.0f img/s, test accuracy %.2f%%, peak memory %.1f MiB, "
+                "skipped steps %lld\n",
+                median, timed.size(), ips, 100 * accuracy, peak_mib, static_cast<long long>(skipped));
+    if (json) {
+      std::printf("{\"framework\": \"halfling\", \"model\": \"%s\", \"precision\": \"%s\", \"device\": \"%s\", "
+                  "\"seconds_per_epoch\": %.4f, \"images_per_second\": %.1f, \"test_accuracy\": %.4f, "
+                  "\"peak_mib\": %.1f, \"epochs\": %lld}\n",
+                  model_name.c_str(), f.precision.c_str(), device_name(dev), median, ips, accuracy, peak_mib,
+                  static_cast<long long>(f.epochs));
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,113 @@
+// bench/train (the halfling half of bench/compare_train.sh): the smoke run reports sane numbers and
+// a JSON line; --export writes .npy files that hold the data set and a true permutation per epoch;
+// bad flags are refused with the valid choices.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "tests/test_util.h"
+
+namespace {
+
+std::string program() { return (std::filesystem::path(HALFLING_BINARY_DIR) / "bench" / "train").string(); }
+
+std::pair<int, std::string> run_train(const std::string& args) { return hl::test::run_command(program() + " " + args); }
+
+// A .npy file: its header dictionary and its data bytes.
+struct Npy {
+  std::string header;
+  std::vector<char> data;
+};
+
+Npy read_npy(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  EXPECT_TRUE(f.good()) << path;
+  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  Npy n;
+  if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY\x01\x00", 8) != 0) {
+    ADD_FAILURE() << path << ": not a .npy file";
+    return n;
+  }
+  const size_t len = static_cast<unsigned char>(bytes[8]) | static_cast<size_t>(static_cast<unsigned char>(bytes[9])) << 8;
+  EXPECT_EQ((10 + len) % 64, 0u) << path << ": numpy aligns the data to 64 bytes";
+  n.header.assign(bytes.data() + 10, len);
+  n.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(10 + len), bytes.end());
+  return n;
+}
+
+TEST(BenchTrain, SmokeRunReportsTimesAccuracyAndJson) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const auto [status, out] = run_train("--smoke --epochs 2 --device cpu --precision mixed --json --data " + dir);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("epoch 2 "), std::string::npos) << out;
+  EXPECT_NE(out.find("summary: "), std::string::npos) << out;
+  const std::string last = out.substr(out.rfind('{'));
+  const nlohmann::json j = nlohmann::json::parse(last);
+  EXPECT_EQ(j["framework"], "halfling");
+  EXPECT_EQ(j["model"], "mlp512");
+  EXPECT_EQ(j["precision"], "mixed");
+  EXPECT_GT(j["seconds_per_epoch"].get<double>(), 0.0);
+  EXPECT_GT(j["images_per_second"].get<double>(), 0.0);
+  // 4 smoke steps of 128 images: far from trained, but well above chance (10%) is not guaranteed,
+  // so only the range is checked here; accuracy is the tutorials' and the training tests' business.
+  EXPECT_GE(j["test_accuracy"].get<double>(), 0.0);
+  EXPECT_LE(j["test_accuracy"].get<double>(), 1.0);
+  EXPECT_GT(j["peak_mib"].get<double>(), 0.0);
+}
+
+TEST(BenchTrain, ExportWritesTheDataAndOnePermutationPerEpoch) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const std::filesystem::path out_dir =
+      std::filesystem::temp_directory_path() / ("halfling_export_" + std::to_string(hl::test::fresh_seed()));
+  const auto [status, out] = run_train("--smoke --epochs 3 --export " + out_dir.string() + " --data " + dir);
+  ASSERT_EQ(status, 0) << out;
+
+  const Npy x = read_npy((out_dir / "train_x.npy").string());
+  EXPECT_NE(x.header.find("'descr': '<f4'"), std::string::npos) << x.header;
+  EXPECT_NE(x.header.find("'shape': (1024,1,28,28)"), std::string::npos) << x.header;
+  EXPECT_EQ(x.data.size(), 1024u * 784 * 4);
+  const Npy y = read_npy((out_dir / "test_y.npy").string());
+  EXPECT_NE(y.header.find("'shape': (512,)"), std::string::npos) << y.header;
+  EXPECT_EQ(y.data.size(), 512u * 4);
+
+  const Npy order = read_npy((out_dir / "order.npy").string());
+  EXPECT_NE(order.header.find("'descr': '<i8'"), std::string::npos) << order.header;
+  EXPECT_NE(order.header.find("'shape': (3,1024)"), std::string::npos) << order.header;
+  ASSERT_EQ(order.data.size(), 3u * 1024 * 8);
+  std::vector<int64_t> o(3 * 1024);
+  std::memcpy(o.data(), order.data.data(), order.data.size());
+  std::vector<int64_t> identity(1024);
+  std::iota(identity.begin(), identity.end(), 0);
+  for (int e = 0; e < 3; ++e) {
+    std::vector<int64_t> epoch(o.begin() + e * 1024, o.begin() + (e + 1) * 1024);
+    EXPECT_NE(epoch, identity) << "epoch " << e << " is not shuffled";
+    std::sort(epoch.begin(), epoch.end());
+    EXPECT_EQ(epoch, identity) << "epoch " << e << " is not a permutation";
+  }
+  EXPECT_NE(std::vector<int64_t>(o.begin(), o.begin() + 1024), std::vector<int64_t>(o.begin() + 1024, o.begin() + 2048))
+      << "two epochs share one order";
+  std::filesystem::remove_all(out_dir);
+}
+
+TEST(BenchTrain, BadFlagsAreRefusedWithTheChoices) {
+  auto [s1, o1] = run_train("--model resnet50");
+  EXPECT_NE(s1, 0);
+  EXPECT_NE(o1.find("unknown --model 'resnet50'"), std::string::npos) << o1;
+  EXPECT_NE(o1.find("mlp512"), std::string::npos) << o1;
+  auto [s2, o2] = run_train("--precision bf16");
+  EXPECT_NE(s2, 0);
+  EXPECT_NE(o2.find("--precision"), std::string::npos) << o2;
+}
+
+}  // namespace

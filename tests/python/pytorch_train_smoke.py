@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""bench/pytorch/train.py runs on data exported by bench/train and reports the same JSON fields.
+
+Exports a smoke-sized MNIST subset with `bench/train --smoke --export`, trains 3 steps of each
+model the export fits (MLP-512 and LeNet) in PyTorch on the CPU, and checks the JSON line the
+wrapper bench/compare_train.sh consumes. Also checks the script refuses an export of the wrong
+shape for a model. Exits 77 (CTest's "skipped") without torch or without MNIST.
+Usage: pytorch_train_smoke.py --train <build>/bench/train --script bench/pytorch/train.py --mnist DIR
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy  # noqa: F401
+    import torch  # noqa: F401
+except ImportError as e:
+    print(f"SKIP: {e} (Debian: apt-get install python3-torch libopenblas0)")
+    sys.exit(77)
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--train", required=True)
+ap.add_argument("--script", required=True)
+ap.add_argument("--mnist", default="")
+a = ap.parse_args()
+if os.environ.get("HALFLING_DATA"):  # the same override as the C++ tests (tests/test_util.h data_dir)
+    a.mnist = os.path.join(os.environ["HALFLING_DATA"], "mnist")
+if not a.mnist or not os.path.isdir(a.mnist):
+    print("SKIP: MNIST not found: run datasets/fetch.sh mnist")
+    sys.exit(77)
+
+with tempfile.TemporaryDirectory() as d:
+    subprocess.run([a.train, "--smoke", "--epochs", "2", "--export", d, "--data", a.mnist], check=True)
+    for model in ("mlp512", "lenet"):
+        out = subprocess.run([sys.executable, a.script, "--data", d, "--model", model, "--device", "cpu",
+                              "--epochs", "2", "--max-steps", "3", "--threads", "1", "--json"],
+                             check=True, capture_output=True, text=True).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        assert r["framework"] == "pytorch" and r["model"] == model, r
+        assert r["seconds_per_epoch"] > 0 and r["images_per_second"] > 0, r
+        assert 0.0 <= r["test_accuracy"] <= 1.0, r
+        print(f"{model}: {r}")
+    bad = subprocess.run([sys.executable, a.script, "--data", d, "--model", "vgg_small", "--device", "cpu",
+                          "--epochs", "2"],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "vgg_small needs CIFAR-10" in bad.stderr, bad.stderr
+    missing = subprocess.run([sys.executable, a.script, "--data", d + "/nowhere", "--device", "cpu"],
+                             capture_output=True, text=True)
+    assert missing.returncode != 0 and "is missing" in missing.stderr, missing.stderr
+print("ok")
