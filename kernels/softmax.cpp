@@ -101,7 +101,6 @@ void softmax(const SoftmaxArgs& args, const std::string& variant) {
 }
 
 std::string softmax_variant_for(const SoftmaxArgs& args) {
-  validate(args);
   return SoftmaxRegistry::instance().select(args, requested_name(args, "")).name;
 }
 

@@ -80,7 +80,8 @@ void softmax(const SoftmaxArgs& args, const std::string& variant = "");
 // cross_entropy asks this to fall back to log_softmax + nll when a pinned rung has no fused loss.
 bool softmax_can_run(const SoftmaxArgs& args);
 
-// The name softmax(args) would run (same rules, same errors as softmax()).
+// The name softmax(args) would run (same rules and selection errors as softmax(); the pointers are not
+// looked at, so a probe with only the op, sizes and dtypes filled in will do).
 std::string softmax_variant_for(const SoftmaxArgs& args);
 
 // ---- convenience wrappers (the framework's entry points) ----------------------------------------------
