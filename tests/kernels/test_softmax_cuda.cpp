@@ -134,6 +134,9 @@ TEST(SoftmaxCuda, EveryRungForwardAgainstReference) {
             Tensor y = Tensor::full({rows, cols}, kNaN, ty, Device::cuda);  // poisoned
             const k::SoftmaxArgs a = forward_args(log, x, y);
             for (const std::string& rung : rungs_for(a)) {
+              // naive gives 128 threads a 70000-wide row each: one output/dtype combination of the
+              // largest shapes is enough for it (it keeps the compute-sanitizer runs to minutes).
+              if (rung == "naive" && rows * cols > (1 << 21) && (ty != DType::f32 || log)) continue;
               y.fill_(kNaN);
               k::softmax(a, rung);
               const std::string what = rung + (log ? " log_softmax " : " softmax ") + dtype_name(tx) + "->" +
