@@ -375,6 +375,31 @@ TEST(SoftmaxCuda, Fp16OverflowLessonOnTheGpu) {
   }
 }
 
+TEST(SoftmaxCuda, F64RunsInNaiveInDouble) {
+  // f64 tensors on the GPU keep working: only `naive` takes them, and it computes in double.
+  HL_REQUIRE_CUDA();
+  uint64_t seed = hl::test::fresh_seed();
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{3, 1}, {128, 10}, {5, 4097}}) {
+    const Expect e = reference(make_logits(rows, cols, 50.0, DType::f64, seed++), rows, cols);
+    const Tensor x = device_tensor(e.x, rows, cols, DType::f64);
+    Tensor y = Tensor::full({rows, cols}, kNaN, DType::f64, Device::cuda);
+    const k::SoftmaxArgs a = forward_args(true, x, y);
+    EXPECT_EQ(k::softmax_variant_for(a), "naive");
+    k::softmax(a);
+    const auto out = y.to_double();
+    int64_t bad = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      const double want = e.lp[i];
+      // double math: the same error analysis with u = 2^-53, plus the long double reference's own rounding.
+      const bool ok = std::isnan(want) ? std::isnan(out[i])
+                      : std::isinf(want) ? out[i] == want
+                                         : std::fabs(out[i] - want) <= 1e-13 * (std::fabs(want) + 100.0 + static_cast<double>(cols));
+      if (!ok && ++bad <= 5) ADD_FAILURE() << "f64 element " << i << " = " << out[i] << ", want " << want;
+    }
+    EXPECT_EQ(bad, 0) << rows << "x" << cols;
+  }
+}
+
 TEST(SoftmaxCuda, FrameworkCrossEntropyOnCudaEqualsCpu) {
   HL_REQUIRE_CUDA();
   Generator gen(hl::test::fresh_seed());
