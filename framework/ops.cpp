@@ -483,11 +483,69 @@ Tensor nll_loss(const Tensor& logp, const Tensor& labels) {
   return mean(nll_rows(logp, labels));
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
+Tensor cross_entropy_unfused(const Tensor& logits, const Tensor& labels) {
   require_floating(logits, "cross_entropy");
   check_labels(logits, labels, "cross_entropy");
   HL_CHECK(logits.size(0) > 0, "cross_entropy: empty batch ", logits.describe());
   return nll_loss(log_softmax(logits), labels);
+}
+
+// The fused path (kernels/cuda/softmax/fused_xent.cu on the GPU, the reference on the CPU).
+// Forward: one kernel writes each row's loss and its statistics (max, log-sum-exp; 2 f32 per row),
+// then the mean over rows. Backward: one kernel computes (softmax - onehot) * g / rows from the logits
+// and the statistics, where g is the upstream gradient of the loss (the loss scale S under
+// scaler.scale(loss).backward()), read from device memory: no host sync, and the gradient is scaled
+// before it is rounded to the logits' dtype (paper §3.2). Nothing of size [rows, classes] is kept
+// between forward and backward beyond the logits themselves.
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
+  require_floating(logits, "cross_entropy");
+  check_labels(logits, labels, "cross_entropy");
+  HL_CHECK(logits.size(0) > 0, "cross_entropy: empty batch ", logits.describe());
+  const int64_t rows = logits.size(0), cols = logits.size(1);
+  HL_CHECK(cols > 0, "cross_entropy: needs at least one class, got ", logits.describe());
+  const DType stat_t = logits.dtype() == DType::f64 ? DType::f64 : DType::f32;  // f32 math (§3.3)
+
+  k::SoftmaxArgs fwd;
+  fwd.device = logits.device();
+  fwd.op = k::SoftmaxOp::xent_forward;
+  fwd.rows = rows;
+  fwd.cols = cols;
+  fwd.x = logits.data_ptr();
+  fwd.x_type = logits.dtype();
+  fwd.stat_type = stat_t;
+  // A pinned softmax rung without a fused loss (--softmax block_row): the unfused path, with that rung.
+  if (!k::softmax_can_run(fwd)) return cross_entropy_unfused(logits, labels);
+
+  if (logits.device() == Device::cpu) {  // free to check here; on the GPU a bad label yields NaN instead
+    const int32_t* l = labels.data<int32_t>();
+    for (int64_t r = 0; r < rows; ++r)
+      HL_CHECK(l[r] >= 0 && l[r] < cols, "cross_entropy: label ", l[r], " at row ", r, " is outside [0, ", cols, ")");
+  }
+  Tensor row_loss = Tensor::empty({rows}, stat_t, logits.device());
+  Tensor stats = Tensor::empty({rows, 2}, stat_t, logits.device());
+  fwd.labels = labels.data<int32_t>();
+  fwd.loss = row_loss.data_ptr();
+  fwd.stats = stats.data_ptr();
+  k::softmax(fwd);
+  Tensor loss;
+  {
+    NoGradGuard no_grad;  // the node below is the whole op's; the mean is part of it
+    loss = mean(row_loss);
+  }
+  return record(loss, "cross_entropy", {logits},
+                [x = logits.detach(), labels, stats, fwd, rows](const Tensor& g) {
+                  const Tensor gs = g.dtype() == stats.dtype() ? g : cast(g, stats.dtype());
+                  Tensor gx = Tensor::empty(x.shape(), x.dtype(), x.device());
+                  k::SoftmaxArgs bwd = fwd;
+                  bwd.op = k::SoftmaxOp::xent_backward;
+                  bwd.loss = nullptr;
+                  bwd.y = gx.data_ptr();
+                  bwd.y_type = gx.dtype();
+                  bwd.grad_scale = gs.data_ptr();
+                  bwd.multiplier = 1.0 / static_cast<double>(rows);  // d mean / d row loss
+                  k::softmax(bwd);
+                  return std::vector<Tensor>{gx};
+                });
 }
 
 Tensor argmax(const Tensor& a) {

@@ -68,8 +68,14 @@ Tensor flatten(const Tensor& a, int64_t start_dim = 1);
 Tensor log_softmax(const Tensor& logits);
 // Mean negative log-likelihood of i32 labels [N] under log-probabilities [N, C].
 Tensor nll_loss(const Tensor& logp, const Tensor& labels);
-// nll_loss(log_softmax(logits), labels), f32 math. Labels outside [0, C) are an error.
+// Mean cross-entropy of i32 labels [N] under logits [N, C], f32 math, f32 loss (f64 for f64 logits);
+// the gradient has the logits' dtype. Fused (kernels/softmax.h xent_forward / xent_backward: the
+// fused_xent rung on the GPU): equal to cross_entropy_unfused up to rounding. Labels outside [0, C)
+// are an error on the CPU and give a NaN loss and gradient on the GPU. An all -inf row gives NaN.
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels);
+// nll_loss(log_softmax(logits), labels): the textbook composition (and what cross_entropy falls back
+// to when a pinned softmax rung has no fused loss), kept for comparisons and teaching.
+Tensor cross_entropy_unfused(const Tensor& logits, const Tensor& labels);
 // Index of the largest value in each row of [N, C] -> i32 [N]. Not differentiable.
 Tensor argmax(const Tensor& a);
 // Fraction of rows whose argmax equals the label. Reads one number back to the host.

@@ -1,6 +1,7 @@
 // The per-backend entry points behind the public kernel API (elementwise.h, reduce.h, softmax.h,
 // optim.h). The public functions take a DeviceType and dispatch here (kernels/dispatch.cpp);
-// GEMM dispatches through its variant registry instead (kernels/gemm.h).
+// GEMM and the softmax family dispatch through their variant registries instead (kernels/gemm.h,
+// kernels/softmax.h).
 //
 // hl::kernels::cpu is implemented in kernels/cpu/*.cpp (the reference semantics: f16 emulated
 // bit-exactly as f16 storage, f32 math, round-to-nearest-even on store).
@@ -28,9 +29,6 @@
   void argmax_rows(int64_t rows, int64_t cols, const void* x, DType tx, int32_t* out);                    \
   void count_equal(int64_t n, const int32_t* a, const int32_t* b, int32_t* count);                        \
   void any_nonfinite(int64_t n, const void* x, DType tx, int32_t* flag);                                  \
-  void log_softmax_forward(int64_t rows, int64_t cols, const void* x, DType tx, void* y, DType ty);       \
-  void log_softmax_backward(int64_t rows, int64_t cols, const void* y, const void* gy, DType ty, void* gx, \
-                            DType tgx);                                                                   \
   void nll_forward(int64_t rows, int64_t cols, const void* logp, DType t, const int32_t* labels,          \
                    void* loss);                                                                           \
   void nll_backward(int64_t rows, int64_t cols, const int32_t* labels, const void* gloss, void* glogp,    \

@@ -49,13 +49,6 @@ void count_equal(DeviceType dev, int64_t n, const int32_t* a, const int32_t* b, 
 void any_nonfinite(DeviceType dev, int64_t n, const void* x, DType tx, int32_t* flag) {
   HL_DISPATCH(any_nonfinite, n, x, tx, flag);
 }
-void log_softmax_forward(DeviceType dev, int64_t rows, int64_t cols, const void* x, DType tx, void* y, DType ty) {
-  HL_DISPATCH(log_softmax_forward, rows, cols, x, tx, y, ty);
-}
-void log_softmax_backward(DeviceType dev, int64_t rows, int64_t cols, const void* y, const void* gy, DType ty,
-                          void* gx, DType tgx) {
-  HL_DISPATCH(log_softmax_backward, rows, cols, y, gy, ty, gx, tgx);
-}
 void nll_forward(DeviceType dev, int64_t rows, int64_t cols, const void* logp, DType t, const int32_t* labels,
                  void* loss) {
   HL_DISPATCH(nll_forward, rows, cols, logp, t, labels, loss);

@@ -1,14 +1,93 @@
-// Log-softmax and negative log-likelihood over the last dimension of a [rows, cols] matrix.
-// Paper §3.3: these reductions compute in f32 even when the logits are f16; outputs are f32
-// (or f64 for f64 inputs, used by gradient checks).
+// Softmax, log-softmax and cross-entropy over the last dimension of a [rows, cols] matrix, plus the
+// negative log-likelihood pick used by the unfused loss path.
+//
+// Paper §3.3: these reductions compute in f32 even when the logits are f16. Inputs are f16 or f32
+// (f64 on the CPU and in the CUDA `naive` rung, for gradient checks); outputs are f32 or f16 (f64 for
+// f64 inputs). The softmax family has a variant registry (kernels/registry.h, family "softmax",
+// environment variable HALFLING_SOFTMAX, tutorial flag --softmax): the CPU `reference` defines the
+// results, the CUDA ladder lives in kernels/cuda/softmax/ (see its README.md).
+//
+// Conventions every variant follows (docs/softmax.md):
+//   - the row maximum is subtracted before exp(), so no finite logit overflows;
+//   - a row without a finite maximum (every entry -inf, or any entry +inf) gives NaN everywhere in
+//     that row (softmax, log-softmax, loss and gradient), as PyTorch does for an all -inf row; a NaN
+//     logit makes its row NaN. Masked (-inf) entries in a row with a finite maximum give probability
+//     0, log-probability -inf and gradient 0 (softmax) / exactly the upstream gradient (log-softmax);
+//   - cross-entropy with a label outside [0, cols) gives a NaN loss and a NaN gradient row, so that a
+//     bad label is seen by the loss scaler's inf/NaN check instead of training silently (the framework
+//     rejects such labels on the CPU before calling the kernels).
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "kernels/dtype.h"
+#include "kernels/registry.h"
 
 namespace hl::kernels {
 
-// y[r, c] = x[r, c] - max_r - log(sum_c exp(x[r, c] - max_r)). y has dtype ty (f32 or f64).
+enum class SoftmaxOp : uint8_t {
+  softmax,               // y = exp(x - max) / sum(exp(x - max))
+  log_softmax,           // y = (x - max) - log(sum(exp(x - max)))
+  log_softmax_backward,  // y: the log_softmax output, dy its gradient -> dx = dy - exp(y) * sum(dy)
+  xent_forward,          // per-row loss = log(sum(exp(x))) - x[label], and the row statistics
+  xent_backward,         // dx = (softmax(x) - onehot(label)) * multiplier * (*grad_scale), from the statistics
+  xent_fused,            // both in one pass over the logits (loss, statistics if wanted, and dx)
+};
+const char* softmax_op_name(SoftmaxOp op);
+
+struct SoftmaxArgs {
+  static constexpr const char* family = "softmax";
+  static constexpr const char* env_var = "HALFLING_SOFTMAX";
+
+  DeviceType device = DeviceType::cpu;
+  SoftmaxOp op = SoftmaxOp::softmax;
+  int64_t rows = 0, cols = 0;
+  // softmax, log_softmax, xent_*: the logits. log_softmax_backward: y, the saved log_softmax output.
+  const void* x = nullptr;
+  DType x_type = DType::f32;
+  // log_softmax_backward only: dy, the gradient of y (same dtype as x).
+  const void* dy = nullptr;
+  // softmax / log_softmax: the output. log_softmax_backward, xent_backward, xent_fused: dx.
+  void* y = nullptr;
+  DType y_type = DType::f32;
+  // Cross-entropy. labels: i32 [rows]. loss: [rows] per-row losses. stats: [rows, 2] = (row max,
+  // log(sum(exp(x - max)))) per row, written by xent_forward (and xent_fused, if not null) and read by
+  // xent_backward. loss, stats and grad_scale have dtype stat_type: f32, or f64 for f64 logits.
+  const int32_t* labels = nullptr;
+  void* loss = nullptr;
+  void* stats = nullptr;
+  DType stat_type = DType::f32;
+  // The gradient multiplier: dx = (softmax - onehot) * multiplier * grad_scale[0]. grad_scale is a
+  // scalar in device memory (the upstream gradient of the loss, e.g. the loss scale S from
+  // scaler.scale(loss).backward()), read by the kernel so that the host never waits for it; nullptr
+  // means 1. multiplier is a host constant (1/batch for a mean).
+  const void* grad_scale = nullptr;
+  double multiplier = 1.0;
+
+  // "log_softmax 128x10 f16->f32 on cuda": used in every error message.
+  std::string describe() const;
+};
+
+using SoftmaxRegistry = Registry<SoftmaxArgs>;
+
+// Checks the arguments and runs `variant` if given, else the registry's choice: a pinned default
+// (--softmax / set_default), else HALFLING_SOFTMAX, else, on the GPU, the rung this shape runs fastest
+// on (warp_row for short rows, block_row, online for very long ones; fused_xent for cross-entropy),
+// else the highest-priority variant that supports the arguments.
+void softmax(const SoftmaxArgs& args, const std::string& variant = "");
+
+// Would softmax(args) find a variant (honouring a pinned default or HALFLING_SOFTMAX)? The framework's
+// cross_entropy asks this to fall back to log_softmax + nll when a pinned rung has no fused loss.
+bool softmax_can_run(const SoftmaxArgs& args);
+
+// The name softmax(args) would run (same rules and selection errors as softmax(); the pointers are not
+// looked at, so a probe with only the op, sizes and dtypes filled in will do).
+std::string softmax_variant_for(const SoftmaxArgs& args);
+
+// ---- convenience wrappers (the framework's entry points) ----------------------------------------------
+// y = softmax(x) row-wise.
+void softmax_forward(DeviceType dev, int64_t rows, int64_t cols, const void* x, DType tx, void* y, DType ty);
+// y[r, c] = x[r, c] - max_r - log(sum_c exp(x[r, c] - max_r)).
 void log_softmax_forward(DeviceType dev, int64_t rows, int64_t cols, const void* x, DType tx, void* y,
                          DType ty);
 // gx[r, c] = gy[r, c] - exp(y[r, c]) * sum_c gy[r, c]. y, gy have dtype ty; gx has dtype tgx.

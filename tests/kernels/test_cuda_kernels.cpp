@@ -654,99 +654,10 @@ TEST(CudaReduce, AnyNonfiniteFindsASingleInfOrNaN) {
 }
 
 // =====================================================================================================
-// log-softmax and NLL
+// NLL (the pick after log_softmax in the unfused cross-entropy path)
 // =====================================================================================================
 
-// Float64 log-softmax of each row (the reference).
-std::vector<double> reference_log_softmax(int64_t rows, int64_t cols, const std::vector<double>& x) {
-  std::vector<double> y(x.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    const double* row = x.data() + r * cols;
-    const double mx = *std::max_element(row, row + cols);
-    double sum = 0;
-    for (int64_t c = 0; c < cols; ++c) sum += std::exp(row[c] - mx);
-    for (int64_t c = 0; c < cols; ++c) y[static_cast<size_t>(r * cols + c)] = (row[c] - mx) - std::log(sum);
-  }
-  return y;
-}
-
-TEST(CudaSoftmax, LogSoftmaxForward) {
-  HL_REQUIRE_CUDA();
-  uint64_t seed = test::fresh_seed();
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{7, 1}, {300, 10}, {5, 1000}, {3, 70000}};
-  const std::vector<std::pair<DType, DType>> dtypes = {
-      {DType::f32, DType::f32}, {DType::f16, DType::f32}, {DType::f64, DType::f64}};
-  for (auto [tx, ty] : dtypes) {
-    for (auto [rows, cols] : shapes) {
-      // Ordinary logits, and large-magnitude ones (up to the f16 maximum) that overflow exp() unless
-      // the row maximum is subtracted first.
-      for (double range : {8.0, 60000.0}) {
-        auto x = test::random_values(static_cast<size_t>(rows * cols), seed++, -range, range, tx);
-        if (rows > 2) std::fill(x.begin(), x.begin() + cols, round_to(tx, range / 3));  // an all-equal row
-        const std::vector<double> ref = reference_log_softmax(rows, cols, x);
-        DeviceBuffer dx(x, tx), dy(x.size(), ty);
-        dy.poison();
-        kernels::log_softmax_forward(kCuda, rows, cols, dx.get(), tx, dy.get(), ty);
-        // f32 math: x - max and the final subtraction each round by 2^-24 relative. log(sum) is off
-        // by the relative error of the sum: each thread adds up to 70000/256 terms in sequence, so
-        // at worst ~300 roundings of 2^-24 = 1.8e-5 (typically far less). f64: the same at 1e-12.
-        std::vector<double> row_max(static_cast<size_t>(rows));
-        for (int64_t r = 0; r < rows; ++r)
-          row_max[static_cast<size_t>(r)] = *std::max_element(x.begin() + r * cols, x.begin() + (r + 1) * cols);
-        const double eps = ty == DType::f64 ? 1e-14 : 2 * kF32Eps, abs_tol = ty == DType::f64 ? 1e-12 : 2e-5;
-        expect_all_close(dy.download(), ref,
-                         [&](size_t i) {
-                           const double shifted = std::fabs(x[i] - row_max[i / static_cast<size_t>(cols)]);
-                           return eps * (shifted + std::fabs(ref[i])) + abs_tol;
-                         },
-                         "log_softmax " + name(tx, ty) + " " + std::to_string(rows) + "x" + std::to_string(cols) +
-                             " range " + std::to_string(range));
-      }
-    }
-  }
-}
-
-TEST(CudaSoftmax, LogSoftmaxBackward) {
-  HL_REQUIRE_CUDA();
-  uint64_t seed = test::fresh_seed();
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{7, 1}, {300, 10}, {5, 1000}, {3, 70000}};
-  const std::vector<std::pair<DType, DType>> dtypes = {
-      {DType::f32, DType::f32}, {DType::f32, DType::f16}, {DType::f64, DType::f64}, {DType::f64, DType::f32}};
-  for (auto [ty, tgx] : dtypes) {
-    for (auto [rows, cols] : shapes) {
-      const size_t n = static_cast<size_t>(rows * cols);
-      std::vector<double> y = reference_log_softmax(rows, cols, test::random_values(n, seed++, -6, 6, DType::f64));
-      for (auto& v : y) v = round_to(ty, v);
-      const auto gy = test::random_values(n, seed++, -1, 1, ty);
-      DeviceBuffer dy(y, ty), dgy(gy, ty), dgx(n, tgx);
-      dgx.poison();
-      kernels::log_softmax_backward(kCuda, rows, cols, dy.get(), dgy.get(), ty, dgx.get(), tgx);
-      std::vector<double> ref(n), scale(n);
-      for (int64_t r = 0; r < rows; ++r) {
-        double s = 0, s_abs = 0;
-        for (int64_t c = 0; c < cols; ++c) {
-          s += gy[static_cast<size_t>(r * cols + c)];
-          s_abs += std::fabs(gy[static_cast<size_t>(r * cols + c)]);
-        }
-        for (int64_t c = 0; c < cols; ++c) {
-          const size_t i = static_cast<size_t>(r * cols + c);
-          ref[i] = gy[i] - std::exp(y[i]) * s;
-          scale[i] = std::fabs(gy[i]) + std::exp(y[i]) * s_abs;  // magnitude of the terms involved
-        }
-      }
-      // f32 math: the row sum (each thread adds up to 70000/256 terms in sequence: at worst ~300
-      // roundings of 2^-24 = 1.8e-5 of sum|gy|), expf (2 ulps) and the product and subtraction all
-      // scale with `scale`; an f16 output adds one f16 rounding. Math is f64 if either side is f64.
-      const bool wide = ty == DType::f64 || tgx == DType::f64;
-      const double acc_tol = wide ? 1e-13 : 3e-5;
-      const double out_tol = tgx == DType::f16 ? kF16Eps : tgx == DType::f32 ? kF32Eps : 0.0;
-      expect_all_close(dgx.download(), ref,
-                       [&](size_t i) { return acc_tol * scale[i] + out_tol * std::fabs(ref[i]) + 1e-300; },
-                       "log_softmax_backward " + name(ty, tgx) + " " + std::to_string(rows) + "x" +
-                           std::to_string(cols));
-    }
-  }
-}
+// (log-softmax itself: every rung of the softmax ladder in tests/kernels/test_softmax_cuda.cpp)
 
 TEST(CudaSoftmax, NllForwardAndBackward) {
   HL_REQUIRE_CUDA();

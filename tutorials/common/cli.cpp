@@ -9,6 +9,7 @@
 #include "framework/autograd.h"
 #include "kernels/gemm.h"
 #include "kernels/runtime.h"
+#include "kernels/softmax.h"
 
 namespace hl::tutorial {
 
@@ -51,6 +52,8 @@ void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::stri
   app.add_option("--seed", f.seed, "seed for initialization and shuffling")->capture_default_str();
   app.add_option("--data", f.data, "data directory");
   app.add_option("--gemm", f.gemm, "GEMM variant (see --list-variants); default: the fastest for the device");
+  app.add_option("--softmax", f.softmax,
+                 "softmax / cross-entropy variant (see --list-variants); default: by shape (fused_xent for the loss)");
   app.add_option("--csv", f.csv, "append one row per epoch to this CSV file");
   app.add_flag("--smoke", f.smoke, "a tiny run on a data subset (seconds on a CPU)");
   app.add_flag("--detect-anomaly", f.detect_anomaly, "stop at the first NaN/inf tensor and name it (slow)");
@@ -60,15 +63,19 @@ void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::stri
 Device apply_common_flags(const CommonFlags& f) {
   const Device dev = parse_device(f.device);
   set_detect_anomaly(f.detect_anomaly);
-  if (!f.gemm.empty()) {
-    const auto names = kernels::GemmRegistry::instance().names(dev);
-    if (std::find(names.begin(), names.end(), f.gemm) == names.end()) {
+  // Pin a registry's default after checking the name exists on this device.
+  const auto pin = [&](auto& registry, const std::string& name, const char* flag) {
+    if (name.empty()) return;
+    const auto names = registry.names(dev);
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
       std::string known;
       for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-      throw Error("--gemm: no variant '" + f.gemm + "' on " + device_name(dev) + " (known: " + known + ")");
+      throw Error(std::string(flag) + ": no variant '" + name + "' on " + device_name(dev) + " (known: " + known + ")");
     }
-    kernels::GemmRegistry::instance().set_default(f.gemm);
-  }
+    registry.set_default(name);
+  };
+  pin(kernels::GemmRegistry::instance(), f.gemm, "--gemm");
+  pin(kernels::SoftmaxRegistry::instance(), f.softmax, "--softmax");
   return dev;
 }
 
@@ -76,6 +83,11 @@ void print_variants() {
   for (DeviceType d : {DeviceType::cpu, DeviceType::cuda}) {
     std::cout << "gemm on " << device_name(d) << ":\n";
     for (const auto& v : kernels::GemmRegistry::instance().all())
+      if (v.device == d) std::cout << "  " << v.name << "  (priority " << v.priority << ")  " << v.summary << "\n";
+  }
+  for (DeviceType d : {DeviceType::cpu, DeviceType::cuda}) {
+    std::cout << "softmax on " << device_name(d) << ":\n";
+    for (const auto& v : kernels::SoftmaxRegistry::instance().all())
       if (v.device == d) std::cout << "  " << v.name << "  (priority " << v.priority << ")  " << v.summary << "\n";
   }
   if (!runtime::cuda_available()) std::cout << "(no GPU here: " << runtime::cuda_unavailable_reason() << ")\n";

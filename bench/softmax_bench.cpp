@@ -1,0 +1,273 @@
+// Softmax ladder benchmark (GPU): every CUDA softmax rung and the cross-entropy paths, timed with CUDA
+// events after warm-up (median of many samples), next to the device copy bandwidth measured in the
+// same run, so every number is a ratio (DESIGN.md §6).
+//
+//   build/bench/softmax_bench [--samples N] [--quick]
+//
+// Rows of >= 1024 columns are bandwidth-bound: GB/s = compulsory bytes / time, where the compulsory
+// bytes are the FP16 input read once and the FP16 output (probabilities, or the gradient for
+// cross-entropy) written once — extra passes a kernel makes count against it, so paths compare by time.
+// "%copy" compares it with cudaMemcpyAsync device-to-device moving the same number of bytes (read +
+// write). 10-class heads are launch-bound: microseconds per call is the number that matters.
+// bench/pytorch/softmax.py prints the same table for torch.softmax / F.cross_entropy.
+// Without a GPU it prints "no CUDA device" and exits 0.
+#include <CLI/CLI.hpp>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/runtime.h"
+#include "kernels/softmax.h"
+
+using namespace hl;
+namespace k = hl::kernels;
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "cuda error in %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+cudaStream_t stream() { return static_cast<cudaStream_t>(runtime::cuda_stream()); }
+
+// Median over `samples` of the time per call, each sample timing `reps` back-to-back calls between two
+// events (so a launch-bound kernel is not drowned by event overhead). Warm-up first.
+double median_us(const std::function<void()>& call, int samples, int reps) {
+  for (int i = 0; i < 3; ++i) call();
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  std::vector<double> t;
+  for (int s = 0; s < samples; ++s) {
+    check(cudaEventRecord(a, stream()), "record");
+    for (int r = 0; r < reps; ++r) call();
+    check(cudaEventRecord(b, stream()), "record");
+    check(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    t.push_back(1000.0 * ms / reps);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct Buf {
+  void* p = nullptr;
+  explicit Buf(size_t bytes) : p(runtime::cuda_malloc(std::max<size_t>(bytes, 16))) {}
+  ~Buf() { runtime::cuda_free(p); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+};
+
+// Fill with random FP16 logits in [-8, 8) (host-generated once, then copied).
+void fill_logits(void* dst, size_t n, DType t) {
+  std::vector<uint16_t> h16;
+  std::vector<float> h32;
+  uint64_t s = 0x9E3779B97F4A7C15ull;
+  auto rnd = [&] {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return static_cast<float>((s >> 11) % 16000) / 1000.0f - 8.0f;
+  };
+  if (t == DType::f16) {
+    h16.resize(n);
+    for (auto& v : h16) v = float_to_half_bits(rnd());
+    check(cudaMemcpy(dst, h16.data(), n * 2, cudaMemcpyHostToDevice), "upload");
+  } else {
+    h32.resize(n);
+    for (auto& v : h32) v = rnd();
+    check(cudaMemcpy(dst, h32.data(), n * 4, cudaMemcpyHostToDevice), "upload");
+  }
+}
+
+void row(const char* op, int64_t rows, int64_t cols, const char* dtypes, const std::string& variant, double us,
+         double bytes, double copy_gbs) {
+  if (bytes > 0) {
+    const double gbs = bytes / (us * 1e-6) / 1e9;
+    std::printf("%-10s %-12s %-10s %-18s %10.2f %9.1f %6.0f%%\n", op,
+                (std::to_string(rows) + "x" + std::to_string(cols)).c_str(), dtypes, variant.c_str(), us, gbs,
+                100.0 * gbs / copy_gbs);
+  } else {
+    std::printf("%-10s %-12s %-10s %-18s %10.2f %9s %7s\n", op, (std::to_string(rows) + "x" + std::to_string(cols)).c_str(),
+                dtypes, variant.c_str(), us, "-", "-");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"softmax ladder benchmark"};
+  int samples = 25;
+  bool quick = false;
+  app.add_option("--samples", samples, "timed samples per entry (the median is shown)")->check(CLI::Range(3, 1000));
+  app.add_flag("--quick", quick, "fewer shapes (a smoke run)");
+  CLI11_PARSE(app, argc, argv);
+
+  if (!runtime::cuda_available()) {
+    std::printf("no CUDA device (%s): nothing to benchmark\n", runtime::cuda_unavailable_reason().c_str());
+    return 0;
+  }
+  const std::time_t now = std::time(nullptr);
+  char date[64];
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  std::printf("# softmax_bench  GPU: %s  date: %s\n", runtime::cuda_device_description().c_str(), date);
+  std::printf("# CUDA events, 3 warm-up calls, median of %d samples; GB/s = (bytes read + written) / time;\n"
+              "# %%copy = GB/s / cudaMemcpyAsync D2D GB/s on the same bytes, measured in this run\n",
+              samples);
+  std::printf("%-10s %-12s %-10s %-18s %10s %9s %7s\n", "op", "shape", "dtypes", "variant", "us/call", "GB/s", "%copy");
+
+  std::vector<std::string> rungs;
+  for (const auto& v : k::SoftmaxRegistry::instance().all())
+    if (v.device == DeviceType::cuda && v.name != "fused_xent" && v.name != "naive_fp16_nomax") rungs.push_back(v.name);
+
+  std::vector<std::pair<int64_t, int64_t>> big = {{4096, 1024}, {4096, 4096}, {1024, 32768}, {128, 65536}};
+  std::vector<std::pair<int64_t, int64_t>> heads = {{128, 10}, {1024, 10}};
+  if (quick) {
+    big = {{4096, 1024}};
+    heads = {{128, 10}};
+  }
+
+  for (auto [rows, cols] : big) {
+    const size_t n = static_cast<size_t>(rows * cols);
+    Buf x(n * 2), y(n * 4), g(n * 2), lse(static_cast<size_t>(rows) * 8), loss(static_cast<size_t>(rows) * 4),
+        lab(static_cast<size_t>(rows) * 4), one(4);
+    fill_logits(x.p, n, DType::f16);
+    std::vector<int32_t> labels(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) labels[static_cast<size_t>(r)] = static_cast<int32_t>((r * 7919) % cols);
+    check(cudaMemcpy(lab.p, labels.data(), labels.size() * 4, cudaMemcpyHostToDevice), "labels");
+    const float f1 = 1.0f;
+    check(cudaMemcpy(one.p, &f1, 4, cudaMemcpyHostToDevice), "one");
+
+    // The bar: a device-to-device copy moving n f16 values (read + write = 4n bytes).
+    const double copy_us = median_us(
+        [&] { check(cudaMemcpyAsync(g.p, x.p, n * 2, cudaMemcpyDeviceToDevice, stream()), "copy"); }, samples, 10);
+    const double copy_gbs = 4.0 * static_cast<double>(n) / (copy_us * 1e-6) / 1e9;
+    row("copy", rows, cols, "f16->f16", "cudaMemcpy D2D", copy_us, 4.0 * static_cast<double>(n), copy_gbs);
+
+    for (const auto& rung : rungs) {
+      const int reps = rung == "naive" ? 1 : 10;
+      const int smp = rung == "naive" ? std::min(samples, 5) : samples;
+      k::SoftmaxArgs a;
+      a.device = DeviceType::cuda;
+      a.op = k::SoftmaxOp::softmax;
+      a.rows = rows;
+      a.cols = cols;
+      a.x = x.p;
+      a.x_type = DType::f16;
+      a.y = g.p;
+      a.y_type = DType::f16;
+      const double us = median_us([&] { k::softmax(a, rung); }, smp, reps);
+      row("softmax", rows, cols, "f16->f16", rung, us, 4.0 * static_cast<double>(n), copy_gbs);
+    }
+
+    // Cross-entropy, loss + gradient: the fused kernel (one launch), its framework split (forward,
+    // backward: two launches, the logits read twice) and the unfused path (log_softmax to f32, NLL,
+    // NLL backward, log_softmax backward).
+    k::SoftmaxArgs xe;
+    xe.device = DeviceType::cuda;
+    xe.rows = rows;
+    xe.cols = cols;
+    xe.x = x.p;
+    xe.x_type = DType::f16;
+    xe.labels = static_cast<const int32_t*>(lab.p);
+    xe.loss = loss.p;
+    xe.stats = lse.p;
+    xe.y = g.p;
+    xe.y_type = DType::f16;
+    xe.grad_scale = one.p;
+    xe.multiplier = 1.0 / static_cast<double>(rows);
+    {
+      k::SoftmaxArgs f = xe;
+      f.op = k::SoftmaxOp::xent_fused;
+      f.stats = nullptr;
+      const double us = median_us([&] { k::softmax(f); }, samples, 10);
+      row("xent", rows, cols, "f16->f16", "fused_xent 1 pass", us, 4.0 * static_cast<double>(n), copy_gbs);
+      k::SoftmaxArgs fw = xe, bw = xe;
+      fw.op = k::SoftmaxOp::xent_forward;
+      bw.op = k::SoftmaxOp::xent_backward;
+      const double us2 = median_us([&] { k::softmax(fw); k::softmax(bw); }, samples, 10);
+      row("xent", rows, cols, "f16->f16", "fused_xent fwd+bwd", us2, 4.0 * static_cast<double>(n), copy_gbs);
+    }
+    {
+      Buf logp(n * 4), glogp(n * 4), gl(static_cast<size_t>(rows) * 4);
+      const double us = median_us(
+          [&] {
+            k::log_softmax_forward(DeviceType::cuda, rows, cols, x.p, DType::f16, logp.p, DType::f32);
+            k::nll_forward(DeviceType::cuda, rows, cols, logp.p, DType::f32, static_cast<const int32_t*>(lab.p), loss.p);
+            k::nll_backward(DeviceType::cuda, rows, cols, static_cast<const int32_t*>(lab.p), loss.p, glogp.p, DType::f32);
+            k::log_softmax_backward(DeviceType::cuda, rows, cols, logp.p, glogp.p, DType::f32, g.p, DType::f16);
+          },
+          samples, 5);
+      row("xent", rows, cols, "f16->f16", "unfused (4 kernels)", us, 4.0 * static_cast<double>(n), copy_gbs);
+    }
+  }
+
+  // 10-class heads: launch-bound; microseconds per call.
+  for (auto [rows, cols] : heads) {
+    const size_t n = static_cast<size_t>(rows * cols);
+    Buf x(n * 2), y(n * 4), g(n * 2), lse(static_cast<size_t>(rows) * 8), loss(static_cast<size_t>(rows) * 4),
+        lab(static_cast<size_t>(rows) * 4), one(4), logp(n * 4), glogp(n * 4);
+    fill_logits(x.p, n, DType::f16);
+    std::vector<int32_t> labels(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) labels[static_cast<size_t>(r)] = static_cast<int32_t>(r % cols);
+    check(cudaMemcpy(lab.p, labels.data(), labels.size() * 4, cudaMemcpyHostToDevice), "labels");
+    const float f1 = 1.0f;
+    check(cudaMemcpy(one.p, &f1, 4, cudaMemcpyHostToDevice), "one");
+    for (const auto& rung : rungs) {
+      k::SoftmaxArgs a;
+      a.device = DeviceType::cuda;
+      a.op = k::SoftmaxOp::softmax;
+      a.rows = rows;
+      a.cols = cols;
+      a.x = x.p;
+      a.x_type = DType::f16;
+      a.y = g.p;
+      a.y_type = DType::f16;
+      row("softmax", rows, cols, "f16->f16", rung, median_us([&] { k::softmax(a, rung); }, samples, 100), 0, 1);
+    }
+    k::SoftmaxArgs xe;
+    xe.device = DeviceType::cuda;
+    xe.rows = rows;
+    xe.cols = cols;
+    xe.x = x.p;
+    xe.x_type = DType::f16;
+    xe.labels = static_cast<const int32_t*>(lab.p);
+    xe.loss = loss.p;
+    xe.stats = lse.p;
+    xe.y = g.p;
+    xe.y_type = DType::f16;
+    xe.grad_scale = one.p;
+    xe.multiplier = 1.0 / static_cast<double>(rows);
+    k::SoftmaxArgs f = xe, fw = xe, bw = xe;
+    f.op = k::SoftmaxOp::xent_fused;
+    fw.op = k::SoftmaxOp::xent_forward;
+    bw.op = k::SoftmaxOp::xent_backward;
+    row("xent", rows, cols, "f16->f16", "fused_xent 1 pass", median_us([&] { k::softmax(f); }, samples, 100), 0, 1);
+    row("xent", rows, cols, "f16->f16", "fused_xent fwd+bwd",
+        median_us([&] { k::softmax(fw); k::softmax(bw); }, samples, 100), 0, 1);
+    row("xent", rows, cols, "f16->f16", "unfused (4 kernels)",
+        median_us(
+            [&] {
+              k::log_softmax_forward(DeviceType::cuda, rows, cols, x.p, DType::f16, logp.p, DType::f32);
+              k::nll_forward(DeviceType::cuda, rows, cols, logp.p, DType::f32, static_cast<const int32_t*>(lab.p), loss.p);
+              k::nll_backward(DeviceType::cuda, rows, cols, static_cast<const int32_t*>(lab.p), loss.p, glogp.p, DType::f32);
+              k::log_softmax_backward(DeviceType::cuda, rows, cols, logp.p, glogp.p, DType::f32, g.p, DType::f16);
+            },
+            samples, 50),
+        0, 1);
+  }
+  check(cudaDeviceSynchronize(), "final sync");
+  return 0;
+}

@@ -1,0 +1,161 @@
+// The public softmax entry point: check the arguments once, here, so that every variant can assume a
+// well-formed problem, then hand over to the variant registry (kernels/registry.h).
+#include "kernels/softmax.h"
+
+#include <cstdlib>
+#include <sstream>
+
+#include "kernels/error.h"
+
+namespace hl::kernels {
+
+namespace {
+
+bool is_xent(SoftmaxOp op) {
+  return op == SoftmaxOp::xent_forward || op == SoftmaxOp::xent_backward || op == SoftmaxOp::xent_fused;
+}
+bool writes_y(SoftmaxOp op) { return op != SoftmaxOp::xent_forward; }
+
+void validate(const SoftmaxArgs& a) {
+  const auto fail = [&](const auto&... what) {
+    throw Error(detail::concat("softmax: ", what..., " (", a.describe(), ")"));
+  };
+  if (a.rows < 0 || a.cols < 0) fail("rows and cols must be >= 0, got rows=", a.rows, " cols=", a.cols);
+  if (is_xent(a.op) && a.rows > 0 && a.cols < 1) fail("cross-entropy needs at least one class");
+  if (a.rows == 0 || a.cols == 0) return;  // nothing is read or written
+  if (!is_floating(a.x_type)) fail("the input must be f16, f32 or f64, got ", dtype_name(a.x_type));
+  if (a.x == nullptr) fail("the input is a null pointer");
+  if (writes_y(a.op)) {
+    if (!is_floating(a.y_type)) fail("the output must be f16, f32 or f64, got ", dtype_name(a.y_type));
+    if (a.y == nullptr) fail("the output is a null pointer");
+  }
+  if (a.op == SoftmaxOp::log_softmax_backward && a.dy == nullptr) fail("dy is a null pointer");
+  if (is_xent(a.op)) {
+    if (a.labels == nullptr) fail("labels is a null pointer");
+    const DType want = a.x_type == DType::f64 ? DType::f64 : DType::f32;
+    if (a.stat_type != want)
+      fail("loss, statistics and grad_scale must be ", dtype_name(want), " for ", dtype_name(a.x_type),
+           " logits (f32 math, §3.3), got ", dtype_name(a.stat_type));
+    if (a.op != SoftmaxOp::xent_backward && a.loss == nullptr) fail("loss is a null pointer");
+    if (a.op != SoftmaxOp::xent_fused && a.stats == nullptr) fail("stats is a null pointer");
+  }
+}
+
+// On the GPU without a pinned or requested rung: the rung that suits the shape. Short rows: a warp
+// per row keeps every SM busy without block-wide barriers; longer rows: a block per row; rows too
+// long to stay in cache: the single-pass statistics of `online`. Thresholds are first guesses, to be
+// re-tuned from bench/softmax_bench on a GPU (kernels/cuda/softmax/README.md).
+std::string auto_cuda_variant(const SoftmaxArgs& a) {
+  if (is_xent(a.op)) return a.x_type == DType::f64 || a.y_type == DType::f64 ? "" : "fused_xent";
+  if (a.x_type == DType::f64 || a.y_type == DType::f64) return "naive";  // the only f64 CUDA rung
+  if (a.cols <= 1024) return "warp_row";
+  if (a.cols <= 32768) return "block_row";
+  return "online";
+}
+
+std::string requested_name(const SoftmaxArgs& a, const std::string& variant) {
+  if (!variant.empty()) return variant;
+  const SoftmaxRegistry& reg = SoftmaxRegistry::instance();
+  if (!reg.default_name().empty()) return reg.default_name();
+  if (const char* env = std::getenv(SoftmaxArgs::env_var); env != nullptr && *env != '\0') return env;
+  if (a.device == DeviceType::cuda) {
+    const std::string name = auto_cuda_variant(a);
+    const auto* v = reg.find(name, a.device);
+    if (v != nullptr && (v->unsupported == nullptr || v->unsupported(a) == nullptr)) return name;
+  }
+  return "";  // the registry's priority order
+}
+
+}  // namespace
+
+const char* softmax_op_name(SoftmaxOp op) {
+  switch (op) {
+    case SoftmaxOp::softmax: return "softmax";
+    case SoftmaxOp::log_softmax: return "log_softmax";
+    case SoftmaxOp::log_softmax_backward: return "log_softmax_backward";
+    case SoftmaxOp::xent_forward: return "xent_forward";
+    case SoftmaxOp::xent_backward: return "xent_backward";
+    case SoftmaxOp::xent_fused: return "xent_fused";
+  }
+  return "?";
+}
+
+std::string SoftmaxArgs::describe() const {
+  std::ostringstream os;
+  os << softmax_op_name(op) << ' ' << rows << 'x' << cols << ' ' << dtype_name(x_type);
+  if (writes_y(op)) os << "->" << dtype_name(y_type);
+  if (is_xent(op)) {
+    os << " stats " << dtype_name(stat_type);
+    if (multiplier != 1.0) os << " multiplier=" << multiplier;
+    if (grad_scale != nullptr) os << " *grad_scale";
+  }
+  os << " on " << device_name(device);
+  return os.str();
+}
+
+void softmax(const SoftmaxArgs& args, const std::string& variant) {
+  validate(args);
+  const auto& v = SoftmaxRegistry::instance().select(args, requested_name(args, variant));
+  if (args.rows == 0 || args.cols == 0) return;
+  v.run(args);
+}
+
+std::string softmax_variant_for(const SoftmaxArgs& args) {
+  return SoftmaxRegistry::instance().select(args, requested_name(args, "")).name;
+}
+
+bool softmax_can_run(const SoftmaxArgs& args) {
+  const SoftmaxRegistry& reg = SoftmaxRegistry::instance();
+  const std::string name = requested_name(args, "");
+  const auto ok = [&](const Variant<SoftmaxArgs>& v) { return v.unsupported == nullptr || v.unsupported(args) == nullptr; };
+  if (!name.empty()) {
+    const auto* v = reg.find(name, args.device);
+    return v != nullptr && ok(*v);
+  }
+  for (const auto& v : reg.all())
+    if (v.device == args.device && ok(v)) return true;
+  return false;
+}
+
+void softmax_forward(DeviceType dev, int64_t rows, int64_t cols, const void* x, DType tx, void* y, DType ty) {
+  SoftmaxArgs a;
+  a.device = dev;
+  a.op = SoftmaxOp::softmax;
+  a.rows = rows;
+  a.cols = cols;
+  a.x = x;
+  a.x_type = tx;
+  a.y = y;
+  a.y_type = ty;
+  softmax(a);
+}
+
+void log_softmax_forward(DeviceType dev, int64_t rows, int64_t cols, const void* x, DType tx, void* y, DType ty) {
+  SoftmaxArgs a;
+  a.device = dev;
+  a.op = SoftmaxOp::log_softmax;
+  a.rows = rows;
+  a.cols = cols;
+  a.x = x;
+  a.x_type = tx;
+  a.y = y;
+  a.y_type = ty;
+  softmax(a);
+}
+
+void log_softmax_backward(DeviceType dev, int64_t rows, int64_t cols, const void* y, const void* gy, DType ty,
+                          void* gx, DType tgx) {
+  SoftmaxArgs a;
+  a.device = dev;
+  a.op = SoftmaxOp::log_softmax_backward;
+  a.rows = rows;
+  a.cols = cols;
+  a.x = y;
+  a.x_type = ty;
+  a.dy = gy;
+  a.y = gx;
+  a.y_type = tgx;
+  softmax(a);
+}
+
+}  // namespace hl::kernels

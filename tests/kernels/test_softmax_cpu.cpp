@@ -1,0 +1,407 @@
+// The CPU softmax family (kernels/softmax.h): the `reference` variant against an independent long
+// double computation (tests/kernels/softmax_reference.h), the documented conventions (all -inf rows,
+// masked entries, bad labels), large-magnitude logits, long rows, the FP16 overflow lesson
+// (naive_fp16_nomax), the registry plumbing, and the framework's fused cross-entropy against the
+// unfused composition, with central-difference gradient checks (framework/gradcheck.h).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "framework/autograd.h"
+#include "framework/gradcheck.h"
+#include "framework/ops.h"
+#include "kernels/error.h"
+#include "kernels/half.h"
+#include "kernels/softmax.h"
+#include "tests/kernels/softmax_reference.h"
+#include "tests/test_util.h"
+
+namespace {
+
+using namespace hl;
+namespace k = hl::kernels;
+namespace ref = hl::test::softmax_ref;
+
+const double kInf = ref::kInf;
+const double kNaN = ref::kNaN;
+
+Tensor make(const std::vector<double>& v, int64_t rows, int64_t cols, DType t) {
+  return Tensor::from_vector(v, {rows, cols}, t);
+}
+Tensor labels_of(const std::vector<int32_t>& v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}); }
+
+// Run one softmax-family op on the CPU through the registry (variant "" = the default).
+Tensor run_forward(const Tensor& x, DType out_t, bool log, const std::string& variant = "") {
+  Tensor y = Tensor::full(x.shape(), kNaN, out_t);  // poisoned
+  k::SoftmaxArgs a;
+  a.op = log ? k::SoftmaxOp::log_softmax : k::SoftmaxOp::softmax;
+  a.rows = x.size(0);
+  a.cols = x.size(1);
+  a.x = x.data_ptr();
+  a.x_type = x.dtype();
+  a.y = y.data_ptr();
+  a.y_type = out_t;
+  k::softmax(a, variant);
+  return y;
+}
+
+// Every element within the FP32-math bound of tests/kernels/softmax_reference.h (the CPU computes in
+// double, so it lands far inside it; the bound is shared with the GPU tests). NaN where the reference
+// is NaN, and nowhere else.
+void expect_forward_matches(const std::vector<double>& x, int64_t rows, int64_t cols, const std::vector<double>& out,
+                            bool log, bool f16_out, const std::string& what) {
+  const auto stats = ref::row_stats(rows, cols, x);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const auto& s = stats[static_cast<size_t>(i / cols)];
+    const double xi = x[static_cast<size_t>(i)], o = out[static_cast<size_t>(i)];
+    const double want = log ? ref::log_prob(xi, s) : ref::prob(xi, s);
+    bool ok;
+    if (std::isnan(want)) {
+      ok = std::isnan(o);
+    } else if (xi == -kInf) {  // a masked entry: exactly 0 / -inf
+      ok = o == want;
+    } else if (std::isinf(want)) {
+      ok = o == want;
+    } else if (f16_out && std::fabs(want) > 65504) {  // a log-probability below -65504 is -inf in FP16
+      ok = std::signbit(o) == std::signbit(want) && (std::isinf(o) || std::fabs(o) == 65504);
+    } else {
+      const double lt = ref::logprob_tol(xi, s, cols);
+      const double tol = log ? lt + ref::out_rel(f16_out) * std::fabs(want) + ref::out_abs(f16_out)
+                             : want * (lt + 4 * ref::kU32) + ref::out_rel(f16_out) * want + ref::out_abs(f16_out);
+      ok = std::fabs(o - want) <= tol;
+    }
+    if (!ok && ++bad <= 5)
+      ADD_FAILURE() << what << ": element " << i << " (row " << i / cols << ") = " << o << ", want " << want
+                    << " (x = " << xi << ")";
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+class SoftmaxCpu : public ::testing::Test {
+ protected:
+  uint64_t seed = hl::test::fresh_seed();
+};
+
+TEST_F(SoftmaxCpu, ReferenceMatchesLongDoubleOnRandomShapes) {
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 7}, {5, 33}, {4, 1000}, {2, 4097}}) {
+    for (DType tx : {DType::f16, DType::f32}) {
+      for (DType ty : {DType::f32, DType::f16}) {
+        for (double range : {8.0, 60000.0}) {
+          const auto x = hl::test::random_values(static_cast<size_t>(rows * cols), seed++, -range, range, tx);
+          const Tensor tx_t = make(x, rows, cols, tx);
+          for (bool log : {false, true}) {
+            const Tensor y = run_forward(tx_t, ty, log);
+            expect_forward_matches(x, rows, cols, y.to_double(), log, ty == DType::f16,
+                                   std::string(log ? "log_softmax " : "softmax ") + dtype_name(tx) + "->" +
+                                       dtype_name(ty) + " " + std::to_string(rows) + "x" + std::to_string(cols));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(SoftmaxCpu, AllMinusInfRowIsNaNEverywhere) {
+  // Row 0 all -inf, row 1 ordinary, row 2 contains +inf, row 3 contains NaN: the documented convention.
+  const std::vector<double> x = {-kInf, -kInf, -kInf, 1, 2, 3, 0, kInf, 1, 0, kNaN, 1};
+  for (DType t : {DType::f16, DType::f32, DType::f64}) {
+    const Tensor xt = make(x, 4, 3, t);
+    for (bool log : {false, true}) {
+      const auto y = run_forward(xt, t == DType::f64 ? DType::f64 : DType::f32, log).to_double();
+      for (int i = 0; i < 12; ++i) {
+        if (i / 3 == 1) {
+          EXPECT_TRUE(std::isfinite(y[static_cast<size_t>(i)])) << i;
+        } else {
+          EXPECT_TRUE(std::isnan(y[static_cast<size_t>(i)])) << "element " << i << " of " << dtype_name(t);
+        }
+      }
+      expect_forward_matches(x, 4, 3, y, log, false, "special rows");
+    }
+    // Cross-entropy of the all -inf row: NaN loss and NaN gradient; the ordinary row is untouched.
+    Tensor logits = make(x, 4, 3, t).slice_rows(0, 2).clone();
+    logits.requires_grad_();
+    const Tensor loss = cross_entropy(logits, labels_of({0, 2}));
+    EXPECT_TRUE(std::isnan(loss.item()));
+    loss.backward();
+    const auto g = logits.grad().to_double();
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(std::isnan(g[static_cast<size_t>(i)])) << i;
+    for (int i = 3; i < 6; ++i) EXPECT_TRUE(std::isfinite(g[static_cast<size_t>(i)])) << i;
+  }
+}
+
+TEST_F(SoftmaxCpu, MaskedEntriesGetZeroProbability) {
+  const int64_t rows = 6, cols = 37;
+  auto x = hl::test::random_values(static_cast<size_t>(rows * cols), seed, -5, 5, DType::f32);
+  for (size_t i = 0; i < x.size(); i += 3) x[i] = -kInf;  // every third entry masked (never a whole row)
+  const Tensor xt = make(x, rows, cols, DType::f32);
+  const auto p = run_forward(xt, DType::f32, false).to_double();
+  const auto lp = run_forward(xt, DType::f32, true).to_double();
+  for (int64_t r = 0; r < rows; ++r) {
+    double sum = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const size_t i = static_cast<size_t>(r * cols + c);
+      if (x[i] == -kInf) {
+        EXPECT_EQ(p[i], 0.0);
+        EXPECT_EQ(lp[i], -kInf);
+      }
+      sum += p[i];
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-6) << "row " << r;
+  }
+  expect_forward_matches(x, rows, cols, p, false, false, "masked softmax");
+  expect_forward_matches(x, rows, cols, lp, true, false, "masked log_softmax");
+
+  // The log-softmax backward passes the upstream gradient through unchanged at a masked entry (its
+  // probability is 0), and the fused cross-entropy gives it exactly zero gradient.
+  Tensor logits = xt.clone();
+  logits.requires_grad_();
+  std::vector<int32_t> lab;
+  for (int64_t r = 0; r < rows; ++r) {  // an unmasked label in every row
+    int32_t l = static_cast<int32_t>((r * 7) % cols);
+    while (x[static_cast<size_t>(r * cols + l)] == -kInf) l = (l + 1) % static_cast<int32_t>(cols);
+    lab.push_back(l);
+  }
+  cross_entropy(logits, labels_of(lab)).backward();
+  const auto g = logits.grad().to_double();
+  for (size_t i = 0; i < x.size(); ++i)
+    if (x[i] == -kInf) {
+      EXPECT_EQ(g[i], 0.0) << i;
+    }
+}
+
+TEST_F(SoftmaxCpu, LongRowsAndLargeMagnitudes) {
+  // 70000 columns: one row sums to 1; ±1e4 in f32 and ±60000 in f16 would overflow exp() without the
+  // maximum subtracted, and lose every digit if the loss were computed as lse - x[label].
+  const int64_t cols = 70000;
+  for (auto [t, range] : std::vector<std::pair<DType, double>>{{DType::f32, 1e4}, {DType::f16, 60000.0}}) {
+    auto x = hl::test::random_values(static_cast<size_t>(2 * cols), seed++, -range, range, t);
+    const Tensor xt = make(x, 2, cols, t);
+    const auto p = run_forward(xt, DType::f32, false).to_double();
+    expect_forward_matches(x, 2, cols, p, false, false, std::string("long rows ") + dtype_name(t));
+    expect_forward_matches(x, 2, cols, run_forward(xt, DType::f32, true).to_double(), true, false,
+                           std::string("long rows log ") + dtype_name(t));
+  }
+  // A hand-checkable row: [1e4, 1e4 - 1, -1e4] -> [1/(1+e^-1), e^-1/(1+e^-1), 0].
+  const auto p = run_forward(make({1e4, 1e4 - 1, -1e4}, 1, 3, DType::f32), DType::f32, false).to_double();
+  EXPECT_NEAR(p[0], 1 / (1 + std::exp(-1.0)), 1e-7);
+  EXPECT_NEAR(p[1], std::exp(-1.0) / (1 + std::exp(-1.0)), 1e-7);
+  EXPECT_EQ(p[2], 0.0);
+  // Cross-entropy with f16 logits of ±60000: the loss of the label at the maximum is log(1 + ...) ~ 0.
+  const Tensor big = make({60000, -60000, 59968}, 1, 3, DType::f16);
+  EXPECT_NEAR(cross_entropy(big, labels_of({0})).item(), std::log1p(std::exp(-32.0)), 1e-9);
+  EXPECT_NEAR(cross_entropy(big, labels_of({2})).item(), 32.0, 1e-5);
+}
+
+// ---- the numerics lesson: FP16 without max subtraction overflows at a logit of 12 ----------------------
+
+TEST_F(SoftmaxCpu, Fp16WithoutMaxSubtractionOverflowsAtTwelve) {
+  EXPECT_GT(std::exp(12.0), 65504.0);  // 162754.79...
+  EXPECT_TRUE(std::isinf(static_cast<float>(half(std::exp(12.0f)))));
+  const Tensor x = make({12, 1, 0, -1}, 1, 4, DType::f16);
+  const auto bad = run_forward(x, DType::f16, false, "naive_fp16_nomax").to_double();
+  EXPECT_TRUE(std::isnan(bad[0])) << bad[0];  // inf / inf
+  for (int c = 1; c < 4; ++c) EXPECT_EQ(bad[static_cast<size_t>(c)], 0.0);  // finite / inf
+  // The FP32-math reference gets it right, in either output dtype.
+  for (DType ty : {DType::f16, DType::f32}) {
+    const auto good = run_forward(x, ty, false).to_double();
+    const double z = std::exp(12.0) + std::exp(1.0) + 1 + std::exp(-1.0);
+    const double want[4] = {std::exp(12.0) / z, std::exp(1.0) / z, 1 / z, std::exp(-1.0) / z};
+    for (int c = 0; c < 4; ++c)
+      EXPECT_NEAR(good[static_cast<size_t>(c)], want[c], want[c] * (ty == DType::f16 ? ref::kU16 : 1e-6) + 0x1p-25) << c;
+  }
+  // For small logits the teaching variant is merely FP16-inaccurate: within a few FP16 ulps.
+  const auto xs = hl::test::random_values(4 * 10, seed, -3, 3, DType::f16);
+  const Tensor small = make(xs, 4, 10, DType::f16);
+  const auto a = run_forward(small, DType::f16, false, "naive_fp16_nomax").to_double();
+  const auto b = run_forward(small, DType::f32, false).to_double();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 16 * ref::kU16 * b[i] + 0x1p-24) << i;
+}
+
+TEST_F(SoftmaxCpu, Fp16NoMaxIsBitExactFp16Emulation) {
+  // The emulation, step by step, written out again here with hl::half: exp rounded to FP16, the sum
+  // and the quotient rounded to FP16 after each operation.
+  const auto xs = hl::test::random_values(3 * 9, seed, -4, 11, DType::f16);
+  const auto y = run_forward(make(xs, 3, 9, DType::f16), DType::f16, false, "naive_fp16_nomax").to_double();
+  for (int r = 0; r < 3; ++r) {
+    half sum(0.0f);
+    for (int c = 0; c < 9; ++c)
+      sum = half(static_cast<float>(sum) + static_cast<float>(half(std::exp(static_cast<float>(xs[static_cast<size_t>(r * 9 + c)])))));
+    for (int c = 0; c < 9; ++c) {
+      const half e(std::exp(static_cast<float>(xs[static_cast<size_t>(r * 9 + c)])));
+      const double want = static_cast<float>(half(static_cast<float>(e) / static_cast<float>(sum)));
+      EXPECT_EQ(y[static_cast<size_t>(r * 9 + c)], want) << r << "," << c;
+    }
+  }
+}
+
+// ---- registry plumbing -------------------------------------------------------------------------------
+
+TEST_F(SoftmaxCpu, RegistryNamesDefaultsAndErrors) {
+  const auto names = k::SoftmaxRegistry::instance().names(DeviceType::cpu);
+  EXPECT_NE(std::find(names.begin(), names.end(), "reference"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "naive_fp16_nomax"), names.end());
+  k::SoftmaxArgs a;
+  a.op = k::SoftmaxOp::softmax;
+  a.rows = 2;
+  a.cols = 3;
+  Tensor x = Tensor::zeros({2, 3}, DType::f16), y = Tensor::zeros({2, 3}, DType::f16);
+  a.x = x.data_ptr();
+  a.x_type = DType::f16;
+  a.y = y.data_ptr();
+  a.y_type = DType::f16;
+  // Never the default, even where it could run.
+  if (std::getenv("HALFLING_SOFTMAX") == nullptr) {
+    EXPECT_EQ(k::softmax_variant_for(a), "reference");
+  }
+  EXPECT_EQ(a.describe(), "softmax 2x3 f16->f16 on cpu");
+  // A teaching variant asked for what it cannot do, an unknown name, a null pointer: clear errors.
+  a.op = k::SoftmaxOp::log_softmax;
+  try {
+    k::softmax(a, "naive_fp16_nomax");
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("naive_fp16_nomax"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("log_softmax 2x3"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(k::softmax(a, "no_such_rung"), Error);
+  a.y = nullptr;
+  EXPECT_THROW(k::softmax(a), Error);
+  a.y = y.data_ptr();
+  a.op = k::SoftmaxOp::xent_forward;
+  EXPECT_THROW(k::softmax(a), Error);  // no labels, no loss
+}
+
+TEST_F(SoftmaxCpu, PinnedRungWithoutFusedLossFallsBackToUnfused) {
+  auto& reg = k::SoftmaxRegistry::instance();
+  Generator gen(seed);
+  const Tensor logits = Tensor::uniform({5, 4}, gen, -2, 2);
+  const Tensor labels = labels_of({0, 3, 1, 2, 3});
+  const double fused = cross_entropy(logits, labels).item();
+  reg.set_default("naive_fp16_nomax");  // softmax only: cross_entropy must not use it for the loss
+  try {
+    cross_entropy(logits, labels);
+    ADD_FAILURE() << "the unfused path should have asked the pinned rung for log_softmax";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("naive_fp16_nomax"), std::string::npos) << e.what();
+  }
+  reg.set_default("reference");
+  EXPECT_NEAR(cross_entropy(logits, labels).item(), fused, 1e-7);
+  reg.set_default("");
+}
+
+// ---- fused cross-entropy: the kernels and the framework op ---------------------------------------------
+
+TEST_F(SoftmaxCpu, XentFusedEqualsForwardThenBackward) {
+  const int64_t rows = 9, cols = 13;
+  for (DType t : {DType::f16, DType::f32}) {
+    const auto x = hl::test::random_values(static_cast<size_t>(rows * cols), seed++, -6, 6, t);
+    std::vector<int32_t> lab(rows);
+    for (int64_t r = 0; r < rows; ++r) lab[static_cast<size_t>(r)] = static_cast<int32_t>((r * 5 + seed) % cols);
+    lab[3] = -1;  // a bad label: NaN loss and NaN gradient row
+    const Tensor xt = make(x, rows, cols, t), lt = labels_of(lab);
+    const Tensor scale = Tensor::scalar(1024.0);
+    Tensor loss1 = Tensor::full({rows}, kNaN), stats = Tensor::full({rows, 2}, kNaN), g1 = Tensor::full({rows, cols}, kNaN, t);
+    Tensor loss2 = Tensor::full({rows}, kNaN), g2 = Tensor::full({rows, cols}, kNaN, t);
+    k::SoftmaxArgs a;
+    a.rows = rows;
+    a.cols = cols;
+    a.x = xt.data_ptr();
+    a.x_type = t;
+    a.labels = lt.data<int32_t>();
+    a.grad_scale = scale.data_ptr();
+    a.multiplier = 1.0 / rows;
+    a.y_type = t;
+    a.op = k::SoftmaxOp::xent_forward;
+    a.loss = loss1.data_ptr();
+    a.stats = stats.data_ptr();
+    k::softmax(a);
+    a.op = k::SoftmaxOp::xent_backward;
+    a.y = g1.data_ptr();
+    k::softmax(a);
+    a.op = k::SoftmaxOp::xent_fused;
+    a.loss = loss2.data_ptr();
+    a.stats = nullptr;
+    a.y = g2.data_ptr();
+    k::softmax(a);
+    const auto l1 = loss1.to_double(), l2 = loss2.to_double(), a1 = g1.to_double(), a2 = g2.to_double();
+    const auto st = ref::row_stats(rows, cols, x);
+    for (int64_t r = 0; r < rows; ++r) {
+      const size_t ri = static_cast<size_t>(r);
+      if (r == 3) {
+        EXPECT_TRUE(std::isnan(l1[ri]) && std::isnan(l2[ri]));
+      } else {
+        const double want = ref::log_prob(x[static_cast<size_t>(r * cols + lab[ri])], st[ri]) * -1;
+        EXPECT_NEAR(l1[ri], want, 1e-5 * (1 + std::fabs(want)));
+        EXPECT_EQ(l1[ri], l2[ri]);
+      }
+      for (int64_t c = 0; c < cols; ++c) {
+        const size_t i = static_cast<size_t>(r * cols + c);
+        if (r == 3) {
+          EXPECT_TRUE(std::isnan(a1[i]) && std::isnan(a2[i])) << i;
+          continue;
+        }
+        const double want = (ref::prob(x[i], st[ri]) - (c == lab[ri] ? 1.0 : 0.0)) * 1024.0 / rows;
+        EXPECT_NEAR(a1[i], want, std::fabs(want) * (t == DType::f16 ? ref::kU16 : 1e-6) + 1e-6) << i;
+        EXPECT_EQ(a1[i], a2[i]) << i;  // the same arithmetic either way
+      }
+    }
+  }
+}
+
+TEST_F(SoftmaxCpu, CrossEntropyFusedMatchesUnfused) {
+  // Loss and gradient under a loss scale (the trainer's scaler.scale(loss).backward()), for f32, f16
+  // and f64 logits: the fused op against nll_loss(log_softmax(x)).
+  Generator gen(seed);
+  for (DType t : {DType::f32, DType::f16, DType::f64}) {
+    for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {128, 10}, {7, 1000}}) {
+      const Tensor base = Tensor::uniform({rows, cols}, gen, -8, 8, t);
+      std::vector<int32_t> lab(static_cast<size_t>(rows));
+      for (auto& l : lab) l = static_cast<int32_t>(gen.uniform() * static_cast<double>(cols)) % static_cast<int32_t>(cols);
+      const Tensor labels = labels_of(lab);
+      Tensor a = base.clone(), b = base.clone();
+      a.requires_grad_();
+      b.requires_grad_();
+      const Tensor la = cross_entropy(a, labels), lb = cross_entropy_unfused(b, labels);
+      EXPECT_EQ(la.dtype(), lb.dtype());
+      EXPECT_NEAR(la.item(), lb.item(), (t == DType::f64 ? 1e-13 : 1e-6) * (1 + std::fabs(lb.item())));
+      mul(la, 4096.0).backward();
+      mul(lb, 4096.0).backward();
+      ASSERT_EQ(a.grad().dtype(), t);
+      ASSERT_EQ(b.grad().dtype(), t);
+      const auto ga = a.grad().to_double(), gb = b.grad().to_double();
+      // Both compute in double on the CPU, but each stores an intermediate in f32: the unfused path the
+      // log-probabilities (|y| up to ~2^5 here, so exp(y) carries up to 2^5 * 2^-24 relative error), the
+      // fused one the row statistics; f16 gradients may then round the last bit differently.
+      const double rel = t == DType::f16 ? 2 * ref::kU16 + 64 * ref::kU32 : t == DType::f32 ? 64 * ref::kU32 : 1e-12;
+      for (size_t i = 0; i < ga.size(); ++i)
+        ASSERT_NEAR(ga[i], gb[i], rel * std::fabs(gb[i]) + 1e-7) << dtype_name(t) << " " << rows << "x" << cols << " " << i;
+    }
+  }
+}
+
+TEST_F(SoftmaxCpu, GradientChecks) {
+  Generator gen(seed);
+  GradcheckOptions skip_labels;
+  skip_labels.skip = {1};
+  // Many classes, wide logits, and one masked-out class in every row: the fused loss and log_softmax.
+  const Tensor logits = Tensor::uniform({6, 40}, gen, -6.0, 6.0, DType::f64);
+  std::vector<int32_t> lab = {0, 39, 17, 17, 5, 22};
+  const Tensor labels = labels_of(lab);
+  for (const auto& [name, f] : std::vector<std::pair<std::string, GradcheckFn>>{
+           {"cross_entropy", [](const std::vector<Tensor>& x) { return cross_entropy(x[0], x[1]); }},
+           {"log_softmax", [](const std::vector<Tensor>& x) { return log_softmax(x[0]); }}}) {
+    const GradcheckResult r = gradcheck(f, {logits, labels}, skip_labels);
+    EXPECT_TRUE(r.ok) << name << ": " << r.report;
+    EXPECT_LT(r.max_abs_error, 1e-6) << name << ": " << r.report;
+  }
+  // The loss under an upstream multiplier other than 1 (the loss scale): d(S * loss)/dx.
+  const GradcheckResult r = gradcheck(
+      [](const std::vector<Tensor>& x) { return mul(cross_entropy(x[0], x[1]), 8.0); }, {logits, labels}, skip_labels);
+  EXPECT_TRUE(r.ok) << r.report;
+}
+
+}  // namespace

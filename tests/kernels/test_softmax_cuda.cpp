@@ -1,0 +1,443 @@
+// Every CUDA rung of the softmax ladder (kernels/cuda/softmax/) against the long double reference of
+// tests/kernels/softmax_reference.h, on fresh random inputs (ordinary and large-magnitude logits, with
+// an all -inf row, a masked row and a row holding the logit 12 that overflows FP16), outputs poisoned
+// with NaN, every element checked. Rungs are taken from the registry, so a new rung is tested here
+// without a line of change. Also: fused_xent loss and gradient, the FP16 overflow lesson on the GPU,
+// the scalar (misaligned) path, and the framework's cross_entropy on CUDA against the CPU.
+// Skips without a GPU (HL_REQUIRE_CUDA).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "framework/ops.h"
+#include "kernels/half.h"
+#include "kernels/softmax.h"
+#include "tests/kernels/softmax_reference.h"
+#include "tests/test_util.h"
+
+namespace {
+
+using namespace hl;
+namespace k = hl::kernels;
+namespace ref = hl::test::softmax_ref;
+
+const double kInf = ref::kInf;
+const double kNaN = ref::kNaN;
+
+// Rungs that run `op` for these dtypes (the registry says which), without the teaching variant.
+std::vector<std::string> rungs_for(const k::SoftmaxArgs& probe) {
+  std::vector<std::string> out;
+  for (const auto& v : k::SoftmaxRegistry::instance().all()) {
+    if (v.device != DeviceType::cuda || v.name == "naive_fp16_nomax") continue;
+    if (v.unsupported == nullptr || v.unsupported(probe) == nullptr) out.push_back(v.name);
+  }
+  return out;
+}
+
+// The longest chain of sequential FP32 additions one thread makes in a row sum: naive adds the whole
+// row; every other rung spreads the row over at least a warp, then merges (a tree of <= 10 levels).
+int64_t chain_for(const std::string& rung, int64_t cols) { return rung == "naive" ? cols : (cols + 31) / 32 + 64; }
+
+Tensor device_tensor(const std::vector<double>& v, int64_t rows, int64_t cols, DType t) {
+  return Tensor::from_vector(v, {rows, cols}, t, Device::cuda);
+}
+
+// Random logits for a [rows, cols] case; rows 0..2 (when present) are special: all -inf, every fifth
+// entry masked, and one logit of 12 (FP16's exp(12) overflows) among small ones.
+std::vector<double> make_logits(int64_t rows, int64_t cols, double range, DType t, uint64_t seed) {
+  auto x = hl::test::random_values(static_cast<size_t>(rows * cols), seed, -range, range, t);
+  if (rows >= 3) {
+    for (int64_t c = 0; c < cols; ++c) x[static_cast<size_t>(c)] = -kInf;
+    for (int64_t c = 0; c < cols; c += 5) x[static_cast<size_t>(cols + c)] = -kInf;
+    if (cols > 1) x[static_cast<size_t>(cols + 1)] = round_to_half(3.0f);  // row 1 keeps a finite maximum
+    for (int64_t c = 0; c < cols; ++c)
+      x[static_cast<size_t>(2 * cols + c)] = static_cast<double>(round_to_half(static_cast<float>(std::fmod(c * 0.37, 4.0))));
+    x[static_cast<size_t>(2 * cols + cols / 2)] = 12.0;
+  }
+  return x;
+}
+
+struct Expect {
+  std::vector<double> x, lp;  // inputs and reference log-probabilities
+  std::vector<ref::Row> stats;
+  int64_t rows, cols;
+};
+
+Expect reference(std::vector<double> x, int64_t rows, int64_t cols) {
+  Expect e{std::move(x), {}, {}, rows, cols};
+  e.stats = ref::row_stats(rows, cols, e.x);
+  e.lp.resize(e.x.size());
+  for (size_t i = 0; i < e.x.size(); ++i) e.lp[i] = ref::log_prob(e.x[i], e.stats[i / static_cast<size_t>(cols)]);
+  return e;
+}
+
+// Checks every element; returns the number of failures (the first few are reported).
+int64_t check_forward(const Expect& e, const std::vector<double>& out, bool log, bool f16_out, int64_t chain,
+                      const std::string& what) {
+  int64_t bad = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const double xi = e.x[i], o = out[i];
+    const auto& s = e.stats[i / static_cast<size_t>(e.cols)];
+    const double want = log ? e.lp[i] : std::exp(e.lp[i]);
+    bool ok;
+    if (std::isnan(want)) {
+      ok = std::isnan(o);
+    } else if (xi == -kInf) {
+      ok = o == want;  // exactly 0 / -inf
+    } else if (f16_out && std::fabs(want) > 65504) {
+      ok = std::signbit(o) == std::signbit(want) && (std::isinf(o) || std::fabs(o) == 65504);
+    } else {
+      const double lt = ref::logprob_tol(xi, s, chain);
+      const double tol = log ? lt + ref::out_rel(f16_out) * std::fabs(want) + ref::out_abs(f16_out)
+                             : want * (lt + 4 * ref::kU32) + ref::out_rel(f16_out) * want + ref::out_abs(f16_out);
+      ok = std::fabs(o - want) <= tol;
+    }
+    if (!ok && ++bad <= 5)
+      ADD_FAILURE() << what << ": element " << i << " (row " << i / static_cast<size_t>(e.cols) << ") = " << o
+                    << ", want " << want << " (x = " << xi << ")";
+  }
+  return bad;
+}
+
+k::SoftmaxArgs forward_args(bool log, const Tensor& x, const Tensor& y) {
+  k::SoftmaxArgs a;
+  a.device = DeviceType::cuda;
+  a.op = log ? k::SoftmaxOp::log_softmax : k::SoftmaxOp::softmax;
+  a.rows = x.size(0);
+  a.cols = x.size(1);
+  a.x = x.data_ptr();
+  a.x_type = x.dtype();
+  a.y = y.data_ptr();
+  a.y_type = y.dtype();
+  return a;
+}
+
+TEST(SoftmaxCuda, EveryRungForwardAgainstReference) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = hl::test::fresh_seed();
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (int64_t cols : {1, 7, 10, 31, 32, 33, 1000, 1024, 4097, 65536, 70000})
+    for (int64_t rows : {1, 3, 128}) shapes.push_back({rows, cols});
+  for (int64_t cols : {1, 7, 10, 33}) shapes.push_back({70000, cols});  // more rows than a grid dimension
+  for (auto [rows, cols] : shapes) {
+    for (DType tx : {DType::f16, DType::f32}) {
+      // Ordinary logits, and large ones (FP16 up to 60000, FP32 up to 1e4) whose exp() overflows
+      // unless the maximum is subtracted first.
+      for (double range : {8.0, tx == DType::f16 ? 60000.0 : 1e4}) {
+        const Expect e = reference(make_logits(rows, cols, range, tx, seed++), rows, cols);
+        const Tensor x = device_tensor(e.x, rows, cols, tx);
+        for (DType ty : {DType::f32, DType::f16}) {
+          for (bool log : {false, true}) {
+            Tensor y = Tensor::full({rows, cols}, kNaN, ty, Device::cuda);  // poisoned
+            const k::SoftmaxArgs a = forward_args(log, x, y);
+            for (const std::string& rung : rungs_for(a)) {
+              // naive gives 128 threads a 70000-wide row each: one output/dtype combination of the
+              // largest shapes is enough for it (it keeps the compute-sanitizer runs to minutes).
+              if (rung == "naive" && rows * cols > (1 << 21) && (ty != DType::f32 || log)) continue;
+              y.fill_(kNaN);
+              k::softmax(a, rung);
+              const std::string what = rung + (log ? " log_softmax " : " softmax ") + dtype_name(tx) + "->" +
+                                       dtype_name(ty) + " " + std::to_string(rows) + "x" + std::to_string(cols) +
+                                       " range " + std::to_string(range);
+              EXPECT_EQ(check_forward(e, y.to_double(), log, ty == DType::f16, chain_for(rung, cols), what), 0) << what;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(SoftmaxCuda, ScalarPathForMisalignedBuffers) {
+  // Buffers that start one element past an aligned address (and rows that are whole packs): the
+  // 128-bit path must not be taken, and the scalar path must give the same answers.
+  HL_REQUIRE_CUDA();
+  uint64_t seed = hl::test::fresh_seed();
+  const int64_t rows = 5, cols = 1024;
+  for (DType t : {DType::f16, DType::f32}) {
+    auto x = make_logits(rows, cols, 8.0, t, seed++);
+    const Expect e = reference(x, rows, cols);
+    x.insert(x.begin(), 0.0);
+    const Tensor xs = Tensor::from_vector(x, {rows * cols + 1}, t, Device::cuda);
+    Tensor ys = Tensor::full({rows * cols + 1}, kNaN, t, Device::cuda);
+    const size_t es = dtype_size(t);
+    for (bool log : {false, true}) {
+      k::SoftmaxArgs a;
+      a.device = DeviceType::cuda;
+      a.op = log ? k::SoftmaxOp::log_softmax : k::SoftmaxOp::softmax;
+      a.rows = rows;
+      a.cols = cols;
+      a.x = static_cast<const char*>(xs.data_ptr()) + es;
+      a.x_type = t;
+      a.y = static_cast<char*>(ys.data_ptr()) + es;
+      a.y_type = t;
+      for (const std::string& rung : rungs_for(a)) {
+        ys.fill_(kNaN);
+        k::softmax(a, rung);
+        auto out = ys.to_double();
+        EXPECT_TRUE(std::isnan(out[0])) << rung << ": wrote before the output";
+        out.erase(out.begin());
+        EXPECT_EQ(check_forward(e, out, log, t == DType::f16, chain_for(rung, cols), rung + " misaligned"), 0) << rung;
+      }
+    }
+  }
+}
+
+TEST(SoftmaxCuda, EveryRungLogSoftmaxBackward) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = hl::test::fresh_seed();
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {3, 7}, {128, 10}, {128, 33}, {3, 1024}, {5, 4097}, {3, 70000}, {70000, 10}}) {
+    for (auto [ty, tgx] : std::vector<std::pair<DType, DType>>{
+             {DType::f32, DType::f32}, {DType::f32, DType::f16}, {DType::f16, DType::f16}}) {
+      const size_t n = static_cast<size_t>(rows * cols);
+      const Expect e = reference(hl::test::random_values(n, seed++, -6, 6, DType::f32), rows, cols);
+      std::vector<double> y = e.lp;
+      for (auto& v : y) v = ty == DType::f16 ? static_cast<double>(round_to_half(static_cast<float>(v))) : static_cast<float>(v);
+      const auto gy = hl::test::random_values(n, seed++, -1, 1, ty);
+      std::vector<double> want(n), scale(n);
+      for (int64_t r = 0; r < rows; ++r) {
+        double s = 0, s_abs = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          s += gy[static_cast<size_t>(r * cols + c)];
+          s_abs += std::fabs(gy[static_cast<size_t>(r * cols + c)]);
+        }
+        for (int64_t c = 0; c < cols; ++c) {
+          const size_t i = static_cast<size_t>(r * cols + c);
+          want[i] = gy[i] - std::exp(y[i]) * s;
+          scale[i] = std::fabs(gy[i]) + std::exp(y[i]) * s_abs;  // the size of the terms involved
+        }
+      }
+      const Tensor dy = device_tensor(y, rows, cols, ty), dgy = device_tensor(gy, rows, cols, ty);
+      Tensor gx = Tensor::full({rows, cols}, kNaN, tgx, Device::cuda);
+      k::SoftmaxArgs a;
+      a.device = DeviceType::cuda;
+      a.op = k::SoftmaxOp::log_softmax_backward;
+      a.rows = rows;
+      a.cols = cols;
+      a.x = dy.data_ptr();
+      a.x_type = ty;
+      a.dy = dgy.data_ptr();
+      a.y = gx.data_ptr();
+      a.y_type = tgx;
+      for (const std::string& rung : rungs_for(a)) {
+        gx.fill_(kNaN);
+        k::softmax(a, rung);
+        const auto out = gx.to_double();
+        // The row sum is a chain of FP32 additions (bounded by chain * u * sum|gy|), expf is within 2
+        // ulps, and an FP16 output rounds once more.
+        const double acc = (3.0 * static_cast<double>(chain_for(rung, cols)) + 20) * ref::kU32;
+        int64_t bad = 0;
+        for (size_t i = 0; i < n; ++i) {
+          const double tol = acc * scale[i] + ref::out_rel(tgx == DType::f16) * std::fabs(want[i]) +
+                             ref::out_abs(tgx == DType::f16);
+          if (!(std::fabs(out[i] - want[i]) <= tol) && ++bad <= 5)
+            ADD_FAILURE() << rung << " backward " << rows << "x" << cols << " element " << i << " = " << out[i]
+                          << ", want " << want[i];
+        }
+        EXPECT_EQ(bad, 0) << rung << " " << dtype_name(ty) << "->" << dtype_name(tgx);
+      }
+    }
+  }
+}
+
+TEST(SoftmaxCuda, FusedXentLossAndGradient) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = hl::test::fresh_seed();
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {3, 10}, {128, 10}, {1024, 10}, {128, 33}, {3, 1000}, {5, 4097}, {3, 65536}, {70000, 10}}) {
+    for (DType tx : {DType::f16, DType::f32}) {
+      for (double range : {8.0, tx == DType::f16 ? 60000.0 : 1e4}) {
+        const Expect e = reference(make_logits(rows, cols, range, tx, seed++), rows, cols);
+        std::vector<int32_t> labels(static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r) {
+          int32_t l = static_cast<int32_t>((static_cast<uint64_t>(r) * 2654435761u + seed) % static_cast<uint64_t>(cols));
+          if (r == 1) l = static_cast<int32_t>(std::min<int64_t>(1, cols - 1));  // not a masked entry
+          labels[static_cast<size_t>(r)] = l;
+        }
+        if (rows >= 128) labels[5] = -1;                               // a bad label: NaN loss and gradient row
+        if (rows >= 128) labels[6] = static_cast<int32_t>(cols);
+        const Tensor x = device_tensor(e.x, rows, cols, tx);
+        const Tensor lab = Tensor::from_vector(labels, {rows}, Device::cuda);
+        const double S = 1024.0, mult = 1.0 / static_cast<double>(rows);
+        const Tensor scale = Tensor::scalar(S, DType::f32, Device::cuda);
+        for (DType tg : {DType::f16, DType::f32}) {
+          Tensor loss = Tensor::full({rows}, kNaN, DType::f32, Device::cuda);
+          Tensor stats = Tensor::full({rows, 2}, kNaN, DType::f32, Device::cuda);
+          Tensor g = Tensor::full({rows, cols}, kNaN, tg, Device::cuda);
+          Tensor loss2 = Tensor::full({rows}, kNaN, DType::f32, Device::cuda);
+          Tensor g2 = Tensor::full({rows, cols}, kNaN, tg, Device::cuda);
+          k::SoftmaxArgs a;
+          a.device = DeviceType::cuda;
+          a.rows = rows;
+          a.cols = cols;
+          a.x = x.data_ptr();
+          a.x_type = tx;
+          a.labels = lab.data<int32_t>();
+          a.stat_type = DType::f32;
+          a.grad_scale = scale.data_ptr();
+          a.multiplier = mult;
+          a.y_type = tg;
+          a.op = k::SoftmaxOp::xent_forward;
+          a.loss = loss.data_ptr();
+          a.stats = stats.data_ptr();
+          k::softmax(a);  // the default must be fused_xent
+          EXPECT_EQ(k::softmax_variant_for(a), "fused_xent");
+          a.op = k::SoftmaxOp::xent_backward;
+          a.y = g.data_ptr();
+          k::softmax(a);
+          a.op = k::SoftmaxOp::xent_fused;
+          a.loss = loss2.data_ptr();
+          a.stats = nullptr;
+          a.y = g2.data_ptr();
+          k::softmax(a);
+          const auto lo = loss.to_double(), lo2 = loss2.to_double(), go = g.to_double(), go2 = g2.to_double();
+          const int64_t chain = chain_for("fused_xent", cols);
+          int64_t bad = 0;
+          for (int64_t r = 0; r < rows; ++r) {
+            const size_t ri = static_cast<size_t>(r);
+            const int32_t l = labels[ri];
+            const bool bad_label = l < 0 || l >= cols;
+            const auto& s = e.stats[ri];
+            const double want = bad_label ? kNaN : -e.lp[static_cast<size_t>(r * cols + l)];
+            const auto loss_ok = [&](double v) {
+              if (std::isnan(want)) return std::isnan(v);
+              if (std::isinf(want)) return v == want;
+              return std::fabs(v - want) <= ref::logprob_tol(e.x[static_cast<size_t>(r * cols + l)], s, chain);
+            };
+            if ((!loss_ok(lo[ri]) || !loss_ok(lo2[ri])) && ++bad <= 5)
+              ADD_FAILURE() << "loss row " << r << " = " << lo[ri] << " / " << lo2[ri] << ", want " << want;
+            for (int64_t c = 0; c < cols; ++c) {
+              const size_t i = static_cast<size_t>(r * cols + c);
+              const double p = std::exp(e.lp[i]);
+              const double gw = bad_label || std::isnan(p) ? kNaN : (p - (c == l ? 1.0 : 0.0)) * S * mult;
+              const auto ok = [&](double v) {
+                if (std::isnan(gw)) return std::isnan(v);
+                if (e.x[i] == -kInf) return v == gw;
+                if (tg == DType::f16 && std::fabs(gw) > 65504)  // the scaled gradient overflows FP16
+                  return std::signbit(v) == std::signbit(gw) && (std::isinf(v) || std::fabs(v) == 65504);
+                const double tol = S * mult * (p * (ref::logprob_tol(e.x[i], s, chain) + 4 * ref::kU32) + 2 * ref::kU32) +
+                                   ref::out_rel(tg == DType::f16) * std::fabs(gw) + ref::out_abs(tg == DType::f16);
+                return std::fabs(v - gw) <= tol;
+              };
+              if ((!ok(go[i]) || !ok(go2[i])) && ++bad <= 5)
+                ADD_FAILURE() << "grad " << r << "," << c << " = " << go[i] << " / " << go2[i] << ", want " << gw;
+            }
+          }
+          EXPECT_EQ(bad, 0) << "fused_xent " << dtype_name(tx) << "->" << dtype_name(tg) << " " << rows << "x" << cols
+                            << " range " << range;
+        }
+      }
+    }
+  }
+}
+
+TEST(SoftmaxCuda, Fp16OverflowLessonOnTheGpu) {
+  HL_REQUIRE_CUDA();
+  // The teaching rung overflows for a logit of 12; the CPU emulation agrees (NaN/inf in the same
+  // places, finite values within one FP16 ulp: expf may differ by an FP32 ulp between libraries).
+  const int64_t rows = 3, cols = 9;
+  auto x = hl::test::random_values(static_cast<size_t>(rows * cols), hl::test::fresh_seed(), -4, 11, DType::f16);
+  x[4] = 12.0;
+  const Tensor xc = Tensor::from_vector(x, {rows, cols}, DType::f16), xg = xc.to(Device::cuda);
+  Tensor yc = Tensor::full({rows, cols}, kNaN, DType::f16), yg = Tensor::full({rows, cols}, kNaN, DType::f16, Device::cuda);
+  k::SoftmaxArgs a;
+  a.op = k::SoftmaxOp::softmax;
+  a.rows = rows;
+  a.cols = cols;
+  a.x_type = a.y_type = DType::f16;
+  a.x = xc.data_ptr();
+  a.y = yc.data_ptr();
+  k::softmax(a, "naive_fp16_nomax");
+  a.device = DeviceType::cuda;
+  a.x = xg.data_ptr();
+  a.y = yg.data_ptr();
+  k::softmax(a, "naive_fp16_nomax");
+  const auto c = yc.to_double(), gpu = yg.to_double();
+  EXPECT_TRUE(std::isnan(gpu[4])) << gpu[4];
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (std::isnan(c[i]) || std::isinf(c[i])) {
+      EXPECT_TRUE(std::isnan(gpu[i]) == std::isnan(c[i]) && std::isinf(gpu[i]) == std::isinf(c[i])) << i;
+    } else {
+      EXPECT_NEAR(gpu[i], c[i], std::max(std::fabs(c[i]) * 0x1p-10, 0x1p-24)) << i;
+    }
+  }
+  // Every FP32-math rung: the right answer for the same row.
+  const Expect e = reference(x, rows, cols);
+  const k::SoftmaxArgs probe = a;
+  for (const std::string& rung : rungs_for(probe)) {
+    yg.fill_(kNaN);
+    k::softmax(a, rung);
+    EXPECT_EQ(check_forward(e, yg.to_double(), false, true, chain_for(rung, cols), rung + " logit 12"), 0) << rung;
+  }
+}
+
+TEST(SoftmaxCuda, F64RunsInNaiveInDouble) {
+  // f64 tensors on the GPU keep working: only `naive` takes them, and it computes in double.
+  HL_REQUIRE_CUDA();
+  uint64_t seed = hl::test::fresh_seed();
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{3, 1}, {128, 10}, {5, 4097}}) {
+    const Expect e = reference(make_logits(rows, cols, 50.0, DType::f64, seed++), rows, cols);
+    const Tensor x = device_tensor(e.x, rows, cols, DType::f64);
+    Tensor y = Tensor::full({rows, cols}, kNaN, DType::f64, Device::cuda);
+    const k::SoftmaxArgs a = forward_args(true, x, y);
+    EXPECT_EQ(k::softmax_variant_for(a), "naive");
+    k::softmax(a);
+    const auto out = y.to_double();
+    int64_t bad = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      const double want = e.lp[i];
+      // double math: the same error analysis with u = 2^-53, plus the long double reference's own rounding.
+      const bool ok = std::isnan(want) ? std::isnan(out[i])
+                      : std::isinf(want) ? out[i] == want
+                                         : std::fabs(out[i] - want) <= 1e-13 * (std::fabs(want) + 100.0 + static_cast<double>(cols));
+      if (!ok && ++bad <= 5) ADD_FAILURE() << "f64 element " << i << " = " << out[i] << ", want " << want;
+    }
+    EXPECT_EQ(bad, 0) << rows << "x" << cols;
+  }
+}
+
+TEST(SoftmaxCuda, FrameworkCrossEntropyOnCudaEqualsCpu) {
+  HL_REQUIRE_CUDA();
+  Generator gen(hl::test::fresh_seed());
+  for (DType t : {DType::f32, DType::f16}) {
+    for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{128, 10}, {70000, 10}, {64, 1000}, {2, 65536}}) {
+      const Tensor base = Tensor::uniform({rows, cols}, gen, -10, 10, t);
+      std::vector<int32_t> lab(static_cast<size_t>(rows));
+      for (auto& l : lab) l = static_cast<int32_t>(gen.below(static_cast<uint64_t>(cols)));
+      const Tensor labels = Tensor::from_vector(lab, {rows});
+      Tensor a = base.clone(), b = base.to(Device::cuda), u = base.to(Device::cuda);
+      a.requires_grad_();
+      b.requires_grad_();
+      u.requires_grad_();
+      const Tensor la = cross_entropy(a, labels), lb = cross_entropy(b, labels.to(Device::cuda)),
+                   lu = cross_entropy_unfused(u, labels.to(Device::cuda));
+      // f32 math on the GPU against double on the CPU: a mean of per-row losses each within ~1e-6
+      // relative (the mean itself adds CUB's f32 summation).
+      EXPECT_NEAR(lb.item(), la.item(), 1e-5 * (1 + std::fabs(la.item())));
+      EXPECT_NEAR(lu.item(), la.item(), 1e-5 * (1 + std::fabs(la.item())));
+      mul(la, 1024.0).backward();
+      mul(lb, 1024.0).backward();
+      mul(lu, 1024.0).backward();
+      const auto ga = a.grad().to_double(), gb = b.grad().to_double(), gu = u.grad().to_double();
+      ASSERT_EQ(b.grad().dtype(), t);
+      const double rel = t == DType::f16 ? 2 * ref::kU16 : 1e-5;
+      // The absolute error of an FP32 probability (~1e-6 for these logits) times the multiplier S/rows:
+      // it dominates where softmax - onehot nearly cancels (a confident correct row).
+      const double floor = 1024.0 / static_cast<double>(rows) * 1e-6 + 0x1p-24;
+      int64_t bad = 0;
+      for (size_t i = 0; i < ga.size(); ++i) {
+        if (!(std::fabs(gb[i] - ga[i]) <= rel * std::fabs(ga[i]) + floor) && ++bad <= 5)
+          ADD_FAILURE() << "fused grad " << i << " = " << gb[i] << ", cpu " << ga[i];
+        if (!(std::fabs(gu[i] - ga[i]) <= rel * std::fabs(ga[i]) + floor) && ++bad <= 5)
+          ADD_FAILURE() << "unfused grad " << i << " = " << gu[i] << ", cpu " << ga[i];
+      }
+      EXPECT_EQ(bad, 0) << dtype_name(t) << " " << rows << "x" << cols;
+    }
+  }
+}
+
+}  // namespace

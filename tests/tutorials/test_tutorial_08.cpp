@@ -1,0 +1,71 @@
+// Tutorial 08 (softmax): the --smoke run succeeds and prints the numbers the chapter quotes — FP16's
+// exp(12) overflow and the NaN of the no-max FP16 softmax, the exact FP32 answer, every rung within
+// tolerance, the fused cross-entropy equal to the unfused one — and the --softmax flag is checked.
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "tests/test_util.h"
+
+namespace {
+
+using hl::test::run_command;
+const std::string kProgram = hl::test::tutorial_program("08_softmax");
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+class Tutorial08 : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { result_ = run_command(kProgram + " --smoke --device cpu"); }
+  static std::pair<int, std::string> result_;
+  const std::string& out() const { return result_.second; }
+};
+std::pair<int, std::string> Tutorial08::result_;
+
+TEST_F(Tutorial08, SmokeRunSucceeds) {
+  EXPECT_EQ(result_.first, 0) << out();
+  EXPECT_TRUE(contains(out(), "\nall checks passed")) << out();
+  EXPECT_FALSE(contains(out(), "FAIL")) << out();
+}
+
+TEST_F(Tutorial08, Fp16OverflowLesson) {
+  EXPECT_TRUE(contains(out(), "exp(11) = 59874.1 -> FP16 59872\n")) << out();
+  EXPECT_TRUE(contains(out(), "exp(12) = 162754.8 -> FP16 inf (overflow)\n")) << out();
+  EXPECT_TRUE(contains(out(), "naive_fp16_nomax on cpu, logits [12, 1, 0, -1] -> [nan, 0, 0, 0]\n")) << out();
+  // exp(12 - 12) / (1 + e^-11 + e^-12 + e^-13) and so on, in FP32.
+  EXPECT_TRUE(contains(out(), "max-subtracted, FP32 math -> [0.999975, 1.67013e-05, 6.14406e-06, 2.26027e-06]"))
+      << out();
+}
+
+TEST_F(Tutorial08, RungsAndCrossEntropyChecked) {
+  std::istringstream in(out());
+  int rung_rows = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("reference ", 0) == 0) {
+      ++rung_rows;
+      EXPECT_TRUE(line.size() >= 2 && line.substr(line.size() - 2) == "OK") << line;
+    }
+  }
+  EXPECT_EQ(rung_rows, 2) << out();  // the two smoke shapes
+  EXPECT_TRUE(contains(out(), "cross_entropy on cpu runs: reference (fused)")) << out();
+  EXPECT_TRUE(contains(out(), "|diff| 0.0e+00: OK")) << out();  // both paths compute in double on the CPU
+}
+
+TEST(Tutorial08Flags, SoftmaxFlagIsCheckedAndListed) {
+  const auto bad = run_command(kProgram + " --smoke --device cpu --softmax no_such_rung");
+  EXPECT_NE(bad.first, 0);
+  EXPECT_TRUE(contains(bad.second, "--softmax: no variant 'no_such_rung' on cpu (known: reference, naive_fp16_nomax)"))
+      << bad.second;
+  const auto list = run_command(kProgram + " --list-variants");
+  EXPECT_EQ(list.first, 0) << list.second;
+  EXPECT_TRUE(contains(list.second, "softmax on cpu:") && contains(list.second, "naive_fp16_nomax")) << list.second;
+  // Pinning the teaching rung: section 1 still shows the FP32 answer, the loss section says why it
+  // cannot run, and the program does not crash.
+  const auto pinned = run_command(kProgram + " --smoke --device cpu --softmax naive_fp16_nomax");
+  EXPECT_EQ(pinned.first, 0) << pinned.second;
+  EXPECT_TRUE(contains(pinned.second, "cross-entropy with --softmax naive_fp16_nomax")) << pinned.second;
+}
+
+}  // namespace
