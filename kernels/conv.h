@@ -69,14 +69,15 @@ struct ConvArgs {
   DType bias_type = DType::f32;
   bool relu = false;  // forward only
 
-  int64_t P() const { return (H + 2 * pad_h - R) / stride_h + 1; }
-  int64_t Q() const { return (W + 2 * pad_w - S) / stride_w + 1; }
+  // Usable in device code too (HL_HOST_DEVICE, kernels/half.h): the CUDA kernels take ConvArgs by value.
+  HL_HOST_DEVICE int64_t P() const { return (H + 2 * pad_h - R) / stride_h + 1; }
+  HL_HOST_DEVICE int64_t Q() const { return (W + 2 * pad_w - S) / stride_w + 1; }
 
   // The pass's output pointer (y, dx or dw) and its element count.
   void* out() const;
   int64_t out_numel() const;
   // Multiply-adds of the pass (N*K*P*Q*C*R*S for every pass): benchmarks report 2*macs/time.
-  int64_t macs() const { return N * K * P() * Q() * C * R * S; }
+  HL_HOST_DEVICE int64_t macs() const { return N * K * P() * Q() * C * R * S; }
 
   // "conv forward N=128 C=1 H=28 W=28 K=32 R=5 S=5 stride=1x1 pad=2x2 -> P=28 Q=28 f16->f16 +bias relu
   // on cuda": used in every error message.
