@@ -1,0 +1,332 @@
+// Convolution ladder, rung 3: "implicit_gemm_wmma" — the GEMM without the im2col matrix.
+//
+// What changes from rung 2 (im2col_gemm): X_col is never written. Rung 2 spends most of its memory
+// traffic writing C*R*S*P*Q values per image to global memory (9x the input for a 3x3 kernel, 25x for
+// 5x5) only for the GEMM to read them back. Here the GEMM's tile loader computes, for each element of
+// the *virtual* X_col tile it needs, which input element (n, c, h, w) that is — or that it is a zero of
+// the padding — and loads it straight from x into shared memory. The arithmetic is the same Tensor
+// Core product as the GEMM ladder's WMMA rungs: FP16 operands, FP32 accumulation (paper §3.3), with
+// the result rounded once, on the store, after a fused epilogue (beta, bias, ReLU with NaN passing
+// through). It is the rung the registry picks by default where it applies.
+//
+// The GEMMs (kernels/conv.h):
+//   forward          Y[k, npq]  = W[k, crs] * X_col[crs, npq]            M = K   N = N*P*Q  K = C*R*S
+//   backward_data    dX[c, nhw] = W'[c, krs] * dY_col[krs, nhw]          M = C   N = N*H*W  K = K*R*S
+// backward_data is itself an implicit GEMM over dx: column (n, h, w) of the virtual dY_col gathers, for
+// every (k, r, s), dy[n, k, p, q] with p = (h + pad_h - r) / stride_h when that division is exact and
+// p lies in [0, P) (and the same for q), else 0. With stride 1 this is the convolution of dY with the
+// flipped, transposed filters; with stride 2 three taps in four are zeros of the "dilated" dY, which
+// the loader predicates away (correct, if wasteful: a stride-aware decomposition is a later rung).
+// W'[c, krs] = w[k, c, r, s] is the same weight tensor read with the roles of k and c swapped.
+//
+// Not covered here (unsupported() says so, and the registry then runs im2col_gemm, the next variant):
+//   * backward_weight: its reduction runs over N*P*Q (131072 for a 32x32 layer at batch 128) while
+//     its output K x C*R*S is small, so it needs split-K (partial sums from many blocks, then a
+//     deterministic reduction) to fill the GPU; im2col_gemm's one big NT GEMM does that job for now.
+//   * f32 inputs (Tensor Cores multiply FP16; direct and im2col_gemm take f32) and GPUs older than
+//     compute capability 7.0 (no FP16 Tensor Cores).
+//
+// The kernel, per block of 256 threads (8 warps):
+//   * a 64 x 128 output tile (64 output channels x 128 output positions); each warp owns 32 x 32 of it,
+//     as 2 x 2 WMMA 16x16x16 fragments with FP32 accumulators;
+//   * a K loop in steps of 32: the A tile (64 x 32 weights) and the B tile (32 x 128 gathered inputs)
+//     are staged in shared memory, rows padded by 8 halves (16 bytes) so that the WMMA fragment loads
+//     of consecutive rows start in different banks;
+//   * software prefetch: the global loads of tile t+1 go to registers before the Tensor Cores work
+//     on tile t, so their latency hides behind the math;
+//   * address arithmetic: each thread always loads the same 4 columns of the B tile, so the column's
+//     (n, p, q) decomposition — image offset, first input row and column — is computed once per
+//     kernel; each row (c, r, s) is decomposed once per K step and shared by the thread's 4 columns.
+//     Reduction rows past C*R*S (C = 1 or 3 gives CRS = 25 or 27, not a multiple of 32), columns past
+//     N*P*Q and channels past K are predicated to zero, so any shape works;
+//   * epilogue: the accumulators go through shared memory (reusing the tile buffers) so that each
+//     thread writes consecutive output positions of one channel: coalesced stores into NCHW.
+//
+// NCHW is what makes the loader work hard: the reduction index (c, r, s) walks across channel planes,
+// so the 8 consecutive values a 16-byte vector load would need are not consecutive in memory. With
+// NHWC, c is innermost and each (r, s) tap is a contiguous run of C halves (kernels/cuda/conv/README.md).
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "kernels/conv.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/runtime.h"
+
+namespace hl::kernels::cuda {
+
+namespace {
+
+constexpr int kBM = 64;    // output rows (channels) per block
+constexpr int kBN = 128;   // output columns (positions) per block
+constexpr int kBK = 32;    // reduction step
+constexpr int kThreads = 256;
+constexpr int kLdA = kBK + 8;  // padded shared-memory row lengths (halves, halves, floats)
+constexpr int kLdB = kBN + 8;
+constexpr int kLdC = kBN + 4;
+constexpr int kTileBytes = (kBM * kLdA + kBK * kLdB) * 2;
+constexpr int kCBytes = kBM * kLdC * 4;
+constexpr int kSmemBytes = kTileBytes > kCBytes ? kTileBytes : kCBytes;
+
+static_assert(kThreads == 256 && kBM == 64 && kBN == 128 && kBK == 32,
+              "the loaders' thread-to-element maps assume these sizes");
+
+// The GEMM as the kernel sees it. "gathered" is the tensor the B loader reads (x forward, dy
+// backward_data), "out" the output tensor; all per-image sizes fit in 32 bits (unsupported() checks).
+struct Geometry {
+  int M;          // GEMM rows: K (forward) or C (backward_data)
+  int64_t cols;   // GEMM columns: N*P*Q or N*H*W
+  int kred;       // reduction length: C*R*S or K*R*S
+  int RS, S;
+  int a_stride_m, a_stride_ch;  // weight element (row m, reduction (ch, rs)) = w[ch*a_stride_ch + m*a_stride_m + rs]
+  int col_hw, col_w;            // output positions per image, and per output row
+  int g_img, g_ch, g_h, g_w;    // gathered tensor: elements per image and per channel, height, width
+  int sh, sw, ph, pw;
+  int out_img;                  // output elements per image
+};
+
+__device__ __forceinline__ __half half_zero() { return __ushort_as_half(static_cast<unsigned short>(0)); }
+
+template <bool kBackwardData>
+__global__ void __launch_bounds__(kThreads) conv_implicit_gemm_kernel(ConvArgs a, Geometry g) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  using namespace nvcuda;
+  __shared__ __align__(128) unsigned char smem[kSmemBytes];
+  __half* As = reinterpret_cast<__half*>(smem);  // [kBM][kLdA]
+  __half* Bs = As + kBM * kLdA;                  // [kBK][kLdB]
+  float* Cs = reinterpret_cast<float*>(smem);    // [kBM][kLdC], after the K loop
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int m0 = blockIdx.y * kBM;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBN;
+  const __half* wgt = static_cast<const __half*>(a.w);
+  const __half* src = static_cast<const __half*>(kBackwardData ? a.dy : a.x);
+
+  // This thread's 4 columns of the B tile (lane, lane+32, lane+64, lane+96), decomposed once.
+  //   forward:        column (n, p, q): base row/col of the input window h0 = p*sh - ph, w0 = q*sw - pw
+  //   backward_data:  column (n, h, w): h + ph and w + pw, from which each tap's p, q follow
+  int64_t col_base[4];
+  int col_y[4], col_x[4];
+  bool col_ok[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int64_t col = n0 + lane + 32 * j;
+    col_ok[j] = col < g.cols;
+    const int64_t c = col_ok[j] ? col : 0;
+    const int64_t img = c / g.col_hw;
+    const int rem = static_cast<int>(c - img * g.col_hw);
+    const int oy = rem / g.col_w, ox = rem - oy * g.col_w;
+    col_base[j] = img * g.g_img;
+    if constexpr (kBackwardData) {
+      col_y[j] = oy + g.ph;
+      col_x[j] = ox + g.pw;
+    } else {
+      col_y[j] = oy * g.sh - g.ph;
+      col_x[j] = ox * g.sw - g.pw;
+    }
+  }
+
+  __half a_reg[8], b_reg[16];
+
+  // Global -> registers for the K step starting at k0.
+  const auto load_tile = [&](int k0) {
+    {  // A: lane picks the reduction index, warp + 8i the row: 32 consecutive weights per warp and row.
+      const int kk = k0 + lane;
+      const bool kok = kk < g.kred;
+      int ch = 0, rs = 0;
+      if (kok) {
+        ch = kk / g.RS;
+        rs = kk - ch * g.RS;
+      }
+      const __half* wp = wgt + static_cast<int64_t>(ch) * g.a_stride_ch + rs;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int m = m0 + warp + 8 * i;
+        a_reg[i] = kok && m < g.M ? wp[static_cast<int64_t>(m) * g.a_stride_m] : half_zero();
+      }
+    }
+    // B: rows warp + 8i (one (ch, r, s) decomposition each), columns lane + 32j: a warp reads 32
+    // consecutive output positions of one tap, i.e. consecutive input columns when the stride is 1.
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int kk = k0 + warp + 8 * i;
+      const bool kok = kk < g.kred;
+      int ch = 0, r = 0, s = 0;
+      if (kok) {
+        ch = kk / g.RS;
+        const int rs = kk - ch * g.RS;
+        r = rs / g.S;
+        s = rs - r * g.S;
+      }
+      const int64_t ch_off = static_cast<int64_t>(ch) * g.g_ch;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        __half v = half_zero();
+        if (kok && col_ok[j]) {
+          int y, x;
+          bool ok;
+          if constexpr (kBackwardData) {
+            y = col_y[j] - r;
+            x = col_x[j] - s;
+            ok = y >= 0 && x >= 0 && y % g.sh == 0 && x % g.sw == 0;
+            y /= g.sh;
+            x /= g.sw;
+            ok = ok && y < g.g_h && x < g.g_w;
+          } else {
+            y = col_y[j] + r;
+            x = col_x[j] + s;
+            ok = static_cast<unsigned>(y) < static_cast<unsigned>(g.g_h) &&
+                 static_cast<unsigned>(x) < static_cast<unsigned>(g.g_w);  // zero padding
+          }
+          if (ok) v = src[col_base[j] + ch_off + static_cast<int64_t>(y) * g.g_w + x];
+        }
+        b_reg[i * 4 + j] = v;
+      }
+    }
+  };
+
+  // Registers -> shared memory: a warp writes 32 consecutive halves of one row (no bank conflicts).
+  const auto store_tile = [&]() {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) As[(warp + 8 * i) * kLdA + lane] = a_reg[i];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) Bs[(warp + 8 * i) * kLdB + lane + 32 * j] = b_reg[i * 4 + j];
+  };
+
+  const int wm = warp / 4, wn = warp % 4;  // this warp's 32 x 32 sub-tile
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+
+  const int steps = (g.kred + kBK - 1) / kBK;
+  load_tile(0);
+  store_tile();
+  __syncthreads();
+  for (int t = 0; t < steps; ++t) {
+    if (t + 1 < steps) load_tile((t + 1) * kBK);  // in flight while the Tensor Cores work
+#pragma unroll
+    for (int ks = 0; ks < kBK; ks += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> af[2];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> bf[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(af[i], As + (wm * 32 + i * 16) * kLdA + ks, kLdA);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(bf[j], Bs + ks * kLdB + wn * 32 + j * 16, kLdB);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], af[i], bf[j], acc[i][j]);
+    }
+    __syncthreads();  // every warp is done reading this step's tiles
+    if (t + 1 < steps) {
+      store_tile();
+      __syncthreads();
+    }
+  }
+
+  // Epilogue: accumulators -> shared memory (the tiles are dead: the loop ended with a barrier), then
+  // each thread takes consecutive columns of one row, i.e. consecutive positions of one NCHW plane.
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      wmma::store_matrix_sync(Cs + (wm * 32 + i * 16) * kLdC + wn * 32 + j * 16, acc[i][j], kLdC, wmma::mem_row_major);
+  __syncthreads();
+
+  void* out = kBackwardData ? a.dx : a.y;
+  for (int e = threadIdx.x; e < kBM * kBN; e += kThreads) {
+    const int mi = e / kBN, ni = e % kBN;
+    const int m = m0 + mi;
+    const int64_t col = n0 + ni;
+    if (m >= g.M || col >= g.cols) continue;
+    const int64_t img = col / g.col_hw;
+    const int64_t idx = img * g.out_img + static_cast<int64_t>(m) * g.col_hw + (col - img * g.col_hw);
+    float v = Cs[mi * kLdC + ni];
+    if (a.beta != 0.0f) v += a.beta * load_float(out, a.out_type, idx);  // beta == 0: out is not read
+    if (a.bias != nullptr) v += load_float(a.bias, a.bias_type, m);
+    if (a.relu) v = v > 0.0f || v != v ? v : 0.0f;  // NaN stays NaN: an overflow must stay visible
+    store_float(out, a.out_type, idx, v);
+  }
+#endif
+}
+
+Geometry make_geometry(const ConvArgs& a) {
+  const auto i32 = [](int64_t v) { return static_cast<int>(v); };
+  Geometry g{};
+  const int64_t P = a.P(), Q = a.Q(), RS = a.R * a.S;
+  g.RS = i32(RS);
+  g.S = i32(a.S);
+  g.sh = i32(a.stride_h), g.sw = i32(a.stride_w), g.ph = i32(a.pad_h), g.pw = i32(a.pad_w);
+  if (a.pass == ConvPass::forward) {
+    g.M = i32(a.K);
+    g.cols = a.N * P * Q;
+    g.kred = i32(a.C * RS);
+    g.a_stride_m = i32(a.C * RS), g.a_stride_ch = i32(RS);
+    g.col_hw = i32(P * Q), g.col_w = i32(Q);
+    g.g_img = i32(a.C * a.H * a.W), g.g_ch = i32(a.H * a.W), g.g_h = i32(a.H), g.g_w = i32(a.W);
+    g.out_img = i32(a.K * P * Q);
+  } else {  // backward_data
+    g.M = i32(a.C);
+    g.cols = a.N * a.H * a.W;
+    g.kred = i32(a.K * RS);
+    g.a_stride_m = i32(RS), g.a_stride_ch = i32(a.C * RS);
+    g.col_hw = i32(a.H * a.W), g.col_w = i32(a.W);
+    g.g_img = i32(a.K * P * Q), g.g_ch = i32(P * Q), g.g_h = i32(P), g.g_w = i32(Q);
+    g.out_img = i32(a.C * a.H * a.W);
+  }
+  return g;
+}
+
+void run(const ConvArgs& a) {
+  const Geometry g = make_geometry(a);
+  const dim3 grid(static_cast<unsigned>((g.cols + kBN - 1) / kBN), static_cast<unsigned>((g.M + kBM - 1) / kBM));
+  if (a.pass == ConvPass::forward) {
+    conv_implicit_gemm_kernel<false><<<grid, kThreads, 0, stream()>>>(a, g);
+    HL_LAUNCH_CHECK("conv_implicit_gemm_kernel<forward>");
+  } else {
+    conv_implicit_gemm_kernel<true><<<grid, kThreads, 0, stream()>>>(a, g);
+    HL_LAUNCH_CHECK("conv_implicit_gemm_kernel<backward_data>");
+  }
+}
+
+const char* unsupported(const ConvArgs& a) {
+  if (a.in_type != DType::f16) {
+    return "implicit_gemm_wmma takes f16 inputs only (FP16 Tensor Core products); direct and im2col_gemm "
+           "compute f32 convolutions";
+  }
+  if (a.out_type != DType::f16 && a.out_type != DType::f32) return "the output must be f16 or f32";
+  if (a.bias != nullptr && a.bias_type != DType::f16 && a.bias_type != DType::f32) {
+    return "the bias must be f16 or f32";
+  }
+  if (a.pass == ConvPass::backward_weight) {
+    return "backward_weight is not an implicit GEMM here yet (its N*P*Q-long reduction needs split-K); "
+           "im2col_gemm computes it";
+  }
+  const int cc = runtime::cuda_compute_capability();  // cached; 0 when no GPU is present
+  if (cc != 0 && cc < 70) return "implicit_gemm_wmma needs compute capability 7.0 or newer (FP16 Tensor Cores)";
+  // The loaders index within one image, and within the weights, in 32-bit integers.
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  const int64_t P = a.P(), Q = a.Q();
+  if (a.K * a.C * a.R * a.S > kMax || a.C * a.H * a.W > kMax || a.K * P * Q > kMax) {
+    return "one image (or the weight tensor) has more than 2^31 - 1 elements";
+  }
+  if ((a.N * std::max(P * Q, a.H * a.W) + kBN - 1) / kBN > kMax) return "more than 2^31 - 1 column tiles";
+  if ((std::max(a.K, a.C) + kBM - 1) / kBM > 65535) return "more than 65535 row tiles (gridDim.y)";
+  return nullptr;
+}
+
+}  // namespace
+
+HL_REGISTER_VARIANT(ConvArgs, {"implicit_gemm_wmma", DeviceType::cuda, 30,
+                               "implicit GEMM on Tensor Cores: addresses computed in the tile loader, no im2col "
+                               "buffer, fused epilogue",
+                               run, unsupported});
+
+}  // namespace hl::kernels::cuda
