@@ -88,6 +88,93 @@ struct Geometry {
   int out_img;                  // output elements per image
 };
 
+// ---- the address arithmetic of the virtual matrices ------------------------------------------------
+// Host and device functions, so that the index math can also be exercised on the CPU; the kernel
+// below calls exactly these.
+
+// One column of the virtual B matrix (an output position for forward, an input position for
+// backward_data), decomposed once per kernel.
+//   forward:        column (n, p, q): y, x = first input row/column of its window, p*sh - ph, q*sw - pw
+//   backward_data:  column (n, h, w): y, x = h + ph, w + pw, from which each tap's p, q follow
+struct Column {
+  int64_t base;  // offset of image n in the gathered tensor
+  int y, x;
+  bool ok;       // inside the GEMM (columns past N*P*Q resp. N*H*W are padding of the last tile)
+};
+
+template <bool kBackwardData>
+HL_HOST_DEVICE Column make_column(const Geometry& g, int64_t col) {
+  Column c;
+  c.ok = col < g.cols;
+  const int64_t cc = c.ok ? col : 0;
+  const int64_t img = cc / g.col_hw;
+  const int rem = static_cast<int>(cc - img * g.col_hw);
+  const int oy = rem / g.col_w, ox = rem - oy * g.col_w;
+  c.base = img * g.g_img;
+  if (kBackwardData) {
+    c.y = oy + g.ph;
+    c.x = ox + g.pw;
+  } else {
+    c.y = oy * g.sh - g.ph;
+    c.x = ox * g.sw - g.pw;
+  }
+  return c;
+}
+
+// One reduction index kk = (ch, r, s) (ch = c forward, k backward_data), decomposed once per K step.
+struct Tap {
+  int ch, rs, r, s;
+  bool ok;  // kk < C*R*S (resp. K*R*S): rows past it are padding of the last K step
+};
+
+HL_HOST_DEVICE Tap make_tap(const Geometry& g, int kk) {
+  Tap t{0, 0, 0, 0, kk < g.kred};
+  if (t.ok) {
+    t.ch = kk / g.RS;
+    t.rs = kk - t.ch * g.RS;
+    t.r = t.rs / g.S;
+    t.s = t.rs - t.r * g.S;
+  }
+  return t;
+}
+
+// Where B[kk, col] lives in the gathered tensor, or -1 for a zero (padding, a tap between the
+// strided outputs, or the padding of a partial tile).
+template <bool kBackwardData>
+HL_HOST_DEVICE int64_t gather_index(const Geometry& g, const Column& c, const Tap& t) {
+  if (!c.ok || !t.ok) return -1;
+  int y, x;
+  if (kBackwardData) {
+    // p = (h + ph - r) / sh must be whole and inside [0, P) (same for q).
+    y = c.y - t.r;
+    x = c.x - t.s;
+    if (y < 0 || x < 0 || y % g.sh != 0 || x % g.sw != 0) return -1;
+    y /= g.sh;
+    x /= g.sw;
+    if (y >= g.g_h || x >= g.g_w) return -1;
+  } else {
+    y = c.y + t.r;
+    x = c.x + t.s;
+    // Zero padding; the unsigned compare also rejects negative rows and columns.
+    if (static_cast<unsigned>(y) >= static_cast<unsigned>(g.g_h) || static_cast<unsigned>(x) >= static_cast<unsigned>(g.g_w))
+      return -1;
+  }
+  return c.base + static_cast<int64_t>(t.ch) * g.g_ch + static_cast<int64_t>(y) * g.g_w + x;
+}
+
+// Where A[m, kk] lives in w ([K, C, R, S]), or -1 past the edges.
+HL_HOST_DEVICE int64_t weight_index(const Geometry& g, int m, const Tap& t) {
+  if (!t.ok || m >= g.M) return -1;
+  return static_cast<int64_t>(t.ch) * g.a_stride_ch + static_cast<int64_t>(m) * g.a_stride_m + t.rs;
+}
+
+// Where output element (m, col) goes in NCHW (y forward, dx backward_data), or -1 outside.
+HL_HOST_DEVICE int64_t output_index(const Geometry& g, int m, int64_t col) {
+  if (m >= g.M || col >= g.cols) return -1;
+  const int64_t img = col / g.col_hw;
+  return img * g.out_img + static_cast<int64_t>(m) * g.col_hw + (col - img * g.col_hw);
+}
+
 __device__ __forceinline__ __half half_zero() { return __ushort_as_half(static_cast<unsigned short>(0)); }
 
 template <bool kBackwardData>
@@ -105,85 +192,32 @@ __global__ void __launch_bounds__(kThreads) conv_implicit_gemm_kernel(ConvArgs a
   const __half* wgt = static_cast<const __half*>(a.w);
   const __half* src = static_cast<const __half*>(kBackwardData ? a.dy : a.x);
 
-  // This thread's 4 columns of the B tile (lane, lane+32, lane+64, lane+96), decomposed once.
-  //   forward:        column (n, p, q): base row/col of the input window h0 = p*sh - ph, w0 = q*sw - pw
-  //   backward_data:  column (n, h, w): h + ph and w + pw, from which each tap's p, q follow
-  int64_t col_base[4];
-  int col_y[4], col_x[4];
-  bool col_ok[4];
+  // This thread's 4 columns of the B tile (lane, lane + 32, lane + 64, lane + 96), decomposed once.
+  Column cols[4];
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int64_t col = n0 + lane + 32 * j;
-    col_ok[j] = col < g.cols;
-    const int64_t c = col_ok[j] ? col : 0;
-    const int64_t img = c / g.col_hw;
-    const int rem = static_cast<int>(c - img * g.col_hw);
-    const int oy = rem / g.col_w, ox = rem - oy * g.col_w;
-    col_base[j] = img * g.g_img;
-    if constexpr (kBackwardData) {
-      col_y[j] = oy + g.ph;
-      col_x[j] = ox + g.pw;
-    } else {
-      col_y[j] = oy * g.sh - g.ph;
-      col_x[j] = ox * g.sw - g.pw;
-    }
-  }
+  for (int j = 0; j < 4; ++j) cols[j] = make_column<kBackwardData>(g, n0 + lane + 32 * j);
 
   __half a_reg[8], b_reg[16];
 
   // Global -> registers for the K step starting at k0.
   const auto load_tile = [&](int k0) {
     {  // A: lane picks the reduction index, warp + 8i the row: 32 consecutive weights per warp and row.
-      const int kk = k0 + lane;
-      const bool kok = kk < g.kred;
-      int ch = 0, rs = 0;
-      if (kok) {
-        ch = kk / g.RS;
-        rs = kk - ch * g.RS;
-      }
-      const __half* wp = wgt + static_cast<int64_t>(ch) * g.a_stride_ch + rs;
+      const Tap t = make_tap(g, k0 + lane);
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        const int m = m0 + warp + 8 * i;
-        a_reg[i] = kok && m < g.M ? wp[static_cast<int64_t>(m) * g.a_stride_m] : half_zero();
+        const int64_t idx = weight_index(g, m0 + warp + 8 * i, t);
+        a_reg[i] = idx >= 0 ? wgt[idx] : half_zero();
       }
     }
     // B: rows warp + 8i (one (ch, r, s) decomposition each), columns lane + 32j: a warp reads 32
     // consecutive output positions of one tap, i.e. consecutive input columns when the stride is 1.
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int kk = k0 + warp + 8 * i;
-      const bool kok = kk < g.kred;
-      int ch = 0, r = 0, s = 0;
-      if (kok) {
-        ch = kk / g.RS;
-        const int rs = kk - ch * g.RS;
-        r = rs / g.S;
-        s = rs - r * g.S;
-      }
-      const int64_t ch_off = static_cast<int64_t>(ch) * g.g_ch;
+      const Tap t = make_tap(g, k0 + warp + 8 * i);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        __half v = half_zero();
-        if (kok && col_ok[j]) {
-          int y, x;
-          bool ok;
-          if constexpr (kBackwardData) {
-            y = col_y[j] - r;
-            x = col_x[j] - s;
-            ok = y >= 0 && x >= 0 && y % g.sh == 0 && x % g.sw == 0;
-            y /= g.sh;
-            x /= g.sw;
-            ok = ok && y < g.g_h && x < g.g_w;
-          } else {
-            y = col_y[j] + r;
-            x = col_x[j] + s;
-            ok = static_cast<unsigned>(y) < static_cast<unsigned>(g.g_h) &&
-                 static_cast<unsigned>(x) < static_cast<unsigned>(g.g_w);  // zero padding
-          }
-          if (ok) v = src[col_base[j] + ch_off + static_cast<int64_t>(y) * g.g_w + x];
-        }
-        b_reg[i * 4 + j] = v;
+        const int64_t idx = gather_index<kBackwardData>(g, cols[j], t);
+        b_reg[i * 4 + j] = idx >= 0 ? src[idx] : half_zero();
       }
     }
   };
@@ -244,10 +278,8 @@ __global__ void __launch_bounds__(kThreads) conv_implicit_gemm_kernel(ConvArgs a
   for (int e = threadIdx.x; e < kBM * kBN; e += kThreads) {
     const int mi = e / kBN, ni = e % kBN;
     const int m = m0 + mi;
-    const int64_t col = n0 + ni;
-    if (m >= g.M || col >= g.cols) continue;
-    const int64_t img = col / g.col_hw;
-    const int64_t idx = img * g.out_img + static_cast<int64_t>(m) * g.col_hw + (col - img * g.col_hw);
+    const int64_t idx = output_index(g, m, n0 + ni);
+    if (idx < 0) continue;
     float v = Cs[mi * kLdC + ni];
     if (a.beta != 0.0f) v += a.beta * load_float(out, a.out_type, idx);  // beta == 0: out is not read
     if (a.bias != nullptr) v += load_float(a.bias, a.bias_type, m);
