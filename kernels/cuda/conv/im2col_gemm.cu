@@ -31,15 +31,9 @@
 //     came from it), not a scatter with atomicAdd: no atomics, and the summation order is fixed, so
 //     results are bit-for-bit reproducible. dX_col is kept in FP32 so the R*S partial sums are not
 //     rounded to FP16 before they are added: dx is rounded once, on the store.
-//   * Workspace: device memory from the framework's caching allocator is out of reach of kernels/, so
-//     this file keeps one cached, grow-only buffer from runtime::cuda_malloc. After the first call of
-//     a training run it never allocates again (a cudaMalloc per call would synchronize the device and
-//     cost more than the small layers' GEMMs). cudaMallocAsync on the halfling stream would also be
-//     stream-ordered, but its pool may hand memory back to the driver at every synchronization unless
-//     tuned; the cached buffer is simpler to reason about. Its cost: the peak workspace (at most the
-//     budget below) stays allocated until the process exits. All work runs on the one halfling stream,
-//     so reusing the buffer from one call to the next is ordered; a mutex keeps two host threads from
-//     interleaving their kernels on it; before a larger buffer replaces it, the stream is drained.
+//   * Workspace: the cached, grow-only buffer of kernels/cuda/conv/workspace.cuh (device memory from the
+//     framework's allocator is out of reach of kernels/; that file says why a cached buffer rather
+//     than cudaMallocAsync), held under its mutex while this call queues its kernels.
 //   * Chunking: the images are processed nb at a time so X_col never exceeds the budget
 //     (HALFLING_IM2COL_WORKSPACE_BYTES overrides it; the tests set it small to exercise chunking).
 //
@@ -54,6 +48,7 @@
 
 #include "kernels/conv.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/conv/workspace.cuh"
 #include "kernels/gemm.h"
 
 namespace hl::kernels::cuda {
@@ -69,34 +64,6 @@ size_t workspace_budget() {
     if (v > 0) return static_cast<size_t>(v);
   }
   return kDefaultBudget;
-}
-
-// The cached, grow-only device buffer (see the header comment). Never freed: destroying it at exit
-// could run after the CUDA runtime has shut down.
-struct Workspace {
-  std::mutex mu;
-  void* ptr = nullptr;
-  size_t bytes = 0;
-
-  // Called with mu held.
-  void* reserve(size_t want) {
-    if (want > bytes) {
-      if (ptr != nullptr) {
-        runtime::cuda_synchronize();  // earlier calls' kernels may still read the old buffer
-        runtime::cuda_free(ptr);
-        ptr = nullptr;
-        bytes = 0;
-      }
-      ptr = runtime::cuda_malloc(want);
-      bytes = want;
-    }
-    return ptr;
-  }
-};
-
-Workspace& workspace() {
-  static Workspace* ws = new Workspace();
-  return *ws;
 }
 
 constexpr size_t kAlign = 256;
@@ -234,7 +201,7 @@ void run_typed(const ConvArgs& a) {
       break;
   }
 
-  Workspace& ws = workspace();
+  conv_detail::Workspace& ws = conv_detail::workspace();
   const std::lock_guard<std::mutex> lock(ws.mu);  // held until every kernel of this call is queued
   char* base = static_cast<char*>(ws.reserve(total));
   T* buf0 = reinterpret_cast<T*>(base);

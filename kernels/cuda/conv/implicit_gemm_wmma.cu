@@ -12,19 +12,19 @@
 // The GEMMs (kernels/conv.h):
 //   forward          Y[k, npq]  = W[k, crs] * X_col[crs, npq]            M = K   N = N*P*Q  K = C*R*S
 //   backward_data    dX[c, nhw] = W'[c, krs] * dY_col[krs, nhw]          M = C   N = N*H*W  K = K*R*S
+//   backward_weight  dW[k, crs] = dY[k, npq] * X_col^T[npq, crs]         M = K   N = C*R*S  K = N*P*Q
 // backward_data is itself an implicit GEMM over dx: column (n, h, w) of the virtual dY_col gathers, for
 // every (k, r, s), dy[n, k, p, q] with p = (h + pad_h - r) / stride_h when that division is exact and
 // p lies in [0, P) (and the same for q), else 0. With stride 1 this is the convolution of dY with the
 // flipped, transposed filters; with stride 2 three taps in four are zeros of the "dilated" dY, which
 // the loader predicates away (correct, if wasteful: a stride-aware decomposition is a later rung).
 // W'[c, krs] = w[k, c, r, s] is the same weight tensor read with the roles of k and c swapped.
+// backward_weight has a small output and an N*P*Q-long reduction, so it splits the reduction across
+// blocks (split-K, with a deterministic second pass that adds the slices): see its kernel below.
 //
 // Not covered here (unsupported() says so, and the registry then runs im2col_gemm, the next variant):
-//   * backward_weight: its reduction runs over N*P*Q (131072 for a 32x32 layer at batch 128) while
-//     its output K x C*R*S is small, so it needs split-K (partial sums from many blocks, then a
-//     deterministic reduction) to fill the GPU; im2col_gemm's one big NT GEMM does that job for now.
-//   * f32 inputs (Tensor Cores multiply FP16; direct and im2col_gemm take f32) and GPUs older than
-//     compute capability 7.0 (no FP16 Tensor Cores).
+// f32 inputs (Tensor Cores multiply FP16; direct and im2col_gemm take f32), GPUs older than compute
+// capability 7.0 (no FP16 Tensor Cores), and tensors whose per-image index exceeds 32 bits.
 //
 // The kernel, per block of 256 threads (8 warps):
 //   * a 64 x 128 output tile (64 output channels x 128 output positions); each warp owns 32 x 32 of it,
@@ -51,9 +51,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <mutex>
 
 #include "kernels/conv.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/conv/workspace.cuh"
 #include "kernels/runtime.h"
 
 namespace hl::kernels::cuda {
@@ -289,6 +291,243 @@ __global__ void __launch_bounds__(kThreads) conv_implicit_gemm_kernel(ConvArgs a
 #endif
 }
 
+
+// ---- backward_weight: dW[k, crs] = sum over j = (n, p, q) of dY[n, k, p, q] * x[n, c, h, w] ------------
+//
+// The GEMM has M = K, N = C*R*S and a reduction over all N*P*Q output positions: a small output and a
+// very long sum. One block per 64 x 128 output tile would leave most of the GPU idle (a 64 -> 64 3x3
+// layer has 5 tiles), so the reduction is split ("split-K"): blockIdx.z takes one slice of the
+// N*P*Q positions, writes its partial tile in FP32 to a workspace, and a second kernel adds the
+// slices in a fixed order and applies beta and the rounding: deterministic, no atomics.
+//
+// Both operands are gathered along the reduction index j, which the lanes of a warp walk: 32
+// consecutive j are 32 consecutive output positions, so both dY (contiguous along p, q) and x
+// (contiguous along w at stride 1) are read in coalesced runs. The B tile is therefore stored
+// column-major (each of its 128 columns (c, r, s) a run of 32 reduction values), which is the
+// layout a WMMA col_major matrix_b fragment reads.
+
+struct WGeometry {
+  int K, crs, RS, S;
+  int64_t npq;      // reduction length N*P*Q
+  int64_t split;    // reduction positions per blockIdx.z (a multiple of kBK)
+  int PQ, Q, HW, H, W;
+  int sh, sw, ph, pw;
+  int64_t x_img, dy_img;  // C*H*W and K*P*Q
+};
+
+// Reduction index j = (n, p, q), decomposed once per K step and shared by the A and B loads.
+struct WRow {
+  int64_t dy_base, x_base;  // offsets of image n in dy and x
+  int pq, h0, w0;           // p*Q + q; the window's first input row and column
+  bool ok;                  // j inside this block's slice of the reduction
+};
+
+HL_HOST_DEVICE WRow make_wrow(const WGeometry& g, int64_t j, int64_t j_end) {
+  WRow r{0, 0, 0, 0, 0, j < j_end};
+  if (r.ok) {
+    const int64_t n = j / g.PQ;
+    r.pq = static_cast<int>(j - n * g.PQ);
+    const int p = r.pq / g.Q, q = r.pq - p * g.Q;
+    r.dy_base = n * g.dy_img;
+    r.x_base = n * g.x_img;
+    r.h0 = p * g.sh - g.ph;
+    r.w0 = q * g.sw - g.pw;
+  }
+  return r;
+}
+
+// Output column (c, r, s) of dW, decomposed once per block.
+struct WCol {
+  int c_off, r, s;  // c*H*W, and the tap
+  bool ok;
+};
+
+HL_HOST_DEVICE WCol make_wcol(const WGeometry& g, int crs) {
+  WCol w{0, 0, 0, crs < g.crs};
+  if (w.ok) {
+    const int c = crs / g.RS, rs = crs - c * g.RS;
+    w.r = rs / g.S;
+    w.s = rs - w.r * g.S;
+    w.c_off = c * g.HW;
+  }
+  return w;
+}
+
+// A[k, j] = dy[n, k, p, q], or -1.
+HL_HOST_DEVICE int64_t wgrad_dy_index(const WGeometry& g, const WRow& row, int k) {
+  if (!row.ok || k >= g.K) return -1;
+  return row.dy_base + static_cast<int64_t>(k) * g.PQ + row.pq;
+}
+
+// B[j, crs] = x[n, c, p*sh - ph + r, q*sw - pw + s], or -1 for padding and partial tiles.
+HL_HOST_DEVICE int64_t wgrad_x_index(const WGeometry& g, const WRow& row, const WCol& col) {
+  if (!row.ok || !col.ok) return -1;
+  const int h = row.h0 + col.r, w = row.w0 + col.s;
+  if (static_cast<unsigned>(h) >= static_cast<unsigned>(g.H) || static_cast<unsigned>(w) >= static_cast<unsigned>(g.W))
+    return -1;
+  return row.x_base + col.c_off + static_cast<int64_t>(h) * g.W + w;
+}
+
+constexpr int kLdBt = kBK + 8;  // column-major B tile: each column's 32 reduction values, padded
+
+__global__ void __launch_bounds__(kThreads)
+    conv_implicit_gemm_wgrad_kernel(WGeometry g, const __half* __restrict__ dy, const __half* __restrict__ x,
+                                    float* __restrict__ partial) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  using namespace nvcuda;
+  constexpr int kTiles = (kBM * kLdA + kBN * kLdBt) * 2;
+  __shared__ __align__(128) unsigned char smem[kTiles > kCBytes ? kTiles : kCBytes];
+  __shared__ WCol colinfo[kBN];
+  __half* As = reinterpret_cast<__half*>(smem);  // [kBM][kLdA]: row m, reduction j
+  __half* Bs = As + kBM * kLdA;                  // [kBN][kLdBt]: column n, reduction j (column-major)
+  float* Cs = reinterpret_cast<float*>(smem);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
+  const int64_t j_begin = static_cast<int64_t>(blockIdx.z) * g.split;
+  const int64_t j_end = j_begin + g.split < g.npq ? j_begin + g.split : g.npq;
+
+  if (threadIdx.x < kBN) colinfo[threadIdx.x] = make_wcol(g, n0 + threadIdx.x);
+  __syncthreads();
+
+  __half a_reg[8], b_reg[16];
+  const auto load_tile = [&](int64_t k0) {
+    const WRow row = make_wrow(g, k0 + lane, j_end);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int64_t idx = wgrad_dy_index(g, row, m0 + warp + 8 * i);
+      a_reg[i] = idx >= 0 ? dy[idx] : half_zero();
+    }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int64_t idx = wgrad_x_index(g, row, colinfo[warp + 8 * i]);  // same column for the warp: broadcast
+      b_reg[i] = idx >= 0 ? x[idx] : half_zero();
+    }
+  };
+  const auto store_tile = [&]() {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) As[(warp + 8 * i) * kLdA + lane] = a_reg[i];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) Bs[(warp + 8 * i) * kLdBt + lane] = b_reg[i];
+  };
+
+  const int wm = warp / 4, wn = warp % 4;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+
+  load_tile(j_begin);
+  store_tile();
+  __syncthreads();
+  for (int64_t k0 = j_begin; k0 < j_end; k0 += kBK) {
+    const bool more = k0 + kBK < j_end;
+    if (more) load_tile(k0 + kBK);
+#pragma unroll
+    for (int ks = 0; ks < kBK; ks += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> af[2];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> bf[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(af[i], As + (wm * 32 + i * 16) * kLdA + ks, kLdA);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(bf[j], Bs + (wn * 32 + j * 16) * kLdBt + ks, kLdBt);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], af[i], bf[j], acc[i][j]);
+    }
+    __syncthreads();
+    if (more) {
+      store_tile();
+      __syncthreads();
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      wmma::store_matrix_sync(Cs + (wm * 32 + i * 16) * kLdC + wn * 32 + j * 16, acc[i][j], kLdC, wmma::mem_row_major);
+  __syncthreads();
+  // This slice's partial tile, FP32, at partial[z][k][crs] (coalesced along crs).
+  float* slice = partial + static_cast<int64_t>(blockIdx.z) * g.K * g.crs;
+  for (int e = threadIdx.x; e < kBM * kBN; e += kThreads) {
+    const int mi = e / kBN, ni = e % kBN, m = m0 + mi, n = n0 + ni;
+    if (m < g.K && n < g.crs) slice[static_cast<int64_t>(m) * g.crs + n] = Cs[mi * kLdC + ni];
+  }
+#endif
+}
+
+// dw[i] = sum of the slices' partials in slice order (deterministic), + beta * dw, rounded once.
+__global__ void conv_wgrad_reduce_kernel(ConvArgs a, const float* __restrict__ partial, int splits, int64_t n) {
+  for (int64_t i = global_thread_index(); i < n; i += global_thread_count()) {
+    float v = 0.0f;
+    for (int z = 0; z < splits; ++z) v += partial[z * n + i];
+    if (a.beta != 0.0f) v += a.beta * load_float(a.dw, a.out_type, i);
+    store_float(a.dw, a.out_type, i, v);
+  }
+}
+
+int sm_count() {
+  static const int count = [] {
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
+      cudaGetLastError();  // clear it: no device means no launch either
+      n = 0;
+    }
+    return n > 0 ? n : 80;
+  }();
+  return count;
+}
+
+WGeometry make_wgeometry(const ConvArgs& a, int64_t split) {
+  const auto i32 = [](int64_t v) { return static_cast<int>(v); };
+  WGeometry g{};
+  const int64_t P = a.P(), Q = a.Q();
+  g.K = i32(a.K), g.crs = i32(a.C * a.R * a.S), g.RS = i32(a.R * a.S), g.S = i32(a.S);
+  g.npq = a.N * P * Q;
+  g.split = split;
+  g.PQ = i32(P * Q), g.Q = i32(Q), g.HW = i32(a.H * a.W), g.H = i32(a.H), g.W = i32(a.W);
+  g.sh = i32(a.stride_h), g.sw = i32(a.stride_w), g.ph = i32(a.pad_h), g.pw = i32(a.pad_w);
+  g.x_img = a.C * a.H * a.W;
+  g.dy_img = a.K * P * Q;
+  return g;
+}
+
+// How many slices of the reduction: enough blocks for about 4 per SM, but every slice at least
+// kMinSlice positions long (shorter slices would spend more time writing partials than multiplying).
+int64_t wgrad_splits(const ConvArgs& a) {
+  constexpr int64_t kMinSlice = 8 * kBK;
+  constexpr int64_t kMaxSplits = 256;
+  const int64_t tiles = ((a.K + kBM - 1) / kBM) * ((a.C * a.R * a.S + kBN - 1) / kBN);
+  const int64_t npq = a.N * a.P() * a.Q();
+  const int64_t want = (4 * static_cast<int64_t>(sm_count()) + tiles - 1) / tiles;
+  const int64_t most = std::max<int64_t>(1, npq / kMinSlice);
+  return std::clamp<int64_t>(want, 1, std::min(most, kMaxSplits));
+}
+
+void run_wgrad(const ConvArgs& a) {
+  const int64_t npq = a.N * a.P() * a.Q();
+  int64_t splits = wgrad_splits(a);
+  // Each slice a whole number of K steps; recount so that no slice is empty.
+  const int64_t split = ((npq + splits - 1) / splits + kBK - 1) / kBK * kBK;
+  splits = (npq + split - 1) / split;
+  const WGeometry g = make_wgeometry(a, split);
+  const int64_t n = a.K * a.C * a.R * a.S;
+
+  conv_detail::Workspace& ws = conv_detail::workspace();
+  const std::lock_guard<std::mutex> lock(ws.mu);
+  float* partial = static_cast<float*>(ws.reserve(static_cast<size_t>(splits * n) * sizeof(float)));
+  const dim3 grid(static_cast<unsigned>((g.crs + kBN - 1) / kBN), static_cast<unsigned>((g.K + kBM - 1) / kBM),
+                  static_cast<unsigned>(splits));
+  conv_implicit_gemm_wgrad_kernel<<<grid, kThreads, 0, stream()>>>(g, static_cast<const __half*>(a.dy),
+                                                                   static_cast<const __half*>(a.x), partial);
+  HL_LAUNCH_CHECK("conv_implicit_gemm_wgrad_kernel");
+  conv_wgrad_reduce_kernel<<<grid_for(n), kBlock, 0, stream()>>>(a, partial, static_cast<int>(splits), n);
+  HL_LAUNCH_CHECK("conv_wgrad_reduce_kernel");
+}
+
 Geometry make_geometry(const ConvArgs& a) {
   const auto i32 = [](int64_t v) { return static_cast<int>(v); };
   Geometry g{};
@@ -317,6 +556,10 @@ Geometry make_geometry(const ConvArgs& a) {
 }
 
 void run(const ConvArgs& a) {
+  if (a.pass == ConvPass::backward_weight) {
+    run_wgrad(a);
+    return;
+  }
   const Geometry g = make_geometry(a);
   const dim3 grid(static_cast<unsigned>((g.cols + kBN - 1) / kBN), static_cast<unsigned>((g.M + kBM - 1) / kBM));
   if (a.pass == ConvPass::forward) {
@@ -337,10 +580,6 @@ const char* unsupported(const ConvArgs& a) {
   if (a.bias != nullptr && a.bias_type != DType::f16 && a.bias_type != DType::f32) {
     return "the bias must be f16 or f32";
   }
-  if (a.pass == ConvPass::backward_weight) {
-    return "backward_weight is not an implicit GEMM here yet (its N*P*Q-long reduction needs split-K); "
-           "im2col_gemm computes it";
-  }
   const int cc = runtime::cuda_compute_capability();  // cached; 0 when no GPU is present
   if (cc != 0 && cc < 70) return "implicit_gemm_wmma needs compute capability 7.0 or newer (FP16 Tensor Cores)";
   // The loaders index within one image, and within the weights, in 32-bit integers.
@@ -348,6 +587,11 @@ const char* unsupported(const ConvArgs& a) {
   const int64_t P = a.P(), Q = a.Q();
   if (a.K * a.C * a.R * a.S > kMax || a.C * a.H * a.W > kMax || a.K * P * Q > kMax) {
     return "one image (or the weight tensor) has more than 2^31 - 1 elements";
+  }
+  if (a.pass == ConvPass::backward_weight) {
+    if ((a.C * a.R * a.S + kBN - 1) / kBN > kMax) return "more than 2^31 - 1 column tiles";
+    if ((a.K + kBM - 1) / kBM > 65535) return "more than 65535 row tiles (gridDim.y)";
+    return nullptr;
   }
   if ((a.N * std::max(P * Q, a.H * a.W) + kBN - 1) / kBN > kMax) return "more than 2^31 - 1 column tiles";
   if ((std::max(a.K, a.C) + kBM - 1) / kBM > 65535) return "more than 65535 row tiles (gridDim.y)";
