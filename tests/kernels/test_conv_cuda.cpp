@@ -11,7 +11,8 @@
 // sum of the magnitudes of the terms of each output). Rounding errors scale with absref, not with the
 // result (which may cancel to ~0), so
 //   * each element must satisfy |out - ref| <= u_out*|ref| + n*2^-23*absref, where u_out is the
-//     output's unit roundoff (the one rounding on the store) and n*2^-23 the worst-case bound of an
+//     output's unit roundoff (the one rounding on the store; for f16 |ref| is taken as at least
+//     2^-14, where the subnormals begin) and n*2^-23 the worst-case bound of an
 //     FP32 sum of n terms, allowing 2 ulps per addition because Tensor Core accumulation need not
 //     round to nearest — loose for long sums, so also
 //   * the norm-wise error ||out - ref|| / ||absref|| must stay below the rung's tolerance (kTolerance
@@ -258,6 +259,9 @@ double check(const Problem& p, const std::vector<double>& out, const std::string
   EXPECT_EQ(out.size(), p.ref.size()) << what;
   if (out.size() != p.ref.size()) return INFINITY;
   const double u = unit_roundoff(out_type);
+  // Below 2^-14 f16 is subnormal, with a fixed spacing of 2^-24: its rounding error is measured
+  // against 2^-14, not against the (smaller) value.
+  const double small = out_type == DType::f16 ? std::ldexp(1.0, -14) : 0.0;
   const double n_bound = static_cast<double>(reduction_length(p.a) + 2) * std::ldexp(1.0, -23);
   size_t bad = 0;
   std::ostringstream first;
@@ -270,7 +274,7 @@ double check(const Problem& p, const std::vector<double>& out, const std::string
     if (std::isnan(r)) {
       ok = std::isnan(o);
     } else {
-      tol = u * std::fabs(r) + n_bound * p.absref[i];
+      tol = u * std::max(std::fabs(r), small) + n_bound * p.absref[i];
       ok = std::isfinite(o) && std::fabs(o - r) <= tol;
       if (std::isfinite(o)) num += (o - r) * (o - r);
       den += p.absref[i] * p.absref[i];
