@@ -1,0 +1,319 @@
+// Convolution benchmark: every CUDA rung of the conv ladder (kernels/cuda/conv/) and cuDNN, on the
+// LeNet layers and the VGG-small 3x3 layers, for the three passes (forward, backward_data,
+// backward_weight), FP16 NCHW inputs and outputs, FP32 accumulation.
+//
+//   build/bench/conv_bench [--batch 128] [--runs 25] [--layers all|lenet|vgg]
+//
+// Each measurement: two warm-up calls, then --runs calls timed one by one with CUDA events on the
+// halfling stream; the median is reported as TFLOP/s (2 * N*K*P*Q*C*R*S flops per pass) and as a
+// percentage of cuDNN's time for the same layer and pass. The forward pass runs without bias/ReLU,
+// like cudnnConvolutionForward.
+//
+// cuDNN runs with the same numerics (CUDNN_DATA_HALF tensors, CUDNN_DATA_FLOAT compute,
+// CUDNN_TENSOR_OP_MATH) and the best algorithm its own search finds (cudnnFindConvolution*Algorithm,
+// which times every algorithm), with the workspace that algorithm asks for. Built without cuDNN
+// (CMake did not find it), the cuDNN column is left out and the program says why.
+//
+// Without a usable GPU it prints "no CUDA device: <reason>" and exits 0.
+#include <CLI/CLI.hpp>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/conv.h"
+#include "kernels/error.h"
+#include "kernels/half.h"
+#include "kernels/runtime.h"
+
+#ifdef HALFLING_HAVE_CUDNN
+#include <cudnn.h>
+#endif
+
+using namespace hl;
+using kernels::ConvArgs;
+using kernels::ConvPass;
+
+namespace {
+
+struct Layer {
+  const char* name;
+  int64_t C, H, W, K, R, S, pad;  // stride 1 everywhere, as in both networks
+};
+
+const Layer kLeNet[] = {{"lenet_conv1 1->32 5x5 28x28", 1, 28, 28, 32, 5, 5, 2},
+                        {"lenet_conv2 32->64 5x5 14x14", 32, 14, 14, 64, 5, 5, 2}};
+const Layer kVgg[] = {{"vgg 3->64 3x3 32x32", 3, 32, 32, 64, 3, 3, 1},
+                      {"vgg 64->64 3x3 32x32", 64, 32, 32, 64, 3, 3, 1},
+                      {"vgg 128->128 3x3 16x16", 128, 16, 16, 128, 3, 3, 1},
+                      {"vgg 256->256 3x3 8x8", 256, 8, 8, 256, 3, 3, 1}};
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(detail::concat("conv_bench: ", what, ": ", cudaGetErrorString(e)));
+}
+
+cudaStream_t stream() { return static_cast<cudaStream_t>(runtime::cuda_stream()); }
+
+// Median milliseconds of `runs` timed calls of f after two warm-up calls. Slow calls (direct's
+// backward_weight) get fewer runs, at least 5, so the whole benchmark stays within minutes.
+double median_ms(const std::function<void()>& f, int runs) {
+  f();
+  f();
+  runtime::cuda_synchronize();
+  cudaEvent_t start, stop;
+  check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<float> ms;
+  float total = 0.0f;
+  for (int i = 0; i < runs; ++i) {
+    check_cuda(cudaEventRecord(start, stream()), "cudaEventRecord");
+    f();
+    check_cuda(cudaEventRecord(stop, stream()), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float t = 0.0f;
+    check_cuda(cudaEventElapsedTime(&t, start, stop), "cudaEventElapsedTime");
+    ms.push_back(t);
+    total += t;
+    if (total > 3000.0f && ms.size() >= 5) break;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// Device buffer of n halves filled with uniform values in [-1, 1).
+struct HalfBuffer {
+  void* ptr = nullptr;
+  HalfBuffer(int64_t n, std::mt19937& rng) {
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<uint16_t> h(static_cast<size_t>(n));
+    for (auto& v : h) v = float_to_half_bits(dist(rng));
+    ptr = runtime::cuda_malloc(h.size() * 2);
+    runtime::cuda_memcpy_async(ptr, h.data(), h.size() * 2, runtime::CopyKind::host_to_device);
+    runtime::cuda_synchronize();
+  }
+  ~HalfBuffer() { runtime::cuda_free(ptr); }
+  HalfBuffer(const HalfBuffer&) = delete;
+  HalfBuffer& operator=(const HalfBuffer&) = delete;
+};
+
+#ifdef HALFLING_HAVE_CUDNN
+void check_cudnn(cudnnStatus_t s, const char* what) {
+  if (s != CUDNN_STATUS_SUCCESS) throw Error(detail::concat("conv_bench: ", what, ": ", cudnnGetErrorString(s)));
+}
+
+// One layer's cuDNN descriptors, and the timed call of each pass with the best algorithm found.
+class CudnnConv {
+ public:
+  CudnnConv(cudnnHandle_t h, const ConvArgs& a) : h_(h) {
+    check_cudnn(cudnnCreateTensorDescriptor(&x_), "cudnnCreateTensorDescriptor");
+    check_cudnn(cudnnCreateTensorDescriptor(&y_), "cudnnCreateTensorDescriptor");
+    check_cudnn(cudnnCreateFilterDescriptor(&w_), "cudnnCreateFilterDescriptor");
+    check_cudnn(cudnnCreateConvolutionDescriptor(&c_), "cudnnCreateConvolutionDescriptor");
+    const auto i = [](int64_t v) { return static_cast<int>(v); };
+    check_cudnn(cudnnSetTensor4dDescriptor(x_, CUDNN_TENSOR_NCHW, CUDNN_DATA_HALF, i(a.N), i(a.C), i(a.H), i(a.W)),
+                "cudnnSetTensor4dDescriptor(x)");
+    check_cudnn(cudnnSetTensor4dDescriptor(y_, CUDNN_TENSOR_NCHW, CUDNN_DATA_HALF, i(a.N), i(a.K), i(a.P()), i(a.Q())),
+                "cudnnSetTensor4dDescriptor(y)");
+    check_cudnn(cudnnSetFilter4dDescriptor(w_, CUDNN_DATA_HALF, CUDNN_TENSOR_NCHW, i(a.K), i(a.C), i(a.R), i(a.S)),
+                "cudnnSetFilter4dDescriptor");
+    check_cudnn(cudnnSetConvolution2dDescriptor(c_, i(a.pad_h), i(a.pad_w), i(a.stride_h), i(a.stride_w), 1, 1,
+                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+                "cudnnSetConvolution2dDescriptor");
+    check_cudnn(cudnnSetConvolutionMathType(c_, CUDNN_TENSOR_OP_MATH), "cudnnSetConvolutionMathType");
+  }
+  ~CudnnConv() {
+    cudnnDestroyConvolutionDescriptor(c_);
+    cudnnDestroyFilterDescriptor(w_);
+    cudnnDestroyTensorDescriptor(y_);
+    cudnnDestroyTensorDescriptor(x_);
+    if (ws_ != nullptr) runtime::cuda_free(ws_);
+  }
+  CudnnConv(const CudnnConv&) = delete;
+  CudnnConv& operator=(const CudnnConv&) = delete;
+
+  // Median ms of the pass with cuDNN's fastest algorithm; `algo` receives its number.
+  double time(const ConvArgs& a, int runs, int& algo) {
+    const float one = 1.0f, zero = 0.0f;
+    constexpr int kMaxAlgos = 16;
+    int returned = 0;
+    size_t bytes = 0;
+    std::function<void()> call;
+    switch (a.pass) {
+      case ConvPass::forward: {
+        cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
+        check_cudnn(cudnnFindConvolutionForwardAlgorithm(h_, x_, w_, c_, y_, kMaxAlgos, &returned, perf),
+                    "cudnnFindConvolutionForwardAlgorithm");
+        const auto& best = pick(perf, returned);
+        algo = static_cast<int>(best.algo);
+        bytes = best.memory;
+        reserve(bytes);
+        call = [=, this] {
+          check_cudnn(cudnnConvolutionForward(h_, &one, x_, a.x, w_, a.w, c_, best.algo, ws_, bytes, &zero, y_, a.y),
+                      "cudnnConvolutionForward");
+        };
+        break;
+      }
+      case ConvPass::backward_data: {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
+        check_cudnn(cudnnFindConvolutionBackwardDataAlgorithm(h_, w_, y_, c_, x_, kMaxAlgos, &returned, perf),
+                    "cudnnFindConvolutionBackwardDataAlgorithm");
+        const auto& best = pick(perf, returned);
+        algo = static_cast<int>(best.algo);
+        bytes = best.memory;
+        reserve(bytes);
+        call = [=, this] {
+          check_cudnn(cudnnConvolutionBackwardData(h_, &one, w_, a.w, y_, a.dy, c_, best.algo, ws_, bytes, &zero, x_, a.dx),
+                      "cudnnConvolutionBackwardData");
+        };
+        break;
+      }
+      case ConvPass::backward_weight: {
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
+        check_cudnn(cudnnFindConvolutionBackwardFilterAlgorithm(h_, x_, y_, c_, w_, kMaxAlgos, &returned, perf),
+                    "cudnnFindConvolutionBackwardFilterAlgorithm");
+        const auto& best = pick(perf, returned);
+        algo = static_cast<int>(best.algo);
+        bytes = best.memory;
+        reserve(bytes);
+        call = [=, this] {
+          check_cudnn(cudnnConvolutionBackwardFilter(h_, &one, x_, a.x, y_, a.dy, c_, best.algo, ws_, bytes, &zero, w_, a.dw),
+                      "cudnnConvolutionBackwardFilter");
+        };
+        break;
+      }
+    }
+    return median_ms(call, runs);
+  }
+
+ private:
+  // cuDNN sorts the results by time; the first that ran successfully is the best.
+  template <class Perf>
+  static const Perf& pick(const Perf* perf, int n) {
+    for (int i = 0; i < n; ++i)
+      if (perf[i].status == CUDNN_STATUS_SUCCESS) return perf[i];
+    throw Error("conv_bench: cuDNN found no algorithm that runs this layer");
+  }
+  void reserve(size_t bytes) {
+    if (bytes <= ws_bytes_) return;
+    if (ws_ != nullptr) runtime::cuda_free(ws_);
+    ws_ = runtime::cuda_malloc(bytes);
+    ws_bytes_ = bytes;
+  }
+
+  cudnnHandle_t h_;
+  cudnnTensorDescriptor_t x_ = nullptr, y_ = nullptr;
+  cudnnFilterDescriptor_t w_ = nullptr;
+  cudnnConvolutionDescriptor_t c_ = nullptr;
+  void* ws_ = nullptr;
+  size_t ws_bytes_ = 0;
+};
+#endif
+
+std::string today_utc() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Times the CUDA conv ladder and cuDNN on the LeNet and VGG-small layers"};
+  int64_t batch = 128;
+  int runs = 25;
+  std::string which = "all";
+  app.add_option("--batch", batch, "images per batch")->check(CLI::Range(1, 4096));
+  app.add_option("--runs", runs, "timed calls per measurement (the median is reported)")->check(CLI::Range(1, 1000));
+  app.add_option("--layers", which, "all, lenet or vgg")->check(CLI::IsMember({"all", "lenet", "vgg"}));
+  CLI11_PARSE(app, argc, argv);
+
+  if (!runtime::cuda_available()) {
+    std::printf("no CUDA device: %s\n", runtime::cuda_unavailable_reason().c_str());
+    return 0;
+  }
+  try {
+    std::printf("# conv_bench: CUDA conv ladder vs cuDNN, FP16 NCHW in/out, FP32 accumulation, batch %lld\n",
+                static_cast<long long>(batch));
+    std::printf("# GPU: %s\n", runtime::cuda_device_description().c_str());
+    std::printf("# date: %s\n", today_utc().c_str());
+    std::printf("# timing: 2 warm-up calls, median of up to %d timed calls (CUDA events)\n", runs);
+#ifdef HALFLING_HAVE_CUDNN
+    cudnnHandle_t handle;
+    check_cudnn(cudnnCreate(&handle), "cudnnCreate");
+    check_cudnn(cudnnSetStream(handle, stream()), "cudnnSetStream");
+    std::printf("# cuDNN %zu (best algorithm from cudnnFindConvolution*Algorithm, CUDNN_TENSOR_OP_MATH)\n",
+                cudnnGetVersion());
+    constexpr bool kCudnn = true;
+#else
+    std::printf("# cuDNN: not found when this benchmark was built (CMake found no cudnn.h/libcudnn), so there is "
+                "no cuDNN column\n");
+    constexpr bool kCudnn = false;
+#endif
+    std::printf("\n| layer | pass | variant | ms | TFLOP/s | %% of cuDNN |\n|---|---|---|---:|---:|---:|\n");
+
+    std::vector<Layer> layers;
+    if (which != "vgg") layers.insert(layers.end(), std::begin(kLeNet), std::end(kLeNet));
+    if (which != "lenet") layers.insert(layers.end(), std::begin(kVgg), std::end(kVgg));
+    const std::vector<std::string> variants = kernels::ConvRegistry::instance().names(DeviceType::cuda);
+    std::mt19937 rng(1234);
+
+    for (const Layer& L : layers) {
+      ConvArgs a;
+      a.device = DeviceType::cuda;
+      a.N = batch, a.C = L.C, a.H = L.H, a.W = L.W, a.K = L.K, a.R = L.R, a.S = L.S;
+      a.pad_h = a.pad_w = L.pad;
+      a.in_type = a.out_type = DType::f16;
+      HalfBuffer x(a.N * a.C * a.H * a.W, rng), w(a.K * a.C * a.R * a.S, rng), dy(a.N * a.K * a.P() * a.Q(), rng);
+      HalfBuffer y(a.N * a.K * a.P() * a.Q(), rng), dx(a.N * a.C * a.H * a.W, rng), dw(a.K * a.C * a.R * a.S, rng);
+      a.x = x.ptr, a.w = w.ptr, a.dy = dy.ptr, a.y = y.ptr, a.dx = dx.ptr, a.dw = dw.ptr;
+#ifdef HALFLING_HAVE_CUDNN
+      CudnnConv cudnn(handle, a);
+#endif
+      for (ConvPass pass : {ConvPass::forward, ConvPass::backward_data, ConvPass::backward_weight}) {
+        ConvArgs p = a;
+        p.pass = pass;
+        const double tflop = 2.0 * static_cast<double>(p.macs()) * 1e-12;
+        double ref_ms = 0.0;
+#ifdef HALFLING_HAVE_CUDNN
+        int algo = -1;
+        ref_ms = cudnn.time(p, runs, algo);
+        std::printf("| %s | %s | cuDNN (algo %d) | %.4f | %.2f | 100 |\n", L.name, kernels::conv_pass_name(pass), algo,
+                    ref_ms, tflop / (ref_ms * 1e-3));
+#endif
+        for (const std::string& v : variants) {
+          const auto* var = kernels::ConvRegistry::instance().find(v, DeviceType::cuda);
+          if (const char* why = var->unsupported ? var->unsupported(p) : nullptr) {
+            std::printf("| %s | %s | %s | - | - | - (%s) |\n", L.name, kernels::conv_pass_name(pass), v.c_str(), why);
+            continue;
+          }
+          const double ms = median_ms([&] { kernels::conv2d(p, v); }, runs);
+          if (kCudnn) {
+            std::printf("| %s | %s | %s | %.4f | %.2f | %.1f |\n", L.name, kernels::conv_pass_name(pass), v.c_str(), ms,
+                        tflop / (ms * 1e-3), 100.0 * ref_ms / ms);
+          } else {
+            std::printf("| %s | %s | %s | %.4f | %.2f | n/a |\n", L.name, kernels::conv_pass_name(pass), v.c_str(), ms,
+                        tflop / (ms * 1e-3));
+          }
+        }
+        std::fflush(stdout);
+      }
+    }
+#ifdef HALFLING_HAVE_CUDNN
+    cudnnDestroy(handle);
+#endif
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,289 @@
+// CPU convolution variants (kernels/conv.h has the semantics).
+//
+//   reference  direct loops over every output element and every tap: the readable definition that
+//              every other variant (CPU and CUDA) is tested against.
+//   im2col     unfold the input into the im2col matrix X_col[(c,r,s), (n,p,q)] and hand the
+//              products to the blocked CPU GEMM (kernels::gemm), so that LeNet trains at a usable
+//              speed on a laptop. The CPU default.
+//
+// Both follow the GPU's numerics (paper §3.3): f16 inputs are widened to f32 exactly, products are
+// accumulated in f32 (f64 for f64 inputs), and the result is rounded to the output dtype once, on
+// the store, after the epilogue (beta * out, + bias, ReLU with NaN passing through).
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/conv.h"
+#include "kernels/cpu/cpu_common.h"
+#include "kernels/gemm.h"
+
+namespace hl::kernels::cpu {
+namespace {
+
+// The accumulation type: f64 stays f64, f16 and f32 accumulate in f32.
+template <class S>
+using acc_t = std::conditional_t<std::is_same_v<S, double>, double, float>;
+
+template <class F>
+void visit_input(DType t, F&& f) {
+  switch (t) {
+    case DType::f16: return f(half{});
+    case DType::f64: return f(double{});
+    default: return f(float{});
+  }
+}
+
+template <class A>
+A load_any(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::f16: return static_cast<A>(static_cast<float>(static_cast<const half*>(p)[i]));
+    case DType::f64: return static_cast<A>(static_cast<const double*>(p)[i]);
+    default: return static_cast<A>(static_cast<const float*>(p)[i]);
+  }
+}
+
+template <class A>
+void store_any(void* p, DType t, int64_t i, A v) {
+  switch (t) {
+    case DType::f16: store(static_cast<half*>(p), i, v); return;
+    case DType::f64: static_cast<double*>(p)[i] = static_cast<double>(v); return;
+    default: static_cast<float*>(p)[i] = static_cast<float>(v); return;
+  }
+}
+
+// The epilogue shared by every pass and variant: out[i] = act(v + beta*out[i] + bias), rounded once.
+template <class A>
+void finish(const ConvArgs& a, int64_t i, A v, int64_t k) {
+  void* out = a.out();
+  if (a.beta != 0.0f) v += static_cast<A>(a.beta) * load_any<A>(out, a.out_type, i);
+  if (a.bias != nullptr) v += load_any<A>(a.bias, a.bias_type, k);
+  if (a.relu && !(v > 0) && v == v) v = 0;  // NaN stays NaN: an overflow must stay visible
+  store_any(out, a.out_type, i, v);
+}
+
+// ================================================================================================
+// reference: the definition, one output element at a time
+// ================================================================================================
+
+template <class S>
+void reference_typed(const ConvArgs& a) {
+  using A = acc_t<S>;
+  const int64_t N = a.N, C = a.C, H = a.H, W = a.W, K = a.K, R = a.R, Sw = a.S, P = a.P(), Q = a.Q();
+  const S* x = static_cast<const S*>(a.x);
+  const S* w = static_cast<const S*>(a.w);
+  const S* dy = static_cast<const S*>(a.dy);
+  const auto X = [&](int64_t n, int64_t c, int64_t h, int64_t ww) { return load(x, ((n * C + c) * H + h) * W + ww); };
+  const auto Wt = [&](int64_t k, int64_t c, int64_t r, int64_t s) { return load(w, ((k * C + c) * R + r) * Sw + s); };
+  const auto DY = [&](int64_t n, int64_t k, int64_t p, int64_t q) { return load(dy, ((n * K + k) * P + p) * Q + q); };
+
+  switch (a.pass) {
+    case ConvPass::forward:
+#pragma omp parallel for collapse(2)
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t p = 0; p < P; ++p)
+            for (int64_t q = 0; q < Q; ++q) {
+              A acc = 0;
+              for (int64_t c = 0; c < C; ++c)
+                for (int64_t r = 0; r < R; ++r)
+                  for (int64_t s = 0; s < Sw; ++s) {
+                    const int64_t h = p * a.stride_h - a.pad_h + r, ww = q * a.stride_w - a.pad_w + s;
+                    if (h < 0 || h >= H || ww < 0 || ww >= W) continue;  // the zero padding
+                    acc += static_cast<A>(X(n, c, h, ww)) * static_cast<A>(Wt(k, c, r, s));
+                  }
+              finish<A>(a, ((n * K + k) * P + p) * Q + q, acc, k);
+            }
+      return;
+    case ConvPass::backward_data:
+      // dx[n,c,h,w] collects dy[n,k,p,q] * w[k,c,r,s] from every (p,q,r,s) with h = p*stride - pad + r.
+#pragma omp parallel for collapse(2)
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t h = 0; h < H; ++h)
+            for (int64_t ww = 0; ww < W; ++ww) {
+              A acc = 0;
+              for (int64_t k = 0; k < K; ++k)
+                for (int64_t r = 0; r < R; ++r)
+                  for (int64_t s = 0; s < Sw; ++s) {
+                    const int64_t ph = h + a.pad_h - r, qw = ww + a.pad_w - s;
+                    if (ph < 0 || qw < 0 || ph % a.stride_h != 0 || qw % a.stride_w != 0) continue;
+                    const int64_t p = ph / a.stride_h, q = qw / a.stride_w;
+                    if (p >= P || q >= Q) continue;
+                    acc += static_cast<A>(DY(n, k, p, q)) * static_cast<A>(Wt(k, c, r, s));
+                  }
+              finish<A>(a, ((n * C + c) * H + h) * W + ww, acc, 0);
+            }
+      return;
+    case ConvPass::backward_weight:
+#pragma omp parallel for collapse(2)
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t r = 0; r < R; ++r)
+            for (int64_t s = 0; s < Sw; ++s) {
+              A acc = 0;
+              for (int64_t n = 0; n < N; ++n)
+                for (int64_t p = 0; p < P; ++p)
+                  for (int64_t q = 0; q < Q; ++q) {
+                    const int64_t h = p * a.stride_h - a.pad_h + r, ww = q * a.stride_w - a.pad_w + s;
+                    if (h < 0 || h >= H || ww < 0 || ww >= W) continue;
+                    acc += static_cast<A>(DY(n, k, p, q)) * static_cast<A>(X(n, c, h, ww));
+                  }
+              finish<A>(a, ((k * C + c) * R + r) * Sw + s, acc, 0);
+            }
+      return;
+  }
+}
+
+const char* unsupported_dtypes(const ConvArgs& a) {
+  const auto ok = [](DType t) { return t == DType::f16 || t == DType::f32 || t == DType::f64; };
+  if (!ok(a.in_type) || !ok(a.out_type)) return "the CPU computes f16, f32 and f64 only";
+  return nullptr;
+}
+
+HL_REGISTER_VARIANT(ConvArgs, {"reference", DeviceType::cpu, 0, "direct loops, f32 accumulation (the definition)",
+                               [](const ConvArgs& a) { visit_input(a.in_type, [&](auto t) { reference_typed<decltype(t)>(a); }); },
+                               unsupported_dtypes});
+
+// ================================================================================================
+// im2col: unfold, then GEMM
+// ================================================================================================
+//
+// For a chunk of nb images, the im2col matrix X_col has one row per filter tap (c, r, s) and one
+// column per output position (n, p, q); its entry is the input value that tap sees at that position
+// (0 in the padding). Then (see kernels/conv.h):
+//   forward          Y[k, npq]  = W[k, crs] * X_col[crs, npq]             gemm NN
+//   backward_data    dX_col     = W[k, crs]^T * dY[k, npq], col2im        gemm TN
+//   backward_weight  dW[k, crs] += dY[k, npq] * X_col[crs, npq]^T         gemm NT, beta 1 across chunks
+// X_col costs C*R*S*P*Q values per image (25x the input for a 5x5 kernel): that memory traffic is what
+// the implicit-GEMM rung on the GPU avoids. Chunks keep it to a few MiB here.
+
+constexpr int64_t kColBudget = int64_t{1} << 22;  // elements of X_col per chunk (16 MiB in f32)
+
+template <class S>
+void im2col(const ConvArgs& a, const S* x, int64_t n0, int64_t nb, S* col) {
+  const int64_t C = a.C, H = a.H, W = a.W, R = a.R, Sw = a.S, P = a.P(), Q = a.Q(), PQ = P * Q;
+  const int64_t cols = nb * PQ;
+#pragma omp parallel for collapse(2) if (C * R * Sw * cols > kParallelThreshold)
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t rs = 0; rs < R * Sw; ++rs) {
+      const int64_t r = rs / Sw, s = rs % Sw;
+      S* row = col + (c * R * Sw + rs) * cols;
+      for (int64_t i = 0; i < nb; ++i) {
+        const S* img = x + ((n0 + i) * C + c) * H * W;
+        for (int64_t p = 0; p < P; ++p) {
+          const int64_t h = p * a.stride_h - a.pad_h + r;
+          S* out = row + i * PQ + p * Q;
+          if (h < 0 || h >= H) {
+            std::fill(out, out + Q, S(0.0f));
+            continue;
+          }
+          for (int64_t q = 0; q < Q; ++q) {
+            const int64_t ww = q * a.stride_w - a.pad_w + s;
+            out[q] = (ww < 0 || ww >= W) ? S(0.0f) : img[h * W + ww];
+          }
+        }
+      }
+    }
+}
+
+// dx (accumulator, [nb, C, H, W] of the chunk) += col2im(dcol): every column entry goes back to
+// the input element it was copied from. Parallel over channels, so no two threads add to one element.
+template <class A>
+void col2im_add(const ConvArgs& a, const A* dcol, int64_t nb, A* dx) {
+  const int64_t C = a.C, H = a.H, W = a.W, R = a.R, Sw = a.S, P = a.P(), Q = a.Q(), PQ = P * Q;
+  const int64_t cols = nb * PQ;
+#pragma omp parallel for if (C * R * Sw * cols > kParallelThreshold)
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t rs = 0; rs < R * Sw; ++rs) {
+      const int64_t r = rs / Sw, s = rs % Sw;
+      const A* row = dcol + (c * R * Sw + rs) * cols;
+      for (int64_t i = 0; i < nb; ++i) {
+        A* img = dx + (i * C + c) * H * W;
+        for (int64_t p = 0; p < P; ++p) {
+          const int64_t h = p * a.stride_h - a.pad_h + r;
+          if (h < 0 || h >= H) continue;
+          for (int64_t q = 0; q < Q; ++q) {
+            const int64_t ww = q * a.stride_w - a.pad_w + s;
+            if (ww >= 0 && ww < W) img[h * W + ww] += row[i * PQ + p * Q + q];
+          }
+        }
+      }
+    }
+}
+
+template <class S>
+void im2col_typed(const ConvArgs& a) {
+  using A = acc_t<S>;
+  constexpr DType in_t = std::is_same_v<S, half> ? DType::f16 : std::is_same_v<S, double> ? DType::f64 : DType::f32;
+  constexpr DType acc_type = std::is_same_v<A, double> ? DType::f64 : DType::f32;
+  const int64_t N = a.N, C = a.C, H = a.H, W = a.W, K = a.K, CRS = a.C * a.R * a.S, PQ = a.P() * a.Q();
+  const int64_t nb_max = std::clamp<int64_t>(kColBudget / std::max<int64_t>(CRS * PQ, 1), 1, N);
+
+  std::vector<S> col(static_cast<size_t>(CRS * nb_max * PQ));
+  std::vector<S> dyk;   // dY of the chunk rearranged to [K, nb*PQ]
+  std::vector<A> acc;   // the f32 (f64) result before the epilogue
+  const auto gather_dy = [&](int64_t n0, int64_t nb) {
+    dyk.resize(static_cast<size_t>(K * nb * PQ));
+    const S* dy = static_cast<const S*>(a.dy);
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t i = 0; i < nb; ++i)
+        std::copy_n(dy + ((n0 + i) * K + k) * PQ, PQ, dyk.data() + k * nb * PQ + i * PQ);
+  };
+
+  GemmArgs g;
+  g.device = DeviceType::cpu;
+  g.ab_type = in_t;
+  g.c_type = acc_type;
+
+  if (a.pass == ConvPass::backward_weight) acc.assign(static_cast<size_t>(K * CRS), A(0));
+  for (int64_t n0 = 0; n0 < N; n0 += nb_max) {
+    const int64_t nb = std::min(nb_max, N - n0), cols = nb * PQ;
+    switch (a.pass) {
+      case ConvPass::forward: {
+        im2col(a, static_cast<const S*>(a.x), n0, nb, col.data());
+        acc.resize(static_cast<size_t>(K * cols));
+        g.op_a = Op::N, g.op_b = Op::N, g.M = K, g.N = cols, g.K = CRS;
+        g.A = a.w, g.B = col.data(), g.C = acc.data(), g.beta = 0.0f;
+        set_dense_ld(g);
+        gemm(g);
+        // acc is [K, nb, P*Q]; y is [nb, K, P*Q].
+        for (int64_t i = 0; i < nb; ++i)
+          for (int64_t k = 0; k < K; ++k)
+            for (int64_t j = 0; j < PQ; ++j) finish<A>(a, ((n0 + i) * K + k) * PQ + j, acc[k * cols + i * PQ + j], k);
+        break;
+      }
+      case ConvPass::backward_data: {
+        gather_dy(n0, nb);
+        std::vector<A> dcol(static_cast<size_t>(CRS * cols));
+        g.op_a = Op::T, g.op_b = Op::N, g.M = CRS, g.N = cols, g.K = K;
+        g.A = a.w, g.B = dyk.data(), g.C = dcol.data(), g.beta = 0.0f;
+        set_dense_ld(g);
+        gemm(g);
+        acc.assign(static_cast<size_t>(nb * C * H * W), A(0));
+        col2im_add(a, dcol.data(), nb, acc.data());
+        const int64_t base = n0 * C * H * W;
+        for (int64_t i = 0; i < nb * C * H * W; ++i) finish<A>(a, base + i, acc[i], 0);
+        break;
+      }
+      case ConvPass::backward_weight: {
+        im2col(a, static_cast<const S*>(a.x), n0, nb, col.data());
+        gather_dy(n0, nb);
+        g.op_a = Op::N, g.op_b = Op::T, g.M = K, g.N = CRS, g.K = cols;
+        g.A = dyk.data(), g.B = col.data(), g.C = acc.data(), g.beta = n0 == 0 ? 0.0f : 1.0f;
+        set_dense_ld(g);
+        gemm(g);
+        break;
+      }
+    }
+  }
+  if (a.pass == ConvPass::backward_weight)
+    for (int64_t i = 0; i < K * CRS; ++i) finish<A>(a, i, acc[i], 0);
+}
+
+HL_REGISTER_VARIANT(ConvArgs, {"im2col", DeviceType::cpu, 10, "im2col + the blocked CPU GEMM (the CPU default)",
+                               [](const ConvArgs& a) { visit_input(a.in_type, [&](auto t) { im2col_typed<decltype(t)>(a); }); },
+                               unsupported_dtypes});
+
+}  // namespace
+}  // namespace hl::kernels::cpu

@@ -1,0 +1,390 @@
+// Convolution ladder, rung 3: "implicit_gemm_wmma" — the GEMM without the im2col matrix.
+//
+// What changes from rung 2 (im2col_gemm): X_col is never written. Rung 2 spends most of its memory
+// traffic writing C*R*S*P*Q values per image to global memory (9x the input for a 3x3 kernel, 25x for
+// 5x5) only for the GEMM to read them back. Here the GEMM's tile loader computes, for each element of
+// the *virtual* X_col tile it needs, which input element (n, c, h, w) that is — or that it is a zero of
+// the padding — and loads it straight from x into shared memory. The arithmetic is the same Tensor
+// Core product as the GEMM ladder's WMMA rungs: FP16 operands, FP32 accumulation (paper §3.3), with
+// the result rounded once, on the store, after a fused epilogue (beta, bias, ReLU with NaN passing
+// through). It is the rung the registry picks by default where it applies.
+//
+// The GEMMs (kernels/conv.h):
+//   forward          Y[k, npq]  = W[k, crs] * X_col[crs, npq]            M = K   N = N*P*Q  K = C*R*S
+//   backward_data    dX[c, nhw] = W'[c, krs] * dY_col[krs, nhw]          M = C   N = N*H*W  K = K*R*S
+//   backward_weight  dW[k, crs] = dY[k, npq] * X_col^T[npq, crs]         M = K   N = C*R*S  K = N*P*Q
+// backward_data is itself an implicit GEMM over dx: column (n, h, w) of the virtual dY_col gathers, for
+// every (k, r, s), dy[n, k, p, q] with p = (h + pad_h - r) / stride_h when that division is exact and
+// p lies in [0, P) (and the same for q), else 0. With stride 1 this is the convolution of dY with the
+// flipped, transposed filters; with stride 2 three taps in four are zeros of the "dilated" dY, which
+// the loader predicates away (correct, if wasteful: a stride-aware decomposition is a later rung).
+// W'[c, krs] = w[k, c, r, s] is the same weight tensor read with the roles of k and c swapped.
+// backward_weight has a small output and an N*P*Q-long reduction, so it splits the reduction across
+// blocks (split-K, with a deterministic second pass that adds the slices): see its kernel below.
+//
+// Not covered here (unsupported() says so, and the registry then runs im2col_gemm, the next variant):
+// f32 inputs (Tensor Cores multiply FP16; direct and im2col_gemm take f32), GPUs older than compute
+// capability 7.0 (no FP16 Tensor Cores), and tensors whose per-image index exceeds 32 bits.
+//
+// The kernel, per block of 256 threads (8 warps):
+//   * a 64 x 128 output tile (64 output channels x 128 output positions); each warp owns 32 x 32 of it,
+//     as 2 x 2 WMMA 16x16x16 fragments with FP32 accumulators;
+//   * a K loop in steps of 32: the A tile (64 x 32 weights) and the B tile (32 x 128 gathered inputs)
+//     are staged in shared memory, rows padded by 8 halves (16 bytes) so that the WMMA fragment loads
+//     of consecutive rows start in different banks;
+//   * software prefetch: the global loads of tile t+1 go to registers before the Tensor Cores work
+//     on tile t, so their latency hides behind the math;
+//   * address arithmetic: each thread always loads the same 4 columns of the B tile, so the column's
+//     (n, p, q) decomposition — image offset, first input row and column — is computed once per
+//     kernel; each row (c, r, s) is decomposed once per K step and shared by the thread's 4 columns.
+//     Reduction rows past C*R*S (C = 1 or 3 gives CRS = 25 or 27, not a multiple of 32), columns past
+//     N*P*Q and channels past K are predicated to zero, so any shape works;
+//   * epilogue: the accumulators go through shared memory (reusing the tile buffers) so that each
+//     thread writes consecutive output positions of one channel: coalesced stores into NCHW.
+//
+// NCHW is what makes the loader work hard: the reduction index (c, r, s) walks across channel planes,
+// so the 8 consecutive values a 16-byte vector load would need are not consecutive in memory. With
+// NHWC, c is innermost and each (r, s) tap is a contiguous run of C halves (kernels/cuda/conv/README.md).
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+
+#include "kernels/conv.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/conv/implicit_gemm_index.h"
+#include "kernels/cuda/conv/workspace.cuh"
+#include "kernels/runtime.h"
+
+namespace hl::kernels::cuda {
+
+namespace {
+
+using namespace igemm;  // the tile sizes and the address arithmetic (implicit_gemm_index.h)
+
+__device__ __forceinline__ __half half_zero() { return __ushort_as_half(static_cast<unsigned short>(0)); }
+
+template <bool kBackwardData>
+__global__ void __launch_bounds__(kThreads) conv_implicit_gemm_kernel(ConvArgs a, Geometry g) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  using namespace nvcuda;
+  __shared__ __align__(128) unsigned char smem[kSmemBytes];
+  __half* As = reinterpret_cast<__half*>(smem);  // [kBM][kLdA]
+  __half* Bs = As + kBM * kLdA;                  // [kBK][kLdB]
+  float* Cs = reinterpret_cast<float*>(smem);    // [kBM][kLdC], after the K loop
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int m0 = blockIdx.y * kBM;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBN;
+  const __half* wgt = static_cast<const __half*>(a.w);
+  const __half* src = static_cast<const __half*>(kBackwardData ? a.dy : a.x);
+
+  // This thread's 4 columns of the B tile (lane, lane + 32, lane + 64, lane + 96), decomposed once.
+  Column cols[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) cols[j] = make_column<kBackwardData>(g, n0 + lane + 32 * j);
+
+  __half a_reg[8], b_reg[16];
+
+  // Global -> registers for the K step starting at k0.
+  const auto load_tile = [&](int k0) {
+    {  // A: lane picks the reduction index, warp + 8i the row: 32 consecutive weights per warp and row.
+      const Tap t = make_tap(g, k0 + lane);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int64_t idx = weight_index(g, m0 + warp + 8 * i, t);
+        a_reg[i] = idx >= 0 ? wgt[idx] : half_zero();
+      }
+    }
+    // B: rows warp + 8i (one (ch, r, s) decomposition each), columns lane + 32j: a warp reads 32
+    // consecutive output positions of one tap, i.e. consecutive input columns when the stride is 1.
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const Tap t = make_tap(g, k0 + warp + 8 * i);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t idx = gather_index<kBackwardData>(g, cols[j], t);
+        b_reg[i * 4 + j] = idx >= 0 ? src[idx] : half_zero();
+      }
+    }
+  };
+
+  // Registers -> shared memory: a warp writes 32 consecutive halves of one row (no bank conflicts).
+  const auto store_tile = [&]() {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) As[(warp + 8 * i) * kLdA + lane] = a_reg[i];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) Bs[(warp + 8 * i) * kLdB + lane + 32 * j] = b_reg[i * 4 + j];
+  };
+
+  const int wm = warp / 4, wn = warp % 4;  // this warp's 32 x 32 sub-tile
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+
+  const int steps = (g.kred + kBK - 1) / kBK;
+  load_tile(0);
+  store_tile();
+  __syncthreads();
+  for (int t = 0; t < steps; ++t) {
+    if (t + 1 < steps) load_tile((t + 1) * kBK);  // in flight while the Tensor Cores work
+#pragma unroll
+    for (int ks = 0; ks < kBK; ks += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> af[2];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> bf[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(af[i], As + (wm * 32 + i * 16) * kLdA + ks, kLdA);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(bf[j], Bs + ks * kLdB + wn * 32 + j * 16, kLdB);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], af[i], bf[j], acc[i][j]);
+    }
+    __syncthreads();  // every warp is done reading this step's tiles
+    if (t + 1 < steps) {
+      store_tile();
+      __syncthreads();
+    }
+  }
+
+  // Epilogue: accumulators -> shared memory (the tiles are dead: the loop ended with a barrier), then
+  // each thread takes consecutive columns of one row, i.e. consecutive positions of one NCHW plane.
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      wmma::store_matrix_sync(Cs + (wm * 32 + i * 16) * kLdC + wn * 32 + j * 16, acc[i][j], kLdC, wmma::mem_row_major);
+  __syncthreads();
+
+  void* out = kBackwardData ? a.dx : a.y;
+  for (int e = threadIdx.x; e < kBM * kBN; e += kThreads) {
+    const int mi = e / kBN, ni = e % kBN;
+    const int m = m0 + mi;
+    const int64_t idx = output_index(g, m, n0 + ni);
+    if (idx < 0) continue;
+    float v = Cs[mi * kLdC + ni];
+    if (a.beta != 0.0f) v += a.beta * load_float(out, a.out_type, idx);  // beta == 0: out is not read
+    if (a.bias != nullptr) v += load_float(a.bias, a.bias_type, m);
+    if (a.relu) v = v > 0.0f || v != v ? v : 0.0f;  // NaN stays NaN: an overflow must stay visible
+    store_float(out, a.out_type, idx, v);
+  }
+#endif
+}
+
+
+// ---- backward_weight: dW[k, crs] = sum over j = (n, p, q) of dY[n, k, p, q] * x[n, c, h, w] ------------
+//
+// The GEMM has M = K, N = C*R*S and a reduction over all N*P*Q output positions: a small output and a
+// very long sum. One block per 64 x 128 output tile would leave most of the GPU idle (a 64 -> 64 3x3
+// layer has 5 tiles), so the reduction is split ("split-K"): blockIdx.z takes one slice of the
+// N*P*Q positions, writes its partial tile in FP32 to a workspace, and a second kernel adds the
+// slices in a fixed order and applies beta and the rounding: deterministic, no atomics.
+//
+// Both operands are gathered along the reduction index j, which the lanes of a warp walk: 32
+// consecutive j are 32 consecutive output positions, so both dY (contiguous along p, q) and x
+// (contiguous along w at stride 1) are read in coalesced runs. The B tile is therefore stored
+// column-major (each of its 128 columns (c, r, s) a run of 32 reduction values), which is the
+// layout a WMMA col_major matrix_b fragment reads.
+
+__global__ void __launch_bounds__(kThreads)
+    conv_implicit_gemm_wgrad_kernel(WGeometry g, const __half* __restrict__ dy, const __half* __restrict__ x,
+                                    float* __restrict__ partial) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  using namespace nvcuda;
+  constexpr int kTiles = (kBM * kLdA + kBN * kLdBt) * 2;
+  __shared__ __align__(128) unsigned char smem[kTiles > kCBytes ? kTiles : kCBytes];
+  __shared__ WCol colinfo[kBN];
+  __half* As = reinterpret_cast<__half*>(smem);  // [kBM][kLdA]: row m, reduction j
+  __half* Bs = As + kBM * kLdA;                  // [kBN][kLdBt]: column n, reduction j (column-major)
+  float* Cs = reinterpret_cast<float*>(smem);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
+  const int64_t j_begin = static_cast<int64_t>(blockIdx.z) * g.split;
+  const int64_t j_end = j_begin + g.split < g.npq ? j_begin + g.split : g.npq;
+
+  if (threadIdx.x < kBN) colinfo[threadIdx.x] = make_wcol(g, n0 + threadIdx.x);
+  __syncthreads();
+
+  __half a_reg[8], b_reg[16];
+  const auto load_tile = [&](int64_t k0) {
+    const WRow row = make_wrow(g, k0 + lane, j_end);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int64_t idx = wgrad_dy_index(g, row, m0 + warp + 8 * i);
+      a_reg[i] = idx >= 0 ? dy[idx] : half_zero();
+    }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int64_t idx = wgrad_x_index(g, row, colinfo[warp + 8 * i]);  // same column for the warp: broadcast
+      b_reg[i] = idx >= 0 ? x[idx] : half_zero();
+    }
+  };
+  const auto store_tile = [&]() {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) As[(warp + 8 * i) * kLdA + lane] = a_reg[i];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) Bs[(warp + 8 * i) * kLdBt + lane] = b_reg[i];
+  };
+
+  const int wm = warp / 4, wn = warp % 4;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+
+  load_tile(j_begin);
+  store_tile();
+  __syncthreads();
+  for (int64_t k0 = j_begin; k0 < j_end; k0 += kBK) {
+    const bool more = k0 + kBK < j_end;
+    if (more) load_tile(k0 + kBK);
+#pragma unroll
+    for (int ks = 0; ks < kBK; ks += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> af[2];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> bf[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(af[i], As + (wm * 32 + i * 16) * kLdA + ks, kLdA);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(bf[j], Bs + (wn * 32 + j * 16) * kLdBt + ks, kLdBt);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], af[i], bf[j], acc[i][j]);
+    }
+    __syncthreads();
+    if (more) {
+      store_tile();
+      __syncthreads();
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      wmma::store_matrix_sync(Cs + (wm * 32 + i * 16) * kLdC + wn * 32 + j * 16, acc[i][j], kLdC, wmma::mem_row_major);
+  __syncthreads();
+  // This slice's partial tile, FP32, at partial[z][k][crs] (coalesced along crs).
+  float* slice = partial + static_cast<int64_t>(blockIdx.z) * g.K * g.crs;
+  for (int e = threadIdx.x; e < kBM * kBN; e += kThreads) {
+    const int mi = e / kBN, ni = e % kBN, m = m0 + mi, n = n0 + ni;
+    if (m < g.K && n < g.crs) slice[static_cast<int64_t>(m) * g.crs + n] = Cs[mi * kLdC + ni];
+  }
+#endif
+}
+
+// dw[i] = sum of the slices' partials in slice order (deterministic), + beta * dw, rounded once.
+__global__ void conv_wgrad_reduce_kernel(ConvArgs a, const float* __restrict__ partial, int splits, int64_t n) {
+  for (int64_t i = global_thread_index(); i < n; i += global_thread_count()) {
+    float v = 0.0f;
+    for (int z = 0; z < splits; ++z) v += partial[z * n + i];
+    if (a.beta != 0.0f) v += a.beta * load_float(a.dw, a.out_type, i);
+    store_float(a.dw, a.out_type, i, v);
+  }
+}
+
+int sm_count() {
+  static const int count = [] {
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
+      cudaGetLastError();  // clear it: no device means no launch either
+      n = 0;
+    }
+    return n > 0 ? n : 80;
+  }();
+  return count;
+}
+
+// How many slices of the reduction: enough blocks for about 4 per SM, but every slice at least
+// kMinSlice positions long (shorter slices would spend more time writing partials than multiplying).
+int64_t wgrad_splits(const ConvArgs& a) {
+  constexpr int64_t kMinSlice = 8 * kBK;
+  constexpr int64_t kMaxSplits = 256;
+  const int64_t tiles = ((a.K + kBM - 1) / kBM) * ((a.C * a.R * a.S + kBN - 1) / kBN);
+  const int64_t npq = a.N * a.P() * a.Q();
+  const int64_t want = (4 * static_cast<int64_t>(sm_count()) + tiles - 1) / tiles;
+  const int64_t most = std::max<int64_t>(1, npq / kMinSlice);
+  return std::clamp<int64_t>(want, 1, std::min(most, kMaxSplits));
+}
+
+void run_wgrad(const ConvArgs& a) {
+  const int64_t npq = a.N * a.P() * a.Q();
+  int64_t splits = wgrad_splits(a);
+  const int64_t split = wgrad_slice_length(npq, splits);
+  splits = (npq + split - 1) / split;  // no slice is empty
+  const WGeometry g = make_wgeometry(a, split);
+  const int64_t n = a.K * a.C * a.R * a.S;
+
+  conv_detail::Workspace& ws = conv_detail::workspace();
+  const std::lock_guard<std::mutex> lock(ws.mu);
+  float* partial = static_cast<float*>(ws.reserve(static_cast<size_t>(splits * n) * sizeof(float)));
+  const dim3 grid(static_cast<unsigned>((g.crs + kBN - 1) / kBN), static_cast<unsigned>((g.K + kBM - 1) / kBM),
+                  static_cast<unsigned>(splits));
+  conv_implicit_gemm_wgrad_kernel<<<grid, kThreads, 0, stream()>>>(g, static_cast<const __half*>(a.dy),
+                                                                   static_cast<const __half*>(a.x), partial);
+  HL_LAUNCH_CHECK("conv_implicit_gemm_wgrad_kernel");
+  conv_wgrad_reduce_kernel<<<grid_for(n), kBlock, 0, stream()>>>(a, partial, static_cast<int>(splits), n);
+  HL_LAUNCH_CHECK("conv_wgrad_reduce_kernel");
+}
+
+void run(const ConvArgs& a) {
+  if (a.pass == ConvPass::backward_weight) {
+    run_wgrad(a);
+    return;
+  }
+  const Geometry g = make_geometry(a);
+  const dim3 grid(static_cast<unsigned>((g.cols + kBN - 1) / kBN), static_cast<unsigned>((g.M + kBM - 1) / kBM));
+  if (a.pass == ConvPass::forward) {
+    conv_implicit_gemm_kernel<false><<<grid, kThreads, 0, stream()>>>(a, g);
+    HL_LAUNCH_CHECK("conv_implicit_gemm_kernel<forward>");
+  } else {
+    conv_implicit_gemm_kernel<true><<<grid, kThreads, 0, stream()>>>(a, g);
+    HL_LAUNCH_CHECK("conv_implicit_gemm_kernel<backward_data>");
+  }
+}
+
+const char* unsupported(const ConvArgs& a) {
+  if (a.in_type != DType::f16) {
+    return "implicit_gemm_wmma takes f16 inputs only (FP16 Tensor Core products); direct and im2col_gemm "
+           "compute f32 convolutions";
+  }
+  if (a.out_type != DType::f16 && a.out_type != DType::f32) return "the output must be f16 or f32";
+  if (a.bias != nullptr && a.bias_type != DType::f16 && a.bias_type != DType::f32) {
+    return "the bias must be f16 or f32";
+  }
+  const int cc = runtime::cuda_compute_capability();  // cached; 0 when no GPU is present
+  if (cc != 0 && cc < 70) return "implicit_gemm_wmma needs compute capability 7.0 or newer (FP16 Tensor Cores)";
+  // The loaders index within one image, and within the weights, in 32-bit integers.
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  const int64_t P = a.P(), Q = a.Q();
+  if (a.K * a.C * a.R * a.S > kMax || a.C * a.H * a.W > kMax || a.K * P * Q > kMax) {
+    return "one image (or the weight tensor) has more than 2^31 - 1 elements";
+  }
+  if (a.pass == ConvPass::backward_weight) {
+    if ((a.C * a.R * a.S + kBN - 1) / kBN > kMax) return "more than 2^31 - 1 column tiles";
+    if ((a.K + kBM - 1) / kBM > 65535) return "more than 65535 row tiles (gridDim.y)";
+    return nullptr;
+  }
+  if ((a.N * std::max(P * Q, a.H * a.W) + kBN - 1) / kBN > kMax) return "more than 2^31 - 1 column tiles";
+  if ((std::max(a.K, a.C) + kBM - 1) / kBM > 65535) return "more than 65535 row tiles (gridDim.y)";
+  return nullptr;
+}
+
+}  // namespace
+
+HL_REGISTER_VARIANT(ConvArgs, {"implicit_gemm_wmma", DeviceType::cuda, 30,
+                               "implicit GEMM on Tensor Cores: addresses computed in the tile loader, no im2col "
+                               "buffer, fused epilogue",
+                               run, unsupported});
+
+}  // namespace hl::kernels::cuda

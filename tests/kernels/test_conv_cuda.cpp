@@ -1,0 +1,519 @@
+// Tests of the CUDA convolution ladder (kernels/cuda/conv/: direct, im2col_gemm, implicit_gemm_wmma)
+// against a float64 CPU reference.
+//
+// Every variant x pass x input dtype x output dtype that the variant accepts runs on fresh random
+// inputs (the seed is printed; rerun with HALFLING_TEST_SEED=<seed>), already rounded to the input
+// dtype so the reference sees exactly what the GPU sees. The reference is the CPU "reference" variant
+// (direct loops) run in f64 from end to end. Outputs are poisoned with NaN before each run (beta == 0
+// must not read them; an element a kernel forgets to write fails), and every element is checked.
+//
+// Error measure: the same problem is also run on |x|, |w|, |dy|, |bias|, |beta*old| ("absref", the
+// sum of the magnitudes of the terms of each output). Rounding errors scale with absref, not with the
+// result (which may cancel to ~0), so
+//   * each element must satisfy |out - ref| <= u_out*|ref| + n*2^-23*absref, where u_out is the
+//     output's unit roundoff (the one rounding on the store; for f16 |ref| is taken as at least
+//     2^-14, where the subnormals begin) and n*2^-23 the worst-case bound of an
+//     FP32 sum of n terms, allowing 2 ulps per addition because Tensor Core accumulation need not
+//     round to nearest — loose for long sums, so also
+//   * the norm-wise error ||out - ref|| / ||absref|| must stay below the rung's tolerance (kTolerance
+//     below, with its reason): an indexing bug gives errors of the order of the terms (~1e-1), far
+//     above any tolerance here.
+//
+// The CUDA tests skip themselves without a GPU (HL_REQUIRE_CUDA); the registry tests run on any CUDA
+// build. On a GPU machine: ./build/tests/test_kernels --gtest_filter='ConvCuda*'.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <iomanip>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/conv.h"
+#include "kernels/dtype.h"
+#include "kernels/error.h"
+#include "kernels/half.h"
+#include "kernels/runtime.h"
+#include "tests/test_util.h"
+
+namespace hl {
+namespace {
+
+using kernels::ConvArgs;
+using kernels::ConvPass;
+using kernels::ConvRegistry;
+using runtime::CopyKind;
+
+constexpr DeviceType kCuda = DeviceType::cuda;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// The rungs of this ladder, fastest first, as the registry must rank them.
+const std::vector<std::string> kCudaConvRungs = {"implicit_gemm_wmma", "im2col_gemm", "direct"};
+
+// Norm-wise tolerance of each rung, relative to ||absref|| (see the header), for an f32 output; an
+// f16 output adds its rounding, 2^-11.
+double rung_tolerance(const std::string& variant) {
+  // direct: one sequential FP32 fma chain per output, up to N*P*Q = 1.3e5 terms long in
+  // backward_weight: a random-walk error of ~sqrt(n)*2^-24 = 2e-5, with a 5x margin.
+  if (variant == "direct") return 1e-4;
+  // im2col_gemm: the registry's CUDA GEMM (blocked FP32 sums, shorter chains than direct) plus one
+  // FP32 addition per tap in col2im: the same bound holds.
+  if (variant == "im2col_gemm") return 1e-4;
+  // implicit_gemm_wmma: Tensor Core FP32 accumulation, which is not specified to round to nearest:
+  // twice the margin.
+  return 2e-4;
+}
+
+double unit_roundoff(DType t) { return t == DType::f16 ? 1.0 / (1 << 11) : 1.0 / (1 << 24); }
+
+// ---- host <-> device ------------------------------------------------------------------------------
+
+std::vector<uint8_t> encode(const std::vector<double>& v, DType t) {
+  std::vector<uint8_t> bytes(v.size() * dtype_size(t));
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint8_t* p = bytes.data() + i * dtype_size(t);
+    if (t == DType::f16) {
+      const uint16_t h = double_to_half_bits(v[i]);
+      std::memcpy(p, &h, 2);
+    } else if (t == DType::f32) {
+      const float f = static_cast<float>(v[i]);
+      std::memcpy(p, &f, 4);
+    } else {
+      std::memcpy(p, &v[i], 8);
+    }
+  }
+  return bytes;
+}
+
+std::vector<double> decode(const std::vector<uint8_t>& bytes, DType t) {
+  std::vector<double> v(bytes.size() / dtype_size(t));
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint8_t* p = bytes.data() + i * dtype_size(t);
+    if (t == DType::f16) {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      v[i] = half_bits_to_float(h);
+    } else if (t == DType::f32) {
+      float f;
+      std::memcpy(&f, p, 4);
+      v[i] = f;
+    } else {
+      std::memcpy(&v[i], p, 8);
+    }
+  }
+  return v;
+}
+
+// Device memory holding values of dtype t.
+class DevBuf {
+ public:
+  DevBuf(const std::vector<double>& values, DType t)
+      : n_(values.size()), t_(t), ptr_(runtime::cuda_malloc(std::max<size_t>(n_, 1) * dtype_size(t))) {
+    upload(values);
+  }
+  ~DevBuf() { runtime::cuda_free(ptr_); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+
+  void* get() const { return ptr_; }
+  void upload(const std::vector<double>& values) {
+    const std::vector<uint8_t> bytes = encode(values, t_);
+    runtime::cuda_memcpy_async(ptr_, bytes.data(), bytes.size(), CopyKind::host_to_device);
+    runtime::cuda_synchronize();
+  }
+  std::vector<double> download() const {
+    std::vector<uint8_t> bytes(n_ * dtype_size(t_));
+    runtime::cuda_memcpy_async(bytes.data(), ptr_, bytes.size(), CopyKind::device_to_host);
+    runtime::cuda_synchronize();
+    return decode(bytes, t_);
+  }
+
+ private:
+  size_t n_;
+  DType t_;
+  void* ptr_;
+};
+
+// ---- problems -------------------------------------------------------------------------------------
+
+struct Shape {
+  const char* name;
+  int64_t N, C, H, W, K, R, S, sh, sw, ph, pw;
+};
+
+ConvArgs args_for(const Shape& s, ConvPass pass) {
+  ConvArgs a;
+  a.pass = pass;
+  a.N = s.N, a.C = s.C, a.H = s.H, a.W = s.W, a.K = s.K, a.R = s.R, a.S = s.S;
+  a.stride_h = s.sh, a.stride_w = s.sw, a.pad_h = s.ph, a.pad_w = s.pw;
+  return a;
+}
+
+int64_t numel_x(const ConvArgs& a) { return a.N * a.C * a.H * a.W; }
+int64_t numel_w(const ConvArgs& a) { return a.K * a.C * a.R * a.S; }
+int64_t numel_y(const ConvArgs& a) { return a.N * a.K * a.P() * a.Q(); }
+
+// Length of the sum behind each output element (the GEMM's K of the pass).
+int64_t reduction_length(const ConvArgs& a) {
+  switch (a.pass) {
+    case ConvPass::forward: return a.C * a.R * a.S;
+    case ConvPass::backward_data: return a.K * a.R * a.S;
+    case ConvPass::backward_weight: return a.N * a.P() * a.Q();
+  }
+  return 0;
+}
+
+// One pass of one shape with its inputs (values representable in in_type; bias and old in f16, so they
+// are exact in any output dtype) and its float64 reference.
+struct Problem {
+  ConvArgs a;  // sizes, pass, beta, relu, whether there is a bias (a.bias != nullptr marks it)
+  DType in_type = DType::f16;
+  std::vector<double> x, w, dy, bias, old;
+  std::vector<double> ref, absref;
+};
+
+std::vector<double> run_reference(const Problem& p, bool absolute) {
+  const auto mag = [&](std::vector<double> v) {
+    if (absolute)
+      for (double& e : v) e = std::fabs(e);
+    return v;
+  };
+  ConvArgs a = p.a;
+  a.device = DeviceType::cpu;
+  a.in_type = a.out_type = DType::f64;
+  const std::vector<double> x = mag(p.x), w = mag(p.w), dy = mag(p.dy), bias = mag(p.bias);
+  std::vector<double> out = p.a.beta != 0.0f ? mag(p.old) : std::vector<double>(static_cast<size_t>(a.out_numel()), kNaN);
+  a.x = x.empty() ? nullptr : x.data();
+  a.w = w.empty() ? nullptr : w.data();
+  a.dy = dy.empty() ? nullptr : dy.data();
+  a.y = a.dx = a.dw = nullptr;
+  if (a.pass == ConvPass::forward) a.y = out.data();
+  if (a.pass == ConvPass::backward_data) a.dx = out.data();
+  if (a.pass == ConvPass::backward_weight) a.dw = out.data();
+  a.bias = p.a.bias != nullptr ? bias.data() : nullptr;
+  a.bias_type = DType::f64;
+  if (absolute) {
+    a.beta = std::fabs(a.beta);
+    a.relu = false;  // ReLU only shrinks magnitudes
+  }
+  kernels::conv2d(a, "reference");
+  return out;
+}
+
+Problem make_problem(const Shape& s, ConvPass pass, DType in_type, bool bias_relu, float beta, uint64_t seed) {
+  Problem p;
+  p.a = args_for(s, pass);
+  p.in_type = in_type;
+  if (pass != ConvPass::backward_data) p.x = test::random_values(numel_x(p.a), seed + 1, -1.0, 1.0, in_type);
+  if (pass != ConvPass::backward_weight) p.w = test::random_values(numel_w(p.a), seed + 2, -1.0, 1.0, in_type);
+  if (pass != ConvPass::forward) p.dy = test::random_values(numel_y(p.a), seed + 3, -1.0, 1.0, in_type);
+  if (bias_relu) {
+    p.bias = test::random_values(p.a.K, seed + 4, -1.0, 1.0, DType::f16);
+    p.a.bias = p.bias.data();  // only a marker here: the device run uses its own copy
+    p.a.relu = true;
+  }
+  p.a.beta = beta;
+  if (beta != 0.0f) p.old = test::random_values(p.a.out_numel(), seed + 5, -2.0, 2.0, DType::f16);
+  p.ref = run_reference(p, false);
+  p.absref = run_reference(p, true);
+  return p;
+}
+
+// Run `variant` on the problem with output dtype out_type; returns the output.
+std::vector<double> run_cuda(const Problem& p, const std::string& variant, DType out_type) {
+  ConvArgs a = p.a;
+  a.device = kCuda;
+  a.in_type = p.in_type;
+  a.out_type = out_type;
+  std::unique_ptr<DevBuf> x, w, dy, bias;
+  if (!p.x.empty()) x = std::make_unique<DevBuf>(p.x, p.in_type);
+  if (!p.w.empty()) w = std::make_unique<DevBuf>(p.w, p.in_type);
+  if (!p.dy.empty()) dy = std::make_unique<DevBuf>(p.dy, p.in_type);
+  if (p.a.bias != nullptr) bias = std::make_unique<DevBuf>(p.bias, p.in_type);
+  // Poisoned unless beta != 0 asks the kernel to read it.
+  DevBuf out(p.a.beta != 0.0f ? p.old : std::vector<double>(static_cast<size_t>(a.out_numel()), kNaN), out_type);
+  a.x = x ? x->get() : nullptr;
+  a.w = w ? w->get() : nullptr;
+  a.dy = dy ? dy->get() : nullptr;
+  a.bias = bias ? bias->get() : nullptr;
+  a.bias_type = p.in_type;
+  a.y = a.dx = a.dw = nullptr;
+  if (a.pass == ConvPass::forward) a.y = out.get();
+  if (a.pass == ConvPass::backward_data) a.dx = out.get();
+  if (a.pass == ConvPass::backward_weight) a.dw = out.get();
+  kernels::conv2d(a, variant);
+  runtime::cuda_synchronize();
+  return out.download();
+}
+
+// Checks every element and the norm-wise error; returns the norm-wise error (for the log).
+double check(const Problem& p, const std::vector<double>& out, const std::string& variant, DType out_type,
+             const std::string& what) {
+  EXPECT_EQ(out.size(), p.ref.size()) << what;
+  if (out.size() != p.ref.size()) return INFINITY;
+  const double u = unit_roundoff(out_type);
+  // Below 2^-14 f16 is subnormal, with a fixed spacing of 2^-24: its rounding error is measured
+  // against 2^-14, not against the (smaller) value.
+  const double small = out_type == DType::f16 ? std::ldexp(1.0, -14) : 0.0;
+  const double n_bound = static_cast<double>(reduction_length(p.a) + 2) * std::ldexp(1.0, -23);
+  size_t bad = 0;
+  std::ostringstream first;
+  first << std::setprecision(10);
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const double o = out[i], r = p.ref[i];
+    bool ok;
+    double tol = 0.0;
+    if (std::isnan(r)) {
+      ok = std::isnan(o);
+    } else {
+      tol = u * std::max(std::fabs(r), small) + n_bound * p.absref[i];
+      ok = std::isfinite(o) && std::fabs(o - r) <= tol;
+      if (std::isfinite(o)) num += (o - r) * (o - r);
+      den += p.absref[i] * p.absref[i];
+    }
+    if (!ok && bad++ < 5) first << "\n    [" << i << "] got " << o << ", want " << r << " (tolerance " << tol << ")";
+  }
+  const double err = den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
+  const double tol = rung_tolerance(variant) + (out_type == DType::f16 ? unit_roundoff(DType::f16) : 0.0);
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << out.size() << " elements out of tolerance" << first.str();
+  EXPECT_LE(err, tol) << what << ": norm-wise error " << err << " above the rung's tolerance " << tol;
+  return err;
+}
+
+std::string describe(const Shape& s, ConvPass pass, DType in, DType out, const std::string& variant) {
+  std::ostringstream os;
+  os << variant << " " << kernels::conv_pass_name(pass) << " " << s.name << " (N=" << s.N << " C=" << s.C << " H=" << s.H
+     << " W=" << s.W << " K=" << s.K << " " << s.R << "x" << s.S << " stride " << s.sh << "x" << s.sw << " pad " << s.ph
+     << "x" << s.pw << ") " << dtype_name(in) << "->" << dtype_name(out);
+  return os.str();
+}
+
+// What a variant may legitimately refuse (anything else must run).
+bool may_refuse(const std::string& variant, DType in) {
+  return variant == "implicit_gemm_wmma" && in != DType::f16;
+}
+
+// Every CUDA variant x output dtype on one problem.
+void run_all_variants(const Problem& p, const Shape& s, double* worst = nullptr) {
+  // Every registered CUDA variant (the ladder, and any added later).
+  for (const std::string& variant : ConvRegistry::instance().names(kCuda)) {
+    const auto* v = ConvRegistry::instance().find(variant, kCuda);
+    ASSERT_NE(v, nullptr) << variant;
+    for (DType out_type : {DType::f16, DType::f32}) {
+      const std::string what = describe(s, p.a.pass, p.in_type, out_type, variant) +
+                               (p.a.relu ? " +bias relu" : "") + (p.a.beta != 0.0f ? " beta" : "");
+      ConvArgs probe = p.a;
+      probe.device = kCuda;
+      probe.in_type = p.in_type;
+      probe.out_type = out_type;
+      if (const char* why = v->unsupported ? v->unsupported(probe) : nullptr) {
+        EXPECT_TRUE(may_refuse(variant, p.in_type)) << what << " refused: " << why;
+        continue;
+      }
+      const double err = check(p, run_cuda(p, variant, out_type), variant, out_type, what);
+      if (worst != nullptr && err > *worst) *worst = err;
+    }
+  }
+}
+
+const ConvPass kPasses[] = {ConvPass::forward, ConvPass::backward_data, ConvPass::backward_weight};
+
+// Small shapes covering the corners: N = 1, C = 1 and 3, odd and non-square H/W, stride 2 (and
+// unequal strides), padding 0/1/2, K not a multiple of 16 (10, 17, 33, 65: partial tiles), kernels
+// 1/3/5 (and 3x5), a 5x5 kernel with a single output position.
+const std::vector<Shape> kSmallShapes = {
+    {"n1_c1_7x9_k10_3x3_s1_p1", 1, 1, 7, 9, 10, 3, 3, 1, 1, 1, 1},
+    {"c3_7x9_k33_5x5_s2_p2", 2, 3, 7, 9, 33, 5, 5, 2, 2, 2, 2},
+    {"c3_8x8_k16_1x1_s1_p0", 3, 3, 8, 8, 16, 1, 1, 1, 1, 0, 0},
+    {"c16_9x7_k17_3x3_s2_p0", 2, 16, 9, 7, 17, 3, 3, 2, 2, 0, 0},
+    {"c8_5x5_k8_5x5_s1_p0", 1, 8, 5, 5, 8, 5, 5, 1, 1, 0, 0},
+    {"c5_11x6_k24_3x3_s1_p2", 2, 5, 11, 6, 24, 3, 3, 1, 1, 2, 2},
+    {"c32_10x10_k65_3x3_s1_p1", 4, 32, 10, 10, 65, 3, 3, 1, 1, 1, 1},
+    {"c7_13x13_k40_1x1_s2_p0", 2, 7, 13, 13, 40, 1, 1, 2, 2, 0, 0},
+    {"c4_9x8_k12_3x5_s2x1_p1x2", 2, 4, 9, 8, 12, 3, 5, 2, 1, 1, 2},
+    {"c40_6x6_k130_3x3_s1_p1", 3, 40, 6, 6, 130, 3, 3, 1, 1, 1, 1},
+    // N*P*Q = 1600: implicit_gemm_wmma splits backward_weight's reduction into 6 slices (the last short).
+    {"n4_c8_20x20_k24_3x3_s1_p1", 4, 8, 20, 20, 24, 3, 3, 1, 1, 1, 1},
+};
+
+// ==================================================================================================
+// registry (runs on any CUDA build, no GPU needed: nothing is launched)
+// ==================================================================================================
+
+TEST(ConvCudaRegistry, EveryRungIsRegisteredInLadderOrder) {
+  if (!runtime::cuda_compiled()) GTEST_SKIP() << "halfling was built without CUDA";
+  const auto& reg = ConvRegistry::instance();
+  for (const auto& name : kCudaConvRungs) {
+    const auto* v = reg.find(name, kCuda);
+    ASSERT_NE(v, nullptr) << name;
+    EXPECT_FALSE(v->summary.empty()) << name;
+    EXPECT_NE(v->run, nullptr) << name;
+    EXPECT_NE(v->unsupported, nullptr) << name;
+  }
+  EXPECT_GT(reg.find("implicit_gemm_wmma", kCuda)->priority, reg.find("im2col_gemm", kCuda)->priority);
+  EXPECT_GT(reg.find("im2col_gemm", kCuda)->priority, reg.find("direct", kCuda)->priority);
+}
+
+TEST(ConvCudaRegistry, DefaultIsTheFastestVariantThatCoversTheCall) {
+  if (!runtime::cuda_compiled()) GTEST_SKIP() << "halfling was built without CUDA";
+  if (std::getenv("HALFLING_CONV") != nullptr) GTEST_SKIP() << "HALFLING_CONV pins the variant";
+  const auto& reg = ConvRegistry::instance();
+  if (!reg.default_name().empty()) GTEST_SKIP() << "a default variant is pinned";
+  ConvArgs a = args_for({"vgg", 128, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1}, ConvPass::forward);
+  a.device = kCuda;
+  a.in_type = a.out_type = DType::f16;
+  const int cc = runtime::cuda_compute_capability();
+  if (cc == 0 || cc >= 70) {
+    for (ConvPass pass : {ConvPass::forward, ConvPass::backward_data, ConvPass::backward_weight}) {
+      a.pass = pass;
+      EXPECT_EQ(reg.select(a).name, "implicit_gemm_wmma") << kernels::conv_pass_name(pass);
+    }
+  }
+  a.in_type = a.out_type = DType::f32;  // no FP16 Tensor Cores for f32 inputs: the next rung takes it
+  for (ConvPass pass : {ConvPass::forward, ConvPass::backward_data, ConvPass::backward_weight}) {
+    a.pass = pass;
+    EXPECT_EQ(reg.select(a).name, "im2col_gemm") << kernels::conv_pass_name(pass);
+  }
+}
+
+TEST(ConvCudaRegistry, ImplicitGemmSaysWhyItRefuses) {
+  if (!runtime::cuda_compiled()) GTEST_SKIP() << "halfling was built without CUDA";
+  const auto* v = ConvRegistry::instance().find("implicit_gemm_wmma", kCuda);
+  ASSERT_NE(v, nullptr);
+  ConvArgs a = args_for({"lenet1", 128, 1, 28, 28, 32, 5, 5, 1, 1, 2, 2}, ConvPass::forward);
+  a.device = kCuda;
+  a.in_type = a.out_type = DType::f32;
+  const char* why = v->unsupported(a);
+  ASSERT_NE(why, nullptr);
+  EXPECT_NE(std::string(why).find("f16"), std::string::npos) << why;
+  a.in_type = DType::f16;
+  EXPECT_EQ(v->unsupported(a), nullptr) << "an f16 forward pass is what the rung is for";
+  a.in_type = DType::f32;
+  // Asking for it by name gives an hl::Error naming the variant and the reason, not a crash. The
+  // pointers only pass the argument check: the variant is refused before anything runs.
+  float dummy = 0.0f;
+  a.x = a.w = a.y = &dummy;
+  try {
+    kernels::conv2d(a, "implicit_gemm_wmma");
+    FAIL() << "implicit_gemm_wmma ran an f32 convolution";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("implicit_gemm_wmma"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("f16 inputs only"), std::string::npos) << e.what();
+  }
+}
+
+// ==================================================================================================
+// correctness on the GPU
+// ==================================================================================================
+
+TEST(ConvCuda, SmallShapesEveryVariantPassAndDtype) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  for (size_t si = 0; si < kSmallShapes.size(); ++si) {
+    const Shape& s = kSmallShapes[si];
+    for (ConvPass pass : kPasses) {
+      for (DType in : {DType::f16, DType::f32}) {
+        // Every other shape's forward pass carries the bias + ReLU epilogue.
+        const bool bias_relu = pass == ConvPass::forward && si % 2 == 1;
+        const Problem p = make_problem(s, pass, in, bias_relu, 0.0f, seed += 10);
+        run_all_variants(p, s);
+      }
+    }
+  }
+}
+
+void run_layers(const std::vector<Shape>& layers) {
+  uint64_t seed = test::fresh_seed();
+  for (const Shape& s : layers) {
+    for (ConvPass pass : kPasses) {
+      const Problem p = make_problem(s, pass, DType::f16, pass == ConvPass::forward, 0.0f, seed += 10);
+      double worst = 0.0;
+      run_all_variants(p, s, &worst);
+      std::cout << "[ info     ] " << s.name << " " << kernels::conv_pass_name(pass)
+                << ": worst norm-wise error " << worst << "\n";
+    }
+  }
+}
+
+TEST(ConvCuda, LeNetLayers) {
+  HL_REQUIRE_CUDA();
+  run_layers({{"lenet_conv1", 128, 1, 28, 28, 32, 5, 5, 1, 1, 2, 2}, {"lenet_conv2", 128, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2}});
+}
+
+// VGG-small's 3x3 layers at batch 32 (the float64 reference of batch 128 would dominate the suite).
+TEST(ConvCuda, VggSmallLayers) {
+  HL_REQUIRE_CUDA();
+  run_layers({{"vgg_3_64_32x32", 32, 3, 32, 32, 64, 3, 3, 1, 1, 1, 1},
+              {"vgg_64_64_32x32", 32, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1},
+              {"vgg_128_128_16x16", 32, 128, 16, 16, 128, 3, 3, 1, 1, 1, 1},
+              {"vgg_256_256_8x8", 32, 256, 8, 8, 256, 3, 3, 1, 1, 1, 1}});
+}
+
+// out = result + beta * out: a weight gradient accumulating into an existing one (and the same
+// contract for the other passes).
+TEST(ConvCuda, BetaAccumulatesIntoTheOutput) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const Shape shapes[] = {{"c3_7x9_k10_3x3_s1_p1", 2, 3, 7, 9, 10, 3, 3, 1, 1, 1, 1},
+                          {"c16_12x12_k33_5x5_s2_p2", 3, 16, 12, 12, 33, 5, 5, 2, 2, 2, 2}};
+  for (const Shape& s : shapes) {
+    for (float beta : {1.0f, 0.5f}) {
+      run_all_variants(make_problem(s, ConvPass::backward_weight, DType::f16, false, beta, seed += 10), s);
+      run_all_variants(make_problem(s, ConvPass::backward_data, DType::f16, false, beta, seed += 10), s);
+      run_all_variants(make_problem(s, ConvPass::forward, DType::f16, true, beta, seed += 10), s);
+    }
+  }
+}
+
+// The forward epilogue: + bias, then ReLU, which clamps negatives but lets NaN through (an overflow
+// must stay visible to the loss scaler).
+TEST(ConvCuda, BiasReluEpilogueLetsNaNThrough) {
+  HL_REQUIRE_CUDA();
+  const uint64_t seed = test::fresh_seed();
+  const Shape s{"c3_9x9_k20_3x3_s1_p1", 2, 3, 9, 9, 20, 3, 3, 1, 1, 1, 1};
+  Problem p = make_problem(s, ConvPass::forward, DType::f16, true, 0.0f, seed);
+  // A NaN input poisons every output whose window covers it, in every channel.
+  p.x[(1 * s.C + 2) * s.H * s.W + 4 * s.W + 5] = kNaN;  // image 1, channel 2, (4, 5)
+  p.ref = run_reference(p, false);
+  p.absref = run_reference(p, true);
+  size_t nan_refs = 0, zero_refs = 0;
+  for (double r : p.ref) {
+    nan_refs += std::isnan(r);
+    zero_refs += r == 0.0;
+  }
+  ASSERT_EQ(nan_refs, static_cast<size_t>(s.K * 9)) << "3x3 window, pad 1: 9 positions per channel";
+  ASSERT_GT(zero_refs, p.ref.size() / 4) << "ReLU should clamp a good share of random outputs";
+  run_all_variants(p, s);
+}
+
+// im2col_gemm processes the batch in chunks when X_col would exceed its workspace budget; a small
+// budget forces several chunks, including the FP32 accumulation of an FP16 weight gradient.
+TEST(ConvCuda, Im2colGemmChunksTheBatch) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const Shape s{"c8_12x10_k24_3x3_s1_p1", 7, 8, 12, 10, 24, 3, 3, 1, 1, 1, 1};
+  // One image adds 120 positions x (72 X_col halves + 24 FP32 results) = 28.8 kB to the forward
+  // pass's workspace, 40.3 kB to backward_data's, 23 kB to backward_weight's: 100 kB gives chunks of
+  // 3 + 3 + 1, 2 + 2 + 2 + 1 and 4 + 3 images.
+  ASSERT_EQ(setenv("HALFLING_IM2COL_WORKSPACE_BYTES", "100000", 1), 0);
+  for (ConvPass pass : kPasses) {
+    for (float beta : {0.0f, 1.0f}) {
+      const Problem p = make_problem(s, pass, DType::f16, pass == ConvPass::forward, beta, seed += 10);
+      for (DType out : {DType::f16, DType::f32})
+        check(p, run_cuda(p, "im2col_gemm", out), "im2col_gemm", out,
+              describe(s, pass, DType::f16, out, "im2col_gemm") + " (chunked)" + (beta != 0.0f ? " beta" : ""));
+    }
+  }
+  unsetenv("HALFLING_IM2COL_WORKSPACE_BYTES");
+}
+
+}  // namespace
+}  // namespace hl
