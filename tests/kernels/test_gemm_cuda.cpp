@@ -336,8 +336,8 @@ TEST(CudaGemm, NonDenseLeadingDimensions) {
   for (const std::string& variant : cuda_variants()) {
     for (auto [op_a, op_b] : kAllLayouts) {
       for (float beta : {0.0f, 1.0f}) {
-        // Odd paddings (the WMMA rungs' scalar fallback: rows not 16-byte aligned), then paddings that
-        // keep rows 16-byte aligned (their 128-bit path over a strided matrix).
+        // g: odd sizes and strides (the WMMA rungs' scalar fallback). h: pad 3 gives odd strides again,
+        // pad 8 strides that keep every row 16-byte aligned (their 128-bit path over a strided matrix).
         for (int64_t pad : {3, 8}) {
           GemmArgs g = problem(op_a, op_b, 67, 45, 83, DType::f16, DType::f32);
           g.lda += pad + 2;  // row strides wider than the rows: submatrices of larger buffers
