@@ -43,7 +43,7 @@ TEST(Tutorial04, SmokeRunChecksEveryCpuVariant) {
   EXPECT_NE(out.find("note: the CUDA rungs"), std::string::npos) << out;
   const auto names = hl::kernels::GemmRegistry::instance().names(hl::DeviceType::cpu);
   ASSERT_FALSE(names.empty());
-  for (const std::string& shape : {"square 64", "MLP fc1 forward"}) {
+  for (const std::string shape : {"square 64", "MLP fc1 forward"}) {
     for (const std::string& v : names) {
       const auto f = after(row(out, shape, v), v);
       ASSERT_FALSE(f.empty()) << shape << " / " << v << " missing:\n" << out;
