@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -122,6 +123,9 @@ Problem make_problem(Op op_a, Op op_b, int64_t M, int64_t N, int64_t K, uint64_t
 struct SweepShape {
   int64_t M, N, K;
 };
+
+// How gtest prints the parameter (instead of its bytes) in listings and failures.
+void PrintTo(const SweepShape& s, std::ostream* os) { *os << s.M << "x" << s.N << "x" << s.K; }
 
 class CudaGemmSweep : public ::testing::TestWithParam<SweepShape> {};
 

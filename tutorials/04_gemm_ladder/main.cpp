@@ -270,7 +270,7 @@ int main(int argc, char** argv) {
         const double ms = time_ms(g, v, batches, reps);
         const double tflops = flops / (ms * 1e-3) / 1e12;
         if (v == "cublas") cublas_ms = ms;
-        std::printf("%9.1e %4s %9.4f %8.3f", err, ok ? "yes" : "NO", ms, tflops);
+        std::printf("%9.1e %4s %9.4f %8.3g", err, ok ? "yes" : "NO", ms, tflops);  // %g: CPU rates are tiny
         if (gpu && cublas_ms > 0) std::printf("  %9.0f%%", 100.0 * cublas_ms / ms);
         std::printf("\n");
       }
