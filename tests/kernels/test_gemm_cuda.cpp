@@ -9,7 +9,8 @@
 //
 // GPU tests start with HL_REQUIRE_CUDA() and are reported as skipped without a GPU; the registry
 // tests at the end need only a CUDA build. For compute-sanitizer, the small cases are addressable:
-//   test_kernels --gtest_filter='CudaGemmSweep/*/s1x1x1*:CudaGemmSweep/*/s7x13x5*:CudaGemm.*'
+//   test_kernels --gtest_filter='Shapes/CudaGemmSweep.*/s1x1x1:Shapes/CudaGemmSweep.*/s7x13x5:CudaGemm.AccumulatesInFp32'
+// (bench/gpu_gemm.sh runs memcheck and racecheck on such a subset).
 #include <gtest/gtest.h>
 
 #include <algorithm>
