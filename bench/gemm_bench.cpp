@@ -1,0 +1,261 @@
+// The GEMM ladder against cuBLAS: every registered CUDA GEMM variant, timed with CUDA events on the
+// halfling stream (warm-up runs, then the median of --runs), for square sizes and for the training
+// GEMMs of the canonical models (DESIGN.md §4) at batch 128: forward (NT), input gradient (NN) and
+// weight gradient (TN) of every MLP-512 and LeNet layer, the convolutions as their im2col GEMMs.
+//
+//   build/bench/gemm_bench [--sizes 512,1024,...] [--variants a,b,...] [--runs N] [--out f16|f32]
+//                          [--no-models]
+//
+// Inputs are FP16 (random values in [-1, 1)), C is --out (default f16), FP32 accumulation everywhere
+// (paper §3.3). Each row shows the median time, TFLOP/s (2MNK / time) and the ratio to cuBLAS in the
+// same run, plus the norm-wise difference from cuBLAS's result as a sanity check (a wrong kernel is
+// not a fast kernel). The naive rung is skipped above 2048^3 multiply-adds unless named in
+// --variants. Without a GPU it prints "no CUDA device" and exits 0.
+#include <CLI/CLI.hpp>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernels/error.h"
+#include "kernels/gemm.h"
+#include "kernels/half.h"
+#include "kernels/runtime.h"
+
+using namespace hl;
+using kernels::GemmArgs;
+using kernels::Op;
+
+namespace {
+
+#define BENCH_CUDA_CHECK(call)                                                                   \
+  do {                                                                                           \
+    const cudaError_t status_ = (call);                                                          \
+    if (status_ != cudaSuccess) throw Error(std::string(#call) + ": " + cudaGetErrorString(status_)); \
+  } while (0)
+
+struct Shape {
+  std::string name;  // "square 4096", "MLP fc1 fwd", ...
+  Op op_a, op_b;
+  int64_t M, N, K;
+};
+
+// Linear layer y = x W^T with x [batch x in], W [out x in]: forward NT (M=batch, N=out, K=in), input
+// gradient dx = dy W as NN (M=batch, N=in, K=out), weight gradient dW = dy^T x as TN (M=out, N=in, K=batch).
+void add_linear(std::vector<Shape>& s, const std::string& name, int64_t batch, int64_t in, int64_t out) {
+  s.push_back({name + " fwd", Op::N, Op::T, batch, out, in});
+  s.push_back({name + " dgrad", Op::N, Op::N, batch, in, out});
+  s.push_back({name + " wgrad", Op::T, Op::N, out, in, batch});
+}
+
+std::vector<Shape> model_shapes() {
+  std::vector<Shape> s;
+  const int64_t b = 128;
+  add_linear(s, "MLP fc1 784-512", b, 784, 512);
+  add_linear(s, "MLP fc2 512-512", b, 512, 512);
+  add_linear(s, "MLP fc3 512-10", b, 512, 10);
+  // A 5x5 convolution over an HxW image with C inputs and O outputs, pad 2, as im2col: one row per
+  // output pixel (batch*H*W rows), one column per (channel, tap) (C*25), times the O filters.
+  add_linear(s, "LeNet conv1 1-32 28x28", b * 28 * 28, 1 * 25, 32);
+  add_linear(s, "LeNet conv2 32-64 14x14", b * 14 * 14, 32 * 25, 64);
+  add_linear(s, "LeNet fc1 3136-256", b, 3136, 256);
+  add_linear(s, "LeNet fc2 256-10", b, 256, 10);
+  return s;
+}
+
+// Device buffer of n halves (or floats) filled with random values in [-1, 1).
+void* random_device(size_t n, DType t, uint64_t seed) {
+  std::vector<uint16_t> h16;
+  std::vector<float> h32;
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  const auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return static_cast<float>((x >> 11) * 0x1p-53 * 2.0 - 1.0);
+  };
+  const size_t bytes = n * dtype_size(t);
+  void* d = runtime::cuda_malloc(bytes);
+  if (t == DType::f16) {
+    h16.resize(n);
+    for (auto& v : h16) v = float_to_half_bits(next());
+    runtime::cuda_memcpy_async(d, h16.data(), bytes, runtime::CopyKind::host_to_device);
+  } else {
+    h32.resize(n);
+    for (auto& v : h32) v = next();
+    runtime::cuda_memcpy_async(d, h32.data(), bytes, runtime::CopyKind::host_to_device);
+  }
+  runtime::cuda_synchronize();
+  return d;
+}
+
+std::vector<double> download(const void* d, size_t n, DType t) {
+  std::vector<double> out(n);
+  if (t == DType::f16) {
+    std::vector<uint16_t> h(n);
+    runtime::cuda_memcpy_async(h.data(), d, n * 2, runtime::CopyKind::device_to_host);
+    runtime::cuda_synchronize();
+    for (size_t i = 0; i < n; ++i) out[i] = half_bits_to_float(h[i]);
+  } else {
+    std::vector<float> h(n);
+    runtime::cuda_memcpy_async(h.data(), d, n * 4, runtime::CopyKind::device_to_host);
+    runtime::cuda_synchronize();
+    for (size_t i = 0; i < n; ++i) out[i] = h[i];
+  }
+  return out;
+}
+
+double rel_diff(const std::vector<double>& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = a[i] - ref[i];
+    num += d * d;
+    den += ref[i] * ref[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// Median milliseconds of `runs` timed calls after `warmup` untimed ones.
+double time_ms(const GemmArgs& g, const std::string& variant, int warmup, int runs) {
+  cudaStream_t stream = static_cast<cudaStream_t>(runtime::cuda_stream());
+  cudaEvent_t start, stop;
+  BENCH_CUDA_CHECK(cudaEventCreate(&start));
+  BENCH_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < warmup; ++i) kernels::gemm(g, variant);
+  std::vector<float> ms;
+  for (int i = 0; i < runs; ++i) {
+    BENCH_CUDA_CHECK(cudaEventRecord(start, stream));
+    kernels::gemm(g, variant);
+    BENCH_CUDA_CHECK(cudaEventRecord(stop, stream));
+    BENCH_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    BENCH_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(t);
+  }
+  BENCH_CUDA_CHECK(cudaEventDestroy(start));
+  BENCH_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+const char* layout(const Shape& s) {
+  if (s.op_a == Op::N) return s.op_b == Op::N ? "NN" : "NT";
+  return s.op_b == Op::N ? "TN" : "TT";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gemm_bench: every CUDA GEMM variant against cuBLAS (TFLOP/s, % of cuBLAS)"};
+  std::vector<int64_t> sizes = {512, 1024, 2048, 4096, 8192};
+  std::vector<std::string> variants;
+  int runs = 20, warmup = 3;
+  std::string out_name = "f16";
+  bool no_models = false;
+  app.add_option("--sizes", sizes, "square sizes M = N = K")->delimiter(',');
+  app.add_option("--variants", variants, "variants to time (default: every CUDA variant)")->delimiter(',');
+  app.add_option("--runs", runs, "timed runs per case (the median is shown)")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "untimed runs before timing")->check(CLI::NonNegativeNumber);
+  app.add_option("--out", out_name, "dtype of C")->check(CLI::IsMember({"f16", "f32"}));
+  app.add_flag("--no-models", no_models, "skip the MLP-512 / LeNet training shapes");
+  CLI11_PARSE(app, argc, argv);
+
+  if (!runtime::cuda_available()) {
+    std::cout << "no CUDA device: " << runtime::cuda_unavailable_reason() << "\n";
+    return 0;
+  }
+  try {
+    const auto& registry = kernels::GemmRegistry::instance();
+    const bool explicit_variants = !variants.empty();
+    if (!explicit_variants) variants = registry.names(DeviceType::cuda);
+    for (const auto& v : variants)
+      HL_CHECK(registry.find(v, DeviceType::cuda) != nullptr, "gemm_bench: no CUDA GEMM variant '", v, "'");
+    // cuBLAS first: every other row is a ratio to it.
+    variants.erase(std::remove(variants.begin(), variants.end(), "cublas"), variants.end());
+    variants.insert(variants.begin(), "cublas");
+    const DType c_type = out_name == "f16" ? DType::f16 : DType::f32;
+
+    std::vector<Shape> shapes;
+    for (int64_t n : sizes) shapes.push_back({"square " + std::to_string(n), Op::N, Op::N, n, n, n});
+    if (!no_models)
+      for (auto& s : model_shapes()) shapes.push_back(s);
+
+    char date[64];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
+    std::cout << "# gemm_bench: " << runtime::cuda_device_description() << "\n# date: " << date
+              << "\n# inputs f16, C " << out_name << ", FP32 accumulation; median of " << runs << " runs after "
+              << warmup << " warm-up; TFLOP/s = 2MNK / time\n# command:";
+    for (int i = 0; i < argc; ++i) std::cout << ' ' << argv[i];
+    std::cout << "\n\n";
+    std::printf("%-26s %-3s %7s %6s %6s  %-15s %10s %9s %8s %10s\n", "shape", "op", "M", "N", "K", "variant",
+                "ms", "TFLOP/s", "%cuBLAS", "vs cuBLAS");
+
+    for (const Shape& s : shapes) {
+      GemmArgs g;
+      g.device = DeviceType::cuda;
+      g.op_a = s.op_a;
+      g.op_b = s.op_b;
+      g.M = s.M;
+      g.N = s.N;
+      g.K = s.K;
+      kernels::set_dense_ld(g);
+      g.ab_type = DType::f16;
+      g.c_type = c_type;
+      void* A = random_device(static_cast<size_t>(s.M * s.K), DType::f16, 1);
+      void* B = random_device(static_cast<size_t>(s.K * s.N), DType::f16, 2);
+      void* C = runtime::cuda_malloc(static_cast<size_t>(s.M * s.N) * dtype_size(c_type));
+      g.A = A;
+      g.B = B;
+      g.C = C;
+      const double flops = 2.0 * static_cast<double>(s.M) * static_cast<double>(s.N) * static_cast<double>(s.K);
+      double cublas_ms = 0;
+      std::vector<double> cublas_out;
+      for (const std::string& v : variants) {
+        std::printf("%-26s %-3s %7lld %6lld %6lld  %-15s ", s.name.c_str(), layout(s), static_cast<long long>(s.M),
+                    static_cast<long long>(s.N), static_cast<long long>(s.K), v.c_str());
+        const auto* var = registry.find(v, DeviceType::cuda);
+        const char* why = var->unsupported != nullptr ? var->unsupported(g) : nullptr;
+        if (why != nullptr) {
+          std::printf("unsupported: %s\n", why);
+          continue;
+        }
+        if (v == "naive" && !explicit_variants && flops > 2.0 * 2048.0 * 2048.0 * 2048.0) {
+          std::printf("skipped (slow rung above 2048^3; name it in --variants to time it)\n");
+          continue;
+        }
+        const double ms = time_ms(g, v, warmup, runs);
+        const double tflops = flops / (ms * 1e-3) / 1e12;
+        const std::vector<double> out = download(C, static_cast<size_t>(s.M * s.N), c_type);
+        if (v == "cublas") {
+          cublas_ms = ms;
+          cublas_out = out;
+          std::printf("%10.4f %9.2f %7.0f%% %10s\n", ms, tflops, 100.0, "-");
+        } else {
+          if (cublas_out.empty()) {
+            std::printf("%10.4f %9.2f %8s %10s\n", ms, tflops, "-", "-");
+          } else {
+            std::printf("%10.4f %9.2f %7.0f%% %10.1e\n", ms, tflops, 100.0 * cublas_ms / ms, rel_diff(out, cublas_out));
+          }
+        }
+        std::fflush(stdout);
+      }
+      runtime::cuda_free(A);
+      runtime::cuda_free(B);
+      runtime::cuda_free(C);
+    }
+    std::cout << "\n# %cuBLAS = cuBLAS time / variant time (higher is better); 'vs cuBLAS' = ||C - C_cublas|| / "
+                 "||C_cublas|| (expect ~1e-3 for an f16 C: both round to f16, ~1e-6 for f32)\n";
+  } catch (const std::exception& e) {
+    std::cerr << "gemm_bench: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,206 @@
+// GEMM ladder, rung 5: "wmma_pipelined" — a multi-stage cp.async pipeline, double-buffered fragments,
+// and a tile chosen for the problem and the GPU.
+//
+// What changes from rung 4 (wmma_smem): there the block loaded a tile, waited for it, computed, and
+// only then asked for the next one, so the Tensor Cores sat idle for every trip to global memory
+// (hundreds of cycles). Three changes overlap the trips with the math:
+//   1. A ring of STAGES shared-memory buffers filled with cp.async (sm_80+): the copies for tile
+//      kt + STAGES - 1 are issued, and the block computes tile kt while they are in flight; it waits
+//      (cp.async.wait_group) only for the oldest group, the one it is about to use. One
+//      __syncthreads per K step both publishes that tile and tells the block that the buffer of
+//      tile kt - 1 is free to be refilled. Below sm_80 (the T4) there is no cp.async: the same loop
+//      runs with ordinary synchronous 128-bit copies (wmma_tile.cuh, copy16), which is correct but
+//      overlaps nothing, so that path uses 2 stages.
+//   2. Register double buffering: inside a K tile, the fragments for the next 16-step are loaded
+//      from shared memory into a second set of registers before the mma_syncs of the current step
+//      are issued, so shared-memory latency hides behind Tensor Core work.
+//   3. The tile fits the problem: 128 x 128 blocks (8 warps of 64 x 32) keep a big GEMM's Tensor
+//      Cores fed, but the GEMMs of an MNIST-sized layer (128 x 512 x 784, 128 x 10 x 512) would make
+//      only 4 or 1 such blocks for a GPU with 100+ SMs. When the big tile would leave most SMs idle
+//      the rung uses 64 x 64 blocks of 4 warps (32 x 32 warp tiles), 4x more blocks.
+//      (Split-K, the other remedy, is left as an exercise in kernels/cuda/gemm/README.md.)
+//
+// Everything else is as in wmma_smem: padded shared-memory rows, predicated edges with zero fill,
+// 128-bit copies with a scalar fallback inside the kernel for misaligned matrices (so this rung too
+// accepts any alignment), FP16 fragments with FP32 accumulators and one rounding on the store
+// (paper §3.3). f16 inputs only; f32 inputs fall back to smem_tiled.
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <mutex>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemm/gemm_common.cuh"
+#include "kernels/cuda/gemm/wmma_tile.cuh"
+#include "kernels/gemm.h"
+
+namespace hl::kernels::cuda {
+
+namespace {
+
+using namespace nvcuda;
+using namespace gemm_detail;
+
+// A tile configuration: block tile BM x BN, K step BK, warps arranged WARPS_M x WARPS_N, STAGES
+// shared-memory buffers in the ring.
+template <int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int STAGES_>
+struct Config {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;
+  static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;  // warp tile
+  static constexpr int FM = WM / 16, FN = WN / 16;            // accumulator fragments per warp
+  static constexpr int kThreads = 32 * WARPS_M * WARPS_N;
+  static_assert(WM % 16 == 0 && WN % 16 == 0 && BK % 16 == 0, "warp tiles are made of 16x16x16 steps");
+};
+
+using BigAmpere = Config<128, 128, 32, 2, 4, 4>;  // sm_80+: 4 stages, 74 KiB of shared memory
+using BigTuring = Config<128, 128, 32, 2, 4, 2>;  // sm_75: synchronous copies, 2 buffers suffice
+using Small = Config<64, 64, 32, 2, 2, 3>;        // small GEMMs: 4x the blocks of the big tile
+
+template <Op op_a, Op op_b, class Cfg>
+struct Smem {
+  using TA = ATile<op_a, Cfg::BM, Cfg::BK>;
+  using TB = BTile<op_b, Cfg::BN, Cfg::BK>;
+  static constexpr int kStageElems = TA::kElems + TB::kElems;  // halves per stage
+  static constexpr size_t kBytes = sizeof(__half) * kStageElems * Cfg::STAGES;
+  // The epilogue reuses the ring (one 16 x 16 FP32 tile per warp) once the K loop is done.
+  static_assert(sizeof(float) * 256 * Cfg::WARPS_M * Cfg::WARPS_N <= kBytes, "epilogue scratch fits in the ring");
+  // Every stage starts 128-byte aligned, as the fragment loads and 16-byte copies need.
+  static_assert((sizeof(__half) * TA::kElems) % 128 == 0 && (sizeof(__half) * kStageElems) % 128 == 0,
+                "stage buffers stay aligned");
+};
+
+template <Op op_a, Op op_b, class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads) gemm_wmma_pipelined_kernel(GemmArgs g, bool a_vec, bool b_vec) {
+  using S = Smem<op_a, op_b, Cfg>;
+  using TA = typename S::TA;
+  using TB = typename S::TB;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, STAGES = Cfg::STAGES;
+  constexpr int FM = Cfg::FM, FN = Cfg::FN;
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  __half* const ring = reinterpret_cast<__half*>(smem_raw);
+  // Stage s: the A tile, then the B tile.
+  const auto a_stage = [&](int s) { return ring + s * S::kStageElems; };
+  const auto b_stage = [&](int s) { return ring + s * S::kStageElems + TA::kElems; };
+
+  const int warp = threadIdx.x / 32;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * BM, n0 = static_cast<int64_t>(blockIdx.x) * BN;
+  const int wm = (warp / Cfg::WARPS_N) * Cfg::WM, wn = (warp % Cfg::WARPS_N) * Cfg::WN;
+
+  const __half* A = static_cast<const __half*>(g.A);
+  const __half* B = static_cast<const __half*>(g.B);
+  const int64_t a_rows = op_a == Op::N ? g.M : g.K, a_cols = op_a == Op::N ? g.K : g.M;
+  const int64_t b_rows = op_b == Op::N ? g.K : g.N, b_cols = op_b == Op::N ? g.N : g.K;
+  const int64_t k_tiles = (g.K + BK - 1) / BK;
+
+  // Issue the copies of K tile kt into stage s (asynchronous on sm_80+).
+  const auto load_stage = [&](int s, int64_t kt) {
+    const int64_t k0 = kt * BK;
+    load_tile<TA, Cfg::kThreads, true>(a_stage(s), A, g.lda, a_rows, a_cols, op_a == Op::N ? m0 : k0,
+                                       op_a == Op::N ? k0 : m0, a_vec);
+    load_tile<TB, Cfg::kThreads, true>(b_stage(s), B, g.ldb, b_rows, b_cols, op_b == Op::N ? k0 : n0,
+                                       op_b == Op::N ? n0 : k0, b_vec);
+  };
+
+  // The fragments, in plain view. Two sets of input fragments (register double buffering: [buf]),
+  // one set of FP32 accumulators for the whole K loop.
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, ALayout<op_a>> a_frag[2][FM];
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, BLayout<op_b>> b_frag[2][FN];
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[FM][FN];
+#pragma unroll
+  for (int i = 0; i < FM; ++i)
+#pragma unroll
+    for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+
+  const auto load_frags = [&](int buf, const __half* as, const __half* bs, int kk) {
+#pragma unroll
+    for (int i = 0; i < FM; ++i) wmma::load_matrix_sync(a_frag[buf][i], TA::slice(as, wm + i * 16, kk), TA::kLd);
+#pragma unroll
+    for (int j = 0; j < FN; ++j) wmma::load_matrix_sync(b_frag[buf][j], TB::slice(bs, wn + j * 16, kk), TB::kLd);
+  };
+
+  // Prologue: put the first STAGES - 1 tiles in flight, one commit group each (a group may be empty
+  // when K is short; the counting below relies on one group per tile either way).
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < k_tiles) load_stage(s, s);
+    cp_async_commit();
+  }
+
+  for (int64_t kt = 0; kt < k_tiles; ++kt) {
+    // Groups committed so far: STAGES - 1 + kt. Tile kt is ready when at most STAGES - 2 newer
+    // groups are still in flight; the barrier then makes every thread's copies visible to all, and
+    // guarantees that every warp finished computing tile kt - 1, whose buffer is refilled next.
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+
+    const int64_t next = kt + STAGES - 1;
+    if (next < k_tiles) load_stage(static_cast<int>(next % STAGES), next);
+    cp_async_commit();
+
+    const __half* as = a_stage(static_cast<int>(kt % STAGES));
+    const __half* bs = b_stage(static_cast<int>(kt % STAGES));
+    load_frags(0, as, bs, 0);
+#pragma unroll
+    for (int step = 0; step < BK / 16; ++step) {
+      const int cur = step % 2;
+      if (step + 1 < BK / 16) load_frags(1 - cur, as, bs, (step + 1) * 16);  // the next step's fragments
+#pragma unroll
+      for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], a_frag[cur][i], b_frag[cur][j], acc[i][j]);
+    }
+  }
+
+  // Drain the (empty) trailing groups and let every warp finish reading the ring before it becomes
+  // the epilogue's scratch space.
+  cp_async_wait<0>();
+  __syncthreads();
+  float* scratch = reinterpret_cast<float*>(smem_raw) + warp * 256;
+  warp_epilogue<FM, FN>(g, acc, scratch, m0 + wm, n0 + wn);
+}
+
+template <Op op_a, Op op_b, class Cfg>
+void launch(const GemmArgs& g) {
+  const auto kernel = gemm_wmma_pipelined_kernel<op_a, op_b, Cfg>;
+  constexpr size_t bytes = Smem<op_a, op_b, Cfg>::kBytes;
+  // More than 48 KiB of dynamic shared memory must be allowed explicitly, once per kernel.
+  static std::once_flag opted_in;
+  std::call_once(opted_in, [&] {
+    HL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  });
+  check_grid_y(g, Cfg::BM, "wmma_pipelined");
+  const dim3 grid(blocks_for(g.N, Cfg::BN), blocks_for(g.M, Cfg::BM));
+  kernel<<<grid, Cfg::kThreads, bytes, stream()>>>(g, vector_aligned(g.A, g.lda), vector_aligned(g.B, g.ldb));
+  HL_LAUNCH_CHECK("gemm_wmma_pipelined_kernel");
+}
+
+// The tile for this problem on this GPU (see point 3 above).
+template <Op op_a, Op op_b>
+void launch_for_device(const GemmArgs& g) {
+  const int64_t big_blocks = static_cast<int64_t>(blocks_for(g.M, 128)) * blocks_for(g.N, 128);
+  if (big_blocks < sm_count()) {
+    launch<op_a, op_b, Small>(g);
+  } else if (runtime::cuda_compute_capability() >= 80) {
+    launch<op_a, op_b, BigAmpere>(g);
+  } else {
+    launch<op_a, op_b, BigTuring>(g);
+  }
+}
+
+void run(const GemmArgs& g) {
+  if (g.op_a == Op::N) {
+    g.op_b == Op::N ? launch_for_device<Op::N, Op::N>(g) : launch_for_device<Op::N, Op::T>(g);
+  } else {
+    g.op_b == Op::N ? launch_for_device<Op::T, Op::N>(g) : launch_for_device<Op::T, Op::T>(g);
+  }
+}
+
+const char* unsupported(const GemmArgs& g) { return unsupported_wmma(g); }
+
+}  // namespace
+
+HL_REGISTER_VARIANT(GemmArgs, {"wmma_pipelined", DeviceType::cuda, 50,
+                               "multi-stage cp.async pipeline, double-buffered fragments, tile per problem and GPU",
+                               run, unsupported});
+
+}  // namespace hl::kernels::cuda

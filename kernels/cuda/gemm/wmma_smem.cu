@@ -1,0 +1,123 @@
+// GEMM ladder, rung 4: "wmma_smem" — block tiles staged in shared memory, warp tiles, 128-bit loads.
+//
+// What changes from rung 3 (wmma): there every warp fetched its own 16 x 16 slices from global
+// memory, so a value of A was loaded once per warp that needed it. Here a block of 8 warps computes
+// a 128 x 128 tile of C. For each step of 32 along K the whole block copies a 128 x 32 tile of op(A)
+// and a 32 x 128 tile of op(B) into shared memory once, 8 halves (16 bytes) per thread per copy,
+// and each warp then computes a 64 x 32 warp tile from it: 4 x 2 accumulator fragments, reading
+// 4 A-slices and 2 B-slices per 16-step of K for 8 mma_syncs. Each value loaded from global memory
+// now feeds 128 outputs instead of 16, and the loads are wide and coalesced.
+//
+// Three details make shared memory fast, each a lesson of its own:
+//   - 128-bit copies: one 16-byte load per thread instead of eight 2-byte ones (fewer instructions,
+//     full memory transactions). They need a 16-byte aligned matrix and ld % 8 == 0; when either
+//     fails (or a vector straddles the matrix edge) the same code copies element by element — the
+//     scalar fallback is inside the kernel, so this rung accepts any alignment (wmma_tile.cuh).
+//   - padding: every shared-memory row is 8 halves longer than the tile, so that the rows a fragment
+//     load touches fall on different banks (wmma_tile.cuh, kPad).
+//   - many warps per block: while one warp waits for shared memory another issues mma_sync.
+//
+// Still missing (next rung): the block loads a tile, waits for it (__syncthreads), computes, and
+// only then loads the next one, so the Tensor Cores idle during every global-memory trip.
+//
+// Precision as in every rung (paper §3.3): FP16 fragments, FP32 accumulators, one rounding on the
+// store. f16 inputs only; f32 inputs get a clear "unsupported" and fall back to smem_tiled.
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemm/gemm_common.cuh"
+#include "kernels/cuda/gemm/wmma_tile.cuh"
+#include "kernels/gemm.h"
+
+namespace hl::kernels::cuda {
+
+namespace {
+
+using namespace nvcuda;
+using namespace gemm_detail;
+
+constexpr int kBM = 128, kBN = 128, kBK = 32;  // block tile of C and K step
+constexpr int kWarpsM = 2, kWarpsN = 4;        // 8 warps
+constexpr int kWM = kBM / kWarpsM, kWN = kBN / kWarpsN;  // 64 x 32 warp tile
+constexpr int kFM = kWM / 16, kFN = kWN / 16;            // 4 x 2 accumulator fragments per warp
+constexpr int kThreads = 32 * kWarpsM * kWarpsN;
+
+template <Op op_a, Op op_b>
+__global__ void __launch_bounds__(kThreads) gemm_wmma_smem_kernel(GemmArgs g, bool a_vec, bool b_vec) {
+  using TA = ATile<op_a, kBM, kBK>;
+  using TB = BTile<op_b, kBN, kBK>;
+  __shared__ __align__(128) __half As[TA::kElems];
+  __shared__ __align__(128) __half Bs[TB::kElems];
+  __shared__ __align__(128) float scratch[kWarpsM * kWarpsN][16 * 16];  // per-warp epilogue tile
+
+  const int warp = threadIdx.x / 32;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kBM, n0 = static_cast<int64_t>(blockIdx.x) * kBN;
+  const int wm = (warp / kWarpsN) * kWM, wn = (warp % kWarpsN) * kWN;  // the warp tile inside the block tile
+
+  const __half* A = static_cast<const __half*>(g.A);
+  const __half* B = static_cast<const __half*>(g.B);
+  const int64_t a_rows = op_a == Op::N ? g.M : g.K, a_cols = op_a == Op::N ? g.K : g.M;
+  const int64_t b_rows = op_b == Op::N ? g.K : g.N, b_cols = op_b == Op::N ? g.N : g.K;
+
+  // The fragments, in plain view: per 16-step of K a warp holds kFM slices of op(A) and kFN slices of
+  // op(B), and keeps kFM x kFN FP32 accumulators for the whole K loop.
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, ALayout<op_a>> a_frag[kFM];
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, BLayout<op_b>> b_frag[kFN];
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kFM][kFN];
+#pragma unroll
+  for (int i = 0; i < kFM; ++i)
+#pragma unroll
+    for (int j = 0; j < kFN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+
+  for (int64_t k0 = 0; k0 < g.K; k0 += kBK) {
+    // Tile origins in stored coordinates: op(A)[m0.., k0..] is stored at (m0, k0) for N, (k0, m0) for T.
+    load_tile<TA, kThreads, false>(As, A, g.lda, a_rows, a_cols, op_a == Op::N ? m0 : k0, op_a == Op::N ? k0 : m0,
+                                   a_vec);
+    load_tile<TB, kThreads, false>(Bs, B, g.ldb, b_rows, b_cols, op_b == Op::N ? k0 : n0, op_b == Op::N ? n0 : k0,
+                                   b_vec);
+    __syncthreads();  // the tiles are complete
+
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 16) {
+#pragma unroll
+      for (int i = 0; i < kFM; ++i) wmma::load_matrix_sync(a_frag[i], TA::slice(As, wm + i * 16, kk), TA::kLd);
+#pragma unroll
+      for (int j = 0; j < kFN; ++j) wmma::load_matrix_sync(b_frag[j], TB::slice(Bs, wn + j * 16, kk), TB::kLd);
+#pragma unroll
+      for (int i = 0; i < kFM; ++i)
+#pragma unroll
+        for (int j = 0; j < kFN; ++j) wmma::mma_sync(acc[i][j], a_frag[i], b_frag[j], acc[i][j]);
+    }
+    __syncthreads();  // every warp is done with the tiles before they are overwritten
+  }
+
+  warp_epilogue<kFM, kFN>(g, acc, scratch[warp], m0 + wm, n0 + wn);
+}
+
+template <Op op_a, Op op_b>
+void launch(const GemmArgs& g) {
+  const dim3 grid(blocks_for(g.N, kBN), blocks_for(g.M, kBM));
+  gemm_wmma_smem_kernel<op_a, op_b>
+      <<<grid, kThreads, 0, stream()>>>(g, vector_aligned(g.A, g.lda), vector_aligned(g.B, g.ldb));
+  HL_LAUNCH_CHECK("gemm_wmma_smem_kernel");
+}
+
+void run(const GemmArgs& g) {
+  check_grid_y(g, kBM, "wmma_smem");
+  if (g.op_a == Op::N) {
+    g.op_b == Op::N ? launch<Op::N, Op::N>(g) : launch<Op::N, Op::T>(g);
+  } else {
+    g.op_b == Op::N ? launch<Op::T, Op::N>(g) : launch<Op::T, Op::T>(g);
+  }
+}
+
+const char* unsupported(const GemmArgs& g) { return unsupported_wmma(g); }
+
+}  // namespace
+
+HL_REGISTER_VARIANT(GemmArgs, {"wmma_smem", DeviceType::cuda, 40,
+                               "128x128 block tiles in padded shared memory, 128-bit loads, 8 warps of 64x32", run,
+                               unsupported});
+
+}  // namespace hl::kernels::cuda

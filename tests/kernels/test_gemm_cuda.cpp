@@ -1,0 +1,494 @@
+// The CUDA GEMM ladder (kernels/cuda/gemm/*.cu) against float64 references computed here.
+//
+// Every registered CUDA variant runs through the same checks, so a student who adds a rung in one
+// file gets it tested without touching this one. Following DESIGN.md §6: fresh random inputs on every
+// run (the seed is printed; HALFLING_TEST_SEED=<seed> replays it), C poisoned with NaN before every
+// run (an element the kernel forgets to write, or a C it reads when beta == 0, shows up as NaN),
+// every element checked against a per-element error bound and the whole matrix against a norm-wise
+// relative error, both with the tolerance of the rung and its reason (see RungTolerance).
+//
+// GPU tests start with HL_REQUIRE_CUDA() and are reported as skipped without a GPU; the registry
+// tests at the end need only a CUDA build. For compute-sanitizer, the small cases are addressable:
+//   test_kernels --gtest_filter='Shapes/CudaGemmSweep.*/s1x1x1:Shapes/CudaGemmSweep.*/s7x13x5:CudaGemm.AccumulatesInFp32'
+// (bench/gpu_gemm.sh runs memcheck and racecheck on such a subset).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/dtype.h"
+#include "kernels/error.h"
+#include "kernels/gemm.h"
+#include "kernels/runtime.h"
+#include "tests/kernels/cuda_test_util.h"
+#include "tests/test_util.h"
+
+namespace hl {
+namespace {
+
+using kernels::GemmArgs;
+using kernels::GemmRegistry;
+using kernels::Op;
+using namespace test::gpu;
+
+constexpr DeviceType kCuda = DeviceType::cuda;
+
+std::vector<std::string> cuda_variants() { return GemmRegistry::instance().names(kCuda); }
+
+// ---- tolerances -----------------------------------------------------------------------------------
+
+// How far a rung's FP32 accumulation may drift, as a multiple of the round-to-nearest bound.
+struct RungTolerance {
+  double factor;    // per element: |error| <= factor * (K + 3) * 2^-24 * sum |terms|
+  double normwise;  // ||out - ref|| / ||ref|| for an f32 C (an f16 C adds 2^-11)
+  const char* why;
+};
+
+RungTolerance tolerance_for(const std::string& variant, DType ab_type) {
+  const bool tensor_cores = variant.rfind("wmma", 0) == 0 || (variant == "cublas" && ab_type == DType::f16);
+  if (tensor_cores) {
+    return {4.0, 5e-5,
+            "Tensor Core adders align each block of 4-16 terms to the largest and truncate (Fasi et al. 2021, "
+            "'Numerical behavior of NVIDIA tensor cores'): up to (n+1) ulps per block of n, < 2.5x the "
+            "round-to-nearest bound, and biased"};
+  }
+  return {1.0, 1e-5,
+          "FP32 FMAs round to nearest: at most 2^-24 of the running sum per addition, in any order "
+          "(K <= 1000 here: a random walk of ~sqrt(K) 2^-24 ~ 2e-6 norm-wise)"};
+}
+
+// Per-element bound for one output: the accumulation error e, then one rounding into an f16 C
+// (2^-11 relative, or half the f16 subnormal spacing 2^-25 near zero).
+double element_tol(const RungTolerance& t, int64_t K, double mag, double ref, DType c_type) {
+  const double e = t.factor * (static_cast<double>(K) + 3) * kF32Eps * mag;
+  return c_type == DType::f16 ? e + kF16Eps * (std::fabs(ref) + e) + std::ldexp(1.0, -25) : e;
+}
+
+double normwise_tol(const RungTolerance& t, DType c_type) {
+  return t.normwise + (c_type == DType::f16 ? kF16Eps : 0.0);  // f16 C: one more 2^-11 rounding
+}
+
+// ---- the float64 reference ------------------------------------------------------------------------
+
+// op(A) (M x K) and op(B) (K x N) stored as the layout says, dense, FP16-rounded values.
+struct Problem {
+  Op op_a, op_b;
+  int64_t M, N, K;
+  std::vector<double> a, b;      // as stored: A is M x K (N) or K x M (T); B is K x N (N) or N x K (T)
+  std::vector<double> ref, mag;  // op(A) op(B) and sum |products|, M x N, in float64
+};
+
+// The reference is the expensive part for the big shapes (up to 3.2e9 multiply-adds), so it is
+// computed once per shape and layout, in parallel, and shared by every variant and dtype.
+Problem make_problem(Op op_a, Op op_b, int64_t M, int64_t N, int64_t K, uint64_t& seed) {
+  Problem p{op_a, op_b, M, N, K, {}, {}, {}, {}};
+  p.a = test::random_values(static_cast<size_t>(M * K), seed++, -1, 1, DType::f16);
+  p.b = test::random_values(static_cast<size_t>(K * N), seed++, -1, 1, DType::f16);
+  // Row m of op(A) and column n of op(B) as contiguous rows, so the inner loop is a plain dot product.
+  std::vector<double> ar(static_cast<size_t>(M * K)), bc(static_cast<size_t>(N * K));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k)
+      ar[static_cast<size_t>(m * K + k)] = op_a == Op::N ? p.a[static_cast<size_t>(m * K + k)] : p.a[static_cast<size_t>(k * M + m)];
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k)
+      bc[static_cast<size_t>(n * K + k)] = op_b == Op::N ? p.b[static_cast<size_t>(k * N + n)] : p.b[static_cast<size_t>(n * K + k)];
+  p.ref.assign(static_cast<size_t>(M * N), 0.0);
+  p.mag.assign(static_cast<size_t>(M * N), 0.0);
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int64_t m = 0; m < M; ++m) {
+    const double* x = ar.data() + m * K;
+    for (int64_t n = 0; n < N; ++n) {
+      const double* y = bc.data() + n * K;
+      double acc = 0, acc_abs = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        acc += x[k] * y[k];
+        acc_abs += std::fabs(x[k] * y[k]);
+      }
+      p.ref[static_cast<size_t>(m * N + n)] = acc;
+      p.mag[static_cast<size_t>(m * N + n)] = acc_abs;
+    }
+  }
+  return p;
+}
+
+// ---- 1. the sweep: every variant x layout x input/output dtype x shape --------------------------------
+
+struct SweepShape {
+  int64_t M, N, K;
+};
+
+// How gtest prints the parameter (instead of its bytes) in listings and failures.
+void PrintTo(const SweepShape& s, std::ostream* os) { *os << s.M << "x" << s.N << "x" << s.K; }
+
+class CudaGemmSweep : public ::testing::TestWithParam<SweepShape> {};
+
+TEST_P(CudaGemmSweep, EveryVariantLayoutAndDtypeMatchesFloat64) {
+  HL_REQUIRE_CUDA();
+  const SweepShape s = GetParam();
+  uint64_t seed = test::fresh_seed();
+  const auto variants = cuda_variants();
+  ASSERT_FALSE(variants.empty());
+  for (auto [op_a, op_b] : std::vector<std::pair<Op, Op>>{{Op::N, Op::N}, {Op::N, Op::T}, {Op::T, Op::N}}) {
+    const Problem p = make_problem(op_a, op_b, s.M, s.N, s.K, seed);
+    // The same FP16-rounded values as f16 and as f32 inputs (every f16 value is an f32 value), so one
+    // reference serves both.
+    for (DType ab : {DType::f16, DType::f32}) {
+      DeviceBuffer da(p.a, ab), db(p.b, ab);
+      DeviceBuffer dc(static_cast<size_t>(s.M * s.N), DType::f32), dc16(static_cast<size_t>(s.M * s.N), DType::f16);
+      for (const std::string& variant : variants) {
+        const RungTolerance tol = tolerance_for(variant, ab);
+        for (DType c_type : {DType::f32, DType::f16}) {
+          DeviceBuffer& c = c_type == DType::f32 ? dc : dc16;
+          GemmArgs g;
+          g.device = kCuda;
+          g.op_a = op_a;
+          g.op_b = op_b;
+          g.M = s.M;
+          g.N = s.N;
+          g.K = s.K;
+          kernels::set_dense_ld(g);
+          g.A = da.get();
+          g.B = db.get();
+          g.ab_type = ab;
+          g.C = c.get();
+          g.c_type = c_type;
+          const auto* v = GemmRegistry::instance().find(variant, kCuda);
+          if (v->unsupported != nullptr && v->unsupported(g) != nullptr) {
+            // Only f32 inputs may be refused (the WMMA rungs take f16); every rung takes f16.
+            EXPECT_EQ(ab, DType::f32) << variant << " refused " << g.describe() << ": " << v->unsupported(g);
+            continue;
+          }
+          c.poison();
+          kernels::gemm(g, variant);
+          const std::vector<double> out = c.download();
+          std::ostringstream what;
+          what << variant << " " << g.describe() << " (tolerance: " << tol.why << ")";
+          expect_all_close(
+              out, p.ref, [&](size_t i) { return element_tol(tol, s.K, p.mag[i], p.ref[i], c_type); }, what.str());
+          EXPECT_LE(test::rel_error(out, p.ref), normwise_tol(tol, c_type)) << what.str();
+        }
+      }
+    }
+  }
+}
+
+std::string shape_name(const ::testing::TestParamInfo<SweepShape>& info) {
+  return "s" + std::to_string(info.param.M) + "x" + std::to_string(info.param.N) + "x" + std::to_string(info.param.K);
+}
+
+// M x N x K: the trivial case, odd sizes below and across one tile, the MLP-512 forward (128 x 512 x
+// 784 as 128 x 784 x 512's transpose-partner) and classifier GEMMs, a square one, and a BERT-sized one.
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaGemmSweep,
+                         ::testing::Values(SweepShape{1, 1, 1}, SweepShape{7, 13, 5}, SweepShape{17, 33, 65},
+                                           SweepShape{128, 784, 512}, SweepShape{128, 512, 10},
+                                           SweepShape{1000, 1000, 1000}, SweepShape{1024, 4096, 768}),
+                         shape_name);
+
+// ---- 2. epilogues, leading dimensions, alignment: one problem at a time --------------------------------
+
+struct CaseOptions {
+  bool bias = false;
+  int64_t a_offset = 0, b_offset = 0;  // elements: start A / B this far into their buffers (misalignment)
+  bool nan_in_a = false;               // A[0] = NaN: row 0 (op N) or row 0 (op T) of C must come out NaN
+};
+
+// Runs `variant` on fresh random inputs for g (sizes, ops, leading dims, dtypes, alpha, beta, bias
+// dtype, relu) and checks every element of C, padding columns included (they must stay NaN), against
+// float64. Returns false when the variant declares the case unsupported (nothing run).
+bool run_case(const std::string& variant, GemmArgs g, const CaseOptions& o, uint64_t& seed) {
+  const int64_t a_rows = g.op_a == Op::N ? g.M : g.K, b_rows = g.op_b == Op::N ? g.K : g.N;
+  std::vector<double> a = test::random_values(static_cast<size_t>(a_rows * g.lda + o.a_offset), seed++, -1, 1, g.ab_type);
+  const auto b = test::random_values(static_cast<size_t>(b_rows * g.ldb + o.b_offset), seed++, -1, 1, g.ab_type);
+  const auto bias = test::random_values(static_cast<size_t>(g.N), seed++, -1, 1, g.bias_type);
+  if (o.nan_in_a) a[static_cast<size_t>(o.a_offset)] = kNaN;
+  // beta == 0: C starts as NaN everywhere, which the kernel must not read. Otherwise random values
+  // in the columns that are read, NaN in the padding columns (which must stay untouched).
+  std::vector<double> c0(static_cast<size_t>(g.M * g.ldc), kNaN);
+  if (g.beta != 0.0f) {
+    const auto init = test::random_values(c0.size(), seed++, -1, 1, g.c_type);
+    for (int64_t m = 0; m < g.M; ++m)
+      for (int64_t n = 0; n < g.N; ++n) c0[static_cast<size_t>(m * g.ldc + n)] = init[static_cast<size_t>(m * g.ldc + n)];
+  }
+  DeviceBuffer da(a, g.ab_type), db(b, g.ab_type), dc(c0, g.c_type), dbias(bias, g.bias_type);
+  g.A = static_cast<const char*>(da.get()) + o.a_offset * static_cast<int64_t>(dtype_size(g.ab_type));
+  g.B = static_cast<const char*>(db.get()) + o.b_offset * static_cast<int64_t>(dtype_size(g.ab_type));
+  g.C = dc.get();
+  g.bias = o.bias ? dbias.get() : nullptr;
+  g.device = kCuda;
+
+  const auto* v = GemmRegistry::instance().find(variant, kCuda);
+  EXPECT_NE(v, nullptr) << variant;
+  if (v == nullptr) return false;
+  if (v->unsupported != nullptr && v->unsupported(g) != nullptr) return false;
+  kernels::gemm(g, variant);
+
+  const RungTolerance rt = tolerance_for(variant, g.ab_type);
+  std::vector<double> ref(c0.size(), kNaN), tol(c0.size(), 0.0);
+  for (int64_t m = 0; m < g.M; ++m) {
+    for (int64_t n = 0; n < g.N; ++n) {
+      double acc = 0, acc_abs = 0;
+      for (int64_t k = 0; k < g.K; ++k) {
+        const double x = g.op_a == Op::N ? a[static_cast<size_t>(o.a_offset + m * g.lda + k)]
+                                         : a[static_cast<size_t>(o.a_offset + k * g.lda + m)];
+        const double y = g.op_b == Op::N ? b[static_cast<size_t>(o.b_offset + k * g.ldb + n)]
+                                         : b[static_cast<size_t>(o.b_offset + n * g.ldb + k)];
+        acc += x * y;
+        acc_abs += std::fabs(x * y);
+      }
+      const size_t i = static_cast<size_t>(m * g.ldc + n);
+      double r = g.alpha * acc, mag = std::fabs(g.alpha) * acc_abs;
+      if (g.beta != 0.0f) {
+        r += g.beta * c0[i];
+        mag += std::fabs(g.beta * c0[i]);
+      }
+      if (o.bias) {
+        r += bias[static_cast<size_t>(n)];
+        mag += std::fabs(bias[static_cast<size_t>(n)]);
+      }
+      if (g.relu && !std::isnan(r)) r = std::max(r, 0.0);  // NaN stays NaN through ReLU
+      ref[i] = r;
+      tol[i] = element_tol(rt, g.K, mag, r, g.c_type);
+    }
+  }
+  std::ostringstream what;
+  what << variant << " " << g.describe() << " a_offset=" << o.a_offset << " b_offset=" << o.b_offset
+       << (o.nan_in_a ? " NaN in A" : "") << " (tolerance: " << rt.why << ")";
+  expect_all_close(dc.download(), ref, [&](size_t i) { return tol[i]; }, what.str());
+  return true;
+}
+
+GemmArgs problem(Op op_a, Op op_b, int64_t M, int64_t N, int64_t K, DType ab, DType c) {
+  GemmArgs g;
+  g.op_a = op_a;
+  g.op_b = op_b;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  kernels::set_dense_ld(g);
+  g.ab_type = ab;
+  g.c_type = c;
+  return g;
+}
+
+const std::vector<std::pair<Op, Op>> kAllLayouts = {{Op::N, Op::N}, {Op::N, Op::T}, {Op::T, Op::N}, {Op::T, Op::T}};
+
+TEST(CudaGemm, AlphaBetaBiasAndReluEpilogues) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  struct Epilogue {
+    float alpha, beta;
+    bool bias;
+    DType bias_type;
+    bool relu;
+  };
+  const std::vector<Epilogue> epilogues = {
+      {1.0f, 1.0f, false, DType::f32, false},   // beta = 1: accumulate into an existing C (a gradient)
+      {0.5f, 0.75f, true, DType::f32, true},    // the full epilogue
+      {-1.25f, 0.0f, true, DType::f16, false},  // f16 bias, negative alpha, C (NaN) not read
+      {2.0f, -1.0f, false, DType::f32, true},   // beta without bias, ReLU
+      {1.0f, 0.0f, true, DType::f32, true},     // the forward pass of a linear + ReLU layer
+  };
+  const std::vector<std::vector<int64_t>> shapes = {{1, 1, 1}, {7, 13, 5}, {17, 33, 65}, {70, 130, 96}};
+  for (const std::string& variant : cuda_variants()) {
+    for (auto [op_a, op_b] : kAllLayouts) {
+      for (DType ab : {DType::f16, DType::f32}) {
+        for (DType c : {DType::f32, DType::f16}) {
+          for (const auto& s : shapes) {
+            for (const Epilogue& e : epilogues) {
+              GemmArgs g = problem(op_a, op_b, s[0], s[1], s[2], ab, c);
+              g.alpha = e.alpha;
+              g.beta = e.beta;
+              g.bias_type = e.bias_type;
+              g.relu = e.relu;
+              const bool ran = run_case(variant, g, {.bias = e.bias}, seed);
+              if (ab == DType::f16) {
+                EXPECT_TRUE(ran) << variant << " refused f16 inputs";
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaGemm, NaNPassesThroughBiasAndRelu) {
+  // A NaN in op(A)[0][0] (A[0] in either layout) makes row 0 of C NaN; ReLU must not turn it into 0.
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  for (const std::string& variant : cuda_variants()) {
+    for (auto [op_a, op_b] : kAllLayouts) {
+      for (DType c : {DType::f32, DType::f16}) {
+        GemmArgs g = problem(op_a, op_b, 40, 24, 48, DType::f16, c);
+        g.relu = true;
+        EXPECT_TRUE(run_case(variant, g, {.bias = true, .nan_in_a = true}, seed)) << variant;
+      }
+    }
+  }
+}
+
+TEST(CudaGemm, NonDenseLeadingDimensions) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  for (const std::string& variant : cuda_variants()) {
+    for (auto [op_a, op_b] : kAllLayouts) {
+      for (float beta : {0.0f, 1.0f}) {
+        // g: odd sizes and strides (the WMMA rungs' scalar fallback). h: pad 3 gives odd strides again,
+        // pad 8 strides that keep every row 16-byte aligned (their 128-bit path over a strided matrix).
+        for (int64_t pad : {3, 8}) {
+          GemmArgs g = problem(op_a, op_b, 67, 45, 83, DType::f16, DType::f32);
+          g.lda += pad + 2;  // row strides wider than the rows: submatrices of larger buffers
+          g.ldb += pad;
+          g.ldc += 7;
+          g.beta = beta;
+          EXPECT_TRUE(run_case(variant, g, {.bias = true}, seed)) << variant;
+          GemmArgs h = problem(op_a, op_b, 64, 128, 96, DType::f16, DType::f16);
+          h.lda += pad == 8 ? 8 : 5;
+          h.ldb += pad == 8 ? 16 : 1;
+          h.ldc += 3;
+          h.beta = beta;
+          EXPECT_TRUE(run_case(variant, h, {}, seed)) << variant;
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaGemm, MisalignedPointersGetTheFallbackOrANamedError) {
+  // A and B start 1 and 3 halves into their buffers, so no 16-byte (or 32-byte) vector access is
+  // aligned. A rung either computes the right result anyway (its scalar fallback) or refuses with a
+  // reason; an explicit request for a refusing rung must be an hl::Error naming it.
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  for (const std::string& variant : cuda_variants()) {
+    for (auto [op_a, op_b] : kAllLayouts) {
+      GemmArgs g = problem(op_a, op_b, 64, 96, 128, DType::f16, DType::f32);
+      const CaseOptions o{.bias = false, .a_offset = 1, .b_offset = 3};
+      if (run_case(variant, g, o, seed)) continue;
+      DeviceBuffer a(static_cast<size_t>(64 * 128 + 8), DType::f16), b(static_cast<size_t>(96 * 128 + 8), DType::f16),
+          c(static_cast<size_t>(64 * 96), DType::f32);
+      g.device = kCuda;
+      g.A = static_cast<const char*>(a.get()) + 2;
+      g.B = static_cast<const char*>(b.get()) + 6;
+      g.C = c.get();
+      try {
+        kernels::gemm(g, variant);
+        ADD_FAILURE() << variant << " declared the case unsupported but ran it when asked by name";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("'" + variant + "'"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
+TEST(CudaGemm, AccumulatesInFp32) {
+  // Paper §3.3: 4096 products 1 * 1 summed in FP16 stall at 2048 (2048 + 1 rounds back to 2048, the
+  // FP16 spacing there being 2); an FP32 accumulator reaches exactly 4096, which an FP16 C can hold.
+  // 1 x 1 goes through every rung's edge path, 64 x 48 through the full-tile paths.
+  HL_REQUIRE_CUDA();
+  const int64_t K = 4096;
+  for (const std::string& variant : cuda_variants()) {
+    for (auto [op_a, op_b] : kAllLayouts) {
+      for (auto [M, N] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {64, 48}}) {
+        for (DType c_type : {DType::f32, DType::f16}) {
+          DeviceBuffer a(std::vector<double>(static_cast<size_t>(M * K), 1.0), DType::f16),
+              b(std::vector<double>(static_cast<size_t>(K * N), 1.0), DType::f16), c(static_cast<size_t>(M * N), c_type);
+          c.poison();
+          GemmArgs g = problem(op_a, op_b, M, N, K, DType::f16, c_type);
+          g.device = kCuda;
+          g.A = a.get();
+          g.B = b.get();
+          g.C = c.get();
+          const auto* v = GemmRegistry::instance().find(variant, kCuda);
+          ASSERT_TRUE(v->unsupported == nullptr || v->unsupported(g) == nullptr) << variant;
+          kernels::gemm(g, variant);
+          expect_all_equal(c.download(), std::vector<double>(static_cast<size_t>(M * N), 4096.0),
+                           variant + " " + g.describe() + ": 4096 ones must sum to exactly 4096 in FP32");
+        }
+      }
+    }
+  }
+}
+
+// ---- 3. the registry: what exists, what is picked, what is refused (no GPU needed) -------------------
+
+const kernels::Variant<GemmArgs>* cuda_variant(const std::string& name) {
+  return GemmRegistry::instance().find(name, kCuda);
+}
+
+GemmArgs dummy_problem(DType ab) {
+  // Never run: select() and unsupported() only look at the arguments, so any non-null pointers do.
+  static double storage[4];
+  GemmArgs g = problem(Op::N, Op::N, 256, 256, 256, ab, DType::f32);
+  g.device = kCuda;
+  g.A = g.B = storage;
+  g.C = storage;
+  return g;
+}
+
+TEST(CudaGemmRegistry, ListsEveryRungAndCublas) {
+  if (cuda_variant("naive") == nullptr) GTEST_SKIP() << "halfling was built without CUDA: no CUDA GEMM variants";
+  const std::vector<std::string> expected = {"wmma_pipelined", "wmma_smem", "wmma", "smem_tiled", "naive", "cublas"};
+  std::vector<std::string> names = cuda_variants();
+  // Highest priority first: the ladder top to bottom, then the cuBLAS reference point.
+  std::vector<std::string> ours;
+  for (const auto& n : names)
+    if (std::find(expected.begin(), expected.end(), n) != expected.end()) ours.push_back(n);
+  EXPECT_EQ(ours, expected);
+}
+
+TEST(CudaGemmRegistry, DefaultIsTheFastestRungThatSupportsTheArguments) {
+  if (cuda_variant("naive") == nullptr) GTEST_SKIP() << "halfling was built without CUDA: no CUDA GEMM variants";
+  if (std::getenv("HALFLING_GEMM") != nullptr || !GemmRegistry::instance().default_name().empty())
+    GTEST_SKIP() << "a GEMM variant is pinned (HALFLING_GEMM or --gemm): the automatic choice is not in use";
+  EXPECT_EQ(GemmRegistry::instance().select(dummy_problem(DType::f16)).name, "wmma_pipelined");
+  // f32 inputs: the WMMA rungs decline, the registry falls back to the fastest FP32 rung.
+  EXPECT_EQ(GemmRegistry::instance().select(dummy_problem(DType::f32)).name, "smem_tiled");
+}
+
+TEST(CudaGemmRegistry, WmmaRungsRefuseF32InputsWithAReason) {
+  if (cuda_variant("naive") == nullptr) GTEST_SKIP() << "halfling was built without CUDA: no CUDA GEMM variants";
+  for (const char* name : {"wmma", "wmma_smem", "wmma_pipelined"}) {
+    const auto* v = cuda_variant(name);
+    ASSERT_NE(v, nullptr) << name;
+    EXPECT_EQ(v->unsupported(dummy_problem(DType::f16)), nullptr) << name;
+    const char* why = v->unsupported(dummy_problem(DType::f32));
+    ASSERT_NE(why, nullptr) << name;
+    EXPECT_NE(std::string(why).find("f16 inputs only"), std::string::npos) << why;
+    // Asked for by name, the refusal is an hl::Error naming the variant, the problem and the reason.
+    try {
+      kernels::gemm(dummy_problem(DType::f32), name);
+      ADD_FAILURE() << name << " accepted f32 inputs";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(std::string("variant '") + name + "' cannot run gemm NN M=256"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("f16 inputs only"), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST(CudaGemmRegistry, EveryRungRefusesF64AndIntegerOutputs) {
+  if (cuda_variant("naive") == nullptr) GTEST_SKIP() << "halfling was built without CUDA: no CUDA GEMM variants";
+  for (const std::string& name : cuda_variants()) {
+    const auto* v = cuda_variant(name);
+    ASSERT_NE(v->unsupported, nullptr) << name;
+    GemmArgs g = dummy_problem(DType::f64);
+    g.c_type = DType::f64;
+    EXPECT_NE(v->unsupported(g), nullptr) << name << ": f64 GEMMs are CPU-only";
+    g = dummy_problem(DType::f16);
+    g.c_type = DType::i32;
+    EXPECT_NE(v->unsupported(g), nullptr) << name << ": an i32 output";
+  }
+}
+
+}  // namespace
+}  // namespace hl
