@@ -124,8 +124,28 @@ def plot_histogram(plt, path, out, layer="all"):
         raise InputError(f"{path}: no rows for layer '{layer}'")
     zero = sum(number(r, "percent", path) for r in rows if r["log2_bin"] == "zero")
     bins = [(int(number(r, "log2_bin", path)), number(r, "percent", path)) for r in rows if r["log2_bin"] != "zero"]
-    nonempty = [e for e, p in bins if p > 0] or [-20]
-    lo, hi = min(min(nonempty), -26) - 1, max(max(nonempty), -13) + 1
+    # Fold each tail holding under 0.01% of the values out of view (as the tutorial's ASCII table does),
+    # so that a handful of values near 2^-64 do not squeeze the picture.
+    bins.sort()
+    kept = [e for e, p in bins if p > 0] or [-20]
+    lo_e, hi_e = kept[0], kept[-1]
+    below = 0.0
+    for e, p in bins:
+        if p == 0:
+            continue
+        if below + p > 0.01:
+            lo_e = e
+            break
+        below += p
+    above = 0.0
+    for e, p in reversed(bins):
+        if p == 0:
+            continue
+        if above + p > 0.01:
+            hi_e = e
+            break
+        above += p
+    lo, hi = min(lo_e, -26) - 1, max(hi_e, -13) + 1
     static_s = number(rows[0], "static_scale", path) if "static_scale" in rows[0] else None
 
     fig, ax = plt.subplots(figsize=(11, 4.2))
