@@ -65,13 +65,16 @@ class Tutorial06 : public ::testing::Test {
     ASSERT_EQ(result_.first, 0) << result_.second;
   }
   const std::string& out() const { return result_.second; }
+  void records_every_activation_gradient();
+  void exact_and_binned_fractions_agree();
+  void injected_overflow_is_skipped();
   static std::string data_, out_dir_;
   static std::pair<int, std::string> result_;
 };
 std::string Tutorial06::data_, Tutorial06::out_dir_;
 std::pair<int, std::string> Tutorial06::result_;
 
-TEST_F(Tutorial06, RecordsEveryActivationGradient) {
+void Tutorial06::records_every_activation_gradient() {
   // 2048 images / batch 128 = 16 steps, each recording the gradients of the 5 layer outputs of
   // MLP-512: 128 x (512 + 512 + 512 + 512 + 10) values.
   const long long expected = 16LL * 128 * (4 * 512 + 10);
@@ -100,7 +103,7 @@ TEST_F(Tutorial06, RecordsEveryActivationGradient) {
   EXPECT_NEAR(percent_all, 100.0, 1e-3);  // rounding of the printed percentages only
 }
 
-TEST_F(Tutorial06, ExactAndBinnedFractionsAgree) {
+void Tutorial06::exact_and_binned_fractions_agree() {
   // The exact count (each value rounded to FP16) and the count from the log2 bins differ only for
   // values exactly at 2^-25 (a tie that rounds to 0) and at the top of the subnormal bin.
   std::istringstream exact(line_with(out(), "S = 1 (2^0)").substr(std::string("  S = 1 (2^0)").size()));
@@ -120,7 +123,7 @@ TEST_F(Tutorial06, ExactAndBinnedFractionsAgree) {
   EXPECT_GT(es, 1.0) << "MLP-512's activation gradients reach FP16's subnormals without scaling";
 }
 
-TEST_F(Tutorial06, InjectedOverflowIsSkipped) {
+void Tutorial06::injected_overflow_is_skipped() {
   const std::string st = line_with(out(), "static (static:1024):");
   EXPECT_TRUE(contains(st, "1 of 16 steps skipped")) << out();
   EXPECT_TRUE(contains(out(), "step 5: inf in the gradient -> step skipped, weights and master weights unchanged, "
@@ -154,6 +157,23 @@ TEST_F(Tutorial06, InjectedOverflowIsSkipped) {
   EXPECT_EQ(training[0][0], "run");
   EXPECT_EQ(training[2][0], "static");
   EXPECT_EQ(training[2][7], "1");  // skipped steps
+}
+
+// One test over one smoke run (CTest runs each test in its own process: three tests would train three
+// times).
+TEST_F(Tutorial06, SmokeRun) {
+  {
+    SCOPED_TRACE("every activation gradient is recorded");
+    records_every_activation_gradient();
+  }
+  {
+    SCOPED_TRACE("exact and binned fractions agree");
+    exact_and_binned_fractions_agree();
+  }
+  {
+    SCOPED_TRACE("the injected overflow is skipped");
+    injected_overflow_is_skipped();
+  }
 }
 
 TEST(Tutorial06Flags, MixedHistogramRunAndBadFlags) {

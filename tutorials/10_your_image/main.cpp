@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
     Prepared prep;
     if (card.channels == 1) {
       prep = prepare_digit(data::read_image(image_path, 1), card.width, card.height, invert, !no_center);
-      prep.steps.insert(prep.steps.begin(), original.channels == 1 ? "gray already" : "converted to gray");
+      prep.steps.insert(prep.steps.begin(), original.channels == 1 ? "already gray" : "converted to gray");
     } else {  // color models (CIFAR-10 style): the whole picture, resized
       prep.image = data::resize_image(data::read_image(image_path, 3), card.width, card.height);
       prep.steps.push_back("resized to " + std::to_string(card.width) + "x" + std::to_string(card.height));
