@@ -86,7 +86,9 @@ def plot_curves(plt, paths, out):
                                 label=f"{label} ({col.replace('_acc', '')})")
     ax_loss.set(xlabel="epoch", ylabel="mean training loss", title="loss")
     ax_acc.set(xlabel="epoch", ylabel="accuracy (%)", title="accuracy")
+    from matplotlib.ticker import MaxNLocator
     for ax in (ax_loss, ax_acc):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()

@@ -225,7 +225,7 @@ void print_histogram(const Histogram& h, double static_scale) {
       if (count(e) > 0) a = std::min(a, e), b = std::max(b, e);
     return std::string(bin_fate(a, sc)) == bin_fate(b, sc) ? bin_fate(a, sc) : "mixed";
   };
-  if (lo > kMinBin) row("< 2^" + std::to_string(lo), below, tail_fate(kMinBin, lo - 1, 1.0), tail_fate(kMinBin, lo - 1, static_scale));
+  if (lo > kMinBin && below > 0) row("< 2^" + std::to_string(lo), below, tail_fate(kMinBin, lo - 1, 1.0), tail_fate(kMinBin, lo - 1, static_scale));
   for (int e = lo; e <= hi; ++e) {
     if (e == -24) std::printf("  ------------- 2^-24 = 5.96e-08: smallest FP16 subnormal (S=1) -------------\n");
     if (e == -14) std::printf("  ------------- 2^-14 = 6.10e-05: smallest FP16 normal (S=1) ----------------\n");
@@ -233,7 +233,7 @@ void print_histogram(const Histogram& h, double static_scale) {
     row(e == kMinBin ? "< 2^" + std::to_string(e + 1) : "[2^" + std::to_string(e) + ", 2^" + std::to_string(e + 1) + ")",
         count(e), bin_fate(e, 1.0), bin_fate(e, static_scale));
   }
-  if (hi < kMaxBin) row(">= 2^" + std::to_string(hi + 1), above, tail_fate(hi + 1, kMaxBin, 1.0), tail_fate(hi + 1, kMaxBin, static_scale));
+  if (hi < kMaxBin && above > 0) row(">= 2^" + std::to_string(hi + 1), above, tail_fate(hi + 1, kMaxBin, 1.0), tail_fate(hi + 1, kMaxBin, static_scale));
   if (h.nonfinite > 0) std::printf("  %-16s %7.2f%%\n", "inf or NaN", 100.0 * static_cast<double>(h.nonfinite) / n);
 }
 
