@@ -5,6 +5,9 @@ naming the file. Exits 77 (CTest's "skipped") when matplotlib is missing.
 Usage: plot_test.py --script <path to scripts/plot.py>
 """
 import argparse
+import contextlib
+import importlib.util
+import io
 import os
 import struct
 import subprocess
@@ -31,8 +34,28 @@ def write(path, text):
         f.write(text)
 
 
+class Result:
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
 def run(script, *args):
-    return subprocess.run([sys.executable, script, *args], capture_output=True, text=True)
+    """plot.py's main() in this process (importing matplotlib once keeps the test fast)."""
+    spec = importlib.util.spec_from_file_location("halfling_plot", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out, err = io.StringIO(), io.StringIO()
+    saved = sys.argv
+    sys.argv = [script, *args]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = mod.main()
+            except SystemExit as e:
+                code = e.code
+    finally:
+        sys.argv = saved
+    return Result(code, out.getvalue(), err.getvalue())
 
 
 def main():
@@ -75,7 +98,8 @@ def main():
                 w, h = png_size(out)
                 check(300 <= w <= 2000 and 200 <= h <= 1200, f"{out}: odd size {w}x{h}")
                 check(f"wrote {out}" in r.stdout, f"{args[0]}: no 'wrote' line: {r.stdout}")
-        r = run(script, "all", j("t06"))
+        # Once as a separate program, the way a user runs it.
+        r = subprocess.run([sys.executable, script, "all", j("t06")], capture_output=True, text=True)
         check(r.returncode == 0, f"all: exit {r.returncode}: {r.stderr}")
         for name in ("curves.png", "loss_scale.png", "gradient_histogram.png"):
             check(os.path.exists(j("t06/" + name)) and png_size(j("t06/" + name))[0] > 300, f"all: {name} missing")

@@ -176,6 +176,7 @@ TEST_F(Tutorial10, ClearErrors) {
   std::ofstream(junk) << "this is not a PNG";
   expect_error(run10("--checkpoint " + ckpt_ + " --image " + junk), {"decode_image", "junk.png"});
   expect_error(run10("--checkpoint " + ckpt_), {"no --image given"});
+  expect_error(run10("--image " + png), {"--checkpoint is required"});
 
   // The checkpoint: missing, without a model card, of a model this program cannot build, of weights
   // that do not fit the model it names.

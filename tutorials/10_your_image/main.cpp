@@ -131,7 +131,9 @@ int main(int argc, char** argv) {
   std::string checkpoint, image_path, invert = "auto", save_input, device = "cpu", data_dir;
   bool no_center = false, smoke = false;
   int64_t top = 3;
-  app.add_option("--checkpoint", checkpoint, "a model saved by tutorial 03 --save")->required();
+  // Checked after parsing rather than with CLI11's required(), so that a mistyped flag is reported as
+  // itself and not as a missing --checkpoint.
+  app.add_option("--checkpoint", checkpoint, "a model saved by tutorial 03 --save (required)");
   app.add_option("--image", image_path, "a PNG, JPEG or BMP file");
   app.add_option("--invert", invert, "make the digit light on dark: auto (when the border is light), yes or no")
       ->check(CLI::IsMember({"auto", "yes", "no"}))
@@ -146,6 +148,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    HL_CHECK(!checkpoint.empty(), "--checkpoint is required: a model saved by tutorial 03 --save PATH");
     const Device dev = parse_device(device);
     tutorial::LoadedModel lm = tutorial::load_model(checkpoint);
     const tutorial::ModelCard& card = lm.card;
