@@ -75,6 +75,52 @@ std::vector<std::shared_ptr<TensorImpl>> reverse_topological(const std::shared_p
 }
 }  // namespace
 
+size_t Tensor::register_hook(std::function<Tensor(const Tensor&)> fn) {
+  require_defined("register_hook");
+  HL_CHECK(fn != nullptr, "register_hook: the hook is empty (", describe(), ")");
+  HL_CHECK(requires_grad(), "register_hook: ", describe(),
+           " does not require grad, so no gradient will ever flow into it (set requires_grad_ on a leaf, "
+           "or register the hook on the output of an op whose inputs require grad)");
+  impl_->grad_hooks.push_back(std::move(fn));
+  return impl_->grad_hooks.size() - 1;
+}
+
+void Tensor::remove_hooks() {
+  if (defined()) impl_->grad_hooks.clear();
+}
+
+Tensor& Tensor::retain_grad() {
+  require_defined("retain_grad");
+  HL_CHECK(requires_grad(), "retain_grad: ", describe(), " does not require grad, so it will never have a gradient");
+  if (!is_leaf()) impl_->retains_grad = true;
+  return *this;
+}
+
+bool Tensor::retains_grad() const { return defined() && (impl_->retains_grad || (is_leaf() && requires_grad())); }
+
+namespace {
+// Run t's hooks on its whole gradient g (in registration order); each may replace it.
+Tensor run_grad_hooks(TensorImpl* t, Tensor g) {
+  for (size_t i = 0; i < t->grad_hooks.size(); ++i) {
+    Tensor r = t->grad_hooks[i](g);
+    if (!r.defined()) continue;
+    HL_CHECK(r.shape() == g.shape(), "backward: hook ", i, " of a ", dtype_name(t->dtype), shape_str(t->shape),
+             " tensor returned a gradient ", r.describe(), "; a hook must return the same shape or Tensor()");
+    if (r.dtype() != g.dtype()) r = cast(r, g.dtype());
+    if (r.device() != g.device()) r = r.to(g.device());
+    g = r;
+  }
+  return g;
+}
+
+// Accumulate g into t->grad (leaves, and non-leaves that retain their gradient), in t's dtype.
+void accumulate_grad(TensorImpl* t, const Tensor& g) {
+  Tensor acc = t->grad ? add(Tensor(t->grad), g) : g;
+  if (acc.dtype() != t->dtype) acc = cast(acc, t->dtype);
+  t->grad = acc.impl_ptr();
+}
+}  // namespace
+
 void Tensor::backward(const Tensor& seed, bool retain_graph) const {
   require_defined("backward");
   HL_CHECK(requires_grad(), "backward: ", describe(),
@@ -95,14 +141,15 @@ void Tensor::backward(const Tensor& seed, bool retain_graph) const {
     TensorImpl* t = tp.get();
     auto it = grads.find(t);
     if (it == grads.end()) continue;
-    const Tensor g = it->second;
+    Tensor g = it->second;
     grads.erase(it);  // free each gradient as soon as it has been passed on
+    // Complete here: every consumer of t comes before it in `order`, so all contributions are summed.
+    if (!t->grad_hooks.empty()) g = run_grad_hooks(t, g);
     if (!t->grad_fn) {  // a leaf: accumulate into .grad
-      Tensor acc = t->grad ? add(Tensor(t->grad), g) : g;
-      if (acc.dtype() != t->dtype) acc = cast(acc, t->dtype);
-      t->grad = acc.impl_ptr();
+      accumulate_grad(t, g);
       continue;
     }
+    if (t->retains_grad) accumulate_grad(t, g);
     Node& node = *t->grad_fn;
     HL_CHECK(!node.released, "backward: the graph through '", node.op,
              "' was already freed by an earlier backward(); pass retain_graph=true to the first call");

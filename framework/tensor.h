@@ -34,6 +34,9 @@ struct TensorImpl {
   bool requires_grad = false;
   std::shared_ptr<TensorImpl> grad;  // accumulated gradient of a leaf (same shape, device)
   std::shared_ptr<Node> grad_fn;     // the op that produced this tensor, if it is not a leaf
+  // Called by backward() with this tensor's whole gradient (framework/autograd.cpp; Tensor::register_hook).
+  std::vector<std::function<Tensor(const Tensor&)>> grad_hooks;
+  bool retains_grad = false;         // a non-leaf that keeps its gradient in .grad (Tensor::retain_grad)
   std::string name;                  // optional, for error messages and parameter listings
 };
 
@@ -114,11 +117,25 @@ class Tensor {
   bool requires_grad() const;
   Tensor& requires_grad_(bool on = true);  // leaves only
   bool is_leaf() const;
-  Tensor grad() const;           // undefined until a backward pass reaches this leaf
+  Tensor grad() const;           // undefined until a backward pass reaches this leaf (or retain_grad() tensor)
   void zero_grad();              // drop the accumulated gradient
   // Backpropagate from this tensor. A scalar needs no seed; otherwise pass d(loss)/d(this).
   void backward(const Tensor& seed = Tensor(), bool retain_graph = false) const;
   Tensor detach() const;         // same storage, cut from the graph
+  // Observe (or replace) the gradient flowing into this tensor, like torch.Tensor.register_hook:
+  // every backward() that reaches it calls fn(g) once with d(loss)/d(this), after the contributions
+  // of all its consumers have been summed and before it is passed on to the op that made it (or, for
+  // a leaf, accumulated into .grad). fn runs with grad mode off. If fn returns a defined tensor, that
+  // tensor (same shape; converted to g's dtype) replaces g from there on; return Tensor() to only
+  // look. Hooks run in the order they were registered and stay until remove_hooks(). The tensor must
+  // require grad. fn must not hold this tensor itself (a reference cycle): capture what it records into.
+  // Returns the hook's index.
+  size_t register_hook(std::function<Tensor(const Tensor&)> fn);
+  void remove_hooks();
+  // Keep the gradient of a non-leaf tensor in .grad() after backward() (accumulated like a leaf's),
+  // like torch.Tensor.retain_grad. A no-op on leaves, which always keep theirs.
+  Tensor& retain_grad();
+  bool retains_grad() const;
   const std::string& name() const;
   Tensor& set_name(const std::string& n);
 

@@ -12,6 +12,7 @@
 #include "framework/optim.h"
 #include "kernels/runtime.h"
 #include "tutorials/common/cli.h"
+#include "tutorials/common/models.h"
 #include "tutorials/common/trainer.h"
 
 using namespace hl;
@@ -26,6 +27,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"mnist", "fashion-mnist"}))
       ->capture_default_str();
   app.add_option("--train-subset", train_subset, "train on the first N images only (0: all)")->check(CLI::Range(0, 60000));
+  std::string save_path;
+  app.add_option("--save", save_path, "save the trained model with its card (model, data set, normalization, classes) "
+                                      "to this checkpoint, for tutorial 10");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -85,6 +89,20 @@ int main(int argc, char** argv) {
     }
     std::printf("final test accuracy %.2f%% after %lld epoch(s), %.1f s per epoch on %s\n", 100 * test_acc,
                 static_cast<long long>(epochs), total_seconds / static_cast<double>(epochs), device_name(dev));
+    if (!save_path.empty()) {
+      tutorial::ModelCard card;
+      card.model = "mlp512";
+      card.dataset = dataset;
+      card.channels = train.images.size(1);
+      card.height = train.images.size(2);
+      card.width = train.images.size(3);
+      card.norm = norm;
+      card.class_names = train.class_names;
+      card.test_accuracy = test_acc;
+      tutorial::save_model(save_path, *model, card);
+      std::printf("saved the model to %s (classify an image with: 10_your_image --checkpoint %s --image IMAGE)\n",
+                  save_path.c_str(), save_path.c_str());
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "03_mlp_mnist: %s\n", e.what());

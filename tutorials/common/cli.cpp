@@ -54,7 +54,7 @@ void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::stri
   app.add_option("--gemm", f.gemm, "GEMM variant (see --list-variants); default: the fastest for the device");
   app.add_option("--softmax", f.softmax,
                  "softmax / cross-entropy variant (see --list-variants); default: by shape (fused_xent for the loss)");
-  app.add_option("--csv", f.csv, "append one row per epoch to this CSV file");
+  app.add_option("--csv", f.csv, "write a log of the run to this CSV file, one row per epoch (per run and epoch in 05)");
   app.add_flag("--smoke", f.smoke, "a tiny run on a data subset (seconds on a CPU)");
   app.add_flag("--detect-anomaly", f.detect_anomaly, "stop at the first NaN/inf tensor and name it (slow)");
   app.add_flag("--list-variants", f.list_variants, "list the registered kernel variants and exit");

@@ -57,20 +57,25 @@ EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoad
     opt.zero_grad();
     Tensor logits = model(b.x);
     Tensor loss = cross_entropy(logits, b.y);  // f32 whatever the logits (paper §3.3)
+    bool applied = true;
     if (options.scaler != nullptr) {
       amp::LossScaler& s = *options.scaler;
       s.scale(loss).backward();  // every gradient is multiplied by S
+      if (options.after_backward) options.after_backward(step);
       if (options.clip_grad_norm > 0.0) {
         s.unscale(opt);  // clip the true gradients, not the scaled ones
         opt.clip_grad_norm(options.clip_grad_norm);
       }
-      if (!s.step(opt)) ++r.skipped_steps;
+      applied = s.step(opt);
+      if (!applied) ++r.skipped_steps;
       s.update();
     } else {
       loss.backward();
+      if (options.after_backward) options.after_backward(step);
       if (options.clip_grad_norm > 0.0) opt.clip_grad_norm(options.clip_grad_norm);
       opt.step();
     }
+    if (options.after_step) options.after_step(step, applied);
     ++r.steps;
     {
       NoGradGuard no_grad;

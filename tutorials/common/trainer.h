@@ -5,6 +5,7 @@
 // on the device and are read once per progress update and at the end of the epoch.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "datasets/dataloader.h"
@@ -29,6 +30,12 @@ struct TrainOptions {
   int64_t max_steps = -1; // stop the epoch early (smoke runs)
   amp::LossScaler* scaler = nullptr;  // loss scaling (paper §3.2); null: plain backward + step
   double clip_grad_norm = 0.0;        // > 0: clip the (unscaled) gradients to this global norm
+  // Called after backward(), before unscaling and the optimizer step, with the step's index in the
+  // epoch (0-based): the place to look at or change the gradients (tutorial 06 injects an inf here).
+  std::function<void(int64_t step)> after_backward;
+  // Called after each step (and the scaler's update()), with whether the update was applied (false:
+  // the loss scaler skipped it on an overflow).
+  std::function<void(int64_t step, bool applied)> after_step;
 };
 
 // One pass over the loader: forward, cross-entropy, backward, optimizer step.

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""scripts/plot.py on CSV files in every format the tutorials write (03's and 05's --csv, 06's three
+files): each command must write a real PNG of a sensible size, and bad input must fail with a message
+naming the file. Exits 77 (CTest's "skipped") when matplotlib is missing.
+Usage: plot_test.py --script <path to scripts/plot.py>
+"""
+import argparse
+import contextlib
+import importlib.util
+import io
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+try:
+    import matplotlib  # noqa: F401
+except ImportError:
+    print("SKIP: matplotlib is not installed (Debian/Ubuntu: apt-get install python3-matplotlib)")
+    sys.exit(77)
+
+
+def png_size(path):
+    with open(path, "rb") as f:
+        head = f.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    assert head[12:16] == b"IHDR", f"{path}: no IHDR chunk"
+    return struct.unpack(">II", head[16:24])
+
+
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+class Result:
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def run(script, *args):
+    """plot.py's main() in this process (importing matplotlib once keeps the test fast)."""
+    spec = importlib.util.spec_from_file_location("halfling_plot", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out, err = io.StringIO(), io.StringIO()
+    saved = sys.argv
+    sys.argv = [script, *args]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = mod.main()
+            except SystemExit as e:
+                code = e.code
+    finally:
+        sys.argv = saved
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--script", required=True)
+    script = ap.parse_args().script
+    failures = []
+
+    def check(cond, what):
+        if not cond:
+            failures.append(what)
+            print("FAIL:", what)
+
+    with tempfile.TemporaryDirectory() as d:
+        j = lambda name: os.path.join(d, name)  # noqa: E731
+        write(j("t03.csv"), "epoch,train_loss,train_acc,test_acc,seconds,images_per_second\n"
+                            "1,0.243,0.9265,0.9696,2.0,30000\n2,0.078,0.976,0.9687,2.0,30000\n3,0.05,0.985,0.9746,2.0,30000\n")
+        write(j("t05.csv"), "run,epoch,train_loss,test_acc,seconds,skipped_steps,loss_scale\n"
+                            "fp32,1,0.24,0.97,2,0,1\nfp32,2,0.08,0.968,2,0,1\n"
+                            "mixed + dynamic,1,0.25,0.969,3,0,65536\nmixed + dynamic,2,0.08,0.97,3,0,65536\n")
+        os.mkdir(j("t06"))
+        write(j("t06/training.csv"), "run,epoch,train_loss,train_acc,test_acc,seconds,images_per_second,skipped_steps,loss_scale\n"
+                                     "histogram run (fp32),1,0.24,0.92,0.97,100,400,0,1\nstatic,1,0.24,0.92,0.97,50,1000,1,1024\n"
+                                     "dynamic,1,0.24,0.92,0.97,50,1000,1,524288\n")
+        rows = ["step,run,scale,skipped"]
+        for run_name, scales in (("static", [1024] * 10), ("dynamic", [65536] * 4 + [32768] * 6)):
+            rows += [f"{i + 1},{run_name},{s},{1 if i == 3 else 0}" for i, s in enumerate(scales)]
+        write(j("t06/scale_history.csv"), "\n".join(rows) + "\n")
+        rows = ["layer,log2_bin,count,percent,static_scale,dynamic_scale", '"all",zero,30,30,1024,32768']
+        rows += [f'"all",{e},{c},{c},1024,32768' for e, c in zip(range(-30, -10), [1, 2, 3, 4, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 3, 3, 3, 3, 1, 1])]
+        write(j("t06/histogram.csv"), "\n".join(rows) + "\n")
+
+        for args, out in ((["curves", j("t03.csv"), "-o", j("c03.png")], j("c03.png")),
+                          (["curves", j("t05.csv"), j("t03.csv"), "-o", j("c05.png")], j("c05.png")),
+                          (["scale", j("t06/scale_history.csv"), "-o", j("s.png")], j("s.png")),
+                          (["histogram", j("t06/histogram.csv"), "-o", j("h.png")], j("h.png"))):
+            r = run(script, *args)
+            check(r.returncode == 0, f"{' '.join(args[:1])}: exit {r.returncode}: {r.stderr}")
+            if r.returncode == 0:
+                w, h = png_size(out)
+                check(300 <= w <= 2000 and 200 <= h <= 1200, f"{out}: odd size {w}x{h}")
+                check(f"wrote {out}" in r.stdout, f"{args[0]}: no 'wrote' line: {r.stdout}")
+        # Once as a separate program, the way a user runs it.
+        r = subprocess.run([sys.executable, script, "all", j("t06")], capture_output=True, text=True)
+        check(r.returncode == 0, f"all: exit {r.returncode}: {r.stderr}")
+        for name in ("curves.png", "loss_scale.png", "gradient_histogram.png"):
+            check(os.path.exists(j("t06/" + name)) and png_size(j("t06/" + name))[0] > 300, f"all: {name} missing")
+
+        # Bad input: a clear message naming the file, exit 2.
+        r = run(script, "curves", j("missing.csv"))
+        check(r.returncode == 2 and "missing.csv: no such file" in r.stderr, f"missing file: {r.returncode} {r.stderr}")
+        write(j("wrong.csv"), "a,b\n1,2\n")
+        r = run(script, "scale", j("wrong.csv"))
+        check(r.returncode == 2 and "wrong.csv: missing column(s) step" in r.stderr, f"wrong columns: {r.returncode} {r.stderr}")
+        r = run(script, "histogram", j("t06/histogram.csv"), "--layer", "nope")
+        check(r.returncode == 2 and "no rows for layer 'nope'" in r.stderr, f"unknown layer: {r.returncode} {r.stderr}")
+        write(j("text.csv"), "epoch,train_loss\n1,abc\n")
+        r = run(script, "curves", j("text.csv"))
+        check(r.returncode == 2 and "train_loss holds 'abc'" in r.stderr, f"non-number: {r.returncode} {r.stderr}")
+
+    # Without matplotlib the script must say how to install it and exit 3: hide it from a child python.
+    with tempfile.TemporaryDirectory() as d:
+        os.mkdir(os.path.join(d, "matplotlib"))
+        write(os.path.join(d, "matplotlib", "__init__.py"), "raise ImportError('hidden by plot_test.py')\n")
+        env = dict(os.environ, PYTHONPATH=d, HALFLING_PLOT_REEXEC="1")
+        r = subprocess.run([sys.executable, script, "curves", "x.csv"], capture_output=True, text=True, env=env)
+        check(r.returncode == 3 and "apt-get install python3-matplotlib" in r.stderr, f"no matplotlib: {r.returncode} {r.stderr}")
+
+    if failures:
+        print(f"{len(failures)} failure(s)")
+        return 1
+    print("plot.py: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

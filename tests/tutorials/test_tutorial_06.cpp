@@ -1,0 +1,205 @@
+// Tutorial 06 (loss scaling): the smoke run records the right number of activation-gradient values,
+// prints the histogram with FP16's range, skips the injected overflow (scale halved by the dynamic
+// scaler, kept by the static one, weights unchanged), and writes consistent CSV files.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/test_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::pair<int, std::string> run06(const std::string& args) {
+  return hl::test::run_command(hl::test::tutorial_program("06_loss_scaling") + " " + args);
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+std::string line_with(const std::string& out, const std::string& part) {
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);)
+    if (contains(line, part)) return line;
+  return "";
+}
+
+std::vector<std::vector<std::string>> read_csv(const fs::path& p) {
+  std::ifstream in(p);
+  std::vector<std::vector<std::string>> rows;
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> f;
+    std::string cell;
+    bool quoted = false;
+    for (char c : line) {
+      if (c == '"') quoted = !quoted;
+      else if (c == ',' && !quoted) f.push_back(cell), cell.clear();
+      else cell += c;
+    }
+    f.push_back(cell);
+    rows.push_back(f);
+  }
+  return rows;
+}
+
+class Tutorial06 : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = hl::test::data_dir("mnist");
+    if (data_.empty()) return;
+    out_dir_ = (fs::temp_directory_path() / ("halfling_t06_" + std::to_string(hl::test::fresh_seed()))).string();
+    result_ = run06("--smoke --device cpu --data " + data_ + " --out " + out_dir_);
+  }
+  static void TearDownTestSuite() {
+    if (!out_dir_.empty()) fs::remove_all(out_dir_);
+  }
+  void SetUp() override {
+    if (data_.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+    ASSERT_EQ(result_.first, 0) << result_.second;
+  }
+  const std::string& out() const { return result_.second; }
+  void records_every_activation_gradient();
+  void exact_and_binned_fractions_agree();
+  void injected_overflow_is_skipped();
+  static std::string data_, out_dir_;
+  static std::pair<int, std::string> result_;
+};
+std::string Tutorial06::data_, Tutorial06::out_dir_;
+std::pair<int, std::string> Tutorial06::result_;
+
+void Tutorial06::records_every_activation_gradient() {
+  // 2048 images / batch 128 = 16 steps, each recording the gradients of the 5 layer outputs of
+  // MLP-512: 128 x (512 + 512 + 512 + 512 + 10) values.
+  const long long expected = 16LL * 128 * (4 * 512 + 10);
+  EXPECT_TRUE(contains(out(), std::to_string(expected) + " gradient values recorded from 16 training steps")) << out();
+  // FP16's range is marked, and every bin's fate is named.
+  EXPECT_TRUE(contains(out(), "2^-24 = 5.96e-08: smallest FP16 subnormal")) << out();
+  EXPECT_TRUE(contains(out(), "2^-14 = 6.10e-05: smallest FP16 normal")) << out();
+  EXPECT_TRUE(contains(line_with(out(), "[2^-26, 2^-25)"), "-> 0       subnormal")) << out();  // S=1, S=1024
+  EXPECT_TRUE(contains(line_with(out(), "[2^-20, 2^-19)"), "subnormal  normal")) << out();
+  EXPECT_TRUE(contains(line_with(out(), "[2^-14, 2^-13)"), "normal     normal")) << out();
+
+  // histogram.csv: the "all" rows count exactly those values, and each layer's rows add up to its share.
+  const auto rows = read_csv(fs::path(out_dir_) / "histogram.csv");
+  ASSERT_GT(rows.size(), 1u);
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"layer", "log2_bin", "count", "percent", "static_scale", "dynamic_scale"}));
+  std::map<std::string, long long> per_layer;
+  double percent_all = 0;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    ASSERT_EQ(rows[i].size(), 6u);
+    per_layer[rows[i][0]] += std::stoll(rows[i][2]);
+    if (rows[i][0] == "all") percent_all += std::stod(rows[i][3]);
+  }
+  EXPECT_EQ(per_layer["all"], expected);
+  EXPECT_EQ(per_layer["5 Linear(512 -> 10)"], 16LL * 128 * 10);
+  EXPECT_EQ(per_layer["1 Linear(784 -> 512)"], 16LL * 128 * 512);
+  EXPECT_NEAR(percent_all, 100.0, 1e-3);  // rounding of the printed percentages only
+}
+
+void Tutorial06::exact_and_binned_fractions_agree() {
+  // The exact count (each value rounded to FP16) and the count from the log2 bins differ only for
+  // values exactly at 2^-25 (a tie that rounds to 0) and at the top of the subnormal bin.
+  std::istringstream exact(line_with(out(), "S = 1 (2^0)").substr(std::string("  S = 1 (2^0)").size()));
+  double ef = 0, es = 0, eo = 0;
+  exact >> ef;
+  exact.ignore(1) >> es;
+  exact.ignore(1) >> eo;
+  const std::string sec4 = out().substr(out().find("== 4."));
+  std::istringstream binned(line_with(sec4, "  1      "));  // the S = 1 row of section 4
+  std::string s;
+  double bf = 0, bs = 0;
+  binned >> s >> bf;
+  binned.ignore(1) >> bs;
+  EXPECT_EQ(s, "1") << sec4;
+  EXPECT_NEAR(ef, bf, 0.01) << out();
+  EXPECT_NEAR(es, bs, 0.05) << out();
+  EXPECT_GT(es, 1.0) << "MLP-512's activation gradients reach FP16's subnormals without scaling";
+}
+
+void Tutorial06::injected_overflow_is_skipped() {
+  const std::string st = line_with(out(), "static (static:1024):");
+  EXPECT_TRUE(contains(st, "1 of 16 steps skipped")) << out();
+  EXPECT_TRUE(contains(out(), "step 5: inf in the gradient -> step skipped, weights and master weights unchanged, "
+                              "scale 1024 (2^10) -> 1024 (2^10)"))
+      << out();
+  // The dynamic scaler halves whatever scale was in force.
+  const size_t dyn = out().find("dynamic (dynamic:init=65536,interval=4)");
+  ASSERT_NE(dyn, std::string::npos) << out();
+  const std::string ev = line_with(out().substr(dyn), "step 5: inf in the gradient");
+  ASSERT_TRUE(contains(ev, "unchanged")) << ev;
+  const size_t arrow = ev.find(" -> ", ev.find("scale "));
+  const double before = std::stod(ev.substr(ev.find("scale ") + 6)), after = std::stod(ev.substr(arrow + 4));
+  EXPECT_EQ(after, before / 2) << ev;
+
+  // scale_history.csv: 16 steps per run, step 5 skipped in both, the dynamic scale halved at step 6.
+  const auto rows = read_csv(fs::path(out_dir_) / "scale_history.csv");
+  ASSERT_EQ(rows.size(), 1u + 2 * 16);
+  std::map<std::string, std::vector<std::pair<double, int>>> runs;
+  for (size_t i = 1; i < rows.size(); ++i) runs[rows[i][1]].push_back({std::stod(rows[i][2]), std::stoi(rows[i][3])});
+  ASSERT_EQ(runs["static"].size(), 16u);
+  ASSERT_EQ(runs["dynamic"].size(), 16u);
+  for (const auto& [scale, skipped] : runs["static"]) EXPECT_EQ(scale, 1024.0);
+  EXPECT_EQ(runs["static"][4].second, 1);
+  EXPECT_EQ(runs["dynamic"][4].second, 1);
+  EXPECT_EQ(runs["dynamic"][4].first, before);
+  EXPECT_EQ(runs["dynamic"][5].first, before / 2);
+  EXPECT_EQ(runs["dynamic"][0].first, 65536.0);
+
+  const auto training = read_csv(fs::path(out_dir_) / "training.csv");
+  ASSERT_EQ(training.size(), 4u);  // header + the histogram run + static + dynamic, one epoch each
+  EXPECT_EQ(training[0][0], "run");
+  EXPECT_EQ(training[2][0], "static");
+  EXPECT_EQ(training[2][7], "1");  // skipped steps
+}
+
+// One test over one smoke run (CTest runs each test in its own process: three tests would train three
+// times).
+TEST_F(Tutorial06, SmokeRun) {
+  {
+    SCOPED_TRACE("every activation gradient is recorded");
+    records_every_activation_gradient();
+  }
+  {
+    SCOPED_TRACE("exact and binned fractions agree");
+    exact_and_binned_fractions_agree();
+  }
+  {
+    SCOPED_TRACE("the injected overflow is skipped");
+    injected_overflow_is_skipped();
+  }
+}
+
+TEST(Tutorial06Flags, MixedHistogramRunAndBadFlags) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const std::string out_dir = (fs::temp_directory_path() / ("halfling_t06b_" + std::to_string(hl::test::fresh_seed()))).string();
+  const auto [status, out] = run06("--smoke --device cpu --precision mixed --record-every 4 --inject-overflow-at 0 --data " +
+                                   dir + " --out " + out_dir);
+  fs::remove_all(out_dir);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_TRUE(contains(out, "Activation gradients of a mixed-precision training run")) << out;
+  EXPECT_TRUE(contains(out, "from 4 training steps")) << out;  // steps 1, 5, 9, 13
+  EXPECT_TRUE(contains(out, "static (static:1024): 0 of 16 steps skipped")) << out;
+
+  auto [s1, o1] = run06("--loss-scale dynamic");
+  EXPECT_NE(s1, 0);
+  EXPECT_TRUE(contains(o1, "--loss-scale") && contains(o1, "static:S")) << o1;
+  auto [s2, o2] = run06("--dynamic static:8");
+  EXPECT_NE(s2, 0);
+  EXPECT_TRUE(contains(o2, "--dynamic")) << o2;
+  auto [s3, o3] = run06("--record-every 0");
+  EXPECT_NE(s3, 0);
+  EXPECT_TRUE(contains(o3, "--record-every")) << o3;
+  auto [s4, o4] = run06("--precision fp16");
+  EXPECT_NE(s4, 0);
+  EXPECT_TRUE(contains(o4, "--precision")) << o4;
+}
+
+}  // namespace

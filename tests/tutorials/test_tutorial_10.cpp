@@ -1,0 +1,241 @@
+// Tutorial 10 (classify your own image): a checkpoint with a model card goes in with a PNG the test
+// writes itself; the printed top-3 must be what the same model computes in this process on the image
+// the program says it prepared; the MNIST-style preparation (inversion, cropping, centering) is
+// checked on that image; tutorial 03 --save hands its model over; bad inputs give clear errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "datasets/image.h"
+#include "datasets/mnist.h"
+#include "framework/autograd.h"
+#include "framework/checkpoint.h"
+#include "framework/ops.h"
+#include "tests/test_util.h"
+#include "tutorials/common/models.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace hl;
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+std::pair<int, std::string> run10(const std::string& args) {
+  return test::run_command(test::tutorial_program("10_your_image") + " " + args);
+}
+
+// (name, percent) of each "  k. name  p%" line after "top".
+std::vector<std::pair<std::string, double>> top_lines(const std::string& out) {
+  std::vector<std::pair<std::string, double>> r;
+  std::istringstream in(out.substr(std::min(out.size(), out.find("\ntop "))));
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream l(line);
+    std::string k, name, pct;
+    if (!(l >> k >> name >> pct) || k.empty() || k.back() != '.' || pct.back() != '%') continue;
+    r.push_back({name, std::stod(pct)});
+  }
+  return r;
+}
+
+// Top-3 (class index, percent) of the model on one prepared 8-bit image.
+std::vector<std::pair<size_t, double>> expected_top3(nn::Module& model, const data::Image& img, const data::Normalization& norm) {
+  NoGradGuard ng;
+  model.eval();
+  const Tensor x = data::image_to_tensor(img, norm).reshape({1, 1, 28, 28});
+  const std::vector<double> p = exp(log_softmax(model.forward(x))).to_double();
+  std::vector<size_t> order(p.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p[a] > p[b]; });
+  return {{order[0], 100 * p[order[0]]}, {order[1], 100 * p[order[1]]}, {order[2], 100 * p[order[2]]}};
+}
+
+// A "7" drawn with thick strokes, light on dark, size x size (no data set needed).
+data::Image drawn_seven(int64_t size) {
+  data::Image img{size, size, 1, std::vector<uint8_t>(static_cast<size_t>(size * size), 0)};
+  auto ink = [&](int64_t x, int64_t y) {
+    for (int64_t dy = -1; dy <= 1; ++dy)
+      for (int64_t dx = -1; dx <= 1; ++dx) {
+        const int64_t xx = x + dx, yy = y + dy;
+        if (xx >= 0 && yy >= 0 && xx < size && yy < size) img.pixels[static_cast<size_t>(yy * size + xx)] = 255;
+      }
+  };
+  for (int64_t x = size / 4; x < 3 * size / 4; ++x) ink(x, size / 5);                   // the bar
+  for (int64_t t = 0; t < 3 * size / 5; ++t) ink(3 * size / 4 - t / 3, size / 5 + t);  // the stem
+  return img;
+}
+
+class Tutorial10 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("halfling_t10_" + std::to_string(test::fresh_seed()));
+    fs::create_directories(dir_);
+    // A model card and random weights (seeded): the test is about the program, not the accuracy.
+    Generator gen(test::fresh_seed());
+    model_ = tutorial::make_model("mlp512", gen);
+    card_.model = "mlp512";
+    card_.dataset = "mnist";
+    card_.norm = data::mnist_normalization();
+    for (int i = 0; i < 10; ++i) card_.class_names.push_back("digit" + std::to_string(i));
+    card_.test_accuracy = 0.5;
+    ckpt_ = (dir_ / "model.safetensors").string();
+    tutorial::save_model(ckpt_, *model_, card_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+  std::shared_ptr<nn::Module> model_;
+  tutorial::ModelCard card_;
+  std::string ckpt_;
+};
+
+TEST_F(Tutorial10, RawDigitGivesTheModelsOwnTop3) {
+  const data::Image seven = drawn_seven(28);
+  const std::string png = (dir_ / "seven.png").string();
+  data::write_png(png, seven);
+  const auto [status, out] = run10("--checkpoint " + ckpt_ + " --image " + png + " --no-center");
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_TRUE(contains(out, "mlp512 trained on mnist (test accuracy 50.00%)")) << out;
+  EXPECT_TRUE(contains(out, "not inverted (dark background")) << out;
+  const auto got = top_lines(out);
+  const auto want = expected_top3(*model_, seven, card_.norm);
+  ASSERT_EQ(got.size(), 3u) << out;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(got[i].first, card_.class_names[want[i].first]) << out;
+    EXPECT_NEAR(got[i].second, want[i].second, 0.006) << out;  // printed with 2 decimals
+  }
+}
+
+TEST_F(Tutorial10, DarkOnLightDigitIsInvertedCroppedAndCentered) {
+  // Dark ink on white paper, 100x100, the digit off-center: what a phone photo or a paint program gives.
+  data::Image paper{100, 100, 3, std::vector<uint8_t>(100 * 100 * 3, 255)};
+  const data::Image seven = drawn_seven(40);
+  for (int64_t y = 0; y < 40; ++y)
+    for (int64_t x = 0; x < 40; ++x)
+      for (int64_t c = 0; c < 3; ++c)
+        paper.pixels[static_cast<size_t>(((y + 5) * 100 + x + 50) * 3 + c)] = static_cast<uint8_t>(255 - seven.at(y, x, 0));
+  const std::string png = (dir_ / "paper.png").string(), seen = (dir_ / "seen.png").string();
+  data::write_png(png, paper);
+  const auto [status, out] = run10("--checkpoint " + ckpt_ + " --image " + png + " --save-input " + seen);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_TRUE(contains(out, "converted to gray")) << out;
+  EXPECT_TRUE(contains(out, "inverted (light background; border mean 255)")) << out;
+  EXPECT_TRUE(contains(out, "scaled into 20x20, centered by its center of mass in 28x28")) << out;
+
+  // The saved input is the prepared 28x28 image, 8x larger: take every 8th pixel back.
+  const data::Image big = data::read_image(seen, 1);
+  ASSERT_EQ(big.width, 224);
+  data::Image small{28, 28, 1, std::vector<uint8_t>(28 * 28)};
+  for (int64_t y = 0; y < 28; ++y)
+    for (int64_t x = 0; x < 28; ++x) small.pixels[static_cast<size_t>(y * 28 + x)] = big.at(8 * y, 8 * x, 0);
+  // MNIST-like: black background (the border is empty), the ink within a 20x20 box, centered.
+  double m = 0, mx = 0, my = 0;
+  int64_t x0 = 28, x1 = -1, y0 = 28, y1 = -1;
+  for (int64_t y = 0; y < 28; ++y)
+    for (int64_t x = 0; x < 28; ++x) {
+      const double v = small.at(y, x, 0);
+      if (y == 0 || x == 0 || y == 27 || x == 27) {
+        EXPECT_EQ(v, 0) << "border pixel " << x << "," << y;
+      }
+      m += v, mx += v * static_cast<double>(x), my += v * static_cast<double>(y);
+      if (v > 0) x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
+    }
+  ASSERT_GT(m, 0);
+  EXPECT_LE(std::max(x1 - x0 + 1, y1 - y0 + 1), 21);  // 20 plus the resampling filter's fringe
+  EXPECT_GE(std::max(x1 - x0 + 1, y1 - y0 + 1), 18);
+  EXPECT_NEAR(mx / m, 13.5, 1.0);
+  EXPECT_NEAR(my / m, 13.5, 1.0);
+
+  const auto got = top_lines(out);
+  const auto want = expected_top3(*model_, small, card_.norm);
+  ASSERT_EQ(got.size(), 3u) << out;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(got[i].first, card_.class_names[want[i].first]) << out;
+    EXPECT_NEAR(got[i].second, want[i].second, 0.006) << out;
+  }
+}
+
+TEST_F(Tutorial10, ClearErrors) {
+  const std::string png = (dir_ / "seven.png").string();
+  data::write_png(png, drawn_seven(28));
+  auto expect_error = [](const std::pair<int, std::string>& r, const std::vector<std::string>& parts) {
+    EXPECT_EQ(r.first, 1) << r.second;
+    EXPECT_TRUE(contains(r.second, "10_your_image: ")) << r.second;
+    for (const auto& p : parts) EXPECT_TRUE(contains(r.second, p)) << "'" << p << "' in: " << r.second;
+  };
+  // The image: missing, not an image, no image given.
+  expect_error(run10("--checkpoint " + ckpt_ + " --image " + (dir_ / "nope.png").string()), {"nope.png", "no such file"});
+  const std::string junk = (dir_ / "junk.png").string();
+  std::ofstream(junk) << "this is not a PNG";
+  expect_error(run10("--checkpoint " + ckpt_ + " --image " + junk), {"decode_image", "junk.png"});
+  expect_error(run10("--checkpoint " + ckpt_), {"no --image given"});
+  expect_error(run10("--image " + png), {"--checkpoint is required"});
+
+  // The checkpoint: missing, without a model card, of a model this program cannot build, of weights
+  // that do not fit the model it names.
+  expect_error(run10("--checkpoint " + (dir_ / "none.safetensors").string() + " --image " + png), {"none.safetensors"});
+  const std::string bare = (dir_ / "bare.safetensors").string();
+  save_checkpoint(bare, *model_);
+  expect_error(run10("--checkpoint " + bare + " --image " + png), {"bare.safetensors", "model card", "03 --save"});
+  tutorial::ModelCard lenet = card_;
+  lenet.model = "lenet";
+  const std::string other = (dir_ / "lenet.safetensors").string();
+  tutorial::save_model(other, *model_, lenet);
+  expect_error(run10("--checkpoint " + other + " --image " + png), {"'lenet' model", "known: mlp512"});
+  Generator gen(1);
+  nn::Sequential small;
+  small.add(std::make_shared<nn::Flatten>());
+  small.add(std::make_shared<nn::Linear>(784, 10, gen));
+  const std::string misfit = (dir_ / "misfit.safetensors").string();
+  tutorial::save_model(misfit, small, card_);
+  expect_error(run10("--checkpoint " + misfit + " --image " + png), {"misfit.safetensors", "model."});
+  tutorial::ModelCard three = card_;
+  three.class_names.resize(3);
+  const std::string wrong_classes = (dir_ / "classes.safetensors").string();
+  tutorial::save_model(wrong_classes, *model_, three);
+  expect_error(run10("--checkpoint " + wrong_classes + " --image " + png), {"10 outputs", "3 classes"});
+
+  const auto bad = run10("--checkpoint " + ckpt_ + " --image " + png + " --invert maybe");
+  EXPECT_NE(bad.first, 0);
+  EXPECT_TRUE(contains(bad.second, "--invert")) << bad.second;
+}
+
+TEST(Tutorial10Handoff, Tutorial03SaveThen10Smoke) {
+  const std::string data = test::data_dir("mnist");
+  if (data.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const fs::path dir = fs::temp_directory_path() / ("halfling_t10h_" + std::to_string(test::fresh_seed()));
+  fs::create_directories(dir);
+  const std::string ckpt = (dir / "mlp.safetensors").string();
+  const auto [s3, o3] = test::run_command(test::tutorial_program("03_mlp_mnist") + " --smoke --device cpu --data " + data +
+                                          " --save " + ckpt);
+  ASSERT_EQ(s3, 0) << o3;
+  EXPECT_TRUE(contains(o3, "saved the model to " + ckpt)) << o3;
+  const tutorial::LoadedModel lm = tutorial::load_model(ckpt);
+  EXPECT_EQ(lm.card.model, "mlp512");
+  EXPECT_EQ(lm.card.dataset, "mnist");
+  EXPECT_EQ(lm.card.class_names, (std::vector<std::string>{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}));
+  EXPECT_EQ(lm.card.norm.mean, data::mnist_normalization().mean);
+  EXPECT_GT(lm.card.test_accuracy, 0.5);  // 03's smoke run reaches ~74%
+
+  // 10 --smoke: test image 0 of MNIST (a 7), drawn dark on white at 4x; a 74% model gets it right.
+  const auto [s10, o10] = run10("--checkpoint " + ckpt + " --smoke --data " + data);
+  fs::remove_all(dir);
+  ASSERT_EQ(s10, 0) << o10;
+  EXPECT_TRUE(contains(o10, "test image 0 of mnist (label 7)")) << o10;
+  EXPECT_TRUE(contains(o10, "inverted (light background")) << o10;
+  const auto top = top_lines(o10);
+  ASSERT_EQ(top.size(), 3u) << o10;
+  EXPECT_GE(top[0].second, top[1].second);
+  EXPECT_GE(top[1].second, top[2].second);
+  EXPECT_LE(top[0].second + top[1].second + top[2].second, 100.01);
+  EXPECT_TRUE(contains(o10, "the true label is 7: correct")) << o10;
+}
+
+}  // namespace
