@@ -63,14 +63,20 @@ class Registry {
 
   // Which variant runs: an explicit name, else the one set with set_default(), else the
   // environment variable Args::env_var, else the highest-priority variant that supports args.
+  // A pinned name (set_default or the environment) applies only on the devices that have a variant
+  // of that name: `--gemm wmma_pipelined` pins the GPU's GEMM and leaves CPU GEMMs (a tensor on the
+  // host, a gradient check) to the automatic choice. An explicit name must exist on the device.
   const Variant<Args>& select(const Args& args, const std::string& requested = "") const {
-    std::string name = requested;
-    if (name.empty()) name = default_name_;
-    if (name.empty()) {
-      const char* env = std::getenv(Args::env_var);
-      if (env != nullptr) name = env;
-    }
     const DeviceType dev = args.device;
+    std::string name = requested;
+    if (name.empty()) {
+      std::string pinned = default_name_;
+      if (pinned.empty()) {
+        const char* env = std::getenv(Args::env_var);
+        if (env != nullptr) pinned = env;
+      }
+      if (!pinned.empty() && (find(pinned, dev) != nullptr || !known_anywhere(pinned))) name = pinned;
+    }
     if (!name.empty()) {
       const Variant<Args>* v = find(name, dev);
       if (v == nullptr) {
@@ -91,6 +97,13 @@ class Registry {
       if (v.unsupported == nullptr || v.unsupported(args) == nullptr) return v;
     }
     throw Error(detail::concat(Args::family, ": no ", device_name(dev), " variant can run ", args.describe()));
+  }
+
+  // Whether any device has a variant of this name (a typo in a pinned name must still be an error).
+  bool known_anywhere(const std::string& name) const {
+    for (const auto& v : variants_)
+      if (v.name == name) return true;
+    return false;
   }
 
   // Pin the variant used when no explicit name is given ("" restores automatic selection).
