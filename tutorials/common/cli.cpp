@@ -7,6 +7,7 @@
 
 #include "framework/amp.h"
 #include "framework/autograd.h"
+#include "kernels/conv.h"
 #include "kernels/gemm.h"
 #include "kernels/runtime.h"
 
@@ -51,6 +52,7 @@ void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::stri
   app.add_option("--seed", f.seed, "seed for initialization and shuffling")->capture_default_str();
   app.add_option("--data", f.data, "data directory");
   app.add_option("--gemm", f.gemm, "GEMM variant (see --list-variants); default: the fastest for the device");
+  app.add_option("--conv", f.conv, "convolution variant (see --list-variants); default: the fastest for the device");
   app.add_option("--csv", f.csv, "append one row per epoch to this CSV file");
   app.add_flag("--smoke", f.smoke, "a tiny run on a data subset (seconds on a CPU)");
   app.add_flag("--detect-anomaly", f.detect_anomaly, "stop at the first NaN/inf tensor and name it (slow)");
@@ -69,6 +71,15 @@ Device apply_common_flags(const CommonFlags& f) {
     }
     kernels::GemmRegistry::instance().set_default(f.gemm);
   }
+  if (!f.conv.empty()) {
+    const auto names = kernels::ConvRegistry::instance().names(dev);
+    if (std::find(names.begin(), names.end(), f.conv) == names.end()) {
+      std::string known;
+      for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+      throw Error("--conv: no variant '" + f.conv + "' on " + device_name(dev) + " (known: " + known + ")");
+    }
+    kernels::ConvRegistry::instance().set_default(f.conv);
+  }
   return dev;
 }
 
@@ -76,6 +87,11 @@ void print_variants() {
   for (DeviceType d : {DeviceType::cpu, DeviceType::cuda}) {
     std::cout << "gemm on " << device_name(d) << ":\n";
     for (const auto& v : kernels::GemmRegistry::instance().all())
+      if (v.device == d) std::cout << "  " << v.name << "  (priority " << v.priority << ")  " << v.summary << "\n";
+  }
+  for (DeviceType d : {DeviceType::cpu, DeviceType::cuda}) {
+    std::cout << "conv on " << device_name(d) << ":\n";
+    for (const auto& v : kernels::ConvRegistry::instance().all())
       if (v.device == d) std::cout << "  " << v.name << "  (priority " << v.priority << ")  " << v.summary << "\n";
   }
   if (!runtime::cuda_available()) std::cout << "(no GPU here: " << runtime::cuda_unavailable_reason() << ")\n";
