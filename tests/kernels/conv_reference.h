@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -70,10 +71,12 @@ class TypedBuffer {
 
 struct ConvShape {
   int64_t N, C, H, W, K, R, S, sh, sw, ph, pw;
+  // ostringstream rather than chained operator+: g++ 12 raises a false -Wrestrict on the latter.
   std::string str() const {
-    return "N" + std::to_string(N) + "_C" + std::to_string(C) + "_H" + std::to_string(H) + "_W" + std::to_string(W) +
-           "_K" + std::to_string(K) + "_R" + std::to_string(R) + "_S" + std::to_string(S) + "_st" +
-           std::to_string(sh) + "x" + std::to_string(sw) + "_pad" + std::to_string(ph) + "x" + std::to_string(pw);
+    std::ostringstream os;
+    os << "N" << N << "_C" << C << "_H" << H << "_W" << W << "_K" << K << "_R" << R << "_S" << S << "_st" << sh << "x"
+       << sw << "_pad" << ph << "x" << pw;
+    return os.str();
   }
   kernels::ConvArgs args() const {
     kernels::ConvArgs a;
