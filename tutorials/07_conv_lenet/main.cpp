@@ -60,8 +60,8 @@ int main(int argc, char** argv) {
     int64_t epochs = f.epochs;
     int64_t batch = f.batch;
     if (f.smoke) {  // seconds on a CPU: what CI runs so that this chapter never rots
-      train = train.subset(0, lenet ? 2048 : 64);
-      test = test.subset(0, lenet ? 1000 : 64);
+      train = train.subset(0, lenet ? 512 : 64);
+      test = test.subset(0, lenet ? 500 : 64);
       epochs = 1;
       if (!lenet) batch = std::min<int64_t>(batch, 16);
     }
