@@ -447,7 +447,7 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
   StringMap meta;
   meta[kFormatKey] = "checkpoint";
   meta[kVersionKey] = kFormatVersion;
-  for (const auto& [name, p] : model.named_parameters()) tensors.emplace_back("model." + name, p);
+  for (const auto& [name, p] : model.named_state()) tensors.emplace_back("model." + name, p);
   if (optimizer != nullptr) {
     const optim::Optimizer::State st = optimizer->state();
     for (const auto& [name, t] : st.tensors) tensors.emplace_back("optim." + name, t);
@@ -469,7 +469,7 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
 void load_parameters(const SafeTensors& file, nn::Module& model, const std::string& prefix,
                      const std::string& source) {
   const std::string where = "load_checkpoint(" + source + "): ";
-  const auto params = model.named_parameters();
+  const auto params = model.named_state();  // parameters and buffers (BatchNorm2d's running statistics)
   std::set<std::string> expected;
   std::vector<std::string> missing, problems;
   for (const auto& [name, p] : params) {
@@ -570,7 +570,7 @@ Checkpoint load_checkpoint(const std::string& path, nn::Module& model, optim::Op
   // The model is checked completely before anything is copied. If the optimizer then refuses its
   // state, the model and the optimizer get their old values back, so a failed load changes nothing.
   std::vector<Tensor> model_backup;
-  for (const Tensor& p : model.parameters()) model_backup.push_back(p.detach().clone());
+  for (const auto& [name, p] : model.named_state()) model_backup.push_back(p.detach().clone());
   optim::Optimizer::State opt_backup;
   if (optimizer != nullptr) {
     opt_backup = optimizer->state();
@@ -582,8 +582,8 @@ Checkpoint load_checkpoint(const std::string& path, nn::Module& model, optim::Op
       optimizer->load_state(opt_state);
     } catch (const Error& e) {
       NoGradGuard no_grad;
-      const auto params = model.parameters();
-      for (size_t i = 0; i < params.size(); ++i) Tensor(params[i]).copy_(model_backup[i]);
+      const auto state = model.named_state();
+      for (size_t i = 0; i < state.size(); ++i) Tensor(state[i].second).copy_(model_backup[i]);
       optimizer->load_state(opt_backup);
       throw Error(where + "optimizer state does not fit: " + e.what());
     }

@@ -20,6 +20,19 @@ std::vector<Tensor> Module::parameters() const {
   return out;
 }
 
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
+  std::vector<std::pair<std::string, Tensor>> out = buffers_;
+  for (const auto& [cname, child] : children_)
+    for (auto& [bname, b] : child->named_buffers()) out.emplace_back(cname + "." + bname, b);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_state() const {
+  std::vector<std::pair<std::string, Tensor>> out = named_parameters();
+  for (auto& nb : named_buffers()) out.push_back(std::move(nb));
+  return out;
+}
+
 int64_t Module::num_parameters() const {
   int64_t n = 0;
   for (const auto& p : parameters()) n += p.numel();
@@ -46,13 +59,18 @@ void Module::to(Device d) {
   NoGradGuard no_grad;
   for (auto& [n, p] : params_)
     if (p.device() != d) replace_data(p, p.detach().to(d));
+  for (auto& [n, b] : buffers_)
+    if (b.device() != d) replace_data(b, b.detach().to(d));
   for (auto& [n, c] : children_) c->to(d);
 }
 
 void Module::to(DType t) {
   NoGradGuard no_grad;
+  const DType mine = param_dtype(t);
   for (auto& [n, p] : params_)
-    if (p.dtype() != t) replace_data(p, cast(p.detach(), t));
+    if (p.dtype() != mine) replace_data(p, cast(p.detach(), mine));
+  for (auto& [n, b] : buffers_)
+    if (b.dtype() != mine) replace_data(b, cast(b.detach(), mine));
   for (auto& [n, c] : children_) c->to(t);
 }
 
@@ -69,6 +87,12 @@ Tensor& Module::register_parameter(const std::string& pname, Tensor t) {
   t.requires_grad_(true);
   params_.emplace_back(pname, t);
   return params_.back().second;
+}
+
+Tensor& Module::register_buffer(const std::string& bname, Tensor t) {
+  t.set_name(bname);
+  buffers_.emplace_back(bname, t);
+  return buffers_.back().second;
 }
 
 void Module::register_module(const std::string& mname, std::shared_ptr<Module> m) {
@@ -106,9 +130,11 @@ Tensor Sequential::forward(const Tensor& x) {
   const auto& layers = children();
   for (size_t i = 0; i < layers.size(); ++i) {
     auto* lin = dynamic_cast<Linear*>(layers[i].second.get());
-    const bool fuse = fuse_ && lin != nullptr && i + 1 < layers.size() &&
+    auto* conv = dynamic_cast<Conv2d*>(layers[i].second.get());
+    const bool fuse = fuse_ && (lin != nullptr || conv != nullptr) && i + 1 < layers.size() &&
                       dynamic_cast<ReLU*>(layers[i + 1].second.get()) != nullptr;
     if (lin != nullptr) lin->fused_relu = fuse;
+    if (conv != nullptr) conv->fused_relu = fuse;
     h = layers[i].second->forward(h);
     if (fuse) ++i;  // the ReLU already ran in the GEMM epilogue
   }
@@ -123,6 +149,96 @@ std::shared_ptr<Sequential> mlp512(Generator& gen) {
   m->add(std::make_shared<Linear>(512, 512, gen));
   m->add(std::make_shared<ReLU>());
   m->add(std::make_shared<Linear>(512, 10, gen));
+  return m;
+}
+
+// ---- convolutional networks ----
+
+namespace {
+std::string size2_str(Size2 s) { return std::to_string(s[0]) + "x" + std::to_string(s[1]); }
+}  // namespace
+
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel, Generator& gen, Size2 stride, Size2 padding,
+               bool with_bias)
+    : in_(in_channels), out_(out_channels), kernel_(kernel), stride_(stride), padding_(padding) {
+  HL_CHECK(in_channels > 0 && out_channels > 0 && kernel[0] > 0 && kernel[1] > 0, "Conv2d: channels and kernel "
+           "must be positive, got ", in_channels, " -> ", out_channels, " kernel ", size2_str(kernel));
+  HL_CHECK(stride[0] > 0 && stride[1] > 0 && padding[0] >= 0 && padding[1] >= 0, "Conv2d: stride ",
+           size2_str(stride), " must be positive and padding ", size2_str(padding), " non-negative");
+  // PyTorch: kaiming_uniform_(a=sqrt(5)) for the weight, which is U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_channels * kernel[0] * kernel[1]));
+  weight = register_parameter("weight",
+                              Tensor::uniform({out_channels, in_channels, kernel[0], kernel[1]}, gen, -bound, bound));
+  if (with_bias) bias = register_parameter("bias", Tensor::uniform({out_channels}, gen, -bound, bound));
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  HL_CHECK(x.defined() && x.dim() == 4 && x.size(1) == in_, name(), ": expected input [N, ", in_, ", H, W], got ",
+           x.defined() ? x.describe() : "an undefined tensor");
+  return conv2d(x, weight, bias, stride_, padding_, fused_relu);
+}
+
+std::string Conv2d::name() const {
+  return "Conv2d(" + std::to_string(in_) + " -> " + std::to_string(out_) + ", " + size2_str(kernel_) +
+         ", stride " + size2_str(stride_) + ", pad " + size2_str(padding_) + (bias.defined() ? "" : ", no bias") +
+         ")";
+}
+
+std::string MaxPool2d::name() const { return "MaxPool2d(" + size2_str(kernel_) + ")"; }
+std::string AvgPool2d::name() const { return "AvgPool2d(" + size2_str(kernel_) + ")"; }
+
+BatchNorm2d::BatchNorm2d(int64_t channels, double momentum, double eps)
+    : channels_(channels), momentum_(momentum), eps_(eps) {
+  HL_CHECK(channels > 0, "BatchNorm2d: channels must be positive, got ", channels);
+  weight = register_parameter("weight", Tensor::ones({channels}));
+  bias = register_parameter("bias", Tensor::zeros({channels}));
+  running_mean = register_buffer("running_mean", Tensor::zeros({channels}));
+  running_var = register_buffer("running_var", Tensor::ones({channels}));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  HL_CHECK(x.defined() && x.dim() == 4 && x.size(1) == channels_, name(), ": expected input [N, ", channels_,
+           ", H, W], got ", x.defined() ? x.describe() : "an undefined tensor");
+  return batch_norm2d(x, weight, bias, running_mean, running_var, training(), momentum_, eps_);
+}
+
+std::string BatchNorm2d::name() const { return "BatchNorm2d(" + std::to_string(channels_) + ")"; }
+
+Dropout::Dropout(double p, Generator& gen) : p_(p), gen_(gen.next_u64()) {
+  HL_CHECK(p >= 0.0 && p < 1.0, "Dropout: p must be in [0, 1), got ", p);
+}
+
+std::string Dropout::name() const { return "Dropout(p=" + std::to_string(p_) + ")"; }
+
+std::shared_ptr<Sequential> lenet(Generator& gen) {
+  auto m = std::make_shared<Sequential>();
+  m->add(std::make_shared<Conv2d>(1, 32, 5, gen, 1, 2));
+  m->add(std::make_shared<ReLU>());
+  m->add(std::make_shared<MaxPool2d>(2));
+  m->add(std::make_shared<Conv2d>(32, 64, 5, gen, 1, 2));
+  m->add(std::make_shared<ReLU>());
+  m->add(std::make_shared<MaxPool2d>(2));
+  m->add(std::make_shared<Flatten>());
+  m->add(std::make_shared<Linear>(3136, 256, gen));
+  m->add(std::make_shared<ReLU>());
+  m->add(std::make_shared<Linear>(256, 10, gen));
+  return m;
+}
+
+std::shared_ptr<Sequential> vgg_small(Generator& gen) {
+  auto m = std::make_shared<Sequential>();
+  int64_t in = 3;
+  for (int64_t width : {64, 128, 256}) {
+    for (int rep = 0; rep < 2; ++rep) {
+      m->add(std::make_shared<Conv2d>(in, width, 3, gen, 1, 1, /*bias=*/false));
+      m->add(std::make_shared<BatchNorm2d>(width));
+      m->add(std::make_shared<ReLU>());
+      in = width;
+    }
+    m->add(std::make_shared<MaxPool2d>(2));
+  }
+  m->add(std::make_shared<GlobalAvgPool2d>());
+  m->add(std::make_shared<Linear>(256, 10, gen));
   return m;
 }
 

@@ -84,8 +84,10 @@ int64_t ConvArgs::out_numel() const {
 std::string ConvArgs::describe() const {
   std::ostringstream os;
   os << "conv " << conv_pass_name(pass) << " N=" << N << " C=" << C << " H=" << H << " W=" << W << " K=" << K
-     << " R=" << R << " S=" << S << " stride=" << stride_h << "x" << stride_w << " pad=" << pad_h << "x" << pad_w
-     << " -> P=" << P() << " Q=" << Q() << ' ' << dtype_name(in_type) << "->" << dtype_name(out_type);
+     << " R=" << R << " S=" << S << " stride=" << stride_h << "x" << stride_w << " pad=" << pad_h << "x" << pad_w;
+  // P and Q only where they are defined: describe() also reports the arguments validation rejects.
+  if (stride_h >= 1 && stride_w >= 1 && R <= H + 2 * pad_h && S <= W + 2 * pad_w) os << " -> P=" << P() << " Q=" << Q();
+  os << ' ' << dtype_name(in_type) << "->" << dtype_name(out_type);
   if (beta != 0.0f) os << " beta=" << beta;
   if (bias != nullptr) os << " +bias(" << dtype_name(bias_type) << ")";
   if (relu) os << " relu";

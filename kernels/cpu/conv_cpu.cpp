@@ -79,7 +79,7 @@ void reference_typed(const ConvArgs& a) {
 
   switch (a.pass) {
     case ConvPass::forward:
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) if (a.macs() > kParallelThreshold)
       for (int64_t n = 0; n < N; ++n)
         for (int64_t k = 0; k < K; ++k)
           for (int64_t p = 0; p < P; ++p)
@@ -97,7 +97,7 @@ void reference_typed(const ConvArgs& a) {
       return;
     case ConvPass::backward_data:
       // dx[n,c,h,w] collects dy[n,k,p,q] * w[k,c,r,s] from every (p,q,r,s) with h = p*stride - pad + r.
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) if (a.macs() > kParallelThreshold)
       for (int64_t n = 0; n < N; ++n)
         for (int64_t c = 0; c < C; ++c)
           for (int64_t h = 0; h < H; ++h)
@@ -116,7 +116,7 @@ void reference_typed(const ConvArgs& a) {
             }
       return;
     case ConvPass::backward_weight:
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) if (a.macs() > kParallelThreshold)
       for (int64_t k = 0; k < K; ++k)
         for (int64_t c = 0; c < C; ++c)
           for (int64_t r = 0; r < R; ++r)

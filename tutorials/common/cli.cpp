@@ -7,6 +7,7 @@
 
 #include "framework/amp.h"
 #include "framework/autograd.h"
+#include "kernels/conv.h"
 #include "kernels/gemm.h"
 #include "kernels/runtime.h"
 #include "kernels/softmax.h"
@@ -54,6 +55,7 @@ void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::stri
   app.add_option("--gemm", f.gemm, "GEMM variant (see --list-variants); default: the fastest for the device");
   app.add_option("--softmax", f.softmax,
                  "softmax / cross-entropy variant (see --list-variants); default: by shape (fused_xent for the loss)");
+  app.add_option("--conv", f.conv, "convolution variant (see --list-variants); default: the fastest for the device");
   app.add_option("--csv", f.csv, "write a log of the run to this CSV file, one row per epoch (per run and epoch in 05)");
   app.add_flag("--smoke", f.smoke, "a tiny run on a data subset (seconds on a CPU)");
   app.add_flag("--detect-anomaly", f.detect_anomaly, "stop at the first NaN/inf tensor and name it (slow)");
@@ -76,6 +78,7 @@ Device apply_common_flags(const CommonFlags& f) {
   };
   pin(kernels::GemmRegistry::instance(), f.gemm, "--gemm");
   pin(kernels::SoftmaxRegistry::instance(), f.softmax, "--softmax");
+  pin(kernels::ConvRegistry::instance(), f.conv, "--conv");
   return dev;
 }
 
@@ -88,6 +91,11 @@ void print_variants() {
   for (DeviceType d : {DeviceType::cpu, DeviceType::cuda}) {
     std::cout << "softmax on " << device_name(d) << ":\n";
     for (const auto& v : kernels::SoftmaxRegistry::instance().all())
+      if (v.device == d) std::cout << "  " << v.name << "  (priority " << v.priority << ")  " << v.summary << "\n";
+  }
+  for (DeviceType d : {DeviceType::cpu, DeviceType::cuda}) {
+    std::cout << "conv on " << device_name(d) << ":\n";
+    for (const auto& v : kernels::ConvRegistry::instance().all())
       if (v.device == d) std::cout << "  " << v.name << "  (priority " << v.priority << ")  " << v.summary << "\n";
   }
   if (!runtime::cuda_available()) std::cout << "(no GPU here: " << runtime::cuda_unavailable_reason() << ")\n";

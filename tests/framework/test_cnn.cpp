@@ -1,0 +1,355 @@
+// Convolutional-network ops and modules (framework/ops_cnn.h, framework/nn.h): float64 gradient
+// checks for every op, the batch-norm numerics the paper's policy asks for (FP32 statistics from FP16
+// input), dropout's mask, the model builders, a LeNet step in fp32 and mixed, checkpoints with
+// batch-norm buffers, and errors that name the op and the shapes.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "framework/amp.h"
+#include "framework/autograd.h"
+#include "framework/checkpoint.h"
+#include "framework/gradcheck.h"
+#include "framework/nn.h"
+#include "framework/ops.h"
+#include "framework/ops_cnn.h"
+#include "framework/optim.h"
+#include "kernels/conv.h"
+#include "tests/test_util.h"
+
+namespace {
+
+using namespace hl;
+namespace fs = std::filesystem;
+
+Tensor rnd(const Shape& s, Generator& g, double lo = -1.0, double hi = 1.0, DType t = DType::f64) {
+  return Tensor::uniform(s, g, lo, hi, t);
+}
+
+void expect_gradcheck(const GradcheckFn& f, const std::vector<Tensor>& in, GradcheckOptions opt = {}) {
+  const GradcheckResult r = gradcheck(f, in, opt);
+  EXPECT_TRUE(r.ok) << r.report;
+  EXPECT_LT(r.max_abs_error, 1e-6) << r.report;
+}
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+class Cnn : public ::testing::Test {
+ protected:
+  Generator g{test::fresh_seed()};
+};
+
+// ---- gradient checks (f64, CPU) ----
+
+TEST_F(Cnn, GradcheckConv2dWithBiasStridePadding) {
+  struct Case {
+    Shape x, w;
+    Size2 stride, pad;
+  };
+  const Case cases[] = {
+      {{1, 1, 5, 5}, {2, 1, 3, 3}, {1, 1}, {0, 0}},
+      {{2, 3, 7, 6}, {4, 3, 3, 3}, {2, 2}, {1, 1}},
+      {{1, 2, 6, 7}, {3, 2, 5, 5}, {1, 2}, {2, 2}},
+      {{2, 3, 4, 4}, {5, 3, 1, 1}, {1, 1}, {0, 0}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(shape_str(c.x) + " * " + shape_str(c.w));
+    const Tensor x = rnd(c.x, g), w = rnd(c.w, g), b = rnd({c.w[0]}, g);
+    expect_gradcheck([&](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], c.stride, c.pad); },
+                     {x, w, b});
+    expect_gradcheck([&](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], Tensor(), c.stride, c.pad); },
+                     {x, w});
+  }
+}
+
+TEST_F(Cnn, GradcheckConv2dEveryCpuVariant) {
+  const Tensor x = rnd({2, 2, 5, 6}, g), w = rnd({3, 2, 3, 3}, g), b = rnd({3}, g);
+  for (const std::string& v : kernels::ConvRegistry::instance().names(DeviceType::cpu)) {
+    SCOPED_TRACE(v);
+    kernels::ConvRegistry::instance().set_default(v);
+    expect_gradcheck([&](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], {2, 1}, {1, 2}); },
+                     {x, w, b});
+  }
+  kernels::ConvRegistry::instance().set_default("");
+}
+
+TEST_F(Cnn, GradcheckPools) {
+  // Random values: no ties within a window, and no two values within the finite-difference step.
+  const Tensor x = rnd({2, 3, 7, 6}, g);
+  expect_gradcheck([](const std::vector<Tensor>& in) { return max_pool2d(in[0], {2, 2}); }, {x});
+  expect_gradcheck([](const std::vector<Tensor>& in) { return max_pool2d(in[0], {3, 3}, {2, 2}, {1, 1}); }, {x});
+  expect_gradcheck([](const std::vector<Tensor>& in) { return avg_pool2d(in[0], {2, 2}); }, {x});
+  expect_gradcheck([](const std::vector<Tensor>& in) { return avg_pool2d(in[0], {3, 2}, {1, 2}, {1, 1}); }, {x});
+  expect_gradcheck([](const std::vector<Tensor>& in) { return global_avg_pool2d(in[0]); }, {x});
+}
+
+TEST_F(Cnn, GradcheckBatchNormTrainAndEval) {
+  const Tensor x = rnd({3, 2, 3, 4}, g, -2, 3), gamma = rnd({2}, g, 0.5, 1.5), beta = rnd({2}, g);
+  expect_gradcheck(
+      [](const std::vector<Tensor>& in) { return batch_norm2d(in[0], in[1], in[2], Tensor(), Tensor(), true); },
+      {x, gamma, beta});
+  const Tensor rm = rnd({2}, g), rv = rnd({2}, g, 0.5, 2.0);
+  expect_gradcheck([&](const std::vector<Tensor>& in) { return batch_norm2d(in[0], in[1], in[2], rm, rv, false); },
+                   {x, gamma, beta});
+}
+
+TEST_F(Cnn, GradcheckDropoutWithAFixedMask) {
+  const Tensor x = rnd({4, 3, 5, 5}, g);
+  expect_gradcheck([](const std::vector<Tensor>& in) { return dropout(in[0], 0.3, true, uint64_t{42}); }, {x});
+}
+
+// ---- forward values against hand computations ----
+
+TEST_F(Cnn, Conv2dFusedReluEqualsReluOfConv) {
+  const Tensor x = rnd({2, 3, 6, 6}, g, -1, 1, DType::f32), w = rnd({4, 3, 3, 3}, g, -1, 1, DType::f32);
+  const Tensor b = rnd({4}, g, -1, 1, DType::f32);
+  const auto fused = conv2d(x, w, b, {1, 1}, {1, 1}, true).to_vector();
+  const auto plain = relu(conv2d(x, w, b, {1, 1}, {1, 1})).to_vector();
+  ASSERT_EQ(fused.size(), plain.size());
+  for (size_t i = 0; i < fused.size(); ++i) EXPECT_EQ(fused[i], plain[i]) << i;
+}
+
+TEST_F(Cnn, MaxPoolTiesTakeTheFirstAndNanPropagates) {
+  // One 2x2 window: [[1, 3], [3, nan]] -> nan (its gradient goes to the NaN); [[2, 5], [5, 1]] -> 5,
+  // gradient to the first 5.
+  const double nan = std::nan("");
+  Tensor x = Tensor::from_vector(std::vector<double>{2, 5, 1, 3, 5, 1, 3, nan}, {1, 1, 2, 4}, DType::f64);
+  x.requires_grad_();
+  Tensor y = max_pool2d(x, {2, 2});
+  const auto yv = y.to_double();
+  EXPECT_EQ(yv[0], 5.0);
+  EXPECT_TRUE(std::isnan(yv[1]));
+  y.backward(Tensor::ones({1, 1, 1, 2}, DType::f64));
+  const auto gx = x.grad().to_double();
+  const std::vector<double> want{0, 1, 0, 0, 0, 0, 0, 1};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(gx[i], want[i]) << i;
+}
+
+TEST_F(Cnn, AvgPoolCountsPaddingAsZero) {
+  const Tensor x = Tensor::ones({1, 1, 2, 2}, DType::f32);
+  const auto y = avg_pool2d(x, {2, 2}, {1, 1}, {1, 1}).to_vector();  // 3x3 outputs
+  ASSERT_EQ(y.size(), 9u);
+  EXPECT_FLOAT_EQ(y[0], 0.25f);  // corner window sees one real element
+  EXPECT_FLOAT_EQ(y[4], 1.0f);   // the centre window sees all four
+}
+
+TEST_F(Cnn, BatchNormRunningStatsFollowPyTorch) {
+  const Tensor x = rnd({4, 2, 3, 3}, g, -3, 5, DType::f32);
+  Tensor rm = Tensor::from_vector(std::vector<float>{0.5f, -1.0f}, {2});
+  Tensor rv = Tensor::from_vector(std::vector<float>{2.0f, 0.5f}, {2});
+  const Tensor gamma = Tensor::ones({2}), beta = Tensor::zeros({2});
+  const auto xs = x.to_double();
+  const double momentum = 0.1;
+  const Tensor y = batch_norm2d(x, gamma, beta, rm, rv, true, momentum, 1e-5);
+  const auto rmv = rm.to_double(), rvv = rv.to_double(), yv = y.to_double();
+  const double old_m[2] = {0.5, -1.0}, old_v[2] = {2.0, 0.5};
+  for (int c = 0; c < 2; ++c) {
+    double s = 0;
+    std::vector<double> vals;
+    for (int n = 0; n < 4; ++n)
+      for (int i = 0; i < 9; ++i) vals.push_back(xs[(n * 2 + c) * 9 + i]);
+    for (double v : vals) s += v;
+    const double mean = s / 36;
+    double ss = 0;
+    for (double v : vals) ss += (v - mean) * (v - mean);
+    EXPECT_NEAR(rmv[c], 0.9 * old_m[c] + 0.1 * mean, 1e-5);
+    EXPECT_NEAR(rvv[c], 0.9 * old_v[c] + 0.1 * ss / 35, 1e-5);  // unbiased for the running variance
+    // ...and the biased variance for the normalization itself.
+    EXPECT_NEAR(yv[(0 * 2 + c) * 9], (vals[0] - mean) / std::sqrt(ss / 36 + 1e-5), 1e-4);
+  }
+  // Eval mode normalizes with the running statistics.
+  const Tensor xe = rnd({2, 2, 2, 2}, g, -1, 1, DType::f32);
+  const auto ye = batch_norm2d(xe, gamma, beta, rm, rv, false).to_double();
+  const auto xev = xe.to_double();
+  for (size_t i = 0; i < xev.size(); ++i) {
+    const int c = static_cast<int>((i / 4) % 2);
+    EXPECT_NEAR(ye[i], (xev[i] - rmv[c]) / std::sqrt(rvv[c] + 1e-5), 1e-5) << i;
+  }
+}
+
+TEST_F(Cnn, BatchNormF16InputWithVarianceAbove65504GivesFiniteF32Stats) {
+  // Values 30000 +- 1024 (exact in f16, whose spacing there is 16): variance 2^20 > 65504 (the f16
+  // maximum), mean 3e4. A variance computed in f16 would overflow; the f32 two-pass statistics do not.
+  std::vector<float> v(2 * 1 * 4 * 4);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 30000.0f + (i % 2 ? 1024.0f : -1024.0f);
+  const Tensor x = Tensor::from_vector(v, {2, 1, 4, 4}, DType::f16);
+  Tensor rm = Tensor::zeros({1}), rv = Tensor::ones({1});
+  const Tensor y = batch_norm2d(x, Tensor::ones({1}), Tensor::zeros({1}), rm, rv, true, 1.0, 1e-5);
+  EXPECT_EQ(y.dtype(), DType::f16);
+  EXPECT_EQ(rv.dtype(), DType::f32);
+  EXPECT_NEAR(rm.item(), 30000.0, 1e-2);
+  EXPECT_NEAR(rv.item(), 1048576.0 * 32 / 31, 1.0);  // momentum 1: the unbiased batch variance itself
+  for (float f : y.to_vector()) EXPECT_NEAR(std::fabs(f), 1.0f, 1e-3f);
+}
+
+TEST_F(Cnn, DropoutIsSeededKeepsAboutOneMinusPAndScales) {
+  const Tensor x = Tensor::ones({100000}, DType::f32);
+  const double p = 0.3;
+  const auto a = dropout(x, p, true, uint64_t{7}).to_vector();
+  const auto b = dropout(x, p, true, uint64_t{7}).to_vector();
+  const auto c = dropout(x, p, true, uint64_t{8}).to_vector();
+  EXPECT_EQ(a, b);  // same seed, same mask
+  EXPECT_NE(a, c);
+  int64_t kept = 0;
+  const float scale = static_cast<float>(1.0 / (1.0 - p));
+  for (float v : a) {
+    EXPECT_TRUE(v == 0.0f || v == scale) << v;
+    kept += v != 0.0f;
+  }
+  // Binomial(1e5, 0.7): standard deviation 145; 6 sigma cannot fail by bad luck.
+  EXPECT_NEAR(static_cast<double>(kept), 70000.0, 6 * 145.0);
+  // Not training (or p = 0): the input itself.
+  EXPECT_EQ(dropout(x, p, false, uint64_t{7}).data_ptr(), x.data_ptr());
+  // Backward reuses the mask: the gradient of sum(dropout(x)) is the mask times the scale.
+  Tensor xr = Tensor::ones({1000}, DType::f32);
+  xr.requires_grad_();
+  Tensor y = dropout(xr, p, true, uint64_t{9});
+  sum(y).backward();
+  EXPECT_EQ(xr.grad().to_vector(), y.to_vector());
+}
+
+// ---- modules and models ----
+
+TEST_F(Cnn, LenetAndVggSmallParameterCounts) {
+  auto lenet = nn::lenet(g);
+  const int64_t want = (32 * 25 + 32) + (64 * 32 * 25 + 64) + (3136 * 256 + 256) + (256 * 10 + 10);
+  EXPECT_EQ(lenet->num_parameters(), want);
+  auto vgg = nn::vgg_small(g);
+  // Bias-free 3x3 convolutions, each followed by a BatchNorm2d (gamma, beta), then linear(256 -> 10).
+  const int64_t convs = 9 * (3 * 64 + 64 * 64 + 64 * 128 + 128 * 128 + 128 * 256 + 256 * 256);
+  const int64_t bns = 2 * 2 * (64 + 128 + 256);
+  EXPECT_EQ(vgg->num_parameters(), convs + bns + 256 * 10 + 10);
+  EXPECT_EQ(vgg->named_buffers().size(), 12u);  // running_mean and running_var of 6 BatchNorm2d
+  EXPECT_EQ(vgg->named_buffers()[0].first, "1.running_mean");
+}
+
+// One SGD step of LeNet on random data in fp32 and in mixed (FP16 working copy, FP32 masters, dynamic
+// loss scaling): the loss is finite, and the step changes every parameter.
+void lenet_step(amp::Precision precision, Generator& g) {
+  auto model = nn::lenet(g);
+  model->fuse_linear_relu(true);
+  optim::SGD sgd(model->parameters(), {.lr = 0.05, .momentum = 0.9, .master_weights = amp::uses_master_weights(precision)});
+  const DType dt = amp::compute_dtype(precision);
+  model->to(dt);
+  std::vector<Tensor> before;
+  for (const Tensor& p : model->parameters()) before.push_back(p.clone());
+  const Tensor x = Tensor::randn({4, 1, 28, 28}, g, dt);
+  const Tensor y = Tensor::from_vector(std::vector<int32_t>{1, 7, 3, 0}, {4});
+  amp::LossScaler scaler(amp::ScalerConfig::parse(precision == amp::Precision::fp32 ? "none" : "static:1024"));
+  const Tensor logits = (*model)(x);
+  EXPECT_EQ(logits.dtype(), dt);
+  EXPECT_EQ(logits.shape(), (Shape{4, 10}));
+  const Tensor loss = cross_entropy(logits, y);
+  EXPECT_TRUE(std::isfinite(loss.item()));
+  scaler.scale(loss).backward();
+  EXPECT_TRUE(scaler.step(sgd));
+  scaler.update();
+  const auto params = model->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(params[i].dtype(), dt);
+    EXPECT_NE(params[i].to_vector(), before[i].to_vector()) << "parameter " << i << " did not change";
+  }
+}
+
+TEST_F(Cnn, LenetForwardBackwardFp32AndMixed) {
+  lenet_step(amp::Precision::fp32, g);
+  lenet_step(amp::Precision::mixed, g);
+}
+
+TEST_F(Cnn, BatchNormStaysF32UnderMixedAndVggSmallStepRuns) {
+  auto vgg = nn::vgg_small(g);
+  optim::SGD sgd(vgg->parameters(), {.lr = 0.05, .momentum = 0.9, .master_weights = true});
+  vgg->to(DType::f16);
+  // Layers 0..20 are the three stages (conv, BN, ReLU, conv, BN, ReLU, pool); 21 pools, 22 is the linear.
+  for (const auto& [name, p] : vgg->named_parameters()) {
+    const bool batch_norm = p.dim() == 1 && name != "22.bias";
+    EXPECT_EQ(p.dtype(), batch_norm ? DType::f32 : DType::f16) << name;
+  }
+  for (const auto& [name, b] : vgg->named_buffers()) EXPECT_EQ(b.dtype(), DType::f32) << name;
+  EXPECT_EQ(vgg->named_parameters()[0].second.dtype(), DType::f16);  // the first conv's weight
+  const Tensor x = Tensor::randn({2, 3, 32, 32}, g, DType::f16);
+  const Tensor y = Tensor::from_vector(std::vector<int32_t>{4, 9}, {2});
+  const Tensor loss = cross_entropy((*vgg)(x), y);
+  amp::LossScaler scaler(amp::ScalerConfig::parse("dynamic"));
+  scaler.scale(loss).backward();
+  scaler.step(sgd);
+  scaler.update();
+  EXPECT_TRUE(std::isfinite(loss.item()));
+  // The running statistics moved away from their initial 0 / 1.
+  EXPECT_NE(vgg->named_buffers()[0].second.to_vector(), std::vector<float>(64, 0.0f));
+}
+
+TEST_F(Cnn, CheckpointRoundTripKeepsBatchNormBuffers) {
+  std::string tmpl = (fs::temp_directory_path() / "halfling_cnn_XXXXXX").string();
+  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+  const std::string path = tmpl + "/bn.safetensors";
+  auto a = std::make_shared<nn::Sequential>();
+  a->add(std::make_shared<nn::Conv2d>(3, 4, 3, g, 1, 1));
+  a->add(std::make_shared<nn::BatchNorm2d>(4));
+  (*a)(Tensor::randn({3, 3, 5, 5}, g));  // one training forward: running statistics move
+  save_checkpoint(path, *a);
+  const SafeTensors file = load_safetensors(path);
+  EXPECT_TRUE(file.contains("model.1.running_mean"));
+  EXPECT_TRUE(file.contains("model.1.running_var"));
+
+  Generator g2(99);
+  auto b = std::make_shared<nn::Sequential>();
+  b->add(std::make_shared<nn::Conv2d>(3, 4, 3, g2, 1, 1));
+  b->add(std::make_shared<nn::BatchNorm2d>(4));
+  load_checkpoint(path, *b);
+  const auto sa = a->named_state(), sb = b->named_state();
+  ASSERT_EQ(sa.size(), sb.size());
+  for (size_t i = 0; i < sa.size(); ++i) EXPECT_EQ(sa[i].second.to_vector(), sb[i].second.to_vector()) << sa[i].first;
+  b->eval();
+  a->eval();
+  const Tensor x = Tensor::randn({2, 3, 5, 5}, g);
+  EXPECT_EQ((*a)(x).to_vector(), (*b)(x).to_vector());
+  fs::remove_all(tmpl);
+}
+
+// ---- bad input ----
+
+TEST_F(Cnn, BadInputsNameTheOpAndShapes) {
+  const Tensor x = Tensor::zeros({2, 3, 8, 8}), w = Tensor::zeros({4, 3, 3, 3});
+  EXPECT_NE(error_of([&] { conv2d(Tensor::zeros({3, 8, 8}), w); }).find("conv2d: needs an NCHW input"), std::string::npos);
+  const std::string ch = error_of([&] { conv2d(x, Tensor::zeros({4, 2, 3, 3})); });
+  EXPECT_NE(ch.find("conv2d: input f32[2, 3, 8, 8] on cpu has 3 channels"), std::string::npos) << ch;
+  const std::string big = error_of([&] { conv2d(Tensor::zeros({1, 3, 2, 2}), Tensor::zeros({4, 3, 5, 5}), Tensor(), {1, 1}, {1, 1}); });
+  EXPECT_NE(big.find("larger than the input"), std::string::npos) << big;
+  EXPECT_NE(error_of([&] { conv2d(x, w, Tensor::zeros({5})); }).find("conv2d: bias"), std::string::npos);
+  EXPECT_NE(error_of([&] { conv2d(x, cast(w, DType::f16)); }).find("share a dtype"), std::string::npos);
+  EXPECT_NE(error_of([&] { conv2d(x, w, Tensor(), {0, 1}); }).find("stride"), std::string::npos);
+  EXPECT_NE(error_of([&] { max_pool2d(x, {9, 9}); }).find("max_pool2d: the 9x9 window is larger"), std::string::npos);
+  EXPECT_NE(error_of([&] { max_pool2d(x, {2, 2}, {2, 2}, {2, 2}); }).find("half the"), std::string::npos);
+  EXPECT_NE(error_of([&] { avg_pool2d(Tensor::zeros({8, 8}), {2, 2}); }).find("avg_pool2d: needs an NCHW"), std::string::npos);
+  EXPECT_NE(error_of([&] { batch_norm2d(x, Tensor::ones({4}), Tensor::zeros({3}), Tensor(), Tensor(), true); })
+                .find("gamma f32[4] on cpu does not match the 3 channels"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              batch_norm2d(cast(x, DType::f16), Tensor::ones({3}, DType::f16), Tensor::zeros({3}), Tensor(), Tensor(), true);
+            }).find("stay f32"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { batch_norm2d(Tensor::zeros({1, 3, 1, 1}), Tensor::ones({3}), Tensor::zeros({3}), Tensor(), Tensor(), true); })
+                .find("more than one value per channel"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { batch_norm2d(x, Tensor::ones({3}), Tensor::zeros({3}), Tensor(), Tensor(), false); })
+                .find("running statistics"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { dropout(x, 1.0, true, uint64_t{1}); }).find("dropout: p must be in [0, 1)"), std::string::npos);
+  nn::Conv2d conv(3, 4, 3, g);
+  EXPECT_NE(error_of([&] { conv(Tensor::zeros({2, 5, 8, 8})); }).find("expected input [N, 3, H, W]"), std::string::npos);
+}
+
+}  // namespace

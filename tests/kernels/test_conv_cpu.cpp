@@ -1,0 +1,191 @@
+// Every CPU convolution variant in the registry (kernels/conv.h), all three passes, against the
+// float64 reference of tests/kernels/conv_reference.h computed from the same (already rounded)
+// inputs. A variant added to the registry is tested here without a line of change.
+//
+// Checks: fresh random data every run (seed printed; HALFLING_TEST_SEED replays it); the output
+// poisoned with NaN when beta == 0 (a variant that reads it shows NaN); every element within the
+// floating-point error bound (terms + 8) * u * sum|terms| of the accumulation plus one rounding of
+// the output (f16: 2^-11 relative, the "rounded once" of paper §3.3), which cannot fail by bad luck;
+// and the norm-wise relative error of DESIGN.md §6.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernels/conv.h"
+#include "kernels/error.h"
+#include "tests/kernels/conv_reference.h"
+#include "tests/test_util.h"
+
+namespace hl::kernels {
+namespace {
+
+using test::ConvShape;
+using test::TypedBuffer;
+
+struct DtypeCase {
+  DType in, out;
+};
+constexpr DtypeCase kDtypes[] = {
+    {DType::f32, DType::f32}, {DType::f16, DType::f16}, {DType::f16, DType::f32}, {DType::f64, DType::f64}};
+
+struct EpilogueCase {
+  const char* name;
+  float beta;
+  bool bias, relu;  // forward only
+};
+constexpr EpilogueCase kEpilogues[] = {{"plain", 0.0f, false, false}, {"beta", 0.75f, false, false},
+                                       {"bias_relu", 0.0f, true, true}};
+
+// Runs `variant` on one problem and checks every element; returns a description of the first failure.
+void check_case(const std::string& variant, DeviceType dev, const ConvShape& shape, ConvPass pass, DtypeCase dt,
+                const EpilogueCase& ep, uint64_t seed) {
+  if (pass != ConvPass::forward && (ep.bias || ep.relu)) return;
+  ConvArgs a = shape.args();
+  a.device = dev;
+  a.pass = pass;
+  a.in_type = dt.in;
+  a.out_type = dt.out;
+  a.beta = ep.beta;
+  const int64_t P = a.P(), Q = a.Q();
+  const auto xv = test::random_values(static_cast<size_t>(a.N * a.C * a.H * a.W), seed, -1, 1, dt.in);
+  const auto wv = test::random_values(static_cast<size_t>(a.K * a.C * a.R * a.S), seed + 1, -1, 1, dt.in);
+  const auto dyv = test::random_values(static_cast<size_t>(a.N * a.K * P * Q), seed + 2, -1, 1, dt.in);
+  const auto bv = test::random_values(static_cast<size_t>(a.K), seed + 3, -1, 1, DType::f32);
+  const test::ConvRef ref = test::conv_reference(a, pass, xv, wv, dyv);
+  const auto old = test::random_values(ref.value.size(), seed + 4, -1, 1, dt.out);
+
+  TypedBuffer x(dt.in, xv.size()), w(dt.in, wv.size()), dy(dt.in, dyv.size()), bias(DType::f32, bv.size());
+  x.set_all(xv), w.set_all(wv), dy.set_all(dyv), bias.set_all(bv);
+  TypedBuffer out(dt.out, ref.value.size());
+  if (ep.beta == 0.0f) {
+    out.fill_nan();  // beta == 0: the output must not be read
+  } else {
+    out.set_all(old);
+  }
+  a.x = x.data(), a.w = w.data(), a.dy = dy.data();
+  switch (pass) {
+    case ConvPass::forward: a.y = out.data(); break;
+    case ConvPass::backward_data: a.dx = out.data(); break;
+    case ConvPass::backward_weight: a.dw = out.data(); break;
+  }
+  if (ep.bias) a.bias = bias.data();
+  a.relu = ep.relu;
+  conv2d(a, variant);
+
+  const double u = dt.in == DType::f64 ? 0x1p-53 : 0x1p-24;
+  // One rounding of the output on the store: f16 keeps 11 significant bits (and subnormals below
+  // 2^-14 are spaced 2^-24 apart), f32 24.
+  const double out_u = dt.out == DType::f16 ? 0x1p-11 : dt.out == DType::f32 ? 0x1p-24 : 0x1p-53;
+  const int64_t PQ = P * Q;
+  std::vector<double> got(ref.value.size()), want(ref.value.size());
+  for (size_t i = 0; i < ref.value.size(); ++i) {
+    double v = ref.value[i], mag = ref.magnitude[i];
+    if (ep.beta != 0.0f) v += ep.beta * old[i], mag += std::fabs(ep.beta * old[i]);
+    if (ep.bias) {
+      const double b = bv[(i / static_cast<size_t>(PQ)) % static_cast<size_t>(a.K)];
+      v += b, mag += std::fabs(b);
+    }
+    if (ep.relu && v < 0) v = 0;
+    want[i] = v;
+    got[i] = out.get(i);
+    const double tol = static_cast<double>(ref.terms + 8) * u * mag + out_u * std::fabs(v) +
+                       (dt.out == DType::f16 ? 0x1p-25 : 0.0);
+    // Near zero a ReLU may clamp a value the reference puts just above 0 (or the other way round).
+    ASSERT_TRUE(std::isfinite(got[i]) && std::fabs(got[i] - v) <= tol + (ep.relu ? tol : 0.0))
+        << variant << " " << a.describe() << " element " << i << ": got " << got[i] << ", want " << v
+        << " (tolerance " << tol << ", seed " << seed << ")";
+  }
+  // Norm-wise (DESIGN.md §6): f32 accumulation lands near 1e-7..1e-6; an f16 output adds 2^-11.
+  const double norm_tol = dt.out == DType::f16 ? 1e-3 : dt.in == DType::f64 ? 1e-13 : 1e-5;
+  EXPECT_LE(test::rel_error(got, want), norm_tol) << variant << " " << a.describe();
+}
+
+class ConvCpu : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ConvCpu, AllPassesShapesDtypesEpilogues) {
+  const uint64_t seed = test::fresh_seed();
+  for (const ConvShape& s : test::conv_test_shapes())
+    for (ConvPass pass : {ConvPass::forward, ConvPass::backward_data, ConvPass::backward_weight})
+      for (const DtypeCase& dt : kDtypes)
+        for (const EpilogueCase& ep : kEpilogues) {
+          SCOPED_TRACE(s.str() + " " + conv_pass_name(pass) + " " + dtype_name(dt.in) + "->" + dtype_name(dt.out) +
+                       " " + ep.name);
+          check_case(GetParam(), DeviceType::cpu, s, pass, dt, ep, seed);
+          if (HasFatalFailure()) return;
+        }
+}
+
+std::vector<std::string> cpu_variants() { return ConvRegistry::instance().names(DeviceType::cpu); }
+
+INSTANTIATE_TEST_SUITE_P(Variants, ConvCpu, ::testing::ValuesIn(cpu_variants()),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+TEST(ConvCpuRegistry, ReferenceAndIm2colAreRegisteredAndIm2colIsTheDefault) {
+  const auto names = cpu_variants();
+  EXPECT_NE(std::find(names.begin(), names.end(), "reference"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "im2col"), names.end());
+  ConvArgs a = ConvShape{1, 1, 5, 5, 2, 3, 3, 1, 1, 0, 0}.args();
+  EXPECT_EQ(ConvRegistry::instance().select(a).name, "im2col");
+}
+
+// The im2col variant processes images in chunks (to bound its unfolded buffer): a problem larger than
+// one chunk must give the same answer as the reference. Backward weight accumulates across chunks.
+TEST(ConvCpuRegistry, Im2colAcrossChunksMatchesReference) {
+  const uint64_t seed = test::fresh_seed();
+  // C*R*S*P*Q = 64*9*32*32 = 589824 per image: 4M-element chunks hold 7 images, so 9 images use 2 chunks.
+  ConvShape s{9, 64, 32, 32, 3, 3, 3, 1, 1, 1, 1};
+  for (ConvPass pass : {ConvPass::forward, ConvPass::backward_data, ConvPass::backward_weight}) {
+    ConvArgs a = s.args();
+    a.pass = pass;
+    const int64_t nx = a.N * a.C * a.H * a.W, nw = a.K * a.C * a.R * a.S, ny = a.N * a.K * a.P() * a.Q();
+    TypedBuffer x(DType::f32, nx), w(DType::f32, nw), dy(DType::f32, ny);
+    x.set_all(test::random_values(nx, seed, -1, 1, DType::f32));
+    w.set_all(test::random_values(nw, seed + 1, -1, 1, DType::f32));
+    dy.set_all(test::random_values(ny, seed + 2, -1, 1, DType::f32));
+    const size_t n_out = pass == ConvPass::forward ? ny : pass == ConvPass::backward_data ? nx : nw;
+    TypedBuffer o1(DType::f32, n_out), o2(DType::f32, n_out);
+    o1.fill_nan(), o2.fill_nan();
+    a.x = x.data(), a.w = w.data(), a.dy = dy.data();
+    for (auto [buf, name] : {std::pair{&o1, "reference"}, std::pair{&o2, "im2col"}}) {
+      a.y = a.dx = a.dw = buf->data();
+      conv2d(a, name);
+    }
+    // Both accumulate in f32, in different orders: bounded by the f32 error of up to 9*32*32 terms.
+    EXPECT_LE(test::rel_error(o2.values(), o1.values()), 1e-5) << conv_pass_name(pass) << " seed " << seed;
+  }
+}
+
+TEST(ConvCpuRegistry, BadArgumentsNameTheProblem) {
+  TypedBuffer x(DType::f32, 100), w(DType::f32, 100), y(DType::f32, 100);
+  ConvArgs a = ConvShape{1, 1, 4, 4, 1, 7, 7, 1, 1, 1, 1}.args();  // 7x7 kernel, 6x6 padded input
+  a.x = x.data(), a.w = w.data(), a.y = y.data();
+  try {
+    conv2d(a);
+    FAIL() << "a kernel larger than the padded input was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("larger than the padded input"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("conv forward N=1 C=1 H=4 W=4"), std::string::npos) << e.what();
+  }
+  a = ConvShape{1, 1, 4, 4, 1, 3, 3, 1, 1, 0, 0}.args();
+  a.x = x.data(), a.w = w.data();  // no y
+  EXPECT_THROW(conv2d(a), Error);
+  a.y = y.data();
+  a.in_type = DType::f16, a.out_type = DType::f64;
+  EXPECT_THROW(conv2d(a), Error);  // f64 output from f16 inputs
+  a.in_type = DType::f32, a.out_type = DType::f32;
+  a.stride_h = 0;
+  EXPECT_THROW(conv2d(a), Error);
+  a.stride_h = 1;
+  a.pass = ConvPass::backward_weight;
+  a.dy = y.data(), a.dw = w.data();
+  a.relu = true;
+  EXPECT_THROW(conv2d(a), Error);  // relu belongs to the forward pass
+  a.relu = false;
+  EXPECT_THROW(conv2d(a, "no_such_variant"), Error);
+  EXPECT_NO_THROW(conv2d(a, "reference"));
+}
+
+}  // namespace
+}  // namespace hl::kernels

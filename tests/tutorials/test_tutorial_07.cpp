@@ -1,0 +1,49 @@
+// Tutorial 07 (convolutional networks): the LeNet smoke run trains in mixed precision and reports its
+// accuracy; the VGG-small smoke run makes two mixed-precision steps on CIFAR-10 with augmentation;
+// --conv pins a convolution variant and refuses an unknown one.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/test_util.h"
+
+namespace {
+
+std::pair<int, std::string> run07(const std::string& args) {
+  return hl::test::run_command(hl::test::tutorial_program("07_conv_lenet") + " " + args);
+}
+
+TEST(Tutorial07, LenetSmokeRunInMixedPrecision) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const auto [status, out] = run07("--smoke --device cpu --precision mixed --data " + dir);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("lenet on MNIST, 512 train / 500 test images"), std::string::npos) << out;
+  EXPECT_NE(out.find("Conv2d(32 -> 64, 5x5, stride 1x1, pad 2x2)  51264"), std::string::npos) << out;
+  EXPECT_NE(out.find("convolution variant: im2col"), std::string::npos) << out;
+  EXPECT_NE(out.find("final test accuracy"), std::string::npos) << out;
+}
+
+TEST(Tutorial07, ConvFlagPinsAVariantAndRefusesUnknownOnes) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const auto [s1, o1] = run07("--device cpu --conv no_such_conv --data " + dir);
+  EXPECT_NE(s1, 0);
+  EXPECT_NE(o1.find("--conv: no variant 'no_such_conv' on cpu (known:"), std::string::npos) << o1;
+  const auto [s2, o2] = run07("--device cpu --list-variants");
+  EXPECT_EQ(s2, 0) << o2;
+  EXPECT_NE(o2.find("conv on cpu:"), std::string::npos) << o2;
+  EXPECT_NE(o2.find("im2col"), std::string::npos) << o2;
+}
+
+TEST(Tutorial07, VggSmallSmokeStepsInMixedPrecision) {
+  const std::string dir = hl::test::data_dir("cifar10");
+  if (dir.empty()) GTEST_SKIP() << "CIFAR-10 not found: see datasets/fetch.sh";
+  const auto [status, out] = run07("--smoke --device cpu --model vgg_small --precision mixed --data " + dir);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("vgg_small on CIFAR-10"), std::string::npos) << out;
+  EXPECT_NE(out.find("BatchNorm2d(256)"), std::string::npos) << out;
+  EXPECT_NE(out.find("final test accuracy"), std::string::npos) << out;
+}
+
+}  // namespace

@@ -1,0 +1,134 @@
+// Tutorial 07: convolutional networks in mixed precision. LeNet (DESIGN.md §4) on MNIST by default,
+// or VGG-small on CIFAR-10 (random crop + flip) with --model vgg_small. Convolutions read FP16 and
+// accumulate in FP32 like GEMM (paper §3.3); batch norm keeps its statistics and parameters in FP32.
+// The chapter is tutorials/07_conv_lenet/README.md.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "datasets/dataloader.h"
+#include "datasets/image_folder.h"
+#include "datasets/mnist.h"
+#include "framework/amp.h"
+#include "framework/nn.h"
+#include "framework/optim.h"
+#include "kernels/conv.h"
+#include "kernels/runtime.h"
+#include "tutorials/common/cli.h"
+#include "tutorials/common/trainer.h"
+
+using namespace hl;
+
+int main(int argc, char** argv) {
+  CLI::App app{"halfling tutorial 07: LeNet on MNIST (or VGG-small on CIFAR-10) with convolutions in mixed precision"};
+  tutorial::CommonFlags f;
+  f.epochs = 5;
+  f.precision = "mixed";
+  tutorial::add_common_flags(app, f, {"fp32", "fp16", "mixed"});
+  std::string model_name = "lenet";
+  bool no_fuse = false;
+  int64_t max_steps = -1;
+  app.add_option("--model", model_name, "lenet (MNIST) or vgg_small (CIFAR-10 image folder)")
+      ->check(CLI::IsMember({"lenet", "vgg_small"}))
+      ->capture_default_str();
+  app.add_flag("--no-fuse", no_fuse, "run each ReLU as its own op instead of in the conv/GEMM epilogue");
+  app.add_option("--max-steps", max_steps, "stop each epoch after this many steps (-1: the whole epoch)");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (f.list_variants) {
+      tutorial::print_variants();
+      return 0;
+    }
+    const Device dev = tutorial::apply_common_flags(f);
+    const bool lenet = model_name == "lenet";
+    data::Dataset train, test;
+    if (lenet) {
+      const std::string dir = f.data.empty() ? tutorial::default_data_dir("mnist") : f.data;
+      train = data::load_mnist(dir, data::Split::train);
+      test = data::load_mnist(dir, data::Split::test);
+    } else {
+      const std::string dir = f.data.empty() ? tutorial::default_data_dir("cifar10") : f.data;
+      data::ImageFolderOptions io;
+      io.norm = data::cifar10_normalization();
+      train = data::load_image_folder(dir, "train", io);
+      test = data::load_image_folder(dir, "test", io);
+    }
+    int64_t epochs = f.epochs;
+    int64_t batch = f.batch;
+    if (f.smoke) {  // seconds on a CPU: what CI runs so that this chapter never rots
+      train = train.subset(0, lenet ? 512 : 64);
+      test = test.subset(0, lenet ? 500 : 64);
+      epochs = 1;
+      if (!lenet) batch = std::min<int64_t>(batch, 16);
+    }
+    const amp::Precision precision = amp::parse_precision(f.precision);
+    const DType dt = amp::compute_dtype(precision);
+    std::printf("halfling 07_conv_lenet: %s on %s, %lld train / %lld test images, %lld epoch(s), batch %lld, device %s%s, "
+                "precision %s, loss scale %s\n",
+                model_name.c_str(), lenet ? "MNIST" : "CIFAR-10", static_cast<long long>(train.size()),
+                static_cast<long long>(test.size()), static_cast<long long>(epochs), static_cast<long long>(batch),
+                device_name(dev), dev == Device::cuda ? (" (" + runtime::cuda_device_description() + ")").c_str() : "",
+                f.precision.c_str(),
+                precision == amp::Precision::fp32 ? "none" : amp::ScalerConfig::parse(f.loss_scale).str().c_str());
+
+    Generator gen(f.seed);
+    std::shared_ptr<nn::Sequential> model = lenet ? nn::lenet(gen) : nn::vgg_small(gen);
+    model->fuse_linear_relu(!no_fuse);
+    model->to(dev);
+    // The FP32 master copy is taken now, from the FP32 initialization (paper §3.1), before the
+    // weights become FP16 working copies. BatchNorm2d stays FP32 through model->to(f16).
+    optim::SGD sgd(model->parameters(),
+                   {.lr = f.lr, .momentum = f.momentum, .master_weights = amp::uses_master_weights(precision)});
+    model->to(dt);
+    std::printf("%s", model->summary().c_str());
+    {
+      kernels::ConvArgs probe;
+      probe.device = dev;
+      probe.N = probe.C = probe.K = 1;
+      probe.H = probe.W = probe.R = probe.S = 3;
+      probe.in_type = probe.out_type = dt;
+      std::printf("convolution variant: %s\n", kernels::ConvRegistry::instance().select(probe).name.c_str());
+    }
+
+    amp::LossScaler scaler(amp::ScalerConfig::parse(precision == amp::Precision::fp32 ? "none" : f.loss_scale));
+    data::DataLoader::Options train_opts{.batch_size = batch, .shuffle = true, .seed = f.seed, .device = dev, .dtype = dt};
+    if (!lenet) train_opts.augment = data::Augment::cifar10();
+    data::DataLoader train_loader(train, train_opts);
+    data::DataLoader test_loader(test, {.batch_size = 500, .shuffle = false, .device = dev, .dtype = dt});
+    tutorial::TrainOptions opts;
+    opts.scaler = &scaler;
+    opts.max_steps = f.smoke && !lenet ? 2 : max_steps;
+
+    std::ofstream csv;
+    if (!f.csv.empty()) {
+      csv.open(f.csv);
+      HL_CHECK(csv.good(), "--csv: cannot write ", f.csv);
+      csv << "epoch,train_loss,train_acc,test_acc,seconds,images_per_second,skipped_steps,loss_scale\n";
+    }
+    double total_seconds = 0.0, test_acc = 0.0;
+    for (int64_t e = 1; e <= epochs; ++e) {
+      const tutorial::EpochResult r = tutorial::train_epoch(*model, sgd, train_loader, e, opts);
+      test_acc = tutorial::evaluate(*model, test_loader);
+      total_seconds += r.seconds;
+      std::printf("epoch %lld/%lld  loss %.4f  train acc %.2f%%  test acc %.2f%%  %.1f s  (%.0f img/s)  skipped %lld  "
+                  "scale %g\n",
+                  static_cast<long long>(e), static_cast<long long>(epochs), r.loss, 100 * r.accuracy, 100 * test_acc,
+                  r.seconds, r.images_per_second, static_cast<long long>(r.skipped_steps), scaler.get_scale());
+      std::fflush(stdout);
+      if (csv.is_open()) {
+        csv << e << "," << r.loss << "," << r.accuracy << "," << test_acc << "," << r.seconds << ","
+            << r.images_per_second << "," << r.skipped_steps << "," << scaler.get_scale() << "\n";
+      }
+    }
+    std::printf("final test accuracy %.2f%% after %lld epoch(s), %.1f s per epoch on %s\n", 100 * test_acc,
+                static_cast<long long>(epochs), total_seconds / static_cast<double>(epochs), device_name(dev));
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "07_conv_lenet: %s\n", e.what());
+    return 1;
+  }
+}
