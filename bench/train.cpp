@@ -47,6 +47,8 @@ struct ModelSpec {
 const std::map<std::string, ModelSpec>& models() {
   static const std::map<std::string, ModelSpec> m = {
       {"mlp512", {"mnist", 0.0, [](Generator& g) -> std::shared_ptr<nn::Module> { return nn::mlp512(g); }}},
+      {"lenet", {"mnist", 0.0, [](Generator& g) -> std::shared_ptr<nn::Module> { return nn::lenet(g); }}},
+      {"vgg_small", {"cifar10", 5e-4, [](Generator& g) -> std::shared_ptr<nn::Module> { return nn::vgg_small(g); }}},
   };
   return m;
 }
@@ -112,7 +114,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-steps", max_steps, "stop each epoch after this many steps");
   app.add_option("--export", export_dir, "write the data and the epochs' orders as .npy for bench/pytorch/train.py, then exit");
   app.add_flag("--json", json, "print a last line of JSON with the results");
-  app.add_flag("--fuse,!--no-fuse", fuse, "fuse each Linear + ReLU into one GEMM epilogue (default on)");
+  app.add_flag("--fuse,!--no-fuse", fuse, "fuse each Linear/Conv2d + ReLU into one epilogue (default on)");
   CLI11_PARSE(app, argc, argv);
 
   try {

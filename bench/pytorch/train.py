@@ -47,7 +47,7 @@ def vgg_small():
     layers, c = [], 3
     for width in (64, 128, 256):
         for _ in range(2):
-            layers += [nn.Conv2d(c, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU()]
+            layers += [nn.Conv2d(c, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU()]  # BN cancels a bias (as in halfling)
             c = width
         layers.append(nn.MaxPool2d(2))
     layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 10)]
