@@ -4,14 +4,14 @@
 # Everything is written to bench/results/conv_<gpu>_<date>.txt (with the commit and the commands).
 #
 #   bench/gpu_conv.sh            (environment: HALFLING_BUILD=build dir, default build-gpu;
-#                                 CUDA_ARCH=90; JOBS=16; BATCH=128)
+#                                 CUDA_ARCH=90; HALFLING_JOBS=16; BATCH=128)
 #
 # Exits non-zero if any step failed; the later steps still run so one file shows everything.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${HALFLING_BUILD:-$root/build-gpu}
 arch=${CUDA_ARCH:-90}
-jobs=${JOBS:-16}
+jobs=${HALFLING_JOBS:-16}
 batch=${BATCH:-128}
 # The shapes that are quick enough for the sanitizers (not the LeNet/VGG layers).
 small='ConvCuda.SmallShapes*:ConvCuda.BetaAccumulates*:ConvCuda.BiasRelu*:ConvCuda.Im2colGemmChunks*'

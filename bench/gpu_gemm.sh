@@ -2,13 +2,13 @@
 # The GEMM ladder on a GPU machine, in one command: build, test, sanitize, benchmark. Everything goes
 # to bench/results/gemm_<gpu>_<date>.txt (and the terminal). A failing step is recorded and the
 # script goes on to the next one; the summary at the end lists every step's status.
-#   bench/gpu_gemm.sh            (env: CUDA_ARCH=90, JOBS=16, BUILD=build-gpu)
+#   bench/gpu_gemm.sh            (env: CUDA_ARCH=90, HALFLING_JOBS=16, HALFLING_BUILD=build-gpu)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 arch=${CUDA_ARCH:-90}
-jobs=${JOBS:-16}
-build=${BUILD:-build-gpu}
+jobs=${HALFLING_JOBS:-16}
+build=${HALFLING_BUILD:-build-gpu}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
 gpu=${gpu:-unknown-gpu}
 mkdir -p bench/results
@@ -30,7 +30,7 @@ step() {
   echo "# GEMM ladder on $gpu"
   echo "# date: $(date -u +%FT%TZ)"
   echo "# git: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-  echo "# command: bench/gpu_gemm.sh (CUDA_ARCH=$arch BUILD=$build)"
+  echo "# command: bench/gpu_gemm.sh (CUDA_ARCH=$arch HALFLING_BUILD=$build)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>/dev/null || true
   echo
 } | tee "$out"

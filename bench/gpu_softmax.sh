@@ -7,7 +7,7 @@
 # commands. Exits non-zero if a build, a test or a sanitizer run fails (the results file says which).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=${HALFLING_GPU_BUILD:-$root/build-gpu}
+build=${HALFLING_BUILD:-$root/build-gpu}
 jobs=${HALFLING_JOBS:-16}
 cd "$root"
 
