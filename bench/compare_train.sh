@@ -22,7 +22,7 @@ esac
 epochs=${3:-3}
 steps=()
 [[ -n ${MAX_STEPS:-} ]] && steps=(--max-steps "$MAX_STEPS")
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc --all)}  # nproc alone obeys OMP_NUM_THREADS
 python=${PYTHON:-python3}
 $python -c 'import numpy, torch' 2>/dev/null || python=/usr/bin/python3
 $python -c 'import numpy, torch' || { echo "bench/compare_train.sh: python3 with numpy and torch is needed" >&2; exit 1; }
@@ -38,7 +38,10 @@ declare -A dataset=([mlp512]=mnist [lenet]=mnist [vgg_small]=cifar10)
 {
   echo "# bench/compare_train.sh $*"
   echo "# date: $(date -u +%FT%TZ)   git: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-  echo "# cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores, OMP_NUM_THREADS=$OMP_NUM_THREADS"
+  echo "# cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc --all) cores, OMP_NUM_THREADS=$OMP_NUM_THREADS"
+  # Other work on the machine changes CPU timings a lot: the load before the run is part of the record.
+  echo "# load average before the run: $(cut -d' ' -f1-3 /proc/loadavg)"
+  [[ -n ${MAX_STEPS:-} ]] && echo "# MAX_STEPS=$MAX_STEPS: each epoch stops after $MAX_STEPS steps; s/epoch covers those steps only"
   [[ $device == cuda ]] && echo "# gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo unknown)"
   echo "# pytorch: $($python -c 'import torch; print(torch.__version__)')"
   echo "# $epochs epochs each, median of epochs 2..$epochs; batch 128, SGD momentum 0.9, lr 0.05, same data and order"
