@@ -1,4 +1,5 @@
-// Tutorial 05 (mixed precision): the smoke run prints the four-way table; bad flags are refused.
+// Tutorial 05 (mixed precision): the smoke run prints the four-way table for MLP-512 and for LeNet;
+// bad flags are refused.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -21,6 +22,27 @@ TEST(Tutorial05, SmokeRunPrintsTheComparisonTable) {
                           "| mixed, no scaling | FP16 | FP32 masters | none |", "| mixed + dynamic | FP16 | FP32 masters | dynamic"}) {
     EXPECT_NE(out.find(row), std::string::npos) << row << "\n" << out;
   }
+}
+
+TEST(Tutorial05, LenetSmokeRunPrintsTheSameTable) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  // Two steps per configuration: LeNet costs ~0.5 s per 128-image step on a CPU, and the test is
+  // about the program (the same four runs, the same table for the second model), not the accuracy.
+  const auto [status, out] = run05("--smoke --model lenet --max-steps 2 --device cpu --data " + dir);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("LeNet on MNIST, 512 train / 256 test images"), std::string::npos) << out;
+  for (const char* row : {"| fp32 | FP32 | FP32 weights | none |", "| fp16 weights | FP16 | FP16 weights | dynamic",
+                          "| mixed, no scaling | FP16 | FP32 masters | none |", "| mixed + dynamic | FP16 | FP32 masters | dynamic"}) {
+    EXPECT_NE(out.find(row), std::string::npos) << row << "\n" << out;
+  }
+  // Every run made exactly its two steps ("skipped / steps" in the last column).
+  size_t rows = 0;
+  for (size_t at = out.find(" / 2 |"); at != std::string::npos; at = out.find(" / 2 |", at + 1)) ++rows;
+  EXPECT_EQ(rows, 4u) << out;
+  auto [s1, o1] = run05("--model resnet --smoke");
+  EXPECT_NE(s1, 0);
+  EXPECT_NE(o1.find("--model"), std::string::npos) << o1;
 }
 
 TEST(Tutorial05, SingleConfigurationAndBadFlags) {

@@ -1,7 +1,8 @@
 // Tutorial 10 (classify your own image): a checkpoint with a model card goes in with a PNG the test
 // writes itself; the printed top-3 must be what the same model computes in this process on the image
 // the program says it prepared; the MNIST-style preparation (inversion, cropping, centering) is
-// checked on that image; tutorial 03 --save hands its model over; bad inputs give clear errors.
+// checked on that image; tutorial 03 --save and tutorial 07 --save (LeNet, trained in mixed precision,
+// saved from its FP32 master weights) hand their models over; bad inputs give clear errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -184,11 +185,11 @@ TEST_F(Tutorial10, ClearErrors) {
   const std::string bare = (dir_ / "bare.safetensors").string();
   save_checkpoint(bare, *model_);
   expect_error(run10("--checkpoint " + bare + " --image " + png), {"bare.safetensors", "model card", "03 --save"});
-  tutorial::ModelCard lenet = card_;
-  lenet.model = "lenet";
-  const std::string other = (dir_ / "lenet.safetensors").string();
-  tutorial::save_model(other, *model_, lenet);
-  expect_error(run10("--checkpoint " + other + " --image " + png), {"'lenet' model", "known: mlp512"});
+  tutorial::ModelCard unknown = card_;
+  unknown.model = "resnet50";
+  const std::string other = (dir_ / "resnet.safetensors").string();
+  tutorial::save_model(other, *model_, unknown);
+  expect_error(run10("--checkpoint " + other + " --image " + png), {"'resnet50' model", "known: mlp512, lenet, vgg_small"});
   Generator gen(1);
   nn::Sequential small;
   small.add(std::make_shared<nn::Flatten>());
@@ -236,6 +237,54 @@ TEST(Tutorial10Handoff, Tutorial03SaveThen10Smoke) {
   EXPECT_GE(top[1].second, top[2].second);
   EXPECT_LE(top[0].second + top[1].second + top[2].second, 100.01);
   EXPECT_TRUE(contains(o10, "the true label is 7: correct")) << o10;
+}
+
+TEST(Tutorial10Handoff, Tutorial07LenetSaveThen10OnADrawnDigit) {
+  const std::string data = test::data_dir("mnist");
+  if (data.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const fs::path dir = fs::temp_directory_path() / ("halfling_t10l_" + std::to_string(test::fresh_seed()));
+  fs::create_directories(dir);
+  const std::string ckpt = (dir / "lenet.safetensors").string();
+  // Two mixed-precision steps are enough: the test is about the hand-over, not the accuracy.
+  const auto [s7, o7] = test::run_command(test::tutorial_program("07_conv_lenet") +
+                                          " --smoke --max-steps 2 --device cpu --precision mixed --data " + data +
+                                          " --save " + ckpt);
+  ASSERT_EQ(s7, 0) << o7;
+  EXPECT_TRUE(contains(o7, "saved the model to " + ckpt)) << o7;
+  const tutorial::LoadedModel lm = tutorial::load_model(ckpt);
+  EXPECT_EQ(lm.card.model, "lenet");
+  EXPECT_EQ(lm.card.dataset, "mnist");
+  EXPECT_EQ(lm.card.channels, 1);
+  EXPECT_EQ(lm.card.height, 28);
+  EXPECT_EQ(lm.card.class_names.size(), 10u);
+  EXPECT_EQ(lm.card.norm.mean, data::mnist_normalization().mean);
+  // Saved from the FP32 masters, not the FP16 working copies: every stored weight is f32, and at
+  // least one of them is not exactly representable in FP16 (an f16 copy widened would be).
+  const SafeTensors file = load_safetensors(ckpt);
+  bool some_not_f16 = false;
+  for (const auto& [name, t] : file.tensors) {
+    EXPECT_EQ(t.dtype(), DType::f32) << name;
+    if (name.rfind("model.", 0) != 0 || t.dtype() != DType::f32) continue;
+    const std::vector<float> v = t.to_vector();
+    const std::vector<float> back = t.to(DType::f16).to(DType::f32).to_vector();
+    some_not_f16 = some_not_f16 || v != back;
+  }
+  EXPECT_TRUE(some_not_f16) << "the checkpoint holds FP16-rounded weights, not the FP32 masters";
+
+  const data::Image seven = drawn_seven(28);
+  const std::string png = (dir / "seven.png").string();
+  data::write_png(png, seven);
+  const auto [s10, o10] = run10("--checkpoint " + ckpt + " --image " + png + " --no-center");
+  fs::remove_all(dir);
+  ASSERT_EQ(s10, 0) << o10;
+  EXPECT_TRUE(contains(o10, "lenet trained on mnist")) << o10;
+  const auto got = top_lines(o10);
+  const auto want = expected_top3(*lm.model, seven, lm.card.norm);
+  ASSERT_EQ(got.size(), 3u) << o10;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(got[i].first, lm.card.class_names[want[i].first]) << o10;
+    EXPECT_NEAR(got[i].second, want[i].second, 0.006) << o10;  // printed with 2 decimals
+  }
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "kernels/conv.h"
 #include "kernels/runtime.h"
 #include "tutorials/common/cli.h"
+#include "tutorials/common/models.h"
 #include "tutorials/common/trainer.h"
 
 using namespace hl;
@@ -36,6 +37,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--no-fuse", no_fuse, "run each ReLU as its own op instead of in the conv/GEMM epilogue");
   app.add_option("--max-steps", max_steps, "stop each epoch after this many steps (-1: the whole epoch)");
+  std::string save_path;
+  app.add_option("--save", save_path, "save the trained model (FP32 master weights) with its card (model, data set, "
+                                      "normalization, classes) to this checkpoint, for tutorial 10");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -126,6 +130,20 @@ int main(int argc, char** argv) {
     }
     std::printf("final test accuracy %.2f%% after %lld epoch(s), %.1f s per epoch on %s\n", 100 * test_acc,
                 static_cast<long long>(epochs), total_seconds / static_cast<double>(epochs), device_name(dev));
+    if (!save_path.empty()) {
+      tutorial::ModelCard card;
+      card.model = model_name;
+      card.dataset = lenet ? "mnist" : "cifar10";
+      card.channels = train.images.size(1);
+      card.height = train.images.size(2);
+      card.width = train.images.size(3);
+      card.norm = train.norm;
+      card.class_names = train.class_names;
+      card.test_accuracy = test_acc;
+      tutorial::save_model_fp32(save_path, *model, sgd, card);
+      std::printf("saved the model to %s (classify an image with: 10_your_image --checkpoint %s --image IMAGE)\n",
+                  save_path.c_str(), save_path.c_str());
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "07_conv_lenet: %s\n", e.what());

@@ -9,10 +9,12 @@
 
 namespace hl::tutorial {
 
-std::vector<std::string> model_names() { return {"mlp512"}; }
+std::vector<std::string> model_names() { return {"mlp512", "lenet", "vgg_small"}; }
 
 std::shared_ptr<nn::Module> make_model(const std::string& name, Generator& gen) {
   if (name == "mlp512") return nn::mlp512(gen);
+  if (name == "lenet") return nn::lenet(gen);
+  if (name == "vgg_small") return nn::vgg_small(gen);
   std::string known;
   for (const auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;
   throw Error("make_model: unknown model '" + name + "' (known: " + known + ")");
@@ -37,7 +39,7 @@ ModelCard ModelCard::from_metadata(const StringMap& m, const std::string& source
   auto get = [&](const std::string& key) -> const std::string& {
     auto it = m.find(key);
     HL_CHECK(it != m.end(), where, "no '", key,
-             "' entry. This checkpoint was not saved with a model card (tutorial 03 --save writes one)");
+             "' entry. This checkpoint was not saved with a model card (tutorial 03 --save writes one; so do 07 and 09)");
     return it->second;
   };
   ModelCard c;
@@ -66,6 +68,22 @@ ModelCard ModelCard::from_metadata(const StringMap& m, const std::string& source
 
 void save_model(const std::string& path, const nn::Module& model, const ModelCard& card) {
   save_checkpoint(path, model, nullptr, card.to_metadata());
+}
+
+void save_model_fp32(const std::string& path, nn::Module& model, const optim::Optimizer& opt, const ModelCard& card) {
+  model.to(DType::f32);  // in place: the optimizer's parameter handles now see f32 tensors
+  if (opt.has_master_weights()) {
+    const std::vector<Tensor>& params = opt.params();
+    const std::vector<Tensor>& masters = opt.master_weights();
+    HL_CHECK(params.size() == masters.size(), "save_model_fp32(", path, "): the optimizer holds ", params.size(),
+             " parameters but ", masters.size(), " master weights");
+    for (size_t i = 0; i < params.size(); ++i)
+      if (masters[i].defined()) {
+        Tensor p = params[i];  // a handle to the model's own tensor (copy_ writes through it)
+        p.copy_(masters[i]);
+      }
+  }
+  save_model(path, model, card);
 }
 
 LoadedModel load_model(const std::string& path) {

@@ -1,8 +1,8 @@
 // The canonical models by name (DESIGN.md §4), and what a saved model needs to say about itself so
 // that a program can rebuild it from the checkpoint alone (tutorial 03 --save, tutorial 10).
 //
-// To add a model (e.g. LeNet, once nn::lenet exists): one entry in model_names() and one branch in
-// make_model() (tutorials/common/models.cpp). Checkpoints name their model, so tutorial 10 then loads it.
+// To add a model: one entry in model_names() and one branch in make_model()
+// (tutorials/common/models.cpp). Checkpoints name their model, so tutorial 10 then loads it.
 #pragma once
 #include <memory>
 #include <string>
@@ -11,10 +11,11 @@
 #include "datasets/dataset.h"
 #include "framework/checkpoint.h"
 #include "framework/nn.h"
+#include "framework/optim.h"
 
 namespace hl::tutorial {
 
-// The names make_model knows, e.g. {"mlp512"}.
+// The names make_model knows: {"mlp512", "lenet", "vgg_small"}.
 std::vector<std::string> model_names();
 // A freshly initialized model; throws hl::Error listing the known names for an unknown one.
 std::shared_ptr<nn::Module> make_model(const std::string& name, Generator& gen);
@@ -34,8 +35,13 @@ struct ModelCard {
   static ModelCard from_metadata(const StringMap& metadata, const std::string& source);
 };
 
-// Save a trained model with its card (the model's weights only: an inference checkpoint).
+// Save a trained model with its card (the model's weights and buffers only: an inference checkpoint).
 void save_model(const std::string& path, const nn::Module& model, const ModelCard& card);
+// The same for a model trained in mixed precision: the FP32 master weights the optimizer holds
+// (paper §3.1) are what gets saved, not the FP16 working copies, so nothing is lost to rounding. The
+// model is converted to FP32 in place and its weights replaced by the masters (call it after
+// training). Without masters (fp32 or pure fp16 training) it saves the model as it is, widened to FP32.
+void save_model_fp32(const std::string& path, nn::Module& model, const optim::Optimizer& opt, const ModelCard& card);
 
 // Read a checkpoint written by save_model: the card, and the model rebuilt by name with the saved
 // weights (on the CPU, in the saved dtype's widest form: f32 for an f32 checkpoint).

@@ -1,0 +1,206 @@
+// Tutorial 09 (VGG-small on CIFAR-10): the learning-rate schedule's values; the smoke run trains in
+// mixed precision with batch norm in FP32, follows the schedule, writes its CSV and its grid of
+// augmented images; fp32 keeps everything in FP32 without masters; bad flags and a folder without
+// CIFAR-10 give clear errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numbers>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "datasets/image.h"
+#include "tests/test_util.h"
+#include "tutorials/common/models.h"
+#include "tutorials/common/schedule.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using hl::tutorial::LrSchedule;
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+std::pair<int, std::string> run09(const std::string& args) {
+  return hl::test::run_command(hl::test::tutorial_program("09_cifar10_vgg") + " " + args);
+}
+
+TEST(LrSchedule, WarmupThenCosine) {
+  LrSchedule s;
+  s.kind = LrSchedule::Kind::cosine;
+  s.peak = 0.1;
+  s.final_lr = 0.001;
+  s.warmup_steps = 4;
+  s.total_steps = 14;
+  // Linear warm-up: peak * (step+1) / warmup, never 0.
+  for (int64_t i = 0; i < 4; ++i) EXPECT_DOUBLE_EQ(s.at(i), 0.1 * static_cast<double>(i + 1) / 4.0) << i;
+  // Cosine over steps 4..13: the peak at the first, final_lr at the last, the midpoint halfway.
+  EXPECT_DOUBLE_EQ(s.at(4), 0.1);
+  EXPECT_NEAR(s.at(13), 0.001, 1e-15);
+  for (int64_t i = 4; i < 14; ++i) {
+    const double t = static_cast<double>(i - 4) / 9.0;
+    EXPECT_NEAR(s.at(i), 0.001 + 0.5 * (0.1 - 0.001) * (1 + std::cos(std::numbers::pi * t)), 1e-15) << i;
+    if (i > 4) {
+      EXPECT_LT(s.at(i), s.at(i - 1)) << "the cosine decays monotonically";
+    }
+  }
+  EXPECT_DOUBLE_EQ(s.at(100), s.at(13));  // past the end: the last value
+  EXPECT_TRUE(contains(s.str(), "cosine, peak 0.1 -> 0.001, warm-up 4 steps, 14 steps in all")) << s.str();
+}
+
+TEST(LrSchedule, StepDecayAndConstant) {
+  LrSchedule s;
+  s.kind = LrSchedule::Kind::step;
+  s.peak = 0.2;
+  s.warmup_steps = 0;
+  s.total_steps = 101;  // t = step / 100
+  EXPECT_DOUBLE_EQ(s.at(0), 0.2);
+  EXPECT_DOUBLE_EQ(s.at(49), 0.2);
+  EXPECT_NEAR(s.at(50), 0.02, 1e-17);
+  EXPECT_NEAR(s.at(74), 0.02, 1e-17);
+  EXPECT_NEAR(s.at(75), 0.002, 1e-18);
+  EXPECT_NEAR(s.at(100), 0.002, 1e-18);
+  s.kind = LrSchedule::Kind::constant;
+  s.warmup_steps = 10;
+  EXPECT_DOUBLE_EQ(s.at(0), 0.02);
+  EXPECT_DOUBLE_EQ(s.at(9), 0.2);
+  EXPECT_DOUBLE_EQ(s.at(60), 0.2);
+}
+
+TEST(LrSchedule, BadSettingsAreRefused) {
+  EXPECT_THROW(LrSchedule::parse_kind("linear"), hl::Error);
+  try {
+    LrSchedule::parse_kind("linear");
+  } catch (const hl::Error& e) {
+    EXPECT_TRUE(contains(e.what(), "--schedule: unknown schedule 'linear' (known: constant, cosine, step)")) << e.what();
+  }
+  LrSchedule s;
+  s.total_steps = 10;
+  s.warmup_steps = 11;
+  EXPECT_THROW(s.at(0), hl::Error);
+  s.warmup_steps = 2;
+  s.total_steps = 0;
+  EXPECT_THROW(s.at(0), hl::Error);
+  s.total_steps = 10;
+  s.final_lr = 0.5;  // above the peak
+  EXPECT_THROW(s.at(0), hl::Error);
+  s.final_lr = 0;
+  s.peak = std::nan("");
+  EXPECT_THROW(s.at(0), hl::Error);
+  s.peak = 0.1;
+  EXPECT_THROW(s.at(-1), hl::Error);
+  EXPECT_NO_THROW(s.at(0));
+}
+
+class Tutorial09 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    data_ = hl::test::data_dir("cifar10");
+    dir_ = fs::temp_directory_path() / ("halfling_t09_" + std::to_string(hl::test::fresh_seed()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string data_;
+  fs::path dir_;
+};
+
+TEST_F(Tutorial09, SmokeRunInMixedPrecision) {
+  if (data_.empty()) GTEST_SKIP() << "CIFAR-10 not found: see datasets/fetch.sh cifar10";
+  const std::string csv = (dir_ / "log.csv").string(), png = (dir_ / "aug.png").string();
+  const auto [status, out] = run09("--smoke --device cpu --data " + data_ + " --csv " + csv + " --samples " + png);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_TRUE(contains(out, "VGG-small on CIFAR-10 (")) << out;
+  EXPECT_TRUE(contains(out, "520 train / 100 test images, 2 epoch(s), batch 16, device cpu, precision mixed, loss scale dynamic"))
+      << out;
+  // §3.3: FP16 convolution weights, FP32 batch norm (parameters and running statistics), FP32 masters.
+  EXPECT_TRUE(contains(out, "dtypes: layer 0 Conv2d(3 -> 64, 3x3, stride 1x1, pad 1x1, no bias): weight f16")) << out;
+  EXPECT_TRUE(contains(out, "dtypes: layer 1 BatchNorm2d(64): weight f32, bias f32, running_mean f32, running_var f32")) << out;
+  EXPECT_TRUE(contains(out, "optimizer: SGD, momentum 0.9, weight decay 0.0005, master weights FP32")) << out;
+  EXPECT_TRUE(contains(out, "learning rate: cosine, peak 0.1 -> 0, warm-up 3 steps, 6 steps in all")) << out;
+  EXPECT_TRUE(contains(out, "epoch 1/2  lr 0.0333")) << out;  // step 0 of a 3-step warm-up
+  EXPECT_TRUE(contains(out, "epoch 2/2  lr 0.1000")) << out;  // step 3: the peak, where the cosine starts
+  EXPECT_TRUE(contains(out, "final test accuracy")) << out;
+  EXPECT_TRUE(contains(out, "peak memory")) << out;
+  EXPECT_TRUE(contains(out, " / 6\n")) << out;  // skipped steps out of 2 epochs x 3 steps
+
+  // The CSV: a header and one row per epoch, the loss finite, the accuracy a fraction.
+  std::ifstream in(csv);
+  ASSERT_TRUE(in.good()) << csv;
+  std::string header, line;
+  std::getline(in, header);
+  EXPECT_EQ(header, "epoch,lr,train_loss,train_acc,test_acc,seconds,images_per_second,skipped_steps,loss_scale,peak_mib");
+  int rows = 0;
+  while (std::getline(in, line)) {
+    ++rows;
+    std::stringstream ss(line);
+    std::vector<double> v;
+    for (std::string cell; std::getline(ss, cell, ',');) v.push_back(std::stod(cell));
+    ASSERT_EQ(v.size(), 10u) << line;
+    EXPECT_EQ(v[0], rows);
+    EXPECT_TRUE(std::isfinite(v[2])) << line;
+    EXPECT_GE(v[4], 0.0);
+    EXPECT_LE(v[4], 1.0);
+    EXPECT_GT(v[9], 0.0) << "peak memory";
+  }
+  EXPECT_EQ(rows, 2);
+
+  // The augmentation grid: 4 rows of 8 tiles, each a 32x32 image enlarged 3x.
+  const hl::data::Image grid = hl::data::read_image(png);
+  const hl::data::Image expect =
+      hl::data::make_grid(std::vector<hl::data::Image>(32, hl::data::Image{96, 96, 3, std::vector<uint8_t>(96 * 96 * 3)}), 8);
+  EXPECT_EQ(grid.width, expect.width);
+  EXPECT_EQ(grid.height, expect.height);
+  EXPECT_EQ(grid.channels, 3);
+}
+
+TEST_F(Tutorial09, Fp32KeepsEverythingFp32WithoutMastersAndSavesAModelCard) {
+  if (data_.empty()) GTEST_SKIP() << "CIFAR-10 not found: see datasets/fetch.sh cifar10";
+  const std::string ckpt = (dir_ / "vgg.safetensors").string();
+  const auto [status, out] = run09("--smoke --max-steps 1 --device cpu --precision fp32 --schedule step --samples '' --data " +
+                                   data_ + " --save " + ckpt);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_TRUE(contains(out, "precision fp32, loss scale none")) << out;
+  EXPECT_TRUE(contains(out, "no bias): weight f32")) << out;
+  EXPECT_TRUE(contains(out, "BatchNorm2d(64): weight f32")) << out;
+  EXPECT_TRUE(contains(out, "master weights none")) << out;
+  EXPECT_TRUE(contains(out, "learning rate: step, peak 0.1, warm-up 1 steps, 2 steps in all")) << out;
+  EXPECT_FALSE(contains(out, "augmentation samples")) << out;
+  EXPECT_TRUE(contains(out, "saved the model to " + ckpt)) << out;
+  // Tutorial 10 can rebuild it: VGG-small by name, its batch-norm statistics included.
+  const hl::tutorial::LoadedModel lm = hl::tutorial::load_model(ckpt);
+  EXPECT_EQ(lm.card.model, "vgg_small");
+  EXPECT_EQ(lm.card.dataset, "cifar10");
+  EXPECT_EQ(lm.card.channels, 3);
+  EXPECT_EQ(lm.card.height, 32);
+  EXPECT_EQ(lm.card.width, 32);
+  EXPECT_EQ(lm.card.class_names.size(), 10u);
+  EXPECT_EQ(lm.card.class_names[0], "airplane");
+  bool moved = false;  // two training steps moved the running mean away from its initial zeros
+  for (const auto& [name, t] : lm.model->named_buffers())
+    if (name == "1.running_mean")
+      for (float v : t.to_vector()) moved = moved || v != 0.0f;
+  EXPECT_TRUE(moved) << "BatchNorm2d's running statistics were not saved and loaded";
+}
+
+TEST_F(Tutorial09, BadFlagsAndMissingData) {
+  auto expect_refused = [](const std::pair<int, std::string>& r, const std::string& part) {
+    EXPECT_NE(r.first, 0) << r.second;
+    EXPECT_TRUE(contains(r.second, part)) << "'" << part << "' in: " << r.second;
+  };
+  expect_refused(run09("--schedule linear"), "--schedule");
+  expect_refused(run09("--precision bf16"), "--precision");
+  expect_refused(run09("--weight-decay -1"), "--weight-decay");
+  expect_refused(run09("--loss-scale dynamic:bogus=1"), "bogus");
+  expect_refused(run09("--device tpu"), "--device");
+  // An empty folder: neither the binary batches nor an image folder, and the message says how to get them.
+  const auto r = run09("--smoke --device cpu --data " + dir_.string());
+  EXPECT_EQ(r.first, 1) << r.second;
+  EXPECT_TRUE(contains(r.second, "09_cifar10_vgg: load_cifar10(" + dir_.string() + "): found neither the binary batches"))
+      << r.second;
+  EXPECT_TRUE(contains(r.second, "datasets/fetch.sh cifar10")) << r.second;
+}
+
+}  // namespace

@@ -1,0 +1,287 @@
+// Tutorial 09: VGG-small on CIFAR-10 in mixed precision (Micikevicius et al. 2018, §3.1-3.3): FP16
+// working weights and activations, FP32 master weights, batch norm kept in FP32, dynamic loss
+// scaling, random crop (pad 4) + horizontal flip, SGD with momentum 0.9 and weight decay 5e-4 under a
+// warm-up + cosine learning-rate schedule. The chapter is tutorials/09_cifar10_vgg/README.md.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "datasets/cifar10.h"
+#include "datasets/dataloader.h"
+#include "datasets/image.h"
+#include "framework/amp.h"
+#include "framework/nn.h"
+#include "framework/optim.h"
+#include "kernels/conv.h"
+#include "kernels/runtime.h"
+#include "tutorials/common/cli.h"
+#include "tutorials/common/models.h"
+#include "tutorials/common/schedule.h"
+#include "tutorials/common/trainer.h"
+
+using namespace hl;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Which of load_cifar10's two forms the folder holds (for the header line; load_cifar10 decides the
+// same way: the binary batches win when both are there).
+std::string cifar_source(const std::string& dir) {
+  for (const fs::path& d : {fs::path(dir), fs::path(dir) / "cifar-10-batches-bin"})
+    if (fs::exists(d / "data_batch_1.bin")) return "binary batches in " + d.string();
+  for (const fs::path& d : {fs::path(dir), fs::path(dir) / "cifar10-jpg"})
+    if (fs::is_directory(d / "train")) return "image folder " + d.string();
+  return "nothing recognizable in " + dir;  // load_cifar10 then throws with the fix
+}
+
+// The first `per_class` images of every class, in class order. The image folder stores the classes
+// one after the other, so a plain subset(0, n) would be all airplanes: a smoke run must see all ten.
+data::Dataset balanced_subset(const data::Dataset& ds, int64_t per_class) {
+  const std::vector<int32_t> labels = ds.labels.to_int();
+  // Read in place (the loaded set is f32 on the host): a copy of all 50,000 images would be 600 MB.
+  const Tensor host = ds.images.to(Device::cpu);
+  const float* x = host.data<float>();
+  const int64_t image = ds.images.numel() / ds.size();
+  std::vector<float> xs;
+  std::vector<int32_t> ys;
+  for (int64_t c = 0; c < ds.num_classes; ++c) {
+    int64_t taken = 0;
+    for (size_t i = 0; i < labels.size() && taken < per_class; ++i) {
+      if (labels[i] != c) continue;
+      xs.insert(xs.end(), x + static_cast<int64_t>(i) * image, x + static_cast<int64_t>(i + 1) * image);
+      ys.push_back(labels[i]);
+      ++taken;
+    }
+  }
+  data::Dataset out = ds;
+  const int64_t n = static_cast<int64_t>(ys.size());
+  out.images = Tensor::from_vector(xs, {n, ds.images.size(1), ds.images.size(2), ds.images.size(3)});
+  out.labels = Tensor::from_vector(ys, {n});
+  out.name = ds.name + "[balanced " + std::to_string(n) + "]";
+  return out;
+}
+
+// Row 0: 8 training images (one per class) as stored; rows 1-3: what the loader's crop + flip made
+// of them in epochs 1, 2 and 3. Each pixel enlarged 3x.
+void save_augmentation_grid(const data::Dataset& train, uint64_t seed, const std::string& path) {
+  const int64_t cols = 8;
+  data::Dataset few = balanced_subset(train, 1).subset(0, cols);
+  std::vector<data::Image> tiles;
+  auto add_batch = [&](const data::Augment& a, int64_t epoch) {
+    data::DataLoader loader(few, {.batch_size = cols, .shuffle = false, .seed = seed, .augment = a});
+    loader.start_epoch(epoch);
+    data::Batch b;
+    HL_CHECK(loader.next(b), "save_augmentation_grid: no batch");
+    for (int64_t i = 0; i < cols; ++i)
+      tiles.push_back(data::scale_nearest(
+          data::tensor_to_image(b.x.slice_rows(i, i + 1).reshape({b.x.size(1), b.x.size(2), b.x.size(3)}), few.norm), 3));
+  };
+  add_batch(data::Augment{}, 0);
+  for (int64_t epoch = 1; epoch <= 3; ++epoch) add_batch(data::Augment::cifar10(), epoch);
+  if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
+  data::write_png(path, data::make_grid(tiles, cols));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"halfling tutorial 09: VGG-small on CIFAR-10 in mixed precision with augmentation"};
+  tutorial::CommonFlags f;
+  f.epochs = 30;
+  f.precision = "mixed";
+  f.lr = 0.1;
+  tutorial::add_common_flags(app, f, {"fp32", "fp16", "mixed"});
+  double weight_decay = 5e-4;
+  double warmup_epochs = 2;
+  std::string schedule = "cosine";
+  std::string samples = "09_augmentation.png";
+  int64_t max_steps = -1;
+  bool no_augment = false;
+  std::string save_path;
+  app.add_option("--weight-decay", weight_decay, "L2 weight decay added to the gradients (SGD)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--schedule", schedule, "learning-rate schedule after the warm-up: cosine, step (x0.1 at 50% and 75%) or constant")
+      ->check(CLI::IsMember({"cosine", "step", "constant"}))
+      ->capture_default_str();
+  app.add_option("--warmup-epochs", warmup_epochs, "linear learning-rate warm-up over this many epochs")
+      ->check(CLI::Range(0.0, 1000.0))
+      ->capture_default_str();
+  app.add_option("--samples", samples, "write a PNG grid of augmented training images here (\"\": none)")
+      ->capture_default_str();
+  app.add_option("--max-steps", max_steps, "stop each epoch after this many steps (-1: the whole epoch)");
+  app.add_flag("--no-augment", no_augment, "train without random crop and flip (to see what augmentation buys)");
+  app.add_option("--save", save_path, "save the trained model (FP32 master weights) with its card to this checkpoint, "
+                                      "for tutorial 10");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (f.list_variants) {
+      tutorial::print_variants();
+      return 0;
+    }
+    const Device dev = tutorial::apply_common_flags(f);
+    const std::string dir = f.data.empty() ? tutorial::default_data_dir("cifar10") : f.data;
+    const std::string source = cifar_source(dir);
+    data::Dataset train = data::load_cifar10(dir, data::Split::train);
+    data::Dataset test = data::load_cifar10(dir, data::Split::test);
+    int64_t epochs = f.epochs;
+    int64_t batch = f.batch;
+    if (f.smoke) {  // seconds on a CPU: what CI runs so that this chapter never rots
+      train = balanced_subset(train, 52);  // 520 images
+      test = balanced_subset(test, 10);    // 100 images
+      epochs = 2;
+      batch = std::min<int64_t>(batch, 16);
+      if (max_steps < 0) max_steps = 3;
+      warmup_epochs = std::min(warmup_epochs, 1.0);  // so that the short run shows the warm-up and the decay
+    }
+    const amp::Precision precision = amp::parse_precision(f.precision);
+    const DType dt = amp::compute_dtype(precision);
+    const std::string scale_str =
+        precision == amp::Precision::fp32 ? "none" : amp::ScalerConfig::parse(f.loss_scale).str();
+    std::printf("halfling 09_cifar10_vgg: VGG-small on CIFAR-10 (%s), %lld train / %lld test images, %lld epoch(s), "
+                "batch %lld, device %s%s, precision %s, loss scale %s\n",
+                source.c_str(), static_cast<long long>(train.size()), static_cast<long long>(test.size()),
+                static_cast<long long>(epochs), static_cast<long long>(batch), device_name(dev),
+                dev == Device::cuda ? (" (" + runtime::cuda_device_description() + ")").c_str() : "",
+                f.precision.c_str(), scale_str.c_str());
+
+    if (!samples.empty()) {
+      save_augmentation_grid(train, f.seed, samples);
+      std::printf("augmentation samples: wrote %s (row 1: as stored; rows 2-4: random crop (pad 4) + flip in "
+                  "epochs 1-3)\n",
+                  samples.c_str());
+    }
+
+    // Memory above what is already held (the data sets): weights, masters, gradients, momenta, activations.
+    reset_peak_memory(dev);
+    const size_t baseline = memory_stats(dev).current_bytes;
+
+    Generator gen(f.seed);
+    std::shared_ptr<nn::Sequential> model = nn::vgg_small(gen);
+    model->fuse_linear_relu(true);
+    model->to(dev);
+    // The FP32 master copy is taken now, from the FP32 initialization (paper §3.1), before the
+    // weights become FP16 working copies.
+    optim::SGD sgd(model->parameters(), {.lr = f.lr,
+                                         .momentum = f.momentum,
+                                         .weight_decay = weight_decay,
+                                         .master_weights = amp::uses_master_weights(precision)});
+    model->to(dt);  // BatchNorm2d keeps FP32 (its param_dtype), everything else becomes dt
+    std::printf("%s", model->summary().c_str());
+
+    // Show §3.3's exception: under mixed, the first convolution's weights are FP16 working copies,
+    // the first batch norm's parameters and statistics stay FP32.
+    for (size_t i = 0; i < model->size(); ++i) {
+      if (auto* conv = dynamic_cast<nn::Conv2d*>(&(*model)[i])) {
+        std::printf("dtypes: layer %zu %s: weight %s, bias %s\n", i, conv->name().c_str(), dtype_name(conv->weight.dtype()),
+                    conv->bias.defined() ? dtype_name(conv->bias.dtype()) : "(none)");
+        break;
+      }
+    }
+    for (size_t i = 0; i < model->size(); ++i) {
+      if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(&(*model)[i])) {
+        std::printf("dtypes: layer %zu %s: weight %s, bias %s, running_mean %s, running_var %s\n", i, bn->name().c_str(),
+                    dtype_name(bn->weight.dtype()), dtype_name(bn->bias.dtype()), dtype_name(bn->running_mean.dtype()),
+                    dtype_name(bn->running_var.dtype()));
+        break;
+      }
+    }
+    std::printf("optimizer: SGD, momentum %g, weight decay %g, master weights %s\n", f.momentum, weight_decay,
+                sgd.has_master_weights() ? "FP32" : "none (the update goes to the weights themselves)");
+    {
+      kernels::ConvArgs probe;
+      probe.device = dev;
+      probe.N = probe.C = probe.K = 1;
+      probe.H = probe.W = probe.R = probe.S = 3;
+      probe.in_type = probe.out_type = dt;
+      std::printf("convolution variant: %s\n", kernels::ConvRegistry::instance().select(probe).name.c_str());
+    }
+
+    amp::LossScaler scaler(amp::ScalerConfig::parse(precision == amp::Precision::fp32 ? "none" : f.loss_scale));
+    data::DataLoader::Options train_opts{.batch_size = batch, .shuffle = true, .seed = f.seed, .device = dev, .dtype = dt};
+    if (!no_augment) train_opts.augment = data::Augment::cifar10();
+    data::DataLoader train_loader(train, train_opts);
+    data::DataLoader test_loader(test, {.batch_size = 500, .shuffle = false, .device = dev, .dtype = dt});
+
+    const int64_t steps_per_epoch =
+        max_steps >= 0 ? std::min(max_steps, train_loader.num_batches()) : train_loader.num_batches();
+    tutorial::LrSchedule lrs;
+    lrs.kind = tutorial::LrSchedule::parse_kind(schedule);
+    lrs.peak = f.lr;
+    lrs.total_steps = std::max<int64_t>(1, steps_per_epoch * epochs);
+    lrs.warmup_steps = std::min(lrs.total_steps, static_cast<int64_t>(warmup_epochs * static_cast<double>(steps_per_epoch)));
+    lrs.at(0);  // checks the schedule before any training
+    std::printf("learning rate: %s\n", lrs.str().c_str());
+
+    int64_t global_step = 0;
+    sgd.set_lr(lrs.at(0));
+    tutorial::TrainOptions opts;
+    opts.scaler = &scaler;
+    opts.max_steps = max_steps;
+    // After each step (applied or skipped), the rate of the next one.
+    opts.after_step = [&](int64_t, bool) { sgd.set_lr(lrs.at(++global_step)); };
+
+    std::ofstream csv;
+    if (!f.csv.empty()) {
+      csv.open(f.csv);
+      HL_CHECK(csv.good(), "--csv: cannot write ", f.csv);
+      csv << "epoch,lr,train_loss,train_acc,test_acc,seconds,images_per_second,skipped_steps,loss_scale,peak_mib\n";
+    }
+    double total_seconds = 0.0, test_acc = 0.0, best_acc = 0.0, total_images = 0.0;
+    int64_t total_skipped = 0, total_steps = 0;
+    for (int64_t e = 1; e <= epochs; ++e) {
+      const double lr_start = sgd.lr();
+      const tutorial::EpochResult r = tutorial::train_epoch(*model, sgd, train_loader, e, opts);
+      test_acc = tutorial::evaluate(*model, test_loader);
+      best_acc = std::max(best_acc, test_acc);
+      total_seconds += r.seconds;
+      total_images += static_cast<double>(r.images);
+      total_skipped += r.skipped_steps;
+      total_steps += r.steps;
+      const double peak_mib = static_cast<double>(memory_stats(dev).peak_bytes - baseline) / (1 << 20);
+      std::printf("epoch %lld/%lld  lr %.4f  loss %.4f  train acc %.2f%%  test acc %.2f%%  %.1f s  (%.0f img/s)  "
+                  "skipped %lld  scale %g  peak %.1f MiB\n",
+                  static_cast<long long>(e), static_cast<long long>(epochs), lr_start, r.loss, 100 * r.accuracy,
+                  100 * test_acc, r.seconds, r.images_per_second, static_cast<long long>(r.skipped_steps),
+                  scaler.get_scale(), peak_mib);
+      std::fflush(stdout);
+      if (csv.is_open()) {
+        csv << e << "," << lr_start << "," << r.loss << "," << r.accuracy << "," << test_acc << "," << r.seconds << ","
+            << r.images_per_second << "," << r.skipped_steps << "," << scaler.get_scale() << "," << peak_mib << "\n";
+      }
+    }
+    const double peak_mib = static_cast<double>(memory_stats(dev).peak_bytes - baseline) / (1 << 20);
+    std::printf("final test accuracy %.2f%% (best %.2f%%) after %lld epoch(s); %.0f img/s, %.1f s per epoch on %s; "
+                "peak memory %.1f MiB; skipped steps %lld / %lld\n",
+                100 * test_acc, 100 * best_acc, static_cast<long long>(epochs),
+                total_seconds > 0 ? total_images / total_seconds : 0.0, total_seconds / static_cast<double>(epochs),
+                device_name(dev), peak_mib, static_cast<long long>(total_skipped), static_cast<long long>(total_steps));
+    std::printf("(peak memory: bytes held on %s above the loaded data sets: weights, masters, gradients, momenta, "
+                "activations)\n",
+                device_name(dev));
+    if (!save_path.empty()) {
+      tutorial::ModelCard card;
+      card.model = "vgg_small";
+      card.dataset = "cifar10";
+      card.channels = train.images.size(1);
+      card.height = train.images.size(2);
+      card.width = train.images.size(3);
+      card.norm = train.norm;
+      card.class_names = train.class_names;
+      card.test_accuracy = test_acc;
+      tutorial::save_model_fp32(save_path, *model, sgd, card);
+      std::printf("saved the model to %s (classify a photo with: 10_your_image --checkpoint %s --image IMAGE)\n",
+                  save_path.c_str(), save_path.c_str());
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "09_cifar10_vgg: %s\n", e.what());
+    return 1;
+  }
+}

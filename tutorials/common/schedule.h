@@ -1,0 +1,33 @@
+// Learning-rate schedules for the tutorials, evaluated per optimizer step: a linear warm-up from
+// lr/warmup_steps to the peak, then cosine decay to final_lr (or step decay by 10x at 50% and 75% of
+// training). Set each step's value with Optimizer::set_lr (framework/optim.h).
+//
+// Why a warm-up: a freshly initialized network with batch norm takes large, badly conditioned steps
+// at the peak learning rate; growing the rate over the first epochs avoids an early divergence.
+// Why decay: the last epochs at a small rate settle the weights into the minimum the large rate
+// found (the step decay is the classic CIFAR recipe; the cosine is smoother and needs no milestones).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace hl::tutorial {
+
+struct LrSchedule {
+  enum class Kind { constant, cosine, step };
+  Kind kind = Kind::cosine;
+  double peak = 0.1;            // the rate after warm-up
+  double final_lr = 0.0;        // cosine: the rate at the last step
+  int64_t warmup_steps = 0;     // linear warm-up over these first steps (0: none)
+  int64_t total_steps = 1;      // the whole run
+
+  // Throws hl::Error("--schedule: ...") for anything but constant | cosine | step.
+  static Kind parse_kind(const std::string& s);
+  static const char* kind_name(Kind k);
+  // The learning rate of step `step` (0-based; steps past the end keep the last value). Throws
+  // hl::Error when the schedule is inconsistent (total_steps < 1, warm-up longer than the run, ...).
+  double at(int64_t step) const;
+  // "cosine, peak 0.1, warm-up 782 steps, 11730 steps in all"
+  std::string str() const;
+};
+
+}  // namespace hl::tutorial
