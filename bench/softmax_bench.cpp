@@ -92,6 +92,51 @@ void fill_logits(void* dst, size_t n, DType t) {
   }
 }
 
+// Softmax over rows x cols f16 logits x into f16 probabilities y, on the GPU.
+k::SoftmaxArgs softmax_args(int64_t rows, int64_t cols, const void* x, void* y) {
+  k::SoftmaxArgs a;
+  a.device = DeviceType::cuda;
+  a.op = k::SoftmaxOp::softmax;
+  a.rows = rows;
+  a.cols = cols;
+  a.x = x;
+  a.x_type = DType::f16;
+  a.y = y;
+  a.y_type = DType::f16;
+  return a;
+}
+
+// Cross-entropy (mean over the rows) of f16 logits x: f16 gradient g, f32 per-row loss and statistics,
+// the gradient scale read from device memory. The caller sets the op.
+k::SoftmaxArgs xent_args(int64_t rows, int64_t cols, const void* x, void* g, const void* labels, void* loss,
+                         void* stats, const void* grad_scale) {
+  k::SoftmaxArgs xe;
+  xe.device = DeviceType::cuda;
+  xe.rows = rows;
+  xe.cols = cols;
+  xe.x = x;
+  xe.x_type = DType::f16;
+  xe.labels = static_cast<const int32_t*>(labels);
+  xe.loss = loss;
+  xe.stats = stats;
+  xe.y = g;
+  xe.y_type = DType::f16;
+  xe.grad_scale = grad_scale;
+  xe.multiplier = 1.0 / static_cast<double>(rows);
+  return xe;
+}
+
+// The unfused cross-entropy path, loss and gradient: log_softmax to f32, NLL, NLL backward, log_softmax
+// backward (4 launches; logp and glogp are f32 [rows, cols] scratch).
+void unfused_xent(int64_t rows, int64_t cols, const void* x, void* logp, void* glogp, const void* labels, void* loss,
+                  void* g) {
+  const auto* lab = static_cast<const int32_t*>(labels);
+  k::log_softmax_forward(DeviceType::cuda, rows, cols, x, DType::f16, logp, DType::f32);
+  k::nll_forward(DeviceType::cuda, rows, cols, logp, DType::f32, lab, loss);
+  k::nll_backward(DeviceType::cuda, rows, cols, lab, loss, glogp, DType::f32);
+  k::log_softmax_backward(DeviceType::cuda, rows, cols, logp, glogp, DType::f32, g, DType::f16);
+}
+
 void row(const char* op, int64_t rows, int64_t cols, const char* dtypes, const std::string& variant, double us,
          double bytes, double copy_gbs) {
   if (bytes > 0) {
@@ -159,15 +204,7 @@ int main(int argc, char** argv) {
     for (const auto& rung : rungs) {
       const int reps = rung == "naive" ? 1 : 10;
       const int smp = rung == "naive" ? std::min(samples, 5) : samples;
-      k::SoftmaxArgs a;
-      a.device = DeviceType::cuda;
-      a.op = k::SoftmaxOp::softmax;
-      a.rows = rows;
-      a.cols = cols;
-      a.x = x.p;
-      a.x_type = DType::f16;
-      a.y = g.p;
-      a.y_type = DType::f16;
+      const k::SoftmaxArgs a = softmax_args(rows, cols, x.p, g.p);
       const double us = median_us([&] { k::softmax(a, rung); }, smp, reps);
       row("softmax", rows, cols, "f16->f16", rung, us, 4.0 * static_cast<double>(n), copy_gbs);
     }
@@ -175,19 +212,7 @@ int main(int argc, char** argv) {
     // Cross-entropy, loss + gradient: the fused kernel (one launch), its framework split (forward,
     // backward: two launches, the logits read twice) and the unfused path (log_softmax to f32, NLL,
     // NLL backward, log_softmax backward).
-    k::SoftmaxArgs xe;
-    xe.device = DeviceType::cuda;
-    xe.rows = rows;
-    xe.cols = cols;
-    xe.x = x.p;
-    xe.x_type = DType::f16;
-    xe.labels = static_cast<const int32_t*>(lab.p);
-    xe.loss = loss.p;
-    xe.stats = lse.p;
-    xe.y = g.p;
-    xe.y_type = DType::f16;
-    xe.grad_scale = one.p;
-    xe.multiplier = 1.0 / static_cast<double>(rows);
+    const k::SoftmaxArgs xe = xent_args(rows, cols, x.p, g.p, lab.p, loss.p, lse.p, one.p);
     {
       k::SoftmaxArgs f = xe;
       f.op = k::SoftmaxOp::xent_fused;
@@ -202,14 +227,8 @@ int main(int argc, char** argv) {
     }
     {
       Buf logp(n * 4), glogp(n * 4), gl(static_cast<size_t>(rows) * 4);
-      const double us = median_us(
-          [&] {
-            k::log_softmax_forward(DeviceType::cuda, rows, cols, x.p, DType::f16, logp.p, DType::f32);
-            k::nll_forward(DeviceType::cuda, rows, cols, logp.p, DType::f32, static_cast<const int32_t*>(lab.p), loss.p);
-            k::nll_backward(DeviceType::cuda, rows, cols, static_cast<const int32_t*>(lab.p), loss.p, glogp.p, DType::f32);
-            k::log_softmax_backward(DeviceType::cuda, rows, cols, logp.p, glogp.p, DType::f32, g.p, DType::f16);
-          },
-          samples, 5);
+      const double us =
+          median_us([&] { unfused_xent(rows, cols, x.p, logp.p, glogp.p, lab.p, loss.p, g.p); }, samples, 5);
       row("xent", rows, cols, "f16->f16", "unfused (4 kernels)", us, 4.0 * static_cast<double>(n), copy_gbs);
     }
   }
@@ -226,30 +245,10 @@ int main(int argc, char** argv) {
     const float f1 = 1.0f;
     check(cudaMemcpy(one.p, &f1, 4, cudaMemcpyHostToDevice), "one");
     for (const auto& rung : rungs) {
-      k::SoftmaxArgs a;
-      a.device = DeviceType::cuda;
-      a.op = k::SoftmaxOp::softmax;
-      a.rows = rows;
-      a.cols = cols;
-      a.x = x.p;
-      a.x_type = DType::f16;
-      a.y = g.p;
-      a.y_type = DType::f16;
+      const k::SoftmaxArgs a = softmax_args(rows, cols, x.p, g.p);
       row("softmax", rows, cols, "f16->f16", rung, median_us([&] { k::softmax(a, rung); }, samples, 100), 0, 1);
     }
-    k::SoftmaxArgs xe;
-    xe.device = DeviceType::cuda;
-    xe.rows = rows;
-    xe.cols = cols;
-    xe.x = x.p;
-    xe.x_type = DType::f16;
-    xe.labels = static_cast<const int32_t*>(lab.p);
-    xe.loss = loss.p;
-    xe.stats = lse.p;
-    xe.y = g.p;
-    xe.y_type = DType::f16;
-    xe.grad_scale = one.p;
-    xe.multiplier = 1.0 / static_cast<double>(rows);
+    const k::SoftmaxArgs xe = xent_args(rows, cols, x.p, g.p, lab.p, loss.p, lse.p, one.p);
     k::SoftmaxArgs f = xe, fw = xe, bw = xe;
     f.op = k::SoftmaxOp::xent_fused;
     fw.op = k::SoftmaxOp::xent_forward;
@@ -258,14 +257,7 @@ int main(int argc, char** argv) {
     row("xent", rows, cols, "f16->f16", "fused_xent fwd+bwd",
         median_us([&] { k::softmax(fw); k::softmax(bw); }, samples, 100), 0, 1);
     row("xent", rows, cols, "f16->f16", "unfused (4 kernels)",
-        median_us(
-            [&] {
-              k::log_softmax_forward(DeviceType::cuda, rows, cols, x.p, DType::f16, logp.p, DType::f32);
-              k::nll_forward(DeviceType::cuda, rows, cols, logp.p, DType::f32, static_cast<const int32_t*>(lab.p), loss.p);
-              k::nll_backward(DeviceType::cuda, rows, cols, static_cast<const int32_t*>(lab.p), loss.p, glogp.p, DType::f32);
-              k::log_softmax_backward(DeviceType::cuda, rows, cols, logp.p, glogp.p, DType::f32, g.p, DType::f16);
-            },
-            samples, 50),
+        median_us([&] { unfused_xent(rows, cols, x.p, logp.p, glogp.p, lab.p, loss.p, g.p); }, samples, 50),
         0, 1);
   }
   check(cudaDeviceSynchronize(), "final sync");

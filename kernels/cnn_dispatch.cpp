@@ -102,19 +102,24 @@ uint32_t dropout_threshold(double p) {
   return static_cast<uint32_t>(std::llround(p * 16777216.0));  // 2^24
 }
 
-void dropout_forward(DeviceType dev, int64_t n, const void* x, void* y, DType t, double p, uint64_t seed,
-                     uint64_t offset) {
-  check_float(t, "dropout");
+namespace {
+// Forward and backward apply the same mask and scale (same seed and offset), to x or to dy.
+void dropout_masked(const char* op, DeviceType dev, int64_t n, const void* in, void* out, DType t, double p,
+                    uint64_t seed, uint64_t offset) {
+  check_float(t, op);
   const uint32_t th = dropout_threshold(p);
   const float scale = static_cast<float>(1.0 / (1.0 - p));
-  HL_CNN_DISPATCH(dropout_apply, n, x, y, t, th, scale, seed, offset);
+  HL_CNN_DISPATCH(dropout_apply, n, in, out, t, th, scale, seed, offset);
+}
+}  // namespace
+
+void dropout_forward(DeviceType dev, int64_t n, const void* x, void* y, DType t, double p, uint64_t seed,
+                     uint64_t offset) {
+  dropout_masked("dropout", dev, n, x, y, t, p, seed, offset);
 }
 void dropout_backward(DeviceType dev, int64_t n, const void* dy, void* dx, DType t, double p, uint64_t seed,
                       uint64_t offset) {
-  check_float(t, "dropout_backward");
-  const uint32_t th = dropout_threshold(p);
-  const float scale = static_cast<float>(1.0 / (1.0 - p));
-  HL_CNN_DISPATCH(dropout_apply, n, dy, dx, t, th, scale, seed, offset);
+  dropout_masked("dropout_backward", dev, n, dy, dx, t, p, seed, offset);
 }
 
 }  // namespace hl::kernels

@@ -66,6 +66,21 @@ std::string requested_name(const SoftmaxArgs& a, const std::string& variant) {
   return "";  // the registry's priority order
 }
 
+// The arguments of the row-wise wrappers at the end of this file (x in, y out; no cross-entropy).
+SoftmaxArgs row_args(DeviceType dev, SoftmaxOp op, int64_t rows, int64_t cols, const void* x, DType tx, void* y,
+                     DType ty) {
+  SoftmaxArgs a;
+  a.device = dev;
+  a.op = op;
+  a.rows = rows;
+  a.cols = cols;
+  a.x = x;
+  a.x_type = tx;
+  a.y = y;
+  a.y_type = ty;
+  return a;
+}
+
 }  // namespace
 
 const char* softmax_op_name(SoftmaxOp op) {
@@ -118,43 +133,17 @@ bool softmax_can_run(const SoftmaxArgs& args) {
 }
 
 void softmax_forward(DeviceType dev, int64_t rows, int64_t cols, const void* x, DType tx, void* y, DType ty) {
-  SoftmaxArgs a;
-  a.device = dev;
-  a.op = SoftmaxOp::softmax;
-  a.rows = rows;
-  a.cols = cols;
-  a.x = x;
-  a.x_type = tx;
-  a.y = y;
-  a.y_type = ty;
-  softmax(a);
+  softmax(row_args(dev, SoftmaxOp::softmax, rows, cols, x, tx, y, ty));
 }
 
 void log_softmax_forward(DeviceType dev, int64_t rows, int64_t cols, const void* x, DType tx, void* y, DType ty) {
-  SoftmaxArgs a;
-  a.device = dev;
-  a.op = SoftmaxOp::log_softmax;
-  a.rows = rows;
-  a.cols = cols;
-  a.x = x;
-  a.x_type = tx;
-  a.y = y;
-  a.y_type = ty;
-  softmax(a);
+  softmax(row_args(dev, SoftmaxOp::log_softmax, rows, cols, x, tx, y, ty));
 }
 
 void log_softmax_backward(DeviceType dev, int64_t rows, int64_t cols, const void* y, const void* gy, DType ty,
                           void* gx, DType tgx) {
-  SoftmaxArgs a;
-  a.device = dev;
-  a.op = SoftmaxOp::log_softmax_backward;
-  a.rows = rows;
-  a.cols = cols;
-  a.x = y;
-  a.x_type = ty;
+  SoftmaxArgs a = row_args(dev, SoftmaxOp::log_softmax_backward, rows, cols, y, ty, gx, tgx);
   a.dy = gy;
-  a.y = gx;
-  a.y_type = tgx;
   softmax(a);
 }
 

@@ -6,18 +6,11 @@
 // the result is rounded once on the store (paper §3.3: reductions in FP32).
 #include "kernels/cnn_backends.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/pool_window.h"
 
 namespace hl::kernels::cuda {
 
 namespace {
-
-__device__ __forceinline__ void windows_containing(int64_t h, int64_t k, int64_t stride, int64_t pad, int64_t P,
-                                                   int64_t& lo, int64_t& hi) {
-  const int64_t top = h + pad - k + 1;
-  lo = top <= 0 ? 0 : (top + stride - 1) / stride;
-  const int64_t last = (h + pad) / stride;
-  hi = last < P - 1 ? last : P - 1;
-}
 
 __global__ void max_pool_forward_kernel(Pool2dShape s, const void* x, void* y, int32_t* argmax, DType t) {
   const int64_t P = s.P(), Q = s.Q(), total = s.N * s.C * P * Q;
@@ -26,20 +19,9 @@ __global__ void max_pool_forward_kernel(Pool2dShape s, const void* x, void* y, i
     const int64_t base = pl * s.H * s.W;
     float best = -INFINITY;
     int32_t where = -1;
-    for (int64_t r = 0; r < s.kh; ++r) {
-      const int64_t h = p * s.stride_h - s.pad_h + r;
-      if (h < 0 || h >= s.H) continue;
-      for (int64_t c = 0; c < s.kw; ++c) {
-        const int64_t w = q * s.stride_w - s.pad_w + c;
-        if (w < 0 || w >= s.W) continue;
-        const float v = load_float(x, t, base + h * s.W + w);
-        if (best != best) continue;  // a NaN already won: the first NaN stays
-        if (where < 0 || v > best || v != v) {  // strictly greater: ties keep the first maximum
-          best = v;
-          where = static_cast<int32_t>(h * s.W + w);
-        }
-      }
-    }
+    for_each_in_window(s, p, q, [&](int64_t h, int64_t w) {
+      max_pool_take(load_float(x, t, base + h * s.W + w), static_cast<int32_t>(h * s.W + w), best, where);
+    });
     store_float(y, t, o, best);
     argmax[o] = where;
   }
@@ -49,16 +31,12 @@ __global__ void max_pool_backward_kernel(Pool2dShape s, const void* dy, const in
   const int64_t P = s.P(), Q = s.Q(), total = s.N * s.C * s.H * s.W;
   for (int64_t i = global_thread_index(); i < total; i += global_thread_count()) {
     const int64_t w = i % s.W, h = (i / s.W) % s.H, pl = i / (s.H * s.W);
-    int64_t p0, p1, q0, q1;
-    windows_containing(h, s.kh, s.stride_h, s.pad_h, P, p0, p1);
-    windows_containing(w, s.kw, s.stride_w, s.pad_w, Q, q0, q1);
     const int32_t me = static_cast<int32_t>(h * s.W + w);
     float acc = 0.0f;
-    for (int64_t p = p0; p <= p1; ++p)
-      for (int64_t q = q0; q <= q1; ++q) {
-        const int64_t o = (pl * P + p) * Q + q;
-        if (argmax[o] == me) acc += load_float(dy, t, o);
-      }
+    for_each_window_containing(s, h, w, [&](int64_t p, int64_t q) {
+      const int64_t o = (pl * P + p) * Q + q;
+      if (argmax[o] == me) acc += load_float(dy, t, o);
+    });
     store_float(dx, t, i, acc);
   }
 }
@@ -70,14 +48,7 @@ __global__ void avg_pool_forward_kernel(Pool2dShape s, const void* x, void* y, D
     const int64_t q = o % Q, p = (o / Q) % P, pl = o / (P * Q);
     const int64_t base = pl * s.H * s.W;
     float acc = 0.0f;
-    for (int64_t r = 0; r < s.kh; ++r) {
-      const int64_t h = p * s.stride_h - s.pad_h + r;
-      if (h < 0 || h >= s.H) continue;
-      for (int64_t c = 0; c < s.kw; ++c) {
-        const int64_t w = q * s.stride_w - s.pad_w + c;
-        if (w >= 0 && w < s.W) acc += load_float(x, t, base + h * s.W + w);
-      }
-    }
+    for_each_in_window(s, p, q, [&](int64_t h, int64_t w) { acc += load_float(x, t, base + h * s.W + w); });
     store_float(y, t, o, acc * inv);
   }
 }
@@ -87,12 +58,9 @@ __global__ void avg_pool_backward_kernel(Pool2dShape s, const void* dy, void* dx
   const float inv = 1.0f / static_cast<float>(s.kh * s.kw);
   for (int64_t i = global_thread_index(); i < total; i += global_thread_count()) {
     const int64_t w = i % s.W, h = (i / s.W) % s.H, pl = i / (s.H * s.W);
-    int64_t p0, p1, q0, q1;
-    windows_containing(h, s.kh, s.stride_h, s.pad_h, P, p0, p1);
-    windows_containing(w, s.kw, s.stride_w, s.pad_w, Q, q0, q1);
     float acc = 0.0f;
-    for (int64_t p = p0; p <= p1; ++p)
-      for (int64_t q = q0; q <= q1; ++q) acc += load_float(dy, t, (pl * P + p) * Q + q);
+    for_each_window_containing(s, h, w,
+                               [&](int64_t p, int64_t q) { acc += load_float(dy, t, (pl * P + p) * Q + q); });
     store_float(dx, t, i, acc * inv);
   }
 }

@@ -1,4 +1,4 @@
-// Shared by the CPU and CUDA convolution / pooling tests: typed host buffers, the float64 reference
+// Shared by the CPU and CUDA convolution / pooling tests: typed host buffers (typed_buffer.h), the float64 reference
 // of each convolution pass (with the sum of |terms| per output for the per-element error bound), and
 // the shapes the issue asks for (N = 1, C = 1 and 3, odd H/W, stride 2, padding 0/1/2, K not a
 // multiple of 16, kernels 1/3/5, per-dimension stride and padding).
@@ -13,61 +13,9 @@
 
 #include "kernels/conv.h"
 #include "kernels/half.h"
+#include "tests/kernels/typed_buffer.h"
 
 namespace hl::test {
-
-// Bytes of n elements of dtype t, readable and writable as double.
-class TypedBuffer {
- public:
-  TypedBuffer() = default;
-  TypedBuffer(DType t, size_t n) : type_(t), bytes_(n * dtype_size(t)) {}
-  void* data() { return bytes_.data(); }
-  const void* data() const { return bytes_.data(); }
-  size_t size() const { return type_ == DType::i32 ? bytes_.size() / 4 : bytes_.size() / dtype_size(type_); }
-  size_t nbytes() const { return bytes_.size(); }
-  DType type() const { return type_; }
-  double get(size_t i) const {
-    switch (type_) {
-      case DType::f16: return static_cast<double>(static_cast<float>(read<half>(i)));
-      case DType::f64: return read<double>(i);
-      case DType::i32: return read<int32_t>(i);
-      default: return static_cast<double>(read<float>(i));
-    }
-  }
-  void set(size_t i, double v) {
-    switch (type_) {
-      case DType::f16: return write(i, half::from_bits(double_to_half_bits(v)));
-      case DType::f64: return write(i, v);
-      case DType::i32: return write(i, static_cast<int32_t>(v));
-      default: return write(i, static_cast<float>(v));
-    }
-  }
-  void set_all(const std::vector<double>& v) {
-    for (size_t i = 0; i < v.size(); ++i) set(i, v[i]);
-  }
-  void fill_nan() {
-    for (size_t i = 0; i < size(); ++i) set(i, std::numeric_limits<double>::quiet_NaN());
-  }
-  std::vector<double> values() const {
-    std::vector<double> out(size());
-    for (size_t i = 0; i < out.size(); ++i) out[i] = get(i);
-    return out;
-  }
-
- private:
-  template <class T>
-  T read(size_t i) const {
-    T v;
-    std::memcpy(&v, bytes_.data() + i * sizeof(T), sizeof(T));
-    return v;
-  }
-  template <class T>
-  void write(size_t i, T v) {
-    std::memcpy(bytes_.data() + i * sizeof(T), &v, sizeof(T));
-  }
-  DType type_ = DType::f32;
-  std::vector<unsigned char> bytes_;
-};
 
 struct ConvShape {
   int64_t N, C, H, W, K, R, S, sh, sw, ph, pw;

@@ -1,6 +1,7 @@
-// Host-side helpers of the CUDA kernel tests (test_cuda_kernels.cpp, test_gemm_cuda.cpp): encoding
-// values into any dtype, device buffers filled from float64 values and read back, NaN poisoning, and
-// the element-by-element comparison with a stated tolerance (DESIGN.md §6).
+// Host-side helpers of the CUDA kernel tests (test_cuda_kernels.cpp, test_gemm_cuda.cpp,
+// test_conv_cuda.cpp): encoding values into any dtype, device buffers filled from float64 values and
+// read back, NaN poisoning, and the element-by-element comparison with a stated tolerance
+// (DESIGN.md §6).
 #pragma once
 #include <gtest/gtest.h>
 

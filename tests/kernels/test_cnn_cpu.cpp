@@ -40,7 +40,7 @@ TEST(PoolCpu, MaxAndAvgMatchFloat64InF32AndF16) {
       for (int64_t pl = 0; pl < s.N * s.C; ++pl)
         for (int64_t p = 0; p < P; ++p)
           for (int64_t q = 0; q < Q; ++q) {
-            double best = -std::numeric_limits<double>::infinity(), sum = 0;
+            double best = -std::numeric_limits<double>::infinity(), sum = 0, magnitude = 0;
             int64_t where = -1;
             for (int64_t r = 0; r < s.kh; ++r)
               for (int64_t c = 0; c < s.kw; ++c) {
@@ -48,14 +48,17 @@ TEST(PoolCpu, MaxAndAvgMatchFloat64InF32AndF16) {
                 if (h < 0 || h >= s.H || w < 0 || w >= s.W) continue;
                 const double v = xv[(pl * s.H + h) * s.W + w];
                 sum += v;
+                magnitude += std::fabs(v);
                 if (v > best) best = v, where = h * s.W + w;
               }
             const size_t o = (pl * P + p) * Q + q;
             EXPECT_EQ(y.get(o), best) << o;  // a maximum is exact
             EXPECT_EQ(idx.get(o), static_cast<double>(where)) << o;
             const double mean = sum / static_cast<double>(s.kh * s.kw);
-            // f32 window sum of at most 25 terms, then one rounding of the output.
-            const double tol = 32 * 0x1p-24 * std::fabs(sum) + (t == DType::f16 ? 0x1p-11 * std::fabs(mean) + 0x1p-25 : 0.0);
+            // f32 window sum of at most 25 terms (its error scales with the sum of |terms|, not with the
+            // sum, which may cancel), then one rounding of the output.
+            const double tol =
+                32 * 0x1p-24 * magnitude + (t == DType::f16 ? 0x1p-11 * std::fabs(mean) + 0x1p-25 : 0.0);
             EXPECT_NEAR(ya.get(o), mean, tol) << o;
           }
     }

@@ -27,10 +27,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <iomanip>
 #include <iostream>
-#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -41,6 +39,7 @@
 #include "kernels/error.h"
 #include "kernels/half.h"
 #include "kernels/runtime.h"
+#include "tests/kernels/cuda_test_util.h"
 #include "tests/test_util.h"
 
 namespace hl {
@@ -49,10 +48,10 @@ namespace {
 using kernels::ConvArgs;
 using kernels::ConvPass;
 using kernels::ConvRegistry;
-using runtime::CopyKind;
 
 constexpr DeviceType kCuda = DeviceType::cuda;
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+using test::gpu::DeviceBuffer;
+using test::gpu::kNaN;
 
 // The rungs of this ladder, fastest first, as the registry must rank them.
 const std::vector<std::string> kCudaConvRungs = {"implicit_gemm_wmma", "im2col_gemm", "direct"};
@@ -72,74 +71,6 @@ double rung_tolerance(const std::string& variant) {
 }
 
 double unit_roundoff(DType t) { return t == DType::f16 ? 1.0 / (1 << 11) : 1.0 / (1 << 24); }
-
-// ---- host <-> device ------------------------------------------------------------------------------
-
-std::vector<uint8_t> encode(const std::vector<double>& v, DType t) {
-  std::vector<uint8_t> bytes(v.size() * dtype_size(t));
-  for (size_t i = 0; i < v.size(); ++i) {
-    uint8_t* p = bytes.data() + i * dtype_size(t);
-    if (t == DType::f16) {
-      const uint16_t h = double_to_half_bits(v[i]);
-      std::memcpy(p, &h, 2);
-    } else if (t == DType::f32) {
-      const float f = static_cast<float>(v[i]);
-      std::memcpy(p, &f, 4);
-    } else {
-      std::memcpy(p, &v[i], 8);
-    }
-  }
-  return bytes;
-}
-
-std::vector<double> decode(const std::vector<uint8_t>& bytes, DType t) {
-  std::vector<double> v(bytes.size() / dtype_size(t));
-  for (size_t i = 0; i < v.size(); ++i) {
-    const uint8_t* p = bytes.data() + i * dtype_size(t);
-    if (t == DType::f16) {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      v[i] = half_bits_to_float(h);
-    } else if (t == DType::f32) {
-      float f;
-      std::memcpy(&f, p, 4);
-      v[i] = f;
-    } else {
-      std::memcpy(&v[i], p, 8);
-    }
-  }
-  return v;
-}
-
-// Device memory holding values of dtype t.
-class DevBuf {
- public:
-  DevBuf(const std::vector<double>& values, DType t)
-      : n_(values.size()), t_(t), ptr_(runtime::cuda_malloc(std::max<size_t>(n_, 1) * dtype_size(t))) {
-    upload(values);
-  }
-  ~DevBuf() { runtime::cuda_free(ptr_); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-
-  void* get() const { return ptr_; }
-  void upload(const std::vector<double>& values) {
-    const std::vector<uint8_t> bytes = encode(values, t_);
-    runtime::cuda_memcpy_async(ptr_, bytes.data(), bytes.size(), CopyKind::host_to_device);
-    runtime::cuda_synchronize();
-  }
-  std::vector<double> download() const {
-    std::vector<uint8_t> bytes(n_ * dtype_size(t_));
-    runtime::cuda_memcpy_async(bytes.data(), ptr_, bytes.size(), CopyKind::device_to_host);
-    runtime::cuda_synchronize();
-    return decode(bytes, t_);
-  }
-
- private:
-  size_t n_;
-  DType t_;
-  void* ptr_;
-};
 
 // ---- problems -------------------------------------------------------------------------------------
 
@@ -232,13 +163,14 @@ std::vector<double> run_cuda(const Problem& p, const std::string& variant, DType
   a.device = kCuda;
   a.in_type = p.in_type;
   a.out_type = out_type;
-  std::unique_ptr<DevBuf> x, w, dy, bias;
-  if (!p.x.empty()) x = std::make_unique<DevBuf>(p.x, p.in_type);
-  if (!p.w.empty()) w = std::make_unique<DevBuf>(p.w, p.in_type);
-  if (!p.dy.empty()) dy = std::make_unique<DevBuf>(p.dy, p.in_type);
-  if (p.a.bias != nullptr) bias = std::make_unique<DevBuf>(p.bias, p.in_type);
+  std::unique_ptr<DeviceBuffer> x, w, dy, bias;
+  if (!p.x.empty()) x = std::make_unique<DeviceBuffer>(p.x, p.in_type);
+  if (!p.w.empty()) w = std::make_unique<DeviceBuffer>(p.w, p.in_type);
+  if (!p.dy.empty()) dy = std::make_unique<DeviceBuffer>(p.dy, p.in_type);
+  if (p.a.bias != nullptr) bias = std::make_unique<DeviceBuffer>(p.bias, p.in_type);
   // Poisoned unless beta != 0 asks the kernel to read it.
-  DevBuf out(p.a.beta != 0.0f ? p.old : std::vector<double>(static_cast<size_t>(a.out_numel()), kNaN), out_type);
+  DeviceBuffer out(p.a.beta != 0.0f ? p.old : std::vector<double>(static_cast<size_t>(a.out_numel()), kNaN),
+                   out_type);
   a.x = x ? x->get() : nullptr;
   a.w = w ? w->get() : nullptr;
   a.dy = dy ? dy->get() : nullptr;

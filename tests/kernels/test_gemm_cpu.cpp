@@ -27,58 +27,19 @@
 #include "kernels/error.h"
 #include "kernels/gemm.h"
 #include "kernels/half.h"
+#include "tests/kernels/typed_buffer.h"
 #include "tests/test_util.h"
 
 namespace hl::kernels {
 namespace {
 
+using test::TypedBuffer;
+
 // ---- host buffers of any dtype ---------------------------------------------------------------------
 
-class HostArray {
- public:
-  HostArray(DType t, size_t n) : type_(t), bytes_(n * dtype_size(t)) {}
-  void* data() { return bytes_.data(); }
-  const std::vector<unsigned char>& bytes() const { return bytes_; }
-  size_t size() const { return bytes_.size() / dtype_size(type_); }
-
-  double get(size_t i) const {
-    switch (type_) {
-      case DType::f16: return static_cast<double>(static_cast<float>(read<half>(i)));
-      case DType::f64: return read<double>(i);
-      default: return static_cast<double>(read<float>(i));
-    }
-  }
-  // v must already be representable in the dtype (test_util's random_values rounds for us).
-  void set(size_t i, double v) {
-    switch (type_) {
-      case DType::f16: return write(i, half(static_cast<float>(v)));
-      case DType::f64: return write(i, v);
-      default: return write(i, static_cast<float>(v));
-    }
-  }
-  void fill_nan() {
-    for (size_t i = 0; i < size(); ++i) set(i, std::numeric_limits<double>::quiet_NaN());
-  }
-
- private:
-  template <class T>
-  T read(size_t i) const {
-    T v;
-    std::memcpy(&v, bytes_.data() + i * sizeof(T), sizeof(T));
-    return v;
-  }
-  template <class T>
-  void write(size_t i, T v) {
-    std::memcpy(bytes_.data() + i * sizeof(T), &v, sizeof(T));
-  }
-
-  DType type_;
-  std::vector<unsigned char> bytes_;
-};
-
 // A stored (rows x ld) matrix whose first `cols` columns hold values and whose padding holds NaN.
-HostArray make_matrix(int64_t rows, int64_t cols, int64_t ld, DType t, const std::vector<double>& values) {
-  HostArray m(t, static_cast<size_t>(rows * ld));
+TypedBuffer make_matrix(int64_t rows, int64_t cols, int64_t ld, DType t, const std::vector<double>& values) {
+  TypedBuffer m(t, static_cast<size_t>(rows * ld));
   m.fill_nan();
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
@@ -149,7 +110,7 @@ class GemmProblem {
                                       << " K=" << s_.K << " " << dtype_name(ab_type_) << "->" << dtype_name(c_type)
                                       << " epilogue=" << e.name << " seed=" << seed_);
 
-    HostArray C(c_type, static_cast<size_t>(M * ldc_));
+    TypedBuffer C(c_type, static_cast<size_t>(M * ldc_));
     C.fill_nan();  // beta == 0: C must not be read; the padding must not be written
     std::vector<double> c_old;
     if (e.beta != 0.0f) {
@@ -158,7 +119,7 @@ class GemmProblem {
         for (int64_t j = 0; j < N; ++j) C.set(static_cast<size_t>(i * ldc_ + j), c_old[static_cast<size_t>(i * N + j)]);
     }
     std::vector<double> bias_values;
-    std::optional<HostArray> bias;
+    std::optional<TypedBuffer> bias;
     if (e.bias) {
       bias_values = test::random_values(static_cast<size_t>(N), seed_ + 3, -1.0, 1.0, bias_type);
       bias.emplace(bias_type, static_cast<size_t>(N));
@@ -253,7 +214,7 @@ class GemmProblem {
 
  private:
   // op(X) (rows x cols, row-major values) stored as the layout asks: op == T stores the transpose.
-  static HostArray store(Op op, int64_t rows, int64_t cols, int64_t ld, DType t, const std::vector<double>& v) {
+  static TypedBuffer store(Op op, int64_t rows, int64_t cols, int64_t ld, DType t, const std::vector<double>& v) {
     if (op == Op::N) return make_matrix(rows, cols, ld, t, v);
     std::vector<double> transposed(v.size());
     for (int64_t r = 0; r < rows; ++r)
@@ -268,7 +229,7 @@ class GemmProblem {
   uint64_t seed_ = 0;
   std::vector<double> a_, b_, prod_, mag_;
   int64_t lda_ = 0, ldb_ = 0, ldc_ = 0;
-  std::optional<HostArray> a_store_, b_store_;
+  std::optional<TypedBuffer> a_store_, b_store_;
 };
 
 // A variant pinned to an instruction set this CPU lacks (e.g. "blocked_avx512") cannot run here: the
@@ -378,7 +339,7 @@ TEST_P(GemmCpuVariant, Float16OnesSumToExactly4096) {
   constexpr int64_t M = 3, N = 19, K = 4096;
   std::vector<half> a(M * K, half(1.0f)), b(K * N, half(1.0f));
   for (DType c_type : {DType::f32, DType::f16}) {
-    HostArray c(c_type, M * N);
+    TypedBuffer c(c_type, M * N);
     c.fill_nan();
     GemmArgs g;
     g.M = M;

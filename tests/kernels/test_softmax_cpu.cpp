@@ -17,6 +17,7 @@
 #include "kernels/half.h"
 #include "kernels/softmax.h"
 #include "tests/kernels/softmax_reference.h"
+#include "tests/kernels/xent_runs.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -304,30 +305,9 @@ TEST_F(SoftmaxCpu, XentFusedEqualsForwardThenBackward) {
     lab[3] = -1;  // a bad label: NaN loss and NaN gradient row
     const Tensor xt = make(x, rows, cols, t), lt = labels_of(lab);
     const Tensor scale = Tensor::scalar(1024.0);
-    Tensor loss1 = Tensor::full({rows}, kNaN), stats = Tensor::full({rows, 2}, kNaN), g1 = Tensor::full({rows, cols}, kNaN, t);
-    Tensor loss2 = Tensor::full({rows}, kNaN), g2 = Tensor::full({rows, cols}, kNaN, t);
-    k::SoftmaxArgs a;
-    a.rows = rows;
-    a.cols = cols;
-    a.x = xt.data_ptr();
-    a.x_type = t;
-    a.labels = lt.data<int32_t>();
-    a.grad_scale = scale.data_ptr();
-    a.multiplier = 1.0 / rows;
-    a.y_type = t;
-    a.op = k::SoftmaxOp::xent_forward;
-    a.loss = loss1.data_ptr();
-    a.stats = stats.data_ptr();
-    k::softmax(a);
-    a.op = k::SoftmaxOp::xent_backward;
-    a.y = g1.data_ptr();
-    k::softmax(a);
-    a.op = k::SoftmaxOp::xent_fused;
-    a.loss = loss2.data_ptr();
-    a.stats = nullptr;
-    a.y = g2.data_ptr();
-    k::softmax(a);
-    const auto l1 = loss1.to_double(), l2 = loss2.to_double(), a1 = g1.to_double(), a2 = g2.to_double();
+    const hl::test::XentRuns run = hl::test::run_xent_split_and_fused(xt, lt, scale, 1.0 / rows, t);
+    const auto l1 = run.loss.to_double(), l2 = run.loss_fused.to_double(), a1 = run.g.to_double(),
+               a2 = run.g_fused.to_double();
     const auto st = ref::row_stats(rows, cols, x);
     for (int64_t r = 0; r < rows; ++r) {
       const size_t ri = static_cast<size_t>(r);

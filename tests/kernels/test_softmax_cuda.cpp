@@ -16,6 +16,7 @@
 #include "kernels/half.h"
 #include "kernels/softmax.h"
 #include "tests/kernels/softmax_reference.h"
+#include "tests/kernels/xent_runs.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -265,36 +266,10 @@ TEST(SoftmaxCuda, FusedXentLossAndGradient) {
         const double S = 1024.0, mult = 1.0 / static_cast<double>(rows);
         const Tensor scale = Tensor::scalar(S, DType::f32, Device::cuda);
         for (DType tg : {DType::f16, DType::f32}) {
-          Tensor loss = Tensor::full({rows}, kNaN, DType::f32, Device::cuda);
-          Tensor stats = Tensor::full({rows, 2}, kNaN, DType::f32, Device::cuda);
-          Tensor g = Tensor::full({rows, cols}, kNaN, tg, Device::cuda);
-          Tensor loss2 = Tensor::full({rows}, kNaN, DType::f32, Device::cuda);
-          Tensor g2 = Tensor::full({rows, cols}, kNaN, tg, Device::cuda);
-          k::SoftmaxArgs a;
-          a.device = DeviceType::cuda;
-          a.rows = rows;
-          a.cols = cols;
-          a.x = x.data_ptr();
-          a.x_type = tx;
-          a.labels = lab.data<int32_t>();
-          a.stat_type = DType::f32;
-          a.grad_scale = scale.data_ptr();
-          a.multiplier = mult;
-          a.y_type = tg;
-          a.op = k::SoftmaxOp::xent_forward;
-          a.loss = loss.data_ptr();
-          a.stats = stats.data_ptr();
-          k::softmax(a);  // the default must be fused_xent
-          EXPECT_EQ(k::softmax_variant_for(a), "fused_xent");
-          a.op = k::SoftmaxOp::xent_backward;
-          a.y = g.data_ptr();
-          k::softmax(a);
-          a.op = k::SoftmaxOp::xent_fused;
-          a.loss = loss2.data_ptr();
-          a.stats = nullptr;
-          a.y = g2.data_ptr();
-          k::softmax(a);
-          const auto lo = loss.to_double(), lo2 = loss2.to_double(), go = g.to_double(), go2 = g2.to_double();
+          const hl::test::XentRuns run = hl::test::run_xent_split_and_fused(x, lab, scale, mult, tg);
+          EXPECT_EQ(k::softmax_variant_for(run.forward), "fused_xent");  // the default must be fused_xent
+          const auto lo = run.loss.to_double(), lo2 = run.loss_fused.to_double(), go = run.g.to_double(),
+                     go2 = run.g_fused.to_double();
           const int64_t chain = chain_for("fused_xent", cols);
           int64_t bad = 0;
           for (int64_t r = 0; r < rows; ++r) {
