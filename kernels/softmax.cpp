@@ -56,8 +56,11 @@ std::string auto_cuda_variant(const SoftmaxArgs& a) {
 std::string requested_name(const SoftmaxArgs& a, const std::string& variant) {
   if (!variant.empty()) return variant;
   const SoftmaxRegistry& reg = SoftmaxRegistry::instance();
-  if (!reg.default_name().empty()) return reg.default_name();
-  if (const char* env = std::getenv(SoftmaxArgs::env_var); env != nullptr && *env != '\0') return env;
+  // A pinned name (--softmax or the environment) applies on the devices that have it, as in
+  // Registry::select; a name no device knows is passed on so that the registry reports it.
+  std::string pinned = reg.default_name();
+  if (const char* env = std::getenv(SoftmaxArgs::env_var); pinned.empty() && env != nullptr) pinned = env;
+  if (!pinned.empty() && (reg.find(pinned, a.device) != nullptr || !reg.known_anywhere(pinned))) return pinned;
   if (a.device == DeviceType::cuda) {
     const std::string name = auto_cuda_variant(a);
     const auto* v = reg.find(name, a.device);

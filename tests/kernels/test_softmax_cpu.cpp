@@ -294,6 +294,24 @@ TEST_F(SoftmaxCpu, PinnedRungWithoutFusedLossFallsBackToUnfused) {
   reg.set_default("");
 }
 
+TEST_F(SoftmaxCpu, APinnedGpuRungLeavesCpuCallsToTheAutomaticChoice) {
+  // --softmax warp_row pins the GPU's rung; a softmax on a host tensor keeps working (the same rule as
+  // kernels/registry.h). In a CPU-only build no device knows warp_row, so the pin is a reported typo.
+  auto& reg = k::SoftmaxRegistry::instance();
+  Generator gen(seed);
+  const Tensor logits = Tensor::uniform({3, 5}, gen, -2, 2);
+  const Tensor labels = labels_of({0, 4, 2});
+  const double expected = cross_entropy(logits, labels).item();
+  reg.set_default("warp_row");
+  if (reg.known_anywhere("warp_row")) {
+    EXPECT_NEAR(cross_entropy(logits, labels).item(), expected, 0.0);
+    EXPECT_NO_THROW(log_softmax(logits));
+  } else {
+    EXPECT_THROW(log_softmax(logits), Error);
+  }
+  reg.set_default("");
+}
+
 // ---- fused cross-entropy: the kernels and the framework op ---------------------------------------------
 
 TEST_F(SoftmaxCpu, XentFusedEqualsForwardThenBackward) {
