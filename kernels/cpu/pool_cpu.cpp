@@ -38,6 +38,9 @@ void max_pool2d_backward(const Pool2dShape& s, const void* dy, const int32_t* ar
     using C = compute_t<T>;
     const T* pdy = static_cast<const T*>(dy);
     T* pdx = static_cast<T*>(dx);
+    // A local copy: clang rejects a lambda inside an OpenMP region that names a parameter of the
+    // enclosing function ("reference to local variable declared in enclosing function").
+    const int32_t* am = argmax;
     const int64_t P = s.P(), Q = s.Q(), planes = s.N * s.C;
 #pragma omp parallel for if (planes * s.H * s.W > kParallelThreshold)
     for (int64_t pl = 0; pl < planes; ++pl)
@@ -47,7 +50,7 @@ void max_pool2d_backward(const Pool2dShape& s, const void* dy, const int32_t* ar
           const int32_t me = static_cast<int32_t>(h * s.W + w);
           for_each_window_containing(s, h, w, [&](int64_t p, int64_t q) {
             const int64_t o = (pl * P + p) * Q + q;
-            if (argmax[o] == me) acc += load(pdy, o);
+            if (am[o] == me) acc += load(pdy, o);
           });
           store(pdx, (pl * s.H + h) * s.W + w, acc);
         }
