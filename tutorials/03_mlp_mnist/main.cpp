@@ -90,16 +90,7 @@ int main(int argc, char** argv) {
     std::printf("final test accuracy %.2f%% after %lld epoch(s), %.1f s per epoch on %s\n", 100 * test_acc,
                 static_cast<long long>(epochs), total_seconds / static_cast<double>(epochs), device_name(dev));
     if (!save_path.empty()) {
-      tutorial::ModelCard card;
-      card.model = "mlp512";
-      card.dataset = dataset;
-      card.channels = train.images.size(1);
-      card.height = train.images.size(2);
-      card.width = train.images.size(3);
-      card.norm = norm;
-      card.class_names = train.class_names;
-      card.test_accuracy = test_acc;
-      tutorial::save_model(save_path, *model, card);
+      tutorial::save_model(save_path, *model, tutorial::ModelCard::describe("mlp512", dataset, train, test_acc));
       std::printf("saved the model to %s (classify an image with: 10_your_image --checkpoint %s --image IMAGE)\n",
                   save_path.c_str(), save_path.c_str());
     }

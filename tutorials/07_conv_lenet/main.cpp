@@ -89,14 +89,7 @@ int main(int argc, char** argv) {
                    {.lr = f.lr, .momentum = f.momentum, .master_weights = amp::uses_master_weights(precision)});
     model->to(dt);
     std::printf("%s", model->summary().c_str());
-    {
-      kernels::ConvArgs probe;
-      probe.device = dev;
-      probe.N = probe.C = probe.K = 1;
-      probe.H = probe.W = probe.R = probe.S = 3;
-      probe.in_type = probe.out_type = dt;
-      std::printf("convolution variant: %s\n", kernels::ConvRegistry::instance().select(probe).name.c_str());
-    }
+    std::printf("convolution variant: %s\n", tutorial::conv_variant_for(dev, dt).c_str());
 
     amp::LossScaler scaler(amp::ScalerConfig::parse(precision == amp::Precision::fp32 ? "none" : f.loss_scale));
     data::DataLoader::Options train_opts{.batch_size = batch, .shuffle = true, .seed = f.seed, .device = dev, .dtype = dt};
@@ -131,15 +124,7 @@ int main(int argc, char** argv) {
     std::printf("final test accuracy %.2f%% after %lld epoch(s), %.1f s per epoch on %s\n", 100 * test_acc,
                 static_cast<long long>(epochs), total_seconds / static_cast<double>(epochs), device_name(dev));
     if (!save_path.empty()) {
-      tutorial::ModelCard card;
-      card.model = model_name;
-      card.dataset = lenet ? "mnist" : "cifar10";
-      card.channels = train.images.size(1);
-      card.height = train.images.size(2);
-      card.width = train.images.size(3);
-      card.norm = train.norm;
-      card.class_names = train.class_names;
-      card.test_accuracy = test_acc;
+      const auto card = tutorial::ModelCard::describe(model_name, lenet ? "mnist" : "cifar10", train, test_acc);
       tutorial::save_model_fp32(save_path, *model, sgd, card);
       std::printf("saved the model to %s (classify an image with: 10_your_image --checkpoint %s --image IMAGE)\n",
                   save_path.c_str(), save_path.c_str());

@@ -194,14 +194,7 @@ int main(int argc, char** argv) {
     }
     std::printf("optimizer: SGD, momentum %g, weight decay %g, master weights %s\n", f.momentum, weight_decay,
                 sgd.has_master_weights() ? "FP32" : "none (the update goes to the weights themselves)");
-    {
-      kernels::ConvArgs probe;
-      probe.device = dev;
-      probe.N = probe.C = probe.K = 1;
-      probe.H = probe.W = probe.R = probe.S = 3;
-      probe.in_type = probe.out_type = dt;
-      std::printf("convolution variant: %s\n", kernels::ConvRegistry::instance().select(probe).name.c_str());
-    }
+    std::printf("convolution variant: %s\n", tutorial::conv_variant_for(dev, dt).c_str());
 
     amp::LossScaler scaler(amp::ScalerConfig::parse(precision == amp::Precision::fp32 ? "none" : f.loss_scale));
     data::DataLoader::Options train_opts{.batch_size = batch, .shuffle = true, .seed = f.seed, .device = dev, .dtype = dt};
@@ -266,15 +259,7 @@ int main(int argc, char** argv) {
                 "activations)\n",
                 device_name(dev));
     if (!save_path.empty()) {
-      tutorial::ModelCard card;
-      card.model = "vgg_small";
-      card.dataset = "cifar10";
-      card.channels = train.images.size(1);
-      card.height = train.images.size(2);
-      card.width = train.images.size(3);
-      card.norm = train.norm;
-      card.class_names = train.class_names;
-      card.test_accuracy = test_acc;
+      const auto card = tutorial::ModelCard::describe("vgg_small", "cifar10", train, test_acc);
       tutorial::save_model_fp32(save_path, *model, sgd, card);
       std::printf("saved the model to %s (classify a photo with: 10_your_image --checkpoint %s --image IMAGE)\n",
                   save_path.c_str(), save_path.c_str());

@@ -101,6 +101,16 @@ void print_variants() {
   if (!runtime::cuda_available()) std::cout << "(no GPU here: " << runtime::cuda_unavailable_reason() << ")\n";
 }
 
+std::string conv_variant_for(Device dev, DType dt) {
+  // A 3x3 convolution of one channel: every variant accepts it, so the pick is the family's default.
+  kernels::ConvArgs probe;
+  probe.device = dev;
+  probe.N = probe.C = probe.K = 1;
+  probe.H = probe.W = probe.R = probe.S = 3;
+  probe.in_type = probe.out_type = dt;
+  return kernels::ConvRegistry::instance().select(probe).name;
+}
+
 std::string default_data_dir(const std::string& name) {
   const char* env = std::getenv("HALFLING_DATA");
   return (env ? std::string(env) : std::string("data")) + "/" + name;

@@ -40,6 +40,10 @@ Device apply_common_flags(const CommonFlags& f);
 // Print every registered GEMM, softmax and convolution variant per device.
 void print_variants();
 
+// The convolution variant the registry picks on `dev` for `dt` inputs (after --conv), for the
+// tutorials' header lines.
+std::string conv_variant_for(Device dev, DType dt);
+
 // Default data directory for a data set: $HALFLING_DATA/<name>, else ./data/<name>.
 std::string default_data_dir(const std::string& name);
 

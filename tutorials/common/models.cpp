@@ -24,6 +24,20 @@ namespace {
 std::string floats_json(const std::vector<float>& v) { return nlohmann::json(v).dump(); }
 }  // namespace
 
+ModelCard ModelCard::describe(const std::string& model, const std::string& dataset, const data::Dataset& train,
+                              double test_accuracy) {
+  ModelCard card;
+  card.model = model;
+  card.dataset = dataset;
+  card.channels = train.images.size(1);
+  card.height = train.images.size(2);
+  card.width = train.images.size(3);
+  card.norm = train.norm;
+  card.class_names = train.class_names;
+  card.test_accuracy = test_accuracy;
+  return card;
+}
+
 StringMap ModelCard::to_metadata() const {
   return {{"model", model},
           {"dataset", dataset},

@@ -29,6 +29,10 @@ struct ModelCard {
   std::vector<std::string> class_names;            // index -> name
   double test_accuracy = -1;                       // < 0: unknown
 
+  // The card of `model` trained on `train` (its image shape, normalization and class names).
+  static ModelCard describe(const std::string& model, const std::string& dataset, const data::Dataset& train,
+                            double test_accuracy);
+
   StringMap to_metadata() const;
   // Throws hl::Error naming `source` when a field is missing or malformed (e.g. a checkpoint saved
   // without a model card).
