@@ -7,7 +7,10 @@
 // the epoch's work), then the test accuracy and the peak memory held on the device. --json adds one
 // machine-readable line for the wrapper. --export DIR writes the exact inputs PyTorch must see: the
 // normalized images and labels as .npy, and the shuffled order of every epoch, so both frameworks
-// train on the same data in the same order.
+// train on the same data in the same order, plus the model's initial weights (init_NNN.npy, in
+// parameter order) so that PyTorch can start from them. --dump-weights DIR writes the weights after
+// training (final_NNN.npy; the FP32 masters under mixed): with both, tests/python/pytorch_trajectory.py
+// checks that the two frameworks compute the same training run.
 #include <CLI/CLI.hpp>
 #include <omp.h>
 
@@ -26,6 +29,7 @@
 #include "datasets/image_folder.h"
 #include "datasets/mnist.h"
 #include "framework/amp.h"
+#include "framework/autograd.h"
 #include "framework/nn.h"
 #include "framework/optim.h"
 #include "kernels/runtime.h"
@@ -100,6 +104,24 @@ void export_set(const std::string& dir, const std::string& prefix, const data::D
   write_npy(dir + "/" + prefix + "_y.npy", "<i4", y.shape(), y.data_ptr(), static_cast<size_t>(y.numel()) * 4);
 }
 
+// Each tensor as DIR/<prefix>_NNN.npy (f32, numbered in parameter order, as PyTorch's parameters()).
+// Files of an earlier export of another model are removed first, so a directory never holds a mix.
+void write_weights(const std::string& dir, const std::string& prefix, const std::vector<Tensor>& tensors) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix + "_", 0) == 0 && entry.path().extension() == ".npy") fs::remove(entry.path());
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    NoGradGuard no_grad;
+    const Tensor t = tensors[i].to(DType::f32).to(Device::cpu);
+    char name[32];
+    std::snprintf(name, sizeof name, "%s_%03zu.npy", prefix.c_str(), i);
+    write_npy(dir + "/" + name, "<f4", t.shape(), t.data_ptr(), static_cast<size_t>(t.numel()) * 4);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -107,12 +129,13 @@ int main(int argc, char** argv) {
   tutorial::CommonFlags f;
   f.epochs = 3;
   tutorial::add_common_flags(app, f, {"fp32", "fp16", "mixed"});
-  std::string model_name = "mlp512", export_dir;
+  std::string model_name = "mlp512", export_dir, dump_dir;
   bool json = false, fuse = true;
   int64_t max_steps = -1;
   app.add_option("--model", model_name, "the model: " + model_names());
   app.add_option("--max-steps", max_steps, "stop each epoch after this many steps");
   app.add_option("--export", export_dir, "write the data and the epochs' orders as .npy for bench/pytorch/train.py, then exit");
+  app.add_option("--dump-weights", dump_dir, "after training, write the weights (FP32 masters under mixed) as .npy to this directory");
   app.add_flag("--json", json, "print a last line of JSON with the results");
   app.add_flag("--fuse,!--no-fuse", fuse, "fuse each Linear/Conv2d + ReLU into one epilogue (default on)");
   CLI11_PARSE(app, argc, argv);
@@ -154,6 +177,8 @@ int main(int argc, char** argv) {
         orders.insert(orders.end(), order_loader.order().begin(), order_loader.order().end());
       }
       write_npy(export_dir + "/order.npy", "<i8", {f.epochs, train.size()}, orders.data(), orders.size() * 8);
+      Generator init_gen(f.seed);  // the same draws as the training run below
+      write_weights(export_dir, "init", spec.make(init_gen)->parameters());
       std::printf("exported %s (%lld train, %lld test images, %lld epoch orders) to %s\n", spec.dataset.c_str(),
                   static_cast<long long>(train.size()), static_cast<long long>(test.size()),
                   static_cast<long long>(f.epochs), export_dir.c_str());
@@ -186,7 +211,7 @@ int main(int argc, char** argv) {
     data::DataLoader test_loader(test, {.batch_size = 1000, .shuffle = false, .device = dev, .dtype = dt});
     tutorial::TrainOptions opts;
     opts.scaler = &scaler;
-    opts.max_steps = f.smoke ? 4 : max_steps;
+    opts.max_steps = f.smoke && max_steps < 0 ? 4 : max_steps;
 
     std::printf("halfling bench/train: %s on %s, %s, batch %lld, device %s%s, OMP threads %d\n", model_name.c_str(),
                 spec.dataset.c_str(), f.precision.c_str(), static_cast<long long>(f.batch), device_name(dev),
@@ -202,6 +227,12 @@ int main(int argc, char** argv) {
       skipped += r.skipped_steps;
       std::printf("epoch %lld  %.3f s  %.0f img/s  loss %.4f  skipped %lld\n", static_cast<long long>(e + 1),
                   r.seconds, r.images_per_second, r.loss, static_cast<long long>(r.skipped_steps));
+    }
+    if (!dump_dir.empty()) {
+      std::vector<Tensor> weights = model->parameters();
+      for (size_t i = 0; i < weights.size(); ++i)
+        if (sgd.has_master_weights() && sgd.master_weights()[i].defined()) weights[i] = sgd.master_weights()[i];
+      write_weights(dump_dir, "final", weights);
     }
     const double accuracy = tutorial::evaluate(*model, test_loader);
     const double peak_mib = static_cast<double>(memory_stats(dev).peak_bytes - baseline) / (1 << 20);

@@ -76,6 +76,27 @@ def augment(x, pad_value, gen):
     return out
 
 
+def load_init(model, data_dir):
+    """Copy halfling's initial weights (written by `bench/train --export`, one init_NNN.npy per
+    parameter in parameter order) into model, checking every shape."""
+    params = list(model.parameters())
+    for i, p in enumerate(params):
+        path = os.path.join(data_dir, f"init_{i:03d}.npy")
+        if not os.path.exists(path):
+            sys.exit(f"bench/pytorch/train.py --init: {path} is missing; export again with a bench/train that "
+                     f"writes initial weights")
+        w = np.load(path)
+        if tuple(w.shape) != tuple(p.shape):
+            sys.exit(f"bench/pytorch/train.py --init: {path} has shape {list(w.shape)}, parameter {i} of the "
+                     f"model is {list(p.shape)} (exported for another model?)")
+        with torch.no_grad():
+            p.copy_(torch.from_numpy(w))
+    extra = os.path.join(data_dir, f"init_{len(params):03d}.npy")
+    if os.path.exists(extra):
+        sys.exit(f"bench/pytorch/train.py --init: {data_dir} holds more initial weights than the model has "
+                 f"parameters ({len(params)}): exported for another model?")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", required=True, help="a directory written by `build/bench/train --export DIR`")
@@ -90,6 +111,10 @@ def main():
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", os.cpu_count())))
     ap.add_argument("--max-steps", type=int, default=-1, help="stop each epoch after this many steps")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--init", action="store_true",
+                    help="start from halfling's initial weights (init_NNN.npy in --data) instead of PyTorch's draws")
+    ap.add_argument("--dump-weights", default="", metavar="DIR",
+                    help="after training, write the weights as DIR/final_NNN.npy (halfling's --dump-weights format)")
     a = ap.parse_args()
 
     if a.device == "cuda" and not torch.cuda.is_available():
@@ -125,7 +150,10 @@ def main():
     gen = torch.Generator(device=dev)
     gen.manual_seed(a.seed)
 
-    model = MODELS[a.model]().to(dev)
+    model = MODELS[a.model]()
+    if a.init:
+        load_init(model, a.data)
+    model = model.to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum, weight_decay=WEIGHT_DECAY[a.model])
     amp = a.precision == "mixed"
     scaler = torch.cuda.amp.GradScaler(enabled=amp)
@@ -169,6 +197,11 @@ def main():
         seconds.append(time.perf_counter() - t0)
         print(f"epoch {epoch + 1}  {seconds[-1]:.3f} s  {images / seconds[-1]:.0f} img/s  "
               f"loss {loss_sum.item() / images:.4f}")
+
+    if a.dump_weights:
+        os.makedirs(a.dump_weights, exist_ok=True)
+        for i, p in enumerate(model.parameters()):
+            np.save(os.path.join(a.dump_weights, f"final_{i:03d}.npy"), p.detach().float().cpu().numpy())
 
     model.eval()
     correct = 0
