@@ -12,6 +12,7 @@
 #include <fstream>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/test_util.h"
@@ -97,6 +98,53 @@ TEST(BenchTrain, ExportWritesTheDataAndOnePermutationPerEpoch) {
   }
   EXPECT_NE(std::vector<int64_t>(o.begin(), o.begin() + 1024), std::vector<int64_t>(o.begin() + 1024, o.begin() + 2048))
       << "two epochs share one order";
+  std::filesystem::remove_all(out_dir);
+}
+
+// The files <prefix>_NNN.npy in dir, sorted.
+std::vector<std::string> numbered(const std::filesystem::path& dir, const std::string& prefix) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(prefix + "_", 0) == 0 && e.path().extension() == ".npy") names.push_back(n);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(BenchTrain, ExportWritesInitialWeightsAndDumpWritesTrainedOnes) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const std::filesystem::path out_dir =
+      std::filesystem::temp_directory_path() / ("halfling_weights_" + std::to_string(hl::test::fresh_seed()));
+  const std::string exp = (out_dir / "export").string(), dump = (out_dir / "dump").string();
+  auto [status, out] = run_train("--model lenet --smoke --epochs 1 --export " + exp + " --data " + dir);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_EQ(numbered(exp, "init").size(), 8u);  // LeNet: 4 layers x (weight, bias)
+  // MLP-512 exported over it: its 6 tensors, none of LeNet's left behind to be mistaken for a 7th.
+  std::tie(status, out) = run_train("--model mlp512 --smoke --epochs 1 --export " + exp + " --data " + dir);
+  ASSERT_EQ(status, 0) << out;
+  const std::vector<std::string> init = numbered(exp, "init");
+  ASSERT_EQ(init.size(), 6u);
+  const char* shapes[] = {"(512,784)", "(512,)", "(512,512)", "(512,)", "(10,512)", "(10,)"};
+  for (size_t i = 0; i < 6; ++i) {
+    const Npy w = read_npy((std::filesystem::path(exp) / init[i]).string());
+    EXPECT_NE(w.header.find(std::string("'shape': ") + shapes[i]), std::string::npos) << init[i] << ": " << w.header;
+  }
+
+  std::tie(status, out) =
+      run_train("--model mlp512 --smoke --epochs 1 --max-steps 1 --device cpu --dump-weights " + dump + " --data " + dir);
+  ASSERT_EQ(status, 0) << out;
+  const std::vector<std::string> final_weights = numbered(dump, "final");
+  ASSERT_EQ(final_weights.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    const Npy before = read_npy((std::filesystem::path(exp) / init[i]).string());
+    const Npy after = read_npy((std::filesystem::path(dump) / final_weights[i]).string());
+    EXPECT_EQ(before.header, after.header) << final_weights[i];
+    ASSERT_EQ(before.data.size(), after.data.size()) << final_weights[i];
+    // Same seed, so the same start; one SGD step must have moved every tensor.
+    EXPECT_NE(before.data, after.data) << final_weights[i] << " did not change in a training step";
+  }
   std::filesystem::remove_all(out_dir);
 }
 
