@@ -238,16 +238,29 @@ void col2im_add(const ConvArgs& a, const A* dcol, int64_t nb, A* dx) {
 }
 
 // The epilogue over a contiguous run: out[j] = act(v[j] + beta*out[j] + bias), rounded once on the
-// store. The same arithmetic, in the same order, as finish() (which the reference uses), with the
-// dtype switches hoisted out of the loop: the per-element version cost LeNet 12% of its CPU time.
-template <class A, class O>
-void finish_run(O* __restrict out, const A* __restrict v, int64_t n, A beta, const A* bias, bool relu) {
+// store. The same arithmetic, in the same order, as finish() (which the reference uses), written so
+// that the compiler vectorizes it: the dtype switches and the beta/relu tests are hoisted out of the
+// loop (template flags), the ReLU is a select, and a missing bias adds -0.0, which leaves every value
+// unchanged bit for bit (x + -0 = x, also for x = -0). The per-element version cost LeNet 12% of its
+// CPU time.
+template <bool kBeta, bool kRelu, class A, class O>
+void finish_loop(O* __restrict out, const A* __restrict v, int64_t n, A beta, A bias) {
   for (int64_t j = 0; j < n; ++j) {
     A t = v[j];
-    if (beta != A(0)) t += beta * static_cast<A>(load(out, j));
-    if (bias != nullptr) t += *bias;
-    if (relu && !(t > 0) && t == t) t = 0;  // NaN stays NaN
+    if constexpr (kBeta) t += beta * static_cast<A>(load(out, j));
+    t += bias;
+    if constexpr (kRelu) t = (t > A(0) || t != t) ? t : A(0);  // NaN stays NaN
     store(out, j, t);
+  }
+}
+
+template <class A, class O>
+void finish_run(O* out, const A* v, int64_t n, A beta, const A* bias, bool relu) {
+  const A b = bias != nullptr ? *bias : A(-0.0);
+  if (beta != A(0)) {
+    relu ? finish_loop<true, true>(out, v, n, beta, b) : finish_loop<true, false>(out, v, n, beta, b);
+  } else {
+    relu ? finish_loop<false, true>(out, v, n, beta, b) : finish_loop<false, false>(out, v, n, beta, b);
   }
 }
 

@@ -12,10 +12,11 @@ namespace hl::kernels::cpu {
 namespace {
 
 // The 2x2 window with stride 2 and no padding (LeNet's, VGG's): every window lies inside the plane, so
-// the four values are read without bounds tests, in the same row-major order and through the same
-// max_pool_take as the general path below - the same maximum, the same argmax on ties and NaN, bit
-// for bit (tests/kernels/test_cnn_cpu.cpp compares the two). The general path visits each window
-// through a lambda with two bounds tests per element: LeNet spent 8% of its CPU time there.
+// the four values are read without bounds tests, in the same row-major order and by the same rule
+// (max_pool_take in kernels/pool_window.h) as the general path below: the same maximum, the same
+// argmax on ties and NaN, bit for bit (tests/kernels/test_cnn_cpu.cpp compares the two). The general
+// path visits each window through a lambda with two bounds tests per element, and branches on every
+// comparison: LeNet spent 8% of its CPU time there.
 bool is_2x2_stride2(const Pool2dShape& s) {
   return s.kh == 2 && s.kw == 2 && s.stride_h == 2 && s.stride_w == 2 && s.pad_h == 0 && s.pad_w == 0;
 }
@@ -40,12 +41,20 @@ void max_pool_2x2_forward(const Pool2dShape& s, const T* px, T* py, int32_t* arg
       const int64_t top = 2 * p * W;
       for (int64_t q = 0; q < Q; ++q) {
         const int64_t i = top + 2 * q;
-        C best = -std::numeric_limits<C>::infinity();
-        int32_t where = -1;
-        max_pool_take(load(in, i), static_cast<int32_t>(i), best, where);
-        max_pool_take(load(in, i + 1), static_cast<int32_t>(i + 1), best, where);
-        max_pool_take(load(in, i + W), static_cast<int32_t>(i + W), best, where);
-        max_pool_take(load(in, i + W + 1), static_cast<int32_t>(i + W + 1), best, where);
+        // max_pool_take's rule without branches (the compiler turns the selects into blends or
+        // conditional moves; branches on random data mispredict): the first element starts the
+        // window, a later one takes over if it is greater or a NaN, unless a NaN already holds it.
+        C best = load(in, i);
+        int32_t where = static_cast<int32_t>(i);
+        const auto take = [&](int64_t j) {
+          const C v = load(in, j);
+          const bool wins = best == best && (v > best || v != v);
+          best = wins ? v : best;
+          where = wins ? static_cast<int32_t>(j) : where;
+        };
+        take(i + 1);
+        take(i + W);
+        take(i + W + 1);
         store(out, p * Q + q, best);
         am[p * Q + q] = where;
       }
