@@ -42,6 +42,24 @@ void reduce_sum(const ReduceIndex& ix, const void* x, DType tx, void* out, DType
     if (inner == 0) return;  // an empty input: every sum is 0
     int64_t idx[kMaxDims] = {};
     int64_t o = 0;
+    if (inner == 1) {
+      // The last dim is kept (a Linear bias gradient sums [B, N] over B): the trailing kept dims form
+      // runs of `kept` consecutive elements that go to `kept` consecutive outputs, one vector add per
+      // run. Each output still receives its terms in memory order, as with one odometer step each.
+      while (trail > 0 && !ix.reduced[trail - 1]) inner *= ix.shape[--trail];
+      if (inner == 0) return;
+      for (int64_t i = 0; i < in_n; i += inner) {
+        double* __restrict a = acc.data() + o;
+        for (int64_t j = 0; j < inner; ++j) a[j] += static_cast<double>(load(px, i + j));
+        for (int d = trail - 1; d >= 0; --d) {  // the odometer over the leading dims
+          o += ostride[d];
+          if (++idx[d] < ix.shape[d]) break;
+          o -= ostride[d] * ix.shape[d];
+          idx[d] = 0;
+        }
+      }
+      return;
+    }
     for (int64_t i = 0; i < in_n; i += inner) {
       double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
       int64_t j = 0;

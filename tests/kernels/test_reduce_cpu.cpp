@@ -1,6 +1,7 @@
 // The CPU reduce_sum (kernels/reduce.h) against a float64 reference written here, for every pattern
-// of reduced dims over a 4-d shape with odd sizes: trailing reduced dims are summed as contiguous runs
-// (kernels/cpu/reduce_cpu.cpp), the others through the odometer, and a full reduction in parallel.
+// of reduced dims over a 4-d shape with odd sizes: trailing reduced dims are summed as contiguous runs,
+// trailing kept dims added as runs into consecutive outputs (kernels/cpu/reduce_cpu.cpp), and a full
+// reduction runs in parallel.
 // Fresh random inputs, outputs poisoned with NaN, every element checked.
 #include <gtest/gtest.h>
 
