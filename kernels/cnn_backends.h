@@ -30,6 +30,11 @@
 
 namespace hl::kernels::cpu {
 HL_DECLARE_CNN_BACKEND_KERNELS
+// The general max-pooling paths (any window, stride, padding), which max_pool2d_forward/backward
+// above use unless a fast path applies (kernels/cpu/pool_cpu.cpp): public so that the tests can hold
+// each fast path to them bit for bit.
+void max_pool2d_forward_general(const Pool2dShape& s, const void* x, void* y, int32_t* argmax, DType t);
+void max_pool2d_backward_general(const Pool2dShape& s, const void* dy, const int32_t* argmax, void* dx, DType t);
 }  // namespace hl::kernels::cpu
 
 #if defined(HALFLING_WITH_CUDA)

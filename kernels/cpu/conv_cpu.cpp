@@ -158,16 +158,34 @@ HL_REGISTER_VARIANT(ConvArgs, {"reference", DeviceType::cpu, 0, "direct loops, f
 // X_col costs C*R*S*P*Q values per image (25x the input for a 5x5 kernel): that memory traffic is what
 // the implicit-GEMM rung on the GPU avoids. Chunks keep it to a few MiB here.
 
-constexpr int64_t kColBudget = int64_t{1} << 22;  // elements of X_col per chunk (16 MiB in f32)
+// Chunks are small on purpose: X_col of one chunk and the GEMM's packed copy of it (kernels/cpu/
+// gemm_cpu.cpp packs B before use) should both stay in the core's L2 cache (1-2 MiB on current x86).
+// With 16 MiB chunks (the first version) every im2col write, packing read and packing write went to
+// L3 or DRAM: a third of LeNet's CPU time (docs/performance.md, "CPU path").
+constexpr int64_t kColBudget = int64_t{1} << 17;  // elements of X_col per chunk (512 KiB in f32)
+
+// The output positions q in [q0, q1) whose tap s reads inside the row, i.e. 0 <= q*stride - pad + s < W;
+// the others read the zero padding. Computing the range once per row replaces a bounds test per element
+// and leaves a contiguous copy for stride 1.
+struct QRange {
+  int64_t q0, q1;
+};
+inline QRange valid_q(int64_t s, int64_t stride, int64_t pad, int64_t W, int64_t Q) {
+  const auto ceil_div = [](int64_t a, int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; };
+  const int64_t q0 = std::min(ceil_div(pad - s, stride), Q);        // first q with q*stride >= pad - s
+  const int64_t q1 = std::clamp(ceil_div(W + pad - s, stride), q0, Q);  // first q with q*stride >= W + pad - s
+  return {q0, q1};
+}
 
 template <class S>
 void im2col(const ConvArgs& a, const S* x, int64_t n0, int64_t nb, S* col) {
   const int64_t C = a.C, H = a.H, W = a.W, R = a.R, Sw = a.S, P = a.P(), Q = a.Q(), PQ = P * Q;
-  const int64_t cols = nb * PQ;
+  const int64_t cols = nb * PQ, sw = a.stride_w;
 #pragma omp parallel for collapse(2) if (C * R * Sw * cols > kParallelThreshold)
   for (int64_t c = 0; c < C; ++c)
     for (int64_t rs = 0; rs < R * Sw; ++rs) {
       const int64_t r = rs / Sw, s = rs % Sw;
+      const QRange qr = valid_q(s, sw, a.pad_w, W, Q);
       S* row = col + (c * R * Sw + rs) * cols;
       for (int64_t i = 0; i < nb; ++i) {
         const S* img = x + ((n0 + i) * C + c) * H * W;
@@ -178,10 +196,16 @@ void im2col(const ConvArgs& a, const S* x, int64_t n0, int64_t nb, S* col) {
             std::fill(out, out + Q, S(0.0f));
             continue;
           }
-          for (int64_t q = 0; q < Q; ++q) {
-            const int64_t ww = q * a.stride_w - a.pad_w + s;
-            out[q] = (ww < 0 || ww >= W) ? S(0.0f) : img[h * W + ww];
+          // Zeros for the left padding, the interior, zeros for the right padding.
+          const S* src = img + h * W;
+          const int64_t off = s - a.pad_w;  // column q reads src[q * sw + off]
+          std::fill(out, out + qr.q0, S(0.0f));
+          if (sw == 1) {
+            std::copy(src + qr.q0 + off, src + qr.q1 + off, out + qr.q0);
+          } else {
+            for (int64_t q = qr.q0; q < qr.q1; ++q) out[q] = src[q * sw + off];
           }
+          std::fill(out + qr.q1, out + Q, S(0.0f));
         }
       }
     }
@@ -192,24 +216,73 @@ void im2col(const ConvArgs& a, const S* x, int64_t n0, int64_t nb, S* col) {
 template <class A>
 void col2im_add(const ConvArgs& a, const A* dcol, int64_t nb, A* dx) {
   const int64_t C = a.C, H = a.H, W = a.W, R = a.R, Sw = a.S, P = a.P(), Q = a.Q(), PQ = P * Q;
-  const int64_t cols = nb * PQ;
+  const int64_t cols = nb * PQ, sw = a.stride_w;
 #pragma omp parallel for if (C * R * Sw * cols > kParallelThreshold)
   for (int64_t c = 0; c < C; ++c)
     for (int64_t rs = 0; rs < R * Sw; ++rs) {
       const int64_t r = rs / Sw, s = rs % Sw;
+      const QRange qr = valid_q(s, sw, a.pad_w, W, Q);
       const A* row = dcol + (c * R * Sw + rs) * cols;
       for (int64_t i = 0; i < nb; ++i) {
         A* img = dx + (i * C + c) * H * W;
         for (int64_t p = 0; p < P; ++p) {
           const int64_t h = p * a.stride_h - a.pad_h + r;
           if (h < 0 || h >= H) continue;
-          for (int64_t q = 0; q < Q; ++q) {
-            const int64_t ww = q * a.stride_w - a.pad_w + s;
-            if (ww >= 0 && ww < W) img[h * W + ww] += row[i * PQ + p * Q + q];
-          }
+          A* dst = img + h * W;
+          const int64_t off = s - a.pad_w;  // column q's value came from dst[q * sw + off]
+          const A* src = row + i * PQ + p * Q;
+          for (int64_t q = qr.q0; q < qr.q1; ++q) dst[q * sw + off] += src[q];
         }
       }
     }
+}
+
+// The epilogue over a contiguous run: out[j] = act(v[j] + beta*out[j] + bias), rounded once on the
+// store. The same arithmetic, in the same order, as finish() (which the reference uses), written so
+// that the compiler vectorizes it: the dtype switches and the beta/relu tests are hoisted out of the
+// loop (template flags), the ReLU is a select, and a missing bias adds -0.0, which leaves every value
+// unchanged bit for bit (x + -0 = x, also for x = -0). The per-element version cost LeNet 12% of its
+// CPU time.
+template <bool kBeta, bool kRelu, class A, class O>
+void finish_loop(O* __restrict out, const A* __restrict v, int64_t n, A beta, A bias) {
+  for (int64_t j = 0; j < n; ++j) {
+    A t = v[j];
+    if constexpr (kBeta) t += beta * static_cast<A>(load(out, j));
+    t += bias;
+    if constexpr (kRelu) t = (t > A(0) || t != t) ? t : A(0);  // NaN stays NaN
+    store(out, j, t);
+  }
+}
+
+template <class A, class O>
+void finish_run(O* out, const A* v, int64_t n, A beta, const A* bias, bool relu) {
+  const A b = bias != nullptr ? *bias : A(-0.0);
+  if (beta != A(0)) {
+    relu ? finish_loop<true, true>(out, v, n, beta, b) : finish_loop<true, false>(out, v, n, beta, b);
+  } else {
+    relu ? finish_loop<false, true>(out, v, n, beta, b) : finish_loop<false, false>(out, v, n, beta, b);
+  }
+}
+
+// Calls f(O{}) with O the C++ type of the output: f16 or f32 for f16/f32 inputs, f64 for f64.
+template <class A, class F>
+void visit_output(DType t, F&& f) {
+  if constexpr (std::is_same_v<A, double>) {
+    f(double{});
+  } else if (t == DType::f16) {
+    f(half{});
+  } else {
+    f(float{});
+  }
+}
+
+// Scratch buffers that grow and are kept (per thread, per type), so that a training loop does not
+// allocate, zero and page-fault them on every call.
+template <class T, int slot>
+T* conv_scratch(int64_t count) {
+  thread_local std::vector<T> buf;
+  if (static_cast<int64_t>(buf.size()) < count) buf.resize(static_cast<size_t>(count));
+  return buf.data();
 }
 
 template <class S>
@@ -218,59 +291,79 @@ void im2col_typed(const ConvArgs& a) {
   constexpr DType in_t = std::is_same_v<S, half> ? DType::f16 : std::is_same_v<S, double> ? DType::f64 : DType::f32;
   constexpr DType acc_type = std::is_same_v<A, double> ? DType::f64 : DType::f32;
   const int64_t N = a.N, C = a.C, H = a.H, W = a.W, K = a.K, CRS = a.C * a.R * a.S, PQ = a.P() * a.Q();
+  const int64_t CHW = C * H * W;
   const int64_t nb_max = std::clamp<int64_t>(kColBudget / std::max<int64_t>(CRS * PQ, 1), 1, N);
 
-  std::vector<S> col(static_cast<size_t>(CRS * nb_max * PQ));
-  std::vector<S> dyk;   // dY of the chunk rearranged to [K, nb*PQ]
-  std::vector<A> acc;   // the f32 (f64) result before the epilogue
+  S* col = conv_scratch<S, 0>(CRS * nb_max * PQ);
+  S* dyk = nullptr;  // dY of the chunk rearranged to [K, nb*PQ]
+  A* acc = nullptr;  // the f32 (f64) result before the epilogue
+  A* dcol = nullptr;
+  switch (a.pass) {
+    case ConvPass::forward: acc = conv_scratch<A, 1>(K * nb_max * PQ); break;
+    case ConvPass::backward_data:
+      dyk = conv_scratch<S, 2>(K * nb_max * PQ);
+      dcol = conv_scratch<A, 3>(CRS * nb_max * PQ);
+      acc = conv_scratch<A, 1>(nb_max * CHW);
+      break;
+    case ConvPass::backward_weight:
+      dyk = conv_scratch<S, 2>(K * nb_max * PQ);
+      acc = conv_scratch<A, 1>(K * CRS);
+      break;
+  }
   const auto gather_dy = [&](int64_t n0, int64_t nb) {
-    dyk.resize(static_cast<size_t>(K * nb * PQ));
     const S* dy = static_cast<const S*>(a.dy);
     for (int64_t k = 0; k < K; ++k)
-      for (int64_t i = 0; i < nb; ++i)
-        std::copy_n(dy + ((n0 + i) * K + k) * PQ, PQ, dyk.data() + k * nb * PQ + i * PQ);
+      for (int64_t i = 0; i < nb; ++i) std::copy_n(dy + ((n0 + i) * K + k) * PQ, PQ, dyk + k * nb * PQ + i * PQ);
   };
+  const A beta = static_cast<A>(a.beta);
+  std::vector<A> bias;  // widened once
+  if (a.bias != nullptr)
+    for (int64_t k = 0; k < K; ++k) bias.push_back(load_any<A>(a.bias, a.bias_type, k));
 
   GemmArgs g;
   g.device = DeviceType::cpu;
   g.ab_type = in_t;
   g.c_type = acc_type;
 
-  if (a.pass == ConvPass::backward_weight) acc.assign(static_cast<size_t>(K * CRS), A(0));
   for (int64_t n0 = 0; n0 < N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, N - n0), cols = nb * PQ;
     switch (a.pass) {
       case ConvPass::forward: {
-        im2col(a, static_cast<const S*>(a.x), n0, nb, col.data());
-        acc.resize(static_cast<size_t>(K * cols));
+        im2col(a, static_cast<const S*>(a.x), n0, nb, col);
         g.op_a = Op::N, g.op_b = Op::N, g.M = K, g.N = cols, g.K = CRS;
-        g.A = a.w, g.B = col.data(), g.C = acc.data(), g.beta = 0.0f;
+        g.A = a.w, g.B = col, g.C = acc, g.beta = 0.0f;
         set_dense_ld(g);
         gemm(g);
-        // acc is [K, nb, P*Q]; y is [nb, K, P*Q].
-        for (int64_t i = 0; i < nb; ++i)
-          for (int64_t k = 0; k < K; ++k)
-            for (int64_t j = 0; j < PQ; ++j) finish<A>(a, ((n0 + i) * K + k) * PQ + j, acc[k * cols + i * PQ + j], k);
+        // acc is [K, nb, P*Q]; y is [nb, K, P*Q]: one contiguous run of P*Q per (image, filter).
+        visit_output<A>(a.out_type, [&](auto tag) {
+          using O = decltype(tag);
+          O* y = static_cast<O*>(a.y);
+          for (int64_t i = 0; i < nb; ++i)
+            for (int64_t k = 0; k < K; ++k)
+              finish_run<A>(y + ((n0 + i) * K + k) * PQ, acc + k * cols + i * PQ, PQ, beta,
+                            bias.empty() ? nullptr : &bias[k], a.relu);
+        });
         break;
       }
       case ConvPass::backward_data: {
         gather_dy(n0, nb);
-        std::vector<A> dcol(static_cast<size_t>(CRS * cols));
         g.op_a = Op::T, g.op_b = Op::N, g.M = CRS, g.N = cols, g.K = K;
-        g.A = a.w, g.B = dyk.data(), g.C = dcol.data(), g.beta = 0.0f;
+        g.A = a.w, g.B = dyk, g.C = dcol, g.beta = 0.0f;
         set_dense_ld(g);
         gemm(g);
-        acc.assign(static_cast<size_t>(nb * C * H * W), A(0));
-        col2im_add(a, dcol.data(), nb, acc.data());
-        const int64_t base = n0 * C * H * W;
-        for (int64_t i = 0; i < nb * C * H * W; ++i) finish<A>(a, base + i, acc[i], 0);
+        std::fill(acc, acc + nb * CHW, A(0));
+        col2im_add(a, dcol, nb, acc);
+        visit_output<A>(a.out_type, [&](auto tag) {
+          using O = decltype(tag);
+          finish_run<A>(static_cast<O*>(a.dx) + n0 * CHW, acc, nb * CHW, beta, nullptr, false);
+        });
         break;
       }
       case ConvPass::backward_weight: {
-        im2col(a, static_cast<const S*>(a.x), n0, nb, col.data());
+        im2col(a, static_cast<const S*>(a.x), n0, nb, col);
         gather_dy(n0, nb);
         g.op_a = Op::N, g.op_b = Op::T, g.M = K, g.N = CRS, g.K = cols;
-        g.A = dyk.data(), g.B = col.data(), g.C = acc.data(), g.beta = n0 == 0 ? 0.0f : 1.0f;
+        g.A = dyk, g.B = col, g.C = acc, g.beta = n0 == 0 ? 0.0f : 1.0f;
         set_dense_ld(g);
         gemm(g);
         break;
@@ -278,7 +371,10 @@ void im2col_typed(const ConvArgs& a) {
     }
   }
   if (a.pass == ConvPass::backward_weight)
-    for (int64_t i = 0; i < K * CRS; ++i) finish<A>(a, i, acc[i], 0);
+    visit_output<A>(a.out_type, [&](auto tag) {
+      using O = decltype(tag);
+      finish_run<A>(static_cast<O*>(a.dw), acc, K * CRS, beta, nullptr, false);
+    });
 }
 
 HL_REGISTER_VARIANT(ConvArgs, {"im2col", DeviceType::cpu, 10, "im2col + the blocked CPU GEMM (the CPU default)",

@@ -112,8 +112,15 @@ void relu_backward(int64_t n, const void* x, const void* grad_out, void* grad_in
     const T* px = static_cast<const T*>(x);
     const T* pg = static_cast<const T*>(grad_out);
     T* pin = static_cast<T*>(grad_in);
-#pragma omp parallel for if (n > kParallelThreshold)
-    for (int64_t i = 0; i < n; ++i) store(pin, i, load(px, i) > 0 ? load(pg, i) : compute_t<T>(0));
+    // A local copy of the count, both loads unconditional, then a select: with n read through the
+    // lambda's reference capture (the store might change it, as far as the compiler knows) and a load
+    // under the condition, this loop stayed scalar (8% of MLP-512's CPU time).
+    const int64_t len = n;
+#pragma omp parallel for if (len > kParallelThreshold)
+    for (int64_t i = 0; i < len; ++i) {
+      const compute_t<T> v = load(px, i), g = load(pg, i);
+      store(pin, i, v > 0 ? g : compute_t<T>(0));
+    }
   });
 }
 

@@ -2,6 +2,7 @@
 // update. For every element the master weight (or the parameter itself) is read once, updated in
 // f32 (f64 for f64 state), and the parameter is written once (rounded to f16 when it is f16).
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/backends.h"
 #include "kernels/cpu/cpu_common.h"
@@ -38,6 +39,34 @@ inline void write_weight(const ParamSlot& s, int64_t i, S w) {
 
 }  // namespace
 
+namespace {
+
+// One SGD slot with the per-element tests (master copy? momentum? first step? Nesterov?) made template
+// flags and the pointers declared unaliased, so that the loop vectorizes: with the tests inside, the
+// update of MLP-512's 670K weights took 15% of its CPU training time. Same arithmetic, same order.
+template <class S, class P, bool kMaster, bool kMom, bool kFirst, bool kNesterov>
+void sgd_slot(const ParamSlot& s, S lr, S mom, S wd, S damp) {
+  const S* __restrict g = static_cast<const S*>(s.grad);
+  S* __restrict buf = static_cast<S*>(s.buf1);
+  S* __restrict master = static_cast<S*>(s.master);
+  P* __restrict param = static_cast<P*>(s.param);
+#pragma omp parallel for if (s.n > kParallelThreshold)
+  for (int64_t i = 0; i < s.n; ++i) {
+    const S w = kMaster ? master[i] : static_cast<S>(load(param, i));
+    S d = g[i] + wd * w;
+    if constexpr (kMom) {
+      const S b = kFirst ? d : mom * buf[i] + (S(1) - damp) * d;
+      buf[i] = b;
+      d = kNesterov ? d + mom * b : b;
+    }
+    const S updated = w - lr * d;
+    if constexpr (kMaster) master[i] = updated;
+    store(param, i, updated);  // the working copy: rounded once, from the updated master
+  }
+}
+
+}  // namespace
+
 void sgd_update(const std::vector<ParamSlot>& slots, const SgdParams& sp) {
   for (const ParamSlot& s : slots) {
     visit_slot(s, "sgd_update", [&](auto Stag, auto Ptag) {
@@ -47,19 +76,19 @@ void sgd_update(const std::vector<ParamSlot>& slots, const SgdParams& sp) {
               damp = static_cast<S>(sp.dampening);
       const bool use_mom = sp.momentum != 0.0;
       HL_CHECK(!use_mom || s.buf1 != nullptr, "sgd_update: momentum ", sp.momentum, " needs a momentum buffer");
-      const S* g = static_cast<const S*>(s.grad);
-      S* buf = static_cast<S*>(s.buf1);
-#pragma omp parallel for if (s.n > kParallelThreshold)
-      for (int64_t i = 0; i < s.n; ++i) {
-        const S w = read_weight<S, P>(s, i);
-        S d = g[i] + wd * w;
-        if (use_mom) {
-          const S b = s.first_step ? d : mom * buf[i] + (S(1) - damp) * d;
-          buf[i] = b;
-          d = sp.nesterov ? d + mom * b : b;
-        }
-        write_weight<S, P>(s, i, w - lr * d);
-      }
+      // Turn the four run-time flags into template arguments (16 loops).
+      const auto with = [&](auto master, auto momentum, auto first, auto nesterov) {
+        sgd_slot<S, P, decltype(master)::value, decltype(momentum)::value, decltype(first)::value,
+                 decltype(nesterov)::value>(s, lr, mom, wd, damp);
+      };
+      const auto flag = [](bool b, auto&& next) {
+        b ? next(std::true_type{}) : next(std::false_type{});
+      };
+      flag(s.master != nullptr, [&](auto m) {
+        flag(use_mom, [&](auto mo) {
+          flag(s.first_step, [&](auto f) { flag(sp.nesterov, [&](auto n) { with(m, mo, f, n); }); });
+        });
+      });
     });
   }
 }

@@ -6,9 +6,11 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "kernels/batchnorm.h"
+#include "kernels/cnn_backends.h"
 #include "kernels/dropout.h"
 #include "kernels/pool.h"
 #include "tests/kernels/conv_reference.h"
@@ -61,6 +63,61 @@ TEST(PoolCpu, MaxAndAvgMatchFloat64InF32AndF16) {
                 32 * 0x1p-24 * magnitude + (t == DType::f16 ? 0x1p-11 * std::fabs(mean) + 0x1p-25 : 0.0);
             EXPECT_NEAR(ya.get(o), mean, tol) << o;
           }
+    }
+}
+
+// Max pooling has fast paths (kernels/cpu/pool_cpu.cpp): the 2x2 stride-2 window forward, and the
+// backward of any non-overlapping windows. They must give what the general paths give, bit for bit:
+// outputs, argmax and input gradients, including the tie rule (the first maximum in row-major window
+// order wins) and the NaN rule (the first NaN wins), and -0 gradients (0 + -0 = +0). Values come from a
+// small set so that ties are common, with NaNs, infinities and signed zeros mixed in; odd sizes leave
+// a last row/column that no window covers.
+TEST(PoolCpu, MaxFastPathsMatchTheGeneralPathBitForBit) {
+  const uint64_t seed = test::fresh_seed();
+  const auto shape = [](int64_t N, int64_t C, int64_t H, int64_t W, int64_t kh, int64_t kw, int64_t sh, int64_t sw) {
+    Pool2dShape s;
+    s.N = N, s.C = C, s.H = H, s.W = W, s.kh = kh, s.kw = kw, s.stride_h = sh, s.stride_w = sw;
+    return s;
+  };
+  const Pool2dShape shapes[] = {
+      shape(2, 3, 8, 6, 2, 2, 2, 2),    // 2x2 stride 2, even sizes
+      shape(3, 2, 7, 9, 2, 2, 2, 2),    // odd sizes: the last row and column belong to no window
+      shape(1, 8, 2, 2, 2, 2, 2, 2),    // one window per plane
+      shape(2, 2, 10, 11, 3, 3, 3, 3),  // disjoint 3x3 (backward fast path only)
+      shape(2, 1, 9, 8, 2, 3, 3, 4),    // disjoint with gaps between windows, per-dimension sizes
+  };
+  const double specials[] = {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+                             -std::numeric_limits<double>::infinity(), -0.0, 0.0};
+  for (DType t : {DType::f32, DType::f16, DType::f64})
+    for (const Pool2dShape& s : shapes) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " window " + std::to_string(s.kh) + "x" + std::to_string(s.kw) +
+                   " stride " + std::to_string(s.stride_h) + "x" + std::to_string(s.stride_w) + " on " +
+                   std::to_string(s.H) + "x" + std::to_string(s.W) + ", seed " + std::to_string(seed));
+      const int64_t nx = s.N * s.C * s.H * s.W, ny = s.N * s.C * s.P() * s.Q();
+      auto xv = test::random_values(nx, seed, -2, 2, t);
+      auto dyv = test::random_values(ny, seed + 1, -1, 1, t);
+      for (size_t i = 0; i < xv.size(); ++i) {
+        xv[i] = std::round(xv[i]);                        // 5 values (and -0): ties everywhere
+        if (i % 13 == 5) xv[i] = specials[(i / 13) % 5];  // NaN, +-inf, -0, +0
+      }
+      for (size_t i = 0; i < dyv.size(); i += 7)
+        dyv[i] = i % 14 == 0 ? -0.0 : std::numeric_limits<double>::quiet_NaN();
+      TypedBuffer x(t, nx), dy(t, ny);
+      x.set_all(xv), dy.set_all(dyv);
+      TypedBuffer y1(t, ny), y2(t, ny), i1(DType::i32, ny), i2(DType::i32, ny), dx1(t, nx), dx2(t, nx);
+      y1.fill_nan(), y2.fill_nan(), dx1.fill_nan(), dx2.fill_nan();
+      for (size_t i = 0; i < static_cast<size_t>(ny); ++i) i1.set(i, -7), i2.set(i, -9);
+      max_pool2d_forward(DeviceType::cpu, s, x.data(), y1.data(), static_cast<int32_t*>(i1.data()), t);
+      cpu::max_pool2d_forward_general(s, x.data(), y2.data(), static_cast<int32_t*>(i2.data()), t);
+      EXPECT_EQ(y1.bytes(), y2.bytes()) << "forward outputs differ";
+      ASSERT_EQ(i1.bytes(), i2.bytes()) << "argmax differs";
+      max_pool2d_backward(DeviceType::cpu, s, dy.data(), static_cast<const int32_t*>(i1.data()), dx1.data(), t);
+      cpu::max_pool2d_backward_general(s, dy.data(), static_cast<const int32_t*>(i1.data()), dx2.data(), t);
+      EXPECT_EQ(dx1.bytes(), dx2.bytes()) << "input gradients differ";
+      // The data must exercise the rules: some window's maximum is a NaN, and some gradient is -0.
+      bool nan_out = false;
+      for (size_t i = 0; i < static_cast<size_t>(ny); ++i) nan_out |= std::isnan(y1.get(i));
+      EXPECT_TRUE(nan_out);
     }
 }
 

@@ -130,30 +130,59 @@ TEST(ConvCpuRegistry, ReferenceAndIm2colAreRegisteredAndIm2colIsTheDefault) {
   EXPECT_EQ(ConvRegistry::instance().select(a).name, "im2col");
 }
 
+// im2col and col2im copy the valid interior of each row as one run and fill only the padding with
+// zeros, from a column range [q0, q1) computed per tap (kernels/cpu/conv_cpu.cpp, valid_q). These
+// shapes put that range at its edges: padding as wide as the kernel (whole rows and columns of
+// zeros, an empty interior for some taps), stride 3 with a ragged end, a 1-wide kernel with padding,
+// and 1-wide inputs. Every pass, dtype and epilogue, against the float64 reference.
+TEST(ConvCpuRegistry, Im2colRowRangeEdgesMatchReference) {
+  const uint64_t seed = test::fresh_seed();
+  const ConvShape shapes[] = {
+      {2, 2, 4, 5, 3, 3, 3, 1, 1, 3, 3},  // padding 3 >= kernel 3: some taps see only zeros
+      {1, 3, 10, 11, 4, 3, 4, 3, 3, 1, 2},  // stride 3, (W + 2*pad - S) not a multiple of the stride
+      {2, 2, 5, 6, 3, 1, 1, 1, 2, 1, 1},    // 1x1 kernel with padding: border outputs are all zeros
+      {1, 2, 7, 1, 3, 3, 1, 2, 1, 1, 0},    // W = 1, stride 2 along H only
+      {2, 1, 1, 9, 2, 1, 5, 1, 2, 0, 4},    // H = 1, padding 4 with a 5-wide kernel, stride 2
+  };
+  for (const ConvShape& s : shapes)
+    for (ConvPass pass : {ConvPass::forward, ConvPass::backward_data, ConvPass::backward_weight})
+      for (const DtypeCase& dt : kDtypes)
+        for (const EpilogueCase& ep : kEpilogues) {
+          SCOPED_TRACE(s.str() + " " + conv_pass_name(pass) + " " + dtype_name(dt.in) + "->" + dtype_name(dt.out) +
+                       " " + ep.name);
+          check_case("im2col", DeviceType::cpu, s, pass, dt, ep, seed);
+          if (HasFatalFailure()) return;
+        }
+}
+
 // The im2col variant processes images in chunks (to bound its unfolded buffer): a problem larger than
 // one chunk must give the same answer as the reference. Backward weight accumulates across chunks.
 TEST(ConvCpuRegistry, Im2colAcrossChunksMatchesReference) {
   const uint64_t seed = test::fresh_seed();
-  // C*R*S*P*Q = 64*9*32*32 = 589824 per image: 4M-element chunks hold 7 images, so 9 images use 2 chunks.
-  ConvShape s{9, 64, 32, 32, 3, 3, 3, 1, 1, 1, 1};
-  for (ConvPass pass : {ConvPass::forward, ConvPass::backward_data, ConvPass::backward_weight}) {
-    ConvArgs a = s.args();
-    a.pass = pass;
-    const int64_t nx = a.N * a.C * a.H * a.W, nw = a.K * a.C * a.R * a.S, ny = a.N * a.K * a.P() * a.Q();
-    TypedBuffer x(DType::f32, nx), w(DType::f32, nw), dy(DType::f32, ny);
-    x.set_all(test::random_values(nx, seed, -1, 1, DType::f32));
-    w.set_all(test::random_values(nw, seed + 1, -1, 1, DType::f32));
-    dy.set_all(test::random_values(ny, seed + 2, -1, 1, DType::f32));
-    const size_t n_out = pass == ConvPass::forward ? ny : pass == ConvPass::backward_data ? nx : nw;
-    TypedBuffer o1(DType::f32, n_out), o2(DType::f32, n_out);
-    o1.fill_nan(), o2.fill_nan();
-    a.x = x.data(), a.w = w.data(), a.dy = dy.data();
-    for (auto [buf, name] : {std::pair{&o1, "reference"}, std::pair{&o2, "im2col"}}) {
-      a.y = a.dx = a.dw = buf->data();
-      conv2d(a, name);
+  // C*R*S*P*Q = 64*9*32*32 = 589824 per image, more than one 128K-element chunk: 9 images, 9 chunks.
+  // LeNet's first layer: 1*25*28*28 = 19600 per image, 6 images per chunk: 13 images = 6 + 6 + 1.
+  const ConvShape shapes[] = {{9, 64, 32, 32, 3, 3, 3, 1, 1, 1, 1}, {13, 1, 28, 28, 8, 5, 5, 1, 1, 2, 2}};
+  for (const ConvShape& s : shapes) {
+    for (ConvPass pass : {ConvPass::forward, ConvPass::backward_data, ConvPass::backward_weight}) {
+      ConvArgs a = s.args();
+      a.pass = pass;
+      const int64_t nx = a.N * a.C * a.H * a.W, nw = a.K * a.C * a.R * a.S, ny = a.N * a.K * a.P() * a.Q();
+      TypedBuffer x(DType::f32, nx), w(DType::f32, nw), dy(DType::f32, ny);
+      x.set_all(test::random_values(nx, seed, -1, 1, DType::f32));
+      w.set_all(test::random_values(nw, seed + 1, -1, 1, DType::f32));
+      dy.set_all(test::random_values(ny, seed + 2, -1, 1, DType::f32));
+      const size_t n_out = pass == ConvPass::forward ? ny : pass == ConvPass::backward_data ? nx : nw;
+      TypedBuffer o1(DType::f32, n_out), o2(DType::f32, n_out);
+      o1.fill_nan(), o2.fill_nan();
+      a.x = x.data(), a.w = w.data(), a.dy = dy.data();
+      for (auto [buf, name] : {std::pair{&o1, "reference"}, std::pair{&o2, "im2col"}}) {
+        a.y = a.dx = a.dw = buf->data();
+        conv2d(a, name);
+      }
+      // Both accumulate in f32, in different orders: bounded by the f32 error of up to 9*32*32 terms.
+      EXPECT_LE(test::rel_error(o2.values(), o1.values()), 1e-5)
+          << s.str() << " " << conv_pass_name(pass) << " seed " << seed;
     }
-    // Both accumulate in f32, in different orders: bounded by the f32 error of up to 9*32*32 terms.
-    EXPECT_LE(test::rel_error(o2.values(), o1.values()), 1e-5) << conv_pass_name(pass) << " seed " << seed;
   }
 }
 
