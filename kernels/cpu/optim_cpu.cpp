@@ -39,6 +39,7 @@ inline void write_weight(const ParamSlot& s, int64_t i, S w) {
 }  // namespace
 
 void sgd_update(const std::vector<ParamSlot>& slots, const SgdParams& sp) {
+  if (sp.skip != nullptr && *sp.skip != 0) return;  // the loss scaler found an overflow: write nothing
   for (const ParamSlot& s : slots) {
     visit_slot(s, "sgd_update", [&](auto Stag, auto Ptag) {
       using S = decltype(Stag);
@@ -49,12 +50,13 @@ void sgd_update(const std::vector<ParamSlot>& slots, const SgdParams& sp) {
       HL_CHECK(!use_mom || s.buf1 != nullptr, "sgd_update: momentum ", sp.momentum, " needs a momentum buffer");
       const S* g = static_cast<const S*>(s.grad);
       S* buf = static_cast<S*>(s.buf1);
+      const bool first = s.initialized != nullptr ? *s.initialized == 0 : s.first_step;
 #pragma omp parallel for if (s.n > kParallelThreshold)
       for (int64_t i = 0; i < s.n; ++i) {
         const S w = read_weight<S, P>(s, i);
         S d = g[i] + wd * w;
         if (use_mom) {
-          const S b = s.first_step ? d : mom * buf[i] + (S(1) - damp) * d;
+          const S b = first ? d : mom * buf[i] + (S(1) - damp) * d;
           buf[i] = b;
           d = sp.nesterov ? d + mom * b : b;
         }
@@ -65,6 +67,8 @@ void sgd_update(const std::vector<ParamSlot>& slots, const SgdParams& sp) {
 }
 
 void adam_update(const std::vector<ParamSlot>& slots, const AdamParams& ap) {
+  if (ap.skip != nullptr && *ap.skip != 0) return;  // the loss scaler found an overflow: write nothing
+  const int64_t t = ap.applied_steps != nullptr ? *ap.applied_steps + 1 : ap.step;
   for (const ParamSlot& s : slots) {
     visit_slot(s, "adam_update", [&](auto Stag, auto Ptag) {
       using S = decltype(Stag);
@@ -73,8 +77,8 @@ void adam_update(const std::vector<ParamSlot>& slots, const AdamParams& ap) {
       const S lr = static_cast<S>(ap.lr), b1 = static_cast<S>(ap.beta1), b2 = static_cast<S>(ap.beta2),
               eps = static_cast<S>(ap.eps), wd = static_cast<S>(ap.weight_decay);
       // PyTorch's formulation: step size lr / (1 - b1^t), denominator sqrt(v) / sqrt(1 - b2^t) + eps.
-      const S bc1 = static_cast<S>(1.0 - std::pow(ap.beta1, static_cast<double>(ap.step)));
-      const S bc2_sqrt = static_cast<S>(std::sqrt(1.0 - std::pow(ap.beta2, static_cast<double>(ap.step))));
+      const S bc1 = static_cast<S>(1.0 - std::pow(ap.beta1, static_cast<double>(t)));
+      const S bc2_sqrt = static_cast<S>(std::sqrt(1.0 - std::pow(ap.beta2, static_cast<double>(t))));
       const S step_size = lr / bc1;
       const S* g = static_cast<const S*>(s.grad);
       S* m = static_cast<S*>(s.buf1);
@@ -97,7 +101,9 @@ void adam_update(const std::vector<ParamSlot>& slots, const AdamParams& ap) {
   }
 }
 
-void unscale_grads(const std::vector<GradSlot>& slots, float inv_scale, int32_t* found_inf) {
+void unscale_grads(const std::vector<GradSlot>& slots, float inv_scale, int32_t* found_inf, const double* scale) {
+  // 1/S is exact for power-of-two scales, so unscaling then adds no rounding of its own.
+  if (scale != nullptr) inv_scale = static_cast<float>(1.0 / *scale);
   int32_t found = 0;
   for (const GradSlot& s : slots) {
     visit_floating(s.grad_type, "unscale_grads", [&](auto Gtag) {
@@ -143,6 +149,28 @@ void sum_of_squares(const std::vector<ConstSpan>& tensors, float* out) {
     });
   }
   *out = static_cast<float>(total);
+}
+
+void clip_by_norm(const std::vector<Span>& grads, const float* sum_sq, double max_norm, double* norm_out) {
+  const double norm = std::sqrt(static_cast<double>(*sum_sq));
+  *norm_out = norm;
+  // PyTorch's rule: scale by max_norm / (norm + 1e-6) when that is below 1 (never for a NaN norm).
+  const double factor = max_norm / (norm + 1e-6);
+  if (!(factor < 1.0)) return;
+  for (const Span& g : grads) scalar(ScalarOp::mul, g.n, g.data, factor, g.data, g.type);
+}
+
+void optim_finish(const int32_t* skip, int64_t* applied_steps, const std::vector<int32_t*>& mark) {
+  if (skip != nullptr && *skip != 0) return;
+  ++*applied_steps;
+  for (int32_t* m : mark) *m = 1;
+}
+
+void scaler_update(const ScalerRule& rule, ScalerState* state, const int32_t* found_inf, float* scale_f32,
+                   double* history_slot) {
+  *history_slot = state->scale;
+  scaler_rule(rule, *state, found_inf != nullptr && *found_inf != 0);
+  *scale_f32 = static_cast<float>(state->scale);
 }
 
 }  // namespace hl::kernels::cpu
