@@ -78,6 +78,7 @@ EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoad
     }
     // Only an installed callback pays for knowing whether the step was applied: last_step_skipped()
     // reads the scaler's device state back (a host synchronization each step).
+    if (options.on_step_end) options.on_step_end(step);
     if (options.after_step)
       options.after_step(step, options.scaler == nullptr || !options.scaler->last_step_skipped());
     ++r.steps;

@@ -37,6 +37,9 @@ struct TrainOptions {
   // the loss scaler skipped it on an overflow). Knowing that costs a host synchronization per step
   // (the decision is made on the device), paid only when a callback is installed.
   std::function<void(int64_t step, bool applied)> after_step;
+  // Called after each step with its index only: costs no synchronization (e.g. a learning-rate
+  // schedule). Runs before after_step when both are set.
+  std::function<void(int64_t step)> on_step_end;
 };
 
 // One pass over the loader: forward, cross-entropy, backward, optimizer step.
