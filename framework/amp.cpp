@@ -113,6 +113,17 @@ LossScaler::LossScaler(ScalerConfig config) : config_(config) {
   flag_ = Tensor::zeros({}, DType::i32, Device::cpu);
 }
 
+LossScaler::LossScaler(const LossScaler& o)
+    : config_(o.config_), steps_(o.steps_), history_len_(o.history_len_), stage_(o.stage_),
+      unscaled_opt_(o.unscaled_opt_), state_(o.state_.clone()), scale32_(o.scale32_.clone()),
+      flag_(o.flag_.clone()), history_(o.history_.defined() ? o.history_.clone() : Tensor()),
+      history_cache_(o.history_cache_) {}
+
+LossScaler& LossScaler::operator=(const LossScaler& o) {
+  if (this != &o) *this = LossScaler(o);  // copy, then move into place
+  return *this;
+}
+
 kernels::ScalerRule LossScaler::rule() const {
   kernels::ScalerRule r;
   r.dynamic = config_.kind == ScalerConfig::Kind::dynamic;

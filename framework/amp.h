@@ -60,6 +60,11 @@ struct ScalerConfig {
 class LossScaler {
  public:
   explicit LossScaler(ScalerConfig config = {});
+  // A copy is independent: it clones the device state (tensors are shared handles otherwise).
+  LossScaler(const LossScaler& other);
+  LossScaler& operator=(const LossScaler& other);
+  LossScaler(LossScaler&&) = default;
+  LossScaler& operator=(LossScaler&&) = default;
 
   // loss * S (the loss itself for `none`).
   Tensor scale(const Tensor& loss) const;

@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 
 #include "framework/autograd.h"
 #include "framework/ops.h"

@@ -285,6 +285,23 @@ TEST(AmpNoSync, ClippingDoesNotHideAnOverflow) {
   EXPECT_EQ(s.get_scale(), 4.0);
 }
 
+// The device state is not shared between copies of a scaler.
+TEST(AmpNoSync, CopiesOfAScalerAreIndependent) {
+  Net net(hl::test::fresh_seed(), DType::f32, Device::cpu);
+  auto opt = make_opt("sgd", net.lin.parameters(), false);
+  LossScaler s(ScalerConfig::parse("dynamic:init=64"));
+  LossScaler copy = s;
+  s.scale(net.loss(true)).backward();
+  s.step(*opt);
+  s.update();
+  EXPECT_EQ(s.get_scale(), 32.0);
+  EXPECT_EQ(copy.get_scale(), 64.0);
+  EXPECT_EQ(copy.skipped_steps(), 0);
+  copy = s;
+  EXPECT_EQ(copy.get_scale(), 32.0);
+  EXPECT_EQ(copy.scale_history(), s.scale_history());
+}
+
 // ---- CUDA: the same flows on the GPU, compared with the CPU (skip without a GPU) ----------------------
 
 TEST(AmpNoSyncCuda, AScaledStepReadsNothingBackToTheHost) {
