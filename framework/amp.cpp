@@ -1,5 +1,6 @@
 #include "framework/amp.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -103,82 +104,132 @@ std::string ScalerConfig::str() const {
   return "?";
 }
 
-LossScaler::LossScaler(ScalerConfig config)
-    : config_(config), scale_(config.kind == ScalerConfig::Kind::none ? 1.0 : config.init_scale),
-      hysteresis_left_(config.hysteresis) {}
+LossScaler::LossScaler(ScalerConfig config) : config_(config) {
+  kernels::ScalerState st;
+  st.scale = config_.kind == ScalerConfig::Kind::none ? 1.0 : config_.init_scale;
+  st.hysteresis_left = config_.hysteresis;
+  state_ = detail::raw_tensor(&st, sizeof st, Device::cpu);
+  scale32_ = Tensor::full({}, st.scale, DType::f32, Device::cpu);
+  flag_ = Tensor::zeros({}, DType::i32, Device::cpu);
+}
+
+LossScaler::LossScaler(const LossScaler& o)
+    : config_(o.config_), steps_(o.steps_), history_len_(o.history_len_), stage_(o.stage_),
+      unscaled_opt_(o.unscaled_opt_), state_(o.state_.clone()), scale32_(o.scale32_.clone()),
+      flag_(o.flag_.clone()), history_(o.history_.defined() ? o.history_.clone() : Tensor()),
+      history_cache_(o.history_cache_) {}
+
+LossScaler& LossScaler::operator=(const LossScaler& o) {
+  if (this != &o) *this = LossScaler(o);  // copy, then move into place
+  return *this;
+}
+
+kernels::ScalerRule LossScaler::rule() const {
+  kernels::ScalerRule r;
+  r.dynamic = config_.kind == ScalerConfig::Kind::dynamic;
+  r.growth_factor = config_.growth_factor;
+  r.backoff_factor = config_.backoff_factor;
+  r.min_scale = config_.min_scale;
+  r.max_scale = config_.max_scale;
+  r.growth_interval = config_.growth_interval;
+  r.hysteresis = config_.hysteresis;
+  r.consecutive_hysteresis = config_.consecutive_hysteresis;
+  return r;
+}
+
+void LossScaler::place_on(Device dev) const {
+  if (state_.device() == dev) return;
+  // Once per run in practice (the state starts on the CPU and follows the model to the GPU).
+  state_ = state_.to(dev);
+  scale32_ = scale32_.to(dev);
+  flag_ = flag_.to(dev);
+  if (history_.defined()) history_ = history_.to(dev);
+}
+
+kernels::ScalerState LossScaler::read_state() const {
+  kernels::ScalerState st;
+  detail::read_raw(state_, &st, sizeof st);  // the synchronization the getters document
+  return st;
+}
+
+double LossScaler::get_scale() const { return read_state().scale; }
+int64_t LossScaler::skipped_steps() const { return read_state().skipped; }
+bool LossScaler::last_step_skipped() const { return read_state().last_skipped != 0; }
+int64_t LossScaler::growth_tracker() const { return read_state().growth_tracker; }
+int64_t LossScaler::hysteresis_left() const { return read_state().hysteresis_left; }
+
+const std::vector<double>& LossScaler::scale_history() const {
+  const int64_t have = static_cast<int64_t>(history_cache_.size());
+  if (have < history_len_) {  // read back only the entries not read yet
+    const std::vector<double> more = history_.slice_rows(have, history_len_).to_double();
+    history_cache_.insert(history_cache_.end(), more.begin(), more.end());
+  }
+  return history_cache_;
+}
 
 Tensor LossScaler::scale(const Tensor& loss) const {
   HL_CHECK(loss.defined(), "LossScaler::scale: the loss is undefined");
   if (config_.kind == ScalerConfig::Kind::none) return loss;
-  return mul(loss, scale_);
+  place_on(loss.device());
+  // loss * S with S read on the device (a tensor op, no host read). S is an f32 like the loss:
+  // the product is the same as multiplying by the scalar float(S); an f16 loss is rounded back to
+  // f16, as a scalar multiply would store it.
+  Tensor out = mul(loss, scale32_);
+  return out.dtype() == loss.dtype() ? out : out.to(loss.dtype());
 }
 
 void LossScaler::unscale(optim::Optimizer& opt) {
   HL_CHECK(stage_ == Stage::ready, "LossScaler::unscale: already ",
            stage_ == Stage::unscaled ? "unscaled" : "stepped",
            " this step; call update() first (unscaling twice would divide the gradients by S twice)");
-  const Device dev = opt.params()[0].device();
-  if (!flag_.defined() || flag_.device() != dev) flag_ = Tensor::zeros({}, DType::i32, dev);
+  place_on(opt.params()[0].device());
   flag_.zero_();
-  // 1/S is exact for power-of-two scales, so unscaling then adds no rounding of its own.
-  opt.unscale_grads(static_cast<float>(1.0 / scale_), flag_.data<int32_t>());
+  // The kernel computes float(1.0 / S) from the device scale: 1/S is exact for power-of-two scales,
+  // so unscaling then adds no rounding of its own.
+  opt.unscale_grads_by(scale_device(), flag_.data<int32_t>());
   stage_ = Stage::unscaled;
   unscaled_opt_ = &opt;
 }
 
-bool LossScaler::step(optim::Optimizer& opt) {
+void LossScaler::step(optim::Optimizer& opt) {
   HL_CHECK(stage_ != Stage::stepped, "LossScaler::step: already stepped this step; call update() first");
   if (stage_ == Stage::ready) unscale(opt);
   HL_CHECK(unscaled_opt_ == &opt, "LossScaler::step: unscale() was called for another optimizer");
   // None checks nothing (like training without a scaler): a NaN goes straight into the weights.
-  found_inf_ = config_.kind != ScalerConfig::Kind::none && flag_.item() != 0.0;  // the one host sync
-  if (found_inf_) {
-    opt.skip_step();
-  } else {
-    opt.step();
-  }
+  // Otherwise the optimizer's kernels read the flag on the device: no host synchronization.
+  opt.step_unless(config_.kind == ScalerConfig::Kind::none ? nullptr : flag_.data<int32_t>());
   stage_ = Stage::stepped;
-  return !found_inf_;
 }
 
 void LossScaler::update() {
   HL_CHECK(stage_ == Stage::stepped, "LossScaler::update: no step() since the last update()");
-  history_.push_back(scale_);
+  const Device dev = state_.device();
+  // The history's capacity is managed here, on the host, which knows the step index; growing it is
+  // a device-to-device copy (asynchronous), amortized by doubling.
+  const int64_t cap = history_.defined() ? history_.numel() : 0;
+  if (history_len_ >= cap) {
+    Tensor bigger = Tensor::empty({std::max<int64_t>(256, 2 * cap)}, DType::f64, dev);
+    if (cap > 0) bigger.slice_rows(0, cap).copy_(history_);
+    history_ = bigger;
+  }
+  kernels::scaler_update(dev, rule(), state_device(),
+                         config_.kind == ScalerConfig::Kind::none ? nullptr : flag_.data<int32_t>(),
+                         scale32_.data<float>(), history_.data<double>() + history_len_);
+  ++history_len_;
   ++steps_;
-  last_skipped_ = found_inf_;
-  if (found_inf_) ++skipped_;
   stage_ = Stage::ready;
   unscaled_opt_ = nullptr;
-  if (config_.kind != ScalerConfig::Kind::dynamic) return;
-
-  // The scale is an f32, as in PyTorch: growth is refused when the grown f32 is not finite.
-  const float s = static_cast<float>(scale_);
-  if (found_inf_) {
-    growth_tracker_ = 0;
-    if (hysteresis_left_ <= 1) {
-      scale_ = std::max(static_cast<double>(s * static_cast<float>(config_.backoff_factor)), config_.min_scale);
-    } else {
-      --hysteresis_left_;  // tolerate this overflow (DeepSpeed's delayed shift)
-    }
-    return;
-  }
-  if (config_.consecutive_hysteresis) hysteresis_left_ = config_.hysteresis;
-  if (++growth_tracker_ >= config_.growth_interval) {
-    const float grown = s * static_cast<float>(config_.growth_factor);
-    if (std::isfinite(grown)) scale_ = std::min(static_cast<double>(grown), config_.max_scale);
-    growth_tracker_ = 0;
-    hysteresis_left_ = config_.hysteresis;  // a growth refills the overflow allowance
-  }
 }
 
 std::map<std::string, std::string> LossScaler::state() const {
   HL_CHECK(stage_ == Stage::ready, "LossScaler::state: save between steps (after update())");
+  const kernels::ScalerState st = read_state();
   return {{"config", config_.str()},
-          {"scale", detail::exact(scale_)},
-          {"growth_tracker", std::to_string(growth_tracker_)},
-          {"hysteresis_left", std::to_string(hysteresis_left_)},
+          {"scale", detail::exact(st.scale)},
+          {"growth_tracker", std::to_string(st.growth_tracker)},
+          {"hysteresis_left", std::to_string(st.hysteresis_left)},
           {"steps", std::to_string(steps_)},
-          {"skipped", std::to_string(skipped_)}};
+          {"skipped", std::to_string(st.skipped)}};
 }
 
 void LossScaler::load_state(const std::map<std::string, std::string>& s) {
@@ -189,12 +240,19 @@ void LossScaler::load_state(const std::map<std::string, std::string>& s) {
   };
   HL_CHECK(get("config") == config_.str(), "LossScaler::load_state: the state was saved by a '", get("config"),
            "' scaler, this one is '", config_.str(), "'");
-  scale_ = std::stod(get("scale"));
-  growth_tracker_ = std::stoll(get("growth_tracker"));
-  hysteresis_left_ = std::stoll(get("hysteresis_left"));
-  steps_ = std::stoll(get("steps"));
-  skipped_ = std::stoll(get("skipped"));
+  kernels::ScalerState st;
+  st.scale = std::stod(get("scale"));
+  st.growth_tracker = std::stoll(get("growth_tracker"));
+  st.hysteresis_left = std::stoll(get("hysteresis_left"));
+  st.skipped = std::stoll(get("skipped"));
+  st.last_skipped = 0;
+  const int64_t steps = std::stoll(get("steps"));
+  const Device dev = state_.device();
+  state_ = detail::raw_tensor(&st, sizeof st, dev);
+  scale32_ = Tensor::full({}, st.scale, DType::f32, dev);
+  steps_ = steps;
   stage_ = Stage::ready;
+  unscaled_opt_ = nullptr;
 }
 
 }  // namespace hl::amp

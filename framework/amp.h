@@ -5,10 +5,15 @@
 //   scaler.scale(loss).backward();   // the chain rule multiplies every gradient by S
 //   scaler.unscale(opt);             // optional: one fused pass, g32 = g / S, raises one inf/NaN flag
 //   opt.clip_grad_norm(1.0);         //   ...so that clipping sees true gradients
-//   scaler.step(opt);                // opt.step(), or skip it if any gradient overflowed
-//   scaler.update();                 // grow / back off the scale
+//   scaler.step(opt);                // opt.step(), skipped on the device if any gradient overflowed
+//   scaler.update();                 // grow / back off the scale, on the device
 //
-// The scale lives on the host; reading the found-inf flag is the one host synchronization per step.
+// No host synchronization inside a step: the scale, the found-inf flag and the scaler's counters live
+// in device memory (kernels/scaler_rule.h holds the rule, shared by the CPU path and a one-thread CUDA
+// kernel). The optimizer's kernels read the flag and write nothing when it is set; the host only
+// queues work. It keeps the configuration, the unscale/step/update order checks and the number of
+// steps. The getters below (get_scale, skipped_steps, ...) read the device state back: each is a
+// host synchronization on CUDA, meant for printing between steps, not inside one.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -55,46 +60,63 @@ struct ScalerConfig {
 class LossScaler {
  public:
   explicit LossScaler(ScalerConfig config = {});
+  // A copy is independent: it clones the device state (tensors are shared handles otherwise).
+  LossScaler(const LossScaler& other);
+  LossScaler& operator=(const LossScaler& other);
+  LossScaler(LossScaler&&) = default;
+  LossScaler& operator=(LossScaler&&) = default;
 
   // loss * S (the loss itself for `none`).
   Tensor scale(const Tensor& loss) const;
   // Unscale opt's gradients into its FP32 buffers and record whether any was inf/NaN. At most once
   // per step: a second call before update() is an error (it would divide twice).
   void unscale(optim::Optimizer& opt);
-  // Unscale if not done yet; then opt.step(), or opt.skip_step() when this step overflowed (never
-  // with `none`, which checks nothing). Returns whether the update was applied. Twice before
-  // update() is an error.
-  bool step(optim::Optimizer& opt);
-  // Adjust the scale for the next step (dynamic only) and end the step.
+  // Unscale if not done yet; then opt.step_unless(found-inf flag): the optimizer's kernels read the
+  // flag on the device and write nothing when this step overflowed (`none` checks nothing). Whether
+  // the update was applied is known after update(), through last_step_skipped() (which
+  // synchronizes). Twice before update() is an error.
+  void step(optim::Optimizer& opt);
+  // Record the step and adjust the scale for the next one (dynamic only), on the device, and end
+  // the step.
   void update();
 
-  double get_scale() const { return scale_; }
+  // The getters below read the device state: a host synchronization on CUDA (between steps only).
+  double get_scale() const;
   const ScalerConfig& config() const { return config_; }
-  int64_t steps() const { return steps_; }
-  int64_t skipped_steps() const { return skipped_; }
-  bool last_step_skipped() const { return last_skipped_; }
-  int64_t growth_tracker() const { return growth_tracker_; }
-  int64_t hysteresis_left() const { return hysteresis_left_; }
-  // The scale in force at each step, for plotting (one entry per update()).
-  const std::vector<double>& scale_history() const { return history_; }
+  int64_t steps() const { return steps_; }  // host-known: the number of update() calls
+  int64_t skipped_steps() const;
+  bool last_step_skipped() const;
+  int64_t growth_tracker() const;
+  int64_t hysteresis_left() const;
+  // The scale in force at each step, for plotting (one entry per update()). Reads the entries not
+  // read yet from the device.
+  const std::vector<double>& scale_history() const;
 
-  // Checkpointing: every field that decides future scales, as exact strings.
+  // Checkpointing: every field that decides future scales, as exact strings (reads the device state).
   std::map<std::string, std::string> state() const;
   void load_state(const std::map<std::string, std::string>& s);
 
  private:
   enum class Stage { ready, unscaled, stepped };
+  kernels::ScalerRule rule() const;
+  kernels::ScalerState read_state() const;  // a host synchronization on CUDA
+  // Move the device state to `dev` (the first step, or a model moved to another device).
+  void place_on(Device dev) const;
+  double* scale_device() { return reinterpret_cast<double*>(state_.data_ptr()); }
+  kernels::ScalerState* state_device() { return reinterpret_cast<kernels::ScalerState*>(state_.data_ptr()); }
+
   ScalerConfig config_;
-  double scale_;
-  int64_t growth_tracker_ = 0;
-  int64_t hysteresis_left_;
-  int64_t steps_ = 0, skipped_ = 0;
-  bool last_skipped_ = false;
-  bool found_inf_ = false;
+  int64_t steps_ = 0;        // update() calls, including those before a load_state()
+  int64_t history_len_ = 0;  // update() calls on this object: the entries of history_
   Stage stage_ = Stage::ready;
   optim::Optimizer* unscaled_opt_ = nullptr;
-  Tensor flag_;  // the device-side found-inf flag (i32)
-  std::vector<double> history_;
+  // Device state, all on one device: the CPU until scale()/unscale() see the loss's or the
+  // parameters' device (mutable: scale() is const and places it lazily).
+  mutable Tensor state_;    // a kernels::ScalerState: scale, counters
+  mutable Tensor scale32_;  // float(scale), f32: what scale(loss) multiplies by
+  mutable Tensor flag_;     // the found-inf flag (i32)
+  mutable Tensor history_;  // f64, capacity >= history_len_: the scale in force at each step
+  mutable std::vector<double> history_cache_;  // the entries already read back
 };
 
 }  // namespace hl::amp

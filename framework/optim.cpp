@@ -24,6 +24,8 @@ int64_t indexed(const std::string& name, const std::string& prefix) {
   }
 }
 
+Tensor int64_tensor(int64_t v, Device dev) { return detail::raw_tensor(&v, sizeof v, dev); }
+
 double meta_double(const Optimizer::State& s, const std::string& key, const std::string& who) {
   auto it = s.meta.find(key);
   HL_CHECK(it != s.meta.end(), who, "::load_state: the state has no '", key, "'");
@@ -46,6 +48,7 @@ Optimizer::Optimizer(std::vector<Tensor> params, bool master_weights)
   }
   masters_.resize(params_.size());
   grads_.resize(params_.size());
+  applied_ = int64_tensor(0, params_[0].device());
   if (use_masters_) {
     NoGradGuard no_grad;
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -68,6 +71,20 @@ Tensor& Optimizer::buffer(const std::string& name, size_t i, bool* created) {
   return list[i];
 }
 
+int64_t* Optimizer::applied_steps_device() { return static_cast<int64_t*>(applied_.data_ptr()); }
+
+int64_t Optimizer::steps() const {
+  int64_t n = 0;
+  detail::read_raw(applied_, &n, sizeof n);  // a synchronization on CUDA: between steps only
+  return n;
+}
+
+int32_t* Optimizer::started_flag(size_t i) {
+  if (!started_.defined())
+    started_ = Tensor::zeros({static_cast<int64_t>(params_.size())}, DType::i32, params_[0].device());
+  return started_.data<int32_t>() + i;
+}
+
 const std::vector<Tensor>& Optimizer::state_buffers(const std::string& name) const {
   static const std::vector<Tensor> none;
   auto it = buffers_.find(name);
@@ -79,7 +96,14 @@ void Optimizer::set_lr(double lr) {
   lr_ = lr;
 }
 
-void Optimizer::unscale_grads(float inv_scale, int32_t* found_inf) {
+void Optimizer::unscale_grads(float inv_scale, int32_t* found_inf) { unscale_impl(inv_scale, nullptr, found_inf); }
+
+void Optimizer::unscale_grads_by(const double* scale, int32_t* found_inf) {
+  HL_CHECK(scale != nullptr, type(), "::unscale_grads_by: needs the scale's device address");
+  unscale_impl(1.0f, scale, found_inf);
+}
+
+void Optimizer::unscale_impl(float inv_scale, const double* scale, int32_t* found_inf) {
   HL_CHECK(!unscaled_, type(), "::unscale_grads: the gradients were already unscaled this step "
                                "(unscale once, then step() or skip_step())");
   std::vector<kernels::GradSlot> slots;
@@ -102,35 +126,34 @@ void Optimizer::unscale_grads(float inv_scale, int32_t* found_inf) {
     if (!scratch_flag_.defined()) scratch_flag_ = Tensor::zeros({}, DType::i32, params_[0].device());
     found_inf = scratch_flag_.data<int32_t>();
   }
-  kernels::unscale_grads(params_[0].device(), slots, inv_scale, found_inf);
+  kernels::unscale_grads(params_[0].device(), slots, inv_scale, found_inf, scale);
   unscaled_ = true;
 }
 
 void Optimizer::skip_step() { unscaled_ = false; }
 
-double Optimizer::clip_grad_norm(double max_norm) {
+Tensor Optimizer::clip_grad_norm(double max_norm) {
   HL_CHECK(max_norm > 0.0, type(), "::clip_grad_norm: max_norm must be positive, got ", max_norm);
   if (!unscaled_) unscale_grads(1.0f, nullptr);
   std::vector<kernels::ConstSpan> spans;
-  std::vector<Tensor> present;
+  std::vector<kernels::Span> targets;
   for (const Tensor& g : grads_) {
     if (!g.defined()) continue;
     spans.push_back({g.data_ptr(), g.dtype(), g.numel()});
-    present.push_back(g);
+    targets.push_back({g.data_ptr(), g.dtype(), g.numel()});
   }
-  Tensor sq = Tensor::empty({}, DType::f32, params_[0].device());
-  kernels::sum_of_squares(params_[0].device(), spans, sq.data<float>());
-  const double norm = std::sqrt(sq.item());
-  // PyTorch's rule: scale by max_norm / (norm + 1e-6) when that is below 1.
-  const double factor = max_norm / (norm + 1e-6);
-  if (factor < 1.0) {
-    for (Tensor& g : present)
-      kernels::scalar(g.device(), kernels::ScalarOp::mul, g.numel(), g.data_ptr(), factor, g.data_ptr(), g.dtype());
-  }
+  const Device dev = params_[0].device();
+  Tensor sq = Tensor::empty({}, DType::f32, dev);
+  kernels::sum_of_squares(dev, spans, sq.data<float>());
+  // PyTorch's rule, on the device: scale by max_norm / (norm + 1e-6) when that is below 1.
+  Tensor norm = Tensor::empty({}, DType::f64, dev);
+  kernels::clip_by_norm(dev, targets, sq.data<float>(), max_norm, norm.data<double>());
   return norm;
 }
 
-void Optimizer::step() {
+void Optimizer::step() { step_unless(nullptr); }
+
+void Optimizer::step_unless(const int32_t* skip) {
   if (!unscaled_) unscale_grads(1.0f, nullptr);
   std::vector<kernels::ParamSlot> slots;
   std::vector<size_t> index;
@@ -149,9 +172,10 @@ void Optimizer::step() {
     slots.push_back(s);
     index.push_back(i);
   }
-  update(slots, index);
+  const std::vector<int32_t*> marks = update(slots, index, skip);
+  // Count the step (and mark SGD's momentum buffers started) on the device, unless it was skipped.
+  kernels::optim_finish(params_[0].device(), skip, applied_steps_device(), marks);
   unscaled_ = false;
-  ++steps_;
 }
 
 void Optimizer::zero_grad() {
@@ -161,14 +185,21 @@ void Optimizer::zero_grad() {
 Optimizer::State Optimizer::state() const {
   State s;
   s.meta["type"] = type();
-  s.meta["steps"] = std::to_string(steps_);
+  s.meta["steps"] = std::to_string(steps());  // reads the device counter (between steps)
   s.meta["lr"] = detail::exact(lr_);
   s.meta["master_weights"] = use_masters_ ? "1" : "0";
   for (size_t i = 0; i < masters_.size(); ++i)
     if (masters_[i].defined()) s.tensors.emplace_back("master." + std::to_string(i), masters_[i]);
+  // A momentum buffer made for a step that was then skipped has not started (the next applied step
+  // sets it to the gradient): leave it out, as before it existed.
+  std::vector<int32_t> started;
+  if (started_.defined()) started = started_.to_int();
   for (const auto& [name, list] : buffers_)
-    for (size_t i = 0; i < list.size(); ++i)
-      if (list[i].defined()) s.tensors.emplace_back(name + "." + std::to_string(i), list[i]);
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!list[i].defined()) continue;
+      if (name == "momentum" && (started.empty() || started[i] == 0)) continue;
+      s.tensors.emplace_back(name + "." + std::to_string(i), list[i]);
+    }
   return s;
 }
 
@@ -210,8 +241,17 @@ void Optimizer::load_state(const State& s) {
       HL_CHECK(masters[i].defined(), "load_state: the state lacks master weights for parameter ", i);
     masters_ = masters;
   }
+  const int64_t steps = std::stoll(st->second);
   buffers_ = restored;
-  steps_ = std::stoll(st->second);
+  applied_ = int64_tensor(steps, params_[0].device());
+  // A restored momentum buffer has started; any other has not.
+  started_ = Tensor();
+  auto mom = buffers_.find("momentum");
+  if (mom != buffers_.end()) {
+    std::vector<int32_t> flags(params_.size(), 0);
+    for (size_t i = 0; i < mom->second.size(); ++i) flags[i] = mom->second[i].defined() ? 1 : 0;
+    started_ = Tensor::from_vector(flags, {static_cast<int64_t>(flags.size())}, params_[0].device());
+  }
   lr_ = meta_double(s, "lr", type());
   unscaled_ = false;
 }
@@ -226,12 +266,17 @@ SGD::SGD(std::vector<Tensor> params, Options opt) : Optimizer(std::move(params),
   set_lr(opt.lr);  // validates it
 }
 
-void SGD::update(std::vector<kernels::ParamSlot>& slots, const std::vector<size_t>& index) {
+std::vector<int32_t*> SGD::update(std::vector<kernels::ParamSlot>& slots, const std::vector<size_t>& index,
+                                  const int32_t* skip) {
+  std::vector<int32_t*> marks;
   if (opt_.momentum != 0.0) {
     for (size_t j = 0; j < slots.size(); ++j) {
-      bool created = false;
-      slots[j].buf1 = buffer("momentum", index[j], &created).data_ptr();
-      slots[j].first_step = created;  // PyTorch: the buffer starts as the first gradient
+      slots[j].buf1 = buffer("momentum", index[j]).data_ptr();
+      // PyTorch: the buffer starts as the gradient of the first APPLIED update. Whether earlier steps
+      // were applied is known on the device only, so the kernel reads the flag there.
+      int32_t* flag = started_flag(index[j]);
+      slots[j].initialized = flag;
+      marks.push_back(flag);
     }
   }
   kernels::SgdParams p;
@@ -240,7 +285,9 @@ void SGD::update(std::vector<kernels::ParamSlot>& slots, const std::vector<size_
   p.weight_decay = opt_.weight_decay;
   p.dampening = opt_.dampening;
   p.nesterov = opt_.nesterov;
+  p.skip = skip;
   kernels::sgd_update(params_[0].device(), slots, p);
+  return marks;
 }
 
 
@@ -254,7 +301,8 @@ Adam::Adam(std::vector<Tensor> params, Options opt) : Optimizer(std::move(params
   set_lr(opt.lr);  // validates it
 }
 
-void Adam::update(std::vector<kernels::ParamSlot>& slots, const std::vector<size_t>& index) {
+std::vector<int32_t*> Adam::update(std::vector<kernels::ParamSlot>& slots, const std::vector<size_t>& index,
+                                   const int32_t* skip) {
   for (size_t j = 0; j < slots.size(); ++j) {
     slots[j].buf1 = buffer("exp_avg", index[j]).data_ptr();
     slots[j].buf2 = buffer("exp_avg_sq", index[j]).data_ptr();
@@ -266,8 +314,11 @@ void Adam::update(std::vector<kernels::ParamSlot>& slots, const std::vector<size
   p.eps = opt_.eps;
   p.weight_decay = opt_.weight_decay;
   p.decoupled = opt_.decoupled;
-  p.step = steps_ + 1;  // this update is step t = steps_ + 1
+  // This update is step t = (applied updates so far) + 1, read by the kernel from the device counter.
+  p.applied_steps = applied_steps_device();
+  p.skip = skip;
   kernels::adam_update(params_[0].device(), slots, p);
+  return {};
 }
 
 

@@ -5,6 +5,10 @@
 //    unscaled into FP32 buffers by one fused pass (see amp::LossScaler), where clipping happens;
 //  - FP32 moments (momentum, Adam's m and v) whatever the parameter dtype.
 // Every update is one multi-tensor kernel call over all parameters (kernels/optim.h).
+// No host synchronization inside a step: whether a step is applied may be decided on the device
+// (step_unless, the loss scaler's found-inf flag), so the count of applied steps (Adam's t) and
+// SGD's "momentum buffer initialized" flags live in device memory too; steps() and state() read them
+// back (a synchronization, outside the step).
 #pragma once
 #include <map>
 #include <string>
@@ -29,18 +33,27 @@ class Optimizer {
   // Apply one update from the current gradients (unscaling them with factor 1 if unscale_grads()
   // was not called this step). Parameters without a gradient are left alone.
   void step();
+  // The same, unless *skip (an i32 in device memory, e.g. the loss scaler's found-inf flag) is
+  // nonzero: then the kernels write nothing (parameters, masters, moments and the applied-step
+  // count stay bit-identical). The host never reads the flag; null means step() unconditionally.
+  void step_unless(const int32_t* skip);
   // Fill the FP32 gradient buffers: g32 = grad * inv_scale, in one fused pass over all parameters,
   // setting *found_inf (an i32 on the parameters' device, not cleared here) if any value is inf or
   // NaN. Throws if called twice before step()/skip_step().
   void unscale_grads(float inv_scale, int32_t* found_inf);
+  // The same with the scale S in device memory (a double): g32 = grad * float(1.0 / S), computed by
+  // the kernel, so the scale is never read back to the host.
+  void unscale_grads_by(const double* scale, int32_t* found_inf);
   bool grads_unscaled() const { return unscaled_; }
   // End a step without updating anything (the loss scaler found an overflow): parameters, masters,
   // moments and the step counter stay bit-identical.
   void skip_step();
   // Scale the FP32 gradients so that their global L2 norm is at most max_norm (after unscaling;
-  // unscales with factor 1 first if needed). Returns the norm before clipping. Reads one number
-  // back to the host.
-  double clip_grad_norm(double max_norm);
+  // unscales with factor 1 first if needed). Returns the norm before clipping as a one-element f64
+  // tensor on the parameters' device, like PyTorch: the norm, the factor and the scaling are
+  // computed there, so clipping reads nothing back to the host (call .item() to print it, which
+  // synchronizes). An inf/NaN norm is left inf/NaN (the loss scaler still skips the step).
+  Tensor clip_grad_norm(double max_norm);
   // Drop every parameter's gradient (the next backward() starts them fresh).
   void zero_grad();
 
@@ -51,9 +64,13 @@ class Optimizer {
   const std::vector<Tensor>& unscaled_grads() const { return grads_; }
   bool has_master_weights() const { return use_masters_; }
   // The per-parameter state buffers called `name` ("momentum", "exp_avg", "exp_avg_sq"); entries are
-  // undefined until the parameter's first update (empty when the buffer is not used at all).
+  // undefined until the parameter's first update attempt (empty when the buffer is not used at all).
+  // A buffer made for a step that was then skipped on the device holds zeros; an SGD momentum buffer
+  // counts as started only after an applied update (state() leaves out the others).
   const std::vector<Tensor>& state_buffers(const std::string& name) const;
-  int64_t steps() const { return steps_; }
+  // The number of applied updates (skipped steps excluded). Reads the device counter: a host
+  // synchronization on CUDA, so call it between steps, not inside one.
+  int64_t steps() const;
   double lr() const { return lr_; }
   void set_lr(double lr);
 
@@ -69,8 +86,14 @@ class Optimizer {
   virtual std::string type() const = 0;
 
  protected:
-  // The optimizer-specific kernel call over every parameter that has a gradient.
-  virtual void update(std::vector<kernels::ParamSlot>& slots, const std::vector<size_t>& index) = 0;
+  // The optimizer-specific kernel call over every parameter that has a gradient, skipped on the
+  // device when *skip is nonzero. Returns the device flags to set once the update is applied.
+  virtual std::vector<int32_t*> update(std::vector<kernels::ParamSlot>& slots, const std::vector<size_t>& index,
+                                       const int32_t* skip) = 0;
+  // The count of applied updates, in device memory (an int64 stored in a one-element f64 tensor).
+  int64_t* applied_steps_device();
+  // Per-parameter i32 flags in device memory (SGD: "momentum buffer initialized").
+  int32_t* started_flag(size_t i);
   // The FP32 (f64 for f64 parameters) buffer `name` of parameter i, created zero-filled on first use.
   Tensor& buffer(const std::string& name, size_t i, bool* created = nullptr);
   DType state_dtype(size_t i) const;
@@ -79,13 +102,15 @@ class Optimizer {
   std::vector<Tensor> masters_;
   std::vector<Tensor> grads_;
   std::map<std::string, std::vector<Tensor>> buffers_;  // name -> per-parameter buffer
-  int64_t steps_ = 0;
   double lr_ = 0.0;
 
  private:
+  void unscale_impl(float inv_scale, const double* scale, int32_t* found_inf);
   bool use_masters_;
   bool unscaled_ = false;
   Tensor scratch_flag_;  // found-inf target when nobody asked for one
+  Tensor applied_;       // int64 count of applied updates, on the device
+  Tensor started_;       // i32 per parameter, on the device (created when first needed)
 };
 
 // Stochastic gradient descent with PyTorch's semantics (the momentum buffer starts as the first
@@ -105,7 +130,8 @@ class SGD : public Optimizer {
   const std::vector<Tensor>& momentum_buffers() const { return state_buffers("momentum"); }
 
  protected:
-  void update(std::vector<kernels::ParamSlot>& slots, const std::vector<size_t>& index) override;
+  std::vector<int32_t*> update(std::vector<kernels::ParamSlot>& slots, const std::vector<size_t>& index,
+                               const int32_t* skip) override;
 
  private:
   Options opt_;
@@ -127,7 +153,8 @@ class Adam : public Optimizer {
   std::string type() const override { return opt_.decoupled ? "AdamW" : "Adam"; }
 
  protected:
-  void update(std::vector<kernels::ParamSlot>& slots, const std::vector<size_t>& index) override;
+  std::vector<int32_t*> update(std::vector<kernels::ParamSlot>& slots, const std::vector<size_t>& index,
+                               const int32_t* skip) override;
 
  private:
   Options opt_;

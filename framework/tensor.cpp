@@ -1,7 +1,9 @@
 #include "framework/tensor.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <ostream>
 #include <sstream>
 
@@ -178,6 +180,7 @@ Tensor Tensor::to(Device d) const {
   require_defined("Tensor::to");
   if (device() == d) return *this;
   Tensor out = empty(shape(), dtype(), d);
+  if (d == Device::cpu) debug::count_host_read();
   copy_bytes(out.data_ptr(), d, data_ptr(), device(), nbytes());
   const Device src = device();
   return record(out, "to_device", {*this}, [src](const Tensor& g) { return std::vector<Tensor>{g.to(src)}; });
@@ -194,6 +197,7 @@ Tensor Tensor::clone() const {
 
 std::vector<double> Tensor::to_double() const {
   require_defined("Tensor::to_double");
+  debug::count_host_read();
   if (dtype() == DType::i32) {  // exact: not through the cast kernel, which goes via float
     const std::vector<int32_t> v = to_int();
     return std::vector<double>(v.begin(), v.end());
@@ -206,6 +210,7 @@ std::vector<double> Tensor::to_double() const {
 
 std::vector<float> Tensor::to_vector() const {
   require_defined("Tensor::to_vector");
+  debug::count_host_read();
   const Tensor host = detach().to(Device::cpu);
   std::vector<float> out(static_cast<size_t>(numel()));
   kernels::cast(DeviceType::cpu, numel(), host.data_ptr(), dtype(), out.data(), DType::f32);
@@ -214,6 +219,7 @@ std::vector<float> Tensor::to_vector() const {
 
 std::vector<int32_t> Tensor::to_int() const {
   HL_CHECK(dtype() == DType::i32, "Tensor::to_int: needs an i32 tensor, got ", describe());
+  debug::count_host_read();
   const Tensor host = detach().to(Device::cpu);
   const int32_t* p = host.data<int32_t>();
   return std::vector<int32_t>(p, p + numel());
@@ -403,5 +409,36 @@ std::string Tensor::str(int max_per_dim) const {
 }
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+
+namespace detail {
+
+Tensor raw_tensor(const void* bytes, size_t n, Device dev) {
+  std::vector<double> words((n + sizeof(double) - 1) / sizeof(double), 0.0);
+  std::memcpy(words.data(), bytes, n);
+  // from_vector copies the words' bytes verbatim (same dtype: no conversion).
+  return Tensor::from_vector(words, {static_cast<int64_t>(words.size())}, DType::f64, dev);
+}
+
+void read_raw(const Tensor& t, void* out, size_t n) {
+  HL_CHECK(t.defined() && t.nbytes() >= n, "read_raw: ", t.defined() ? t.describe() : "an undefined tensor",
+           " holds fewer than ", n, " bytes");
+  debug::count_host_read();
+  if (t.device() == Device::cpu) {
+    std::memcpy(out, t.data_ptr(), n);
+    return;
+  }
+  const Tensor host = t.detach().to(Device::cpu);
+  std::memcpy(out, host.data_ptr(), n);
+}
+
+}  // namespace detail
+
+namespace debug {
+namespace {
+std::atomic<int64_t> g_host_reads{0};
+}
+int64_t host_reads() { return g_host_reads.load(std::memory_order_relaxed); }
+void count_host_read() { g_host_reads.fetch_add(1, std::memory_order_relaxed); }
+}  // namespace debug
 
 }  // namespace hl

@@ -153,4 +153,21 @@ class Tensor {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
+namespace detail {
+// Raw device state (the loss scaler's counters, an optimizer's step count): `bytes` bytes held in an
+// f64 tensor on `dev` (so 8-byte aligned), written from / read back to host memory verbatim.
+Tensor raw_tensor(const void* bytes, size_t n, Device dev);
+// Reads back to the host: a synchronization on CUDA, counted by debug::host_reads().
+void read_raw(const Tensor& t, void* out, size_t n);
+}  // namespace detail
+
+namespace debug {
+// How many times values were read back to the host: Tensor::item / to_double / to_vector / to_int,
+// detail::read_raw, and copies from a CUDA tensor to the CPU. Test-only in purpose: the no-sync
+// tests assert that a training step leaves it unchanged (on the CPU, where it cannot be observed
+// as a stall). A relaxed atomic increment: cheap, and safe with the DataLoader's threads.
+int64_t host_reads();
+void count_host_read();
+}  // namespace debug
+
 }  // namespace hl

@@ -35,8 +35,13 @@
                     DType t);                                                                             \
   void sgd_update(const std::vector<ParamSlot>& slots, const SgdParams& p);                                \
   void adam_update(const std::vector<ParamSlot>& slots, const AdamParams& p);                              \
-  void unscale_grads(const std::vector<GradSlot>& slots, float inv_scale, int32_t* found_inf);            \
-  void sum_of_squares(const std::vector<ConstSpan>& tensors, float* out);
+  void unscale_grads(const std::vector<GradSlot>& slots, float inv_scale, int32_t* found_inf,             \
+                     const double* scale);                                                                 \
+  void sum_of_squares(const std::vector<ConstSpan>& tensors, float* out);                                 \
+  void clip_by_norm(const std::vector<Span>& grads, const float* sum_sq, double max_norm, double* norm_out);  \
+  void optim_finish(const int32_t* skip, int64_t* applied_steps, const std::vector<int32_t*>& mark);      \
+  void scaler_update(const ScalerRule& rule, ScalerState* state, const int32_t* found_inf, float* scale_f32, \
+                     double* history_slot);
 
 namespace hl::kernels::cpu {
 HL_DECLARE_BACKEND_KERNELS

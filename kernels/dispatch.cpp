@@ -63,11 +63,23 @@ void sgd_update(DeviceType dev, const std::vector<ParamSlot>& slots, const SgdPa
 void adam_update(DeviceType dev, const std::vector<ParamSlot>& slots, const AdamParams& p) {
   HL_DISPATCH(adam_update, slots, p);
 }
-void unscale_grads(DeviceType dev, const std::vector<GradSlot>& slots, float inv_scale, int32_t* found_inf) {
-  HL_DISPATCH(unscale_grads, slots, inv_scale, found_inf);
+void unscale_grads(DeviceType dev, const std::vector<GradSlot>& slots, float inv_scale, int32_t* found_inf,
+                   const double* scale) {
+  HL_DISPATCH(unscale_grads, slots, inv_scale, found_inf, scale);
 }
 void sum_of_squares(DeviceType dev, const std::vector<ConstSpan>& tensors, float* out) {
   HL_DISPATCH(sum_of_squares, tensors, out);
+}
+void clip_by_norm(DeviceType dev, const std::vector<Span>& grads, const float* sum_sq, double max_norm,
+                  double* norm_out) {
+  HL_DISPATCH(clip_by_norm, grads, sum_sq, max_norm, norm_out);
+}
+void optim_finish(DeviceType dev, const int32_t* skip, int64_t* applied_steps, const std::vector<int32_t*>& mark) {
+  HL_DISPATCH(optim_finish, skip, applied_steps, mark);
+}
+void scaler_update(DeviceType dev, const ScalerRule& rule, ScalerState* state, const int32_t* found_inf,
+                   float* scale_f32, double* history_slot) {
+  HL_DISPATCH(scaler_update, rule, state, found_inf, scale_f32, history_slot);
 }
 
 }  // namespace hl::kernels

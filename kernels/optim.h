@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/dtype.h"
+#include "kernels/scaler_rule.h"
 
 namespace hl::kernels {
 
@@ -26,6 +27,10 @@ struct ParamSlot {
   DType state_type = DType::f32;
   int64_t n = 0;
   bool first_step = false;  // SGD momentum: the buffer starts as the gradient (PyTorch semantics)
+  // When set, an i32 in device memory that replaces first_step: the update is the buffer's first
+  // when *initialized == 0. Kept on the device because whether an earlier step was applied is only
+  // known there (the loss scaler's skip); optim_finish() sets it after an applied update.
+  const int32_t* initialized = nullptr;
 };
 
 struct SgdParams {
@@ -34,6 +39,9 @@ struct SgdParams {
   double weight_decay = 0.0;
   double dampening = 0.0;
   bool nesterov = false;
+  // When set (an i32 in device memory, normally the loss scaler's found-inf flag) and nonzero, the
+  // update writes nothing: the step is skipped without the host reading the flag.
+  const int32_t* skip = nullptr;
 };
 
 struct AdamParams {
@@ -44,6 +52,10 @@ struct AdamParams {
   double weight_decay = 0.0;
   bool decoupled = false;  // AdamW: decay the weights directly instead of adding wd*w to the gradient
   int64_t step = 1;        // t, counted from 1, for the bias corrections
+  // When set, device memory replacing `step`: t = *applied_steps + 1 (the updates really applied,
+  // which only the device knows when steps may be skipped); and the skip flag as for SGD.
+  const int64_t* applied_steps = nullptr;
+  const int32_t* skip = nullptr;
 };
 
 // PyTorch's SGD on every slot: g = grad + wd*w; buf = first ? g : momentum*buf + (1-dampening)*g;
@@ -65,8 +77,10 @@ struct GradSlot {
   int64_t n = 0;
 };
 // The loss scaler's fused pass: unscale every gradient and set *found_inf (an i32 on the device,
-// not cleared here) to 1 if any input is inf or NaN.
-void unscale_grads(DeviceType dev, const std::vector<GradSlot>& slots, float inv_scale, int32_t* found_inf);
+// not cleared here) to 1 if any input is inf or NaN. When `scale` (a double in device memory) is
+// given, inv_scale is ignored and the kernel uses float(1.0 / *scale): the scale never visits the host.
+void unscale_grads(DeviceType dev, const std::vector<GradSlot>& slots, float inv_scale, int32_t* found_inf,
+                   const double* scale = nullptr);
 
 // A read-only view of one tensor's elements.
 struct ConstSpan {
@@ -76,5 +90,31 @@ struct ConstSpan {
 };
 // *out (an f32 on the device) = sum over all tensors of x^2, for gradient clipping by global norm.
 void sum_of_squares(DeviceType dev, const std::vector<ConstSpan>& tensors, float* out);
+
+// A writable view of one tensor's elements.
+struct Span {
+  void* data = nullptr;
+  DType type = DType::f32;
+  int64_t n = 0;
+};
+// Gradient clipping by global norm without a host round trip: *norm_out (an f64 on the device) =
+// sqrt(*sum_sq), and when factor = max_norm / (norm + 1e-6) is below 1, every element is multiplied
+// by it (in the tensor's dtype, as a scalar multiply would). A NaN norm leaves the gradients alone
+// and an infinite one zeroes the finite ones (inf * 0 = NaN stays non-finite), as PyTorch does; the
+// loss scaler's flag, raised before clipping, still skips such a step.
+void clip_by_norm(DeviceType dev, const std::vector<Span>& grads, const float* sum_sq, double max_norm,
+                  double* norm_out);
+
+// After an update that may have been skipped: unless *skip (when given) is nonzero, add one to
+// *applied_steps (an i64 in device memory) and set every flag in `mark` to 1 (SGD's "momentum
+// buffer initialized"). A separate launch so that no multi-block update kernel both reads and
+// writes these.
+void optim_finish(DeviceType dev, const int32_t* skip, int64_t* applied_steps, const std::vector<int32_t*>& mark);
+
+// The loss scaler's update on the device: *history_slot = the scale in force, then
+// scaler_rule(rule, *state, found_inf && *found_inf) (kernels/scaler_rule.h), then
+// *scale_f32 = float(new scale) (what scale(loss) multiplies by). found_inf may be null (no check).
+void scaler_update(DeviceType dev, const ScalerRule& rule, ScalerState* state, const int32_t* found_inf,
+                   float* scale_f32, double* history_slot);
 
 }  // namespace hl::kernels

@@ -68,6 +68,7 @@ void sgd_slot(const ParamSlot& s, S lr, S mom, S wd, S damp) {
 }  // namespace
 
 void sgd_update(const std::vector<ParamSlot>& slots, const SgdParams& sp) {
+  if (sp.skip != nullptr && *sp.skip != 0) return;  // the loss scaler found an overflow: write nothing
   for (const ParamSlot& s : slots) {
     visit_slot(s, "sgd_update", [&](auto Stag, auto Ptag) {
       using S = decltype(Stag);
@@ -76,6 +77,9 @@ void sgd_update(const std::vector<ParamSlot>& slots, const SgdParams& sp) {
               damp = static_cast<S>(sp.dampening);
       const bool use_mom = sp.momentum != 0.0;
       HL_CHECK(!use_mom || s.buf1 != nullptr, "sgd_update: momentum ", sp.momentum, " needs a momentum buffer");
+      // SGD's momentum buffer starts as the gradient at the parameter's first applied update: the
+      // device flag says whether that happened (set by optim_finish), else the host's first_step.
+      const bool first = s.initialized != nullptr ? *s.initialized == 0 : s.first_step;
       // Turn the four run-time flags into template arguments (16 loops).
       const auto with = [&](auto master, auto momentum, auto first, auto nesterov) {
         sgd_slot<S, P, decltype(master)::value, decltype(momentum)::value, decltype(first)::value,
@@ -86,7 +90,7 @@ void sgd_update(const std::vector<ParamSlot>& slots, const SgdParams& sp) {
       };
       flag(s.master != nullptr, [&](auto m) {
         flag(use_mom, [&](auto mo) {
-          flag(s.first_step, [&](auto f) { flag(sp.nesterov, [&](auto n) { with(m, mo, f, n); }); });
+          flag(first, [&](auto f) { flag(sp.nesterov, [&](auto n) { with(m, mo, f, n); }); });
         });
       });
     });
@@ -94,6 +98,8 @@ void sgd_update(const std::vector<ParamSlot>& slots, const SgdParams& sp) {
 }
 
 void adam_update(const std::vector<ParamSlot>& slots, const AdamParams& ap) {
+  if (ap.skip != nullptr && *ap.skip != 0) return;  // the loss scaler found an overflow: write nothing
+  const int64_t t = ap.applied_steps != nullptr ? *ap.applied_steps + 1 : ap.step;
   for (const ParamSlot& s : slots) {
     visit_slot(s, "adam_update", [&](auto Stag, auto Ptag) {
       using S = decltype(Stag);
@@ -102,8 +108,8 @@ void adam_update(const std::vector<ParamSlot>& slots, const AdamParams& ap) {
       const S lr = static_cast<S>(ap.lr), b1 = static_cast<S>(ap.beta1), b2 = static_cast<S>(ap.beta2),
               eps = static_cast<S>(ap.eps), wd = static_cast<S>(ap.weight_decay);
       // PyTorch's formulation: step size lr / (1 - b1^t), denominator sqrt(v) / sqrt(1 - b2^t) + eps.
-      const S bc1 = static_cast<S>(1.0 - std::pow(ap.beta1, static_cast<double>(ap.step)));
-      const S bc2_sqrt = static_cast<S>(std::sqrt(1.0 - std::pow(ap.beta2, static_cast<double>(ap.step))));
+      const S bc1 = static_cast<S>(1.0 - std::pow(ap.beta1, static_cast<double>(t)));
+      const S bc2_sqrt = static_cast<S>(std::sqrt(1.0 - std::pow(ap.beta2, static_cast<double>(t))));
       const S step_size = lr / bc1;
       const S* g = static_cast<const S*>(s.grad);
       S* m = static_cast<S*>(s.buf1);
@@ -126,7 +132,9 @@ void adam_update(const std::vector<ParamSlot>& slots, const AdamParams& ap) {
   }
 }
 
-void unscale_grads(const std::vector<GradSlot>& slots, float inv_scale, int32_t* found_inf) {
+void unscale_grads(const std::vector<GradSlot>& slots, float inv_scale, int32_t* found_inf, const double* scale) {
+  // 1/S is exact for power-of-two scales, so unscaling then adds no rounding of its own.
+  if (scale != nullptr) inv_scale = static_cast<float>(1.0 / *scale);
   int32_t found = 0;
   for (const GradSlot& s : slots) {
     visit_floating(s.grad_type, "unscale_grads", [&](auto Gtag) {
@@ -172,6 +180,28 @@ void sum_of_squares(const std::vector<ConstSpan>& tensors, float* out) {
     });
   }
   *out = static_cast<float>(total);
+}
+
+void clip_by_norm(const std::vector<Span>& grads, const float* sum_sq, double max_norm, double* norm_out) {
+  const double norm = std::sqrt(static_cast<double>(*sum_sq));
+  *norm_out = norm;
+  // PyTorch's rule: scale by max_norm / (norm + 1e-6) when that is below 1 (never for a NaN norm).
+  const double factor = max_norm / (norm + 1e-6);
+  if (!(factor < 1.0)) return;
+  for (const Span& g : grads) scalar(ScalarOp::mul, g.n, g.data, factor, g.data, g.type);
+}
+
+void optim_finish(const int32_t* skip, int64_t* applied_steps, const std::vector<int32_t*>& mark) {
+  if (skip != nullptr && *skip != 0) return;
+  ++*applied_steps;
+  for (int32_t* m : mark) *m = 1;
+}
+
+void scaler_update(const ScalerRule& rule, ScalerState* state, const int32_t* found_inf, float* scale_f32,
+                   double* history_slot) {
+  *history_slot = state->scale;
+  scaler_rule(rule, *state, found_inf != nullptr && *found_inf != 0);
+  *scale_f32 = static_cast<float>(state->scale);
 }
 
 }  // namespace hl::kernels::cpu

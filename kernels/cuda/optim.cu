@@ -8,6 +8,13 @@
 // Why fused: in mixed precision the update reads the FP32 master weight, updates it, and writes
 // the FP16 working copy from the new master in the same pass, so the masters are read once and no
 // separate cast kernel runs. The arithmetic is FP32; the FP16 copy is rounded once, on the store.
+//
+// Why the scaler's decisions stay here: the found-inf flag, the scale, the count of applied updates
+// and SGD's "momentum initialized" flags are read by these kernels from device memory, so a skipped
+// step costs no host synchronization (the update kernels return early when *skip is set, and the
+// one-thread scaler_update_kernel runs the shared rule of kernels/scaler_rule.h). Counters are only
+// incremented by single-thread kernels launched after the multi-block ones that read them, so no
+// block ever sees a half-updated value.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -76,11 +83,15 @@ __device__ __forceinline__ void write_weight(const ParamSlot& s, int64_t i, floa
 struct SgdScalars {
   float lr, momentum, weight_decay, dampening;
   bool use_momentum, nesterov;
+  const int32_t* skip;  // skip the whole update when set and nonzero (uniform across the grid)
 };
 
 __global__ void sgd_kernel(SlotBatch<ParamSlot> b, SgdScalars k) {
+  if (k.skip != nullptr && *k.skip != 0) return;
   int64_t chunk;
   const ParamSlot& s = b.slots[find_slot(b, chunk)];
+  // Read-only here; optim_finish_kernel sets it in a later launch.
+  const bool first = s.initialized != nullptr ? *s.initialized == 0 : s.first_step;
   const int64_t end = min(s.n, (chunk + 1) * kChunk);
   const float* g = static_cast<const float*>(s.grad);
   float* buf = static_cast<float*>(s.buf1);
@@ -88,7 +99,7 @@ __global__ void sgd_kernel(SlotBatch<ParamSlot> b, SgdScalars k) {
     const float w = read_weight(s, i);
     float d = g[i] + k.weight_decay * w;
     if (k.use_momentum) {
-      const float m = s.first_step ? d : k.momentum * buf[i] + (1.0f - k.dampening) * d;
+      const float m = first ? d : k.momentum * buf[i] + (1.0f - k.dampening) * d;
       buf[i] = m;
       d = k.nesterov ? d + k.momentum * m : m;
     }
@@ -99,9 +110,26 @@ __global__ void sgd_kernel(SlotBatch<ParamSlot> b, SgdScalars k) {
 struct AdamScalars {
   float lr, beta1, beta2, eps, weight_decay, step_size, bc2_sqrt;
   bool decoupled;
+  // When set: t = *applied_steps + 1 and the bias corrections are computed here, in double as on the
+  // host (step_size and bc2_sqrt above are then ignored).
+  const int64_t* applied_steps;
+  double lr64, beta1_64, beta2_64;
+  const int32_t* skip;
 };
 
 __global__ void adam_kernel(SlotBatch<ParamSlot> b, AdamScalars k) {
+  if (k.skip != nullptr && *k.skip != 0) return;  // uniform: every block returns before the barrier
+  if (k.applied_steps != nullptr) {
+    __shared__ float corr[2];
+    if (threadIdx.x == 0) {
+      const double t = static_cast<double>(*k.applied_steps + 1);
+      corr[0] = static_cast<float>(k.lr64 / (1.0 - pow(k.beta1_64, t)));
+      corr[1] = static_cast<float>(sqrt(1.0 - pow(k.beta2_64, t)));
+    }
+    __syncthreads();
+    k.step_size = corr[0];
+    k.bc2_sqrt = corr[1];
+  }
   int64_t chunk;
   const ParamSlot& s = b.slots[find_slot(b, chunk)];
   const int64_t end = min(s.n, (chunk + 1) * kChunk);
@@ -124,7 +152,9 @@ __global__ void adam_kernel(SlotBatch<ParamSlot> b, AdamScalars k) {
   }
 }
 
-__global__ void unscale_kernel(SlotBatch<GradSlot> b, float inv_scale, int32_t* found_inf) {
+__global__ void unscale_kernel(SlotBatch<GradSlot> b, float inv_scale, int32_t* found_inf, const double* scale) {
+  // The same expression as the CPU path: 1/S in double, rounded once to float.
+  if (scale != nullptr) inv_scale = static_cast<float>(1.0 / *scale);
   int64_t chunk;
   const GradSlot& s = b.slots[find_slot(b, chunk)];
   const int64_t end = min(s.n, (chunk + 1) * kChunk);
@@ -162,6 +192,43 @@ __global__ void sum_partials_kernel(const float* partials, int64_t n, float* out
   if (threadIdx.x == 0) *out = static_cast<float>(acc);
 }
 
+// Multiply every element by max_norm / (norm + 1e-6) when that is below 1; every thread derives the
+// factor from *sum_sq itself (read-only), so the decision never travels to the host.
+__global__ void clip_kernel(SlotBatch<Span> b, const float* sum_sq, double max_norm) {
+  const double factor = max_norm / (sqrt(static_cast<double>(*sum_sq)) + 1e-6);
+  if (!(factor < 1.0)) return;  // NaN norm: leave the gradients alone, like the CPU path
+  const float f = static_cast<float>(factor);
+  int64_t chunk;
+  const Span& s = b.slots[find_slot(b, chunk)];
+  const int64_t end = min(s.n, (chunk + 1) * kChunk);
+  float* x = static_cast<float*>(s.data);
+  for (int64_t i = chunk * kChunk + threadIdx.x; i < end; i += blockDim.x) x[i] = x[i] * f;
+}
+
+__global__ void norm_kernel(const float* sum_sq, double* norm_out) { *norm_out = sqrt(static_cast<double>(*sum_sq)); }
+
+// Up to kMaxMarks flags per launch (pointers in the kernel argument, under the 4 KB limit).
+constexpr int kMaxMarks = 256;
+struct MarkBatch {
+  int count;
+  int32_t* flags[kMaxMarks];
+};
+
+// One block: thread i sets flag i, thread 0 counts the step. Launched after the update kernels.
+__global__ void optim_finish_kernel(const int32_t* skip, int64_t* applied_steps, MarkBatch m) {
+  if (skip != nullptr && *skip != 0) return;
+  if (applied_steps != nullptr && threadIdx.x == 0) ++*applied_steps;
+  for (int i = threadIdx.x; i < m.count; i += blockDim.x) *m.flags[i] = 1;
+}
+
+// A single thread: the rule is a handful of scalar operations on one state.
+__global__ void scaler_update_kernel(ScalerRule rule, ScalerState* state, const int32_t* found_inf, float* scale_f32,
+                                     double* history_slot) {
+  *history_slot = state->scale;
+  scaler_rule(rule, *state, found_inf != nullptr && *found_inf != 0);
+  *scale_f32 = static_cast<float>(state->scale);
+}
+
 // A grow-only scratch buffer for the partial sums (cudaMalloc stays off the hot path).
 float* partials_buffer(int64_t n) {
   static float* buf = nullptr;
@@ -181,8 +248,13 @@ void sgd_update(const std::vector<ParamSlot>& slots, const SgdParams& p) {
     check_slot(s, "sgd_update");
     HL_CHECK(p.momentum == 0.0 || s.buf1 != nullptr, "sgd_update: momentum ", p.momentum, " needs a momentum buffer");
   }
-  const SgdScalars k{static_cast<float>(p.lr), static_cast<float>(p.momentum), static_cast<float>(p.weight_decay),
-                     static_cast<float>(p.dampening), p.momentum != 0.0, p.nesterov};
+  const SgdScalars k{static_cast<float>(p.lr),
+                     static_cast<float>(p.momentum),
+                     static_cast<float>(p.weight_decay),
+                     static_cast<float>(p.dampening),
+                     p.momentum != 0.0,
+                     p.nesterov,
+                     p.skip};
   for_each_batch(slots, [](const ParamSlot& s) { return s.n; }, [&](const SlotBatch<ParamSlot>& b, int64_t blocks) {
     sgd_kernel<<<static_cast<unsigned>(blocks), kBlock, 0, stream()>>>(b, k);
     HL_LAUNCH_CHECK("sgd_kernel");
@@ -202,21 +274,26 @@ void adam_update(const std::vector<ParamSlot>& slots, const AdamParams& p) {
                       static_cast<float>(p.weight_decay),
                       static_cast<float>(p.lr / bc1),
                       static_cast<float>(std::sqrt(1.0 - std::pow(p.beta2, static_cast<double>(p.step)))),
-                      p.decoupled};
+                      p.decoupled,
+                      p.applied_steps,
+                      p.lr,
+                      p.beta1,
+                      p.beta2,
+                      p.skip};
   for_each_batch(slots, [](const ParamSlot& s) { return s.n; }, [&](const SlotBatch<ParamSlot>& b, int64_t blocks) {
     adam_kernel<<<static_cast<unsigned>(blocks), kBlock, 0, stream()>>>(b, k);
     HL_LAUNCH_CHECK("adam_kernel");
   });
 }
 
-void unscale_grads(const std::vector<GradSlot>& slots, float inv_scale, int32_t* found_inf) {
+void unscale_grads(const std::vector<GradSlot>& slots, float inv_scale, int32_t* found_inf, const double* scale) {
   for (const auto& s : slots) {
     HL_CHECK(s.out_type == DType::f32, "unscale_grads: CUDA output must be f32, got ", dtype_name(s.out_type));
     check_floating(s.grad_type, "unscale_grads");
     HL_CHECK(s.grad_type != DType::f64, "unscale_grads: CUDA gradients must be f32 or f16");
   }
   for_each_batch(slots, [](const GradSlot& s) { return s.n; }, [&](const SlotBatch<GradSlot>& b, int64_t blocks) {
-    unscale_kernel<<<static_cast<unsigned>(blocks), kBlock, 0, stream()>>>(b, inv_scale, found_inf);
+    unscale_kernel<<<static_cast<unsigned>(blocks), kBlock, 0, stream()>>>(b, inv_scale, found_inf, scale);
     HL_LAUNCH_CHECK("unscale_kernel");
   });
 }
@@ -236,6 +313,34 @@ void sum_of_squares(const std::vector<ConstSpan>& tensors, float* out) {
   });
   sum_partials_kernel<<<1, 1024, 0, stream()>>>(partials, offset, out);
   HL_LAUNCH_CHECK("sum_partials_kernel");
+}
+
+void clip_by_norm(const std::vector<Span>& grads, const float* sum_sq, double max_norm, double* norm_out) {
+  for (const auto& g : grads)
+    HL_CHECK(g.type == DType::f32, "clip_by_norm: CUDA gradients must be f32, got ", dtype_name(g.type));
+  norm_kernel<<<1, 1, 0, stream()>>>(sum_sq, norm_out);
+  HL_LAUNCH_CHECK("norm_kernel");
+  for_each_batch(grads, [](const Span& g) { return g.n; }, [&](const SlotBatch<Span>& b, int64_t blocks) {
+    clip_kernel<<<static_cast<unsigned>(blocks), kBlock, 0, stream()>>>(b, sum_sq, max_norm);
+    HL_LAUNCH_CHECK("clip_kernel");
+  });
+}
+
+void optim_finish(const int32_t* skip, int64_t* applied_steps, const std::vector<int32_t*>& mark) {
+  size_t next = 0;
+  do {  // at least one launch (the counter), then one per kMaxMarks flags
+    MarkBatch m{};
+    while (next < mark.size() && m.count < kMaxMarks) m.flags[m.count++] = mark[next++];
+    optim_finish_kernel<<<1, kBlock, 0, stream()>>>(skip, applied_steps, m);
+    HL_LAUNCH_CHECK("optim_finish_kernel");
+    applied_steps = nullptr;  // counted once, in the first launch
+  } while (next < mark.size());
+}
+
+void scaler_update(const ScalerRule& rule, ScalerState* state, const int32_t* found_inf, float* scale_f32,
+                   double* history_slot) {
+  scaler_update_kernel<<<1, 1, 0, stream()>>>(rule, state, found_inf, scale_f32, history_slot);
+  HL_LAUNCH_CHECK("scaler_update_kernel");
 }
 
 }  // namespace hl::kernels::cuda

@@ -5,6 +5,7 @@
 // string. Everything else throws hl::Error with a message that says what to do next.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdio>
 #include <string>
 
@@ -105,6 +106,13 @@ void* cuda_stream() {
   return stream;
 }
 
+namespace {
+std::atomic<int64_t> g_syncs{0};  // relaxed: a statistic for tests, not a synchronization itself
+void count_sync() { g_syncs.fetch_add(1, std::memory_order_relaxed); }
+}  // namespace
+
+int64_t cuda_sync_count() { return g_syncs.load(std::memory_order_relaxed); }
+
 void* cuda_malloc(size_t bytes) {
   require_cuda("cuda_malloc");
   if (bytes == 0) return nullptr;
@@ -126,6 +134,7 @@ void* cuda_malloc(size_t bytes) {
 // that free memory from their destructors must not turn a clean exit into a crash.
 void cuda_free(void* ptr) {
   if (ptr == nullptr) return;
+  count_sync();  // cudaFree waits for the device
   const cudaError_t status = cudaFree(ptr);
   if (status == cudaErrorCudartUnloading) return;
   HL_CUDA_CHECK(status);
@@ -169,6 +178,7 @@ void cuda_memset_async(void* dst, int value, size_t bytes) {
 
 void cuda_synchronize() {
   require_cuda("cuda_synchronize");
+  count_sync();
   HL_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(cuda_stream())));
 }
 
@@ -190,7 +200,10 @@ void cuda_event_record(void* event) {
   HL_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(cuda_stream())));
 }
 
-void cuda_event_synchronize(void* event) { HL_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event))); }
+void cuda_event_synchronize(void* event) {
+  count_sync();
+  HL_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+}
 
 bool cuda_event_query(void* event) {
   const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event));

@@ -24,6 +24,7 @@ void cuda_host_free(void*) {}
 void cuda_memcpy_async(void*, const void*, size_t, CopyKind) { no_cuda("cuda_memcpy_async"); }
 void cuda_memset_async(void*, int, size_t) { no_cuda("cuda_memset_async"); }
 void cuda_synchronize() {}
+int64_t cuda_sync_count() { return 0; }
 void* cuda_stream() { return nullptr; }
 void* cuda_event_create() { no_cuda("cuda_event_create"); }
 void cuda_event_destroy(void*) {}

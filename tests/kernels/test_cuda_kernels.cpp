@@ -773,5 +773,141 @@ TEST(CudaOptim, UnscaleRaisesOneFlagAndSumOfSquares) {
   }
 }
 
+// The device-side skip of the no-sync step: with *skip set the update kernels write nothing and
+// optim_finish neither counts nor marks; with it clear, the flag-driven first step and the
+// device-counted Adam t match the host-given ones.
+TEST(CudaOptim, DeviceSkipFlagFirstStepFlagsAndStepCount) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const std::vector<size_t> sizes = {1, 4097, 10007};
+  struct Slot {
+    std::unique_ptr<DeviceBuffer> param, grad, buf1, buf2;
+  };
+  auto make = [&](uint64_t s0) {
+    std::vector<Slot> v;
+    uint64_t s = s0;
+    for (size_t n : sizes) {
+      Slot sl;
+      sl.param = std::make_unique<DeviceBuffer>(test::random_values(n, s++, -1, 1, DType::f32), DType::f32);
+      sl.grad = std::make_unique<DeviceBuffer>(test::random_values(n, s++, -1, 1, DType::f32), DType::f32);
+      sl.buf1 = std::make_unique<DeviceBuffer>(test::random_values(n, s++, -1, 1, DType::f32), DType::f32);
+      sl.buf2 = std::make_unique<DeviceBuffer>(test::random_values(n, s++, 0, 1, DType::f32), DType::f32);
+      v.push_back(std::move(sl));
+    }
+    return v;
+  };
+  auto slots_of = [&](const std::vector<Slot>& v, const int32_t* flags) {
+    std::vector<kernels::ParamSlot> out;
+    for (size_t i = 0; i < v.size(); ++i) {
+      kernels::ParamSlot p;
+      p.param = v[i].param->get();
+      p.grad = v[i].grad->get();
+      p.buf1 = v[i].buf1->get();
+      p.buf2 = v[i].buf2->get();
+      p.n = static_cast<int64_t>(sizes[i]);
+      p.first_step = true;  // used only where flags is null
+      p.initialized = flags != nullptr ? flags + i : nullptr;
+      out.push_back(p);
+    }
+    return out;
+  };
+  auto all = [&](const std::vector<Slot>& v) {
+    std::vector<std::vector<double>> out;
+    for (const Slot& sl : v)
+      for (const auto* b : {sl.param.get(), sl.buf1.get(), sl.buf2.get()}) out.push_back(b->download());
+    return out;
+  };
+  const uint64_t s0 = seed;
+  std::vector<Slot> a = make(s0), ref = make(s0);
+  DeviceBuffer flags(std::vector<double>{0, 0, 0}, DType::i32), skip(std::vector<double>{1}, DType::i32);
+  int64_t* count = static_cast<int64_t*>(runtime::cuda_malloc(sizeof(int64_t)));
+  const int64_t five = 5;
+  runtime::cuda_memcpy_async(count, &five, sizeof five, CopyKind::host_to_device);
+  runtime::cuda_synchronize();
+  auto read_count = [&] {
+    int64_t c = -1;
+    runtime::cuda_memcpy_async(&c, count, sizeof c, CopyKind::device_to_host);
+    runtime::cuda_synchronize();
+    return c;
+  };
+  std::vector<int32_t*> marks = {flags.i32(), flags.i32() + 1, flags.i32() + 2};
+  kernels::SgdParams sp;
+  sp.lr = 0.1;
+  sp.momentum = 0.9;
+  sp.dampening = 0.5;  // a first step (buf = g) differs from buf = 0.9 buf + 0.5 g
+  kernels::AdamParams ap;
+  ap.lr = 1e-2;
+  ap.weight_decay = 0.01;
+
+  // Skipped: nothing written, nothing counted.
+  const auto before = all(a);
+  sp.skip = skip.i32();
+  ap.skip = skip.i32();
+  ap.applied_steps = count;
+  kernels::sgd_update(kCuda, slots_of(a, flags.i32()), sp);
+  kernels::adam_update(kCuda, slots_of(a, nullptr), ap);
+  kernels::optim_finish(kCuda, skip.i32(), count, marks);
+  EXPECT_EQ(all(a), before);
+  EXPECT_EQ(flags.download(), std::vector<double>({0, 0, 0}));
+  EXPECT_EQ(read_count(), 5);
+
+  // Applied: the flag-driven SGD first step equals first_step = true, bit for bit (same kernel).
+  skip.upload({0});
+  kernels::sgd_update(kCuda, slots_of(a, flags.i32()), sp);
+  kernels::SgdParams sp_ref = sp;
+  sp_ref.skip = nullptr;
+  kernels::sgd_update(kCuda, slots_of(ref, nullptr), sp_ref);
+  kernels::optim_finish(kCuda, skip.i32(), count, marks);
+  EXPECT_EQ(all(a), all(ref));
+  EXPECT_EQ(flags.download(), std::vector<double>({1, 1, 1}));
+  EXPECT_EQ(read_count(), 6);
+
+  // Adam with t = *count + 1 = 7 from the device against t = 7 from the host: the bias corrections
+  // are computed with the device's pow here and the host's there, in double, then rounded to float:
+  // at most an ulp apart, so the updated weights agree to a few f32 ulps.
+  kernels::adam_update(kCuda, slots_of(a, nullptr), ap);
+  kernels::AdamParams ap_ref = ap;
+  ap_ref.skip = nullptr;
+  ap_ref.applied_steps = nullptr;
+  ap_ref.step = 7;
+  kernels::adam_update(kCuda, slots_of(ref, nullptr), ap_ref);
+  const auto got = all(a), want = all(ref);
+  for (size_t k = 0; k < got.size(); ++k)
+    for (size_t i = 0; i < got[k].size(); ++i)
+      ASSERT_NEAR(got[k][i], want[k][i], 1e-6 * (1.0 + std::fabs(want[k][i]))) << "buffer " << k << "[" << i << "]";
+  runtime::cuda_free(count);
+}
+
+// Clipping on the device against the CPU path, from the same sum of squares: the norm and every
+// scaled element bit-identical (the same double arithmetic, one float rounding of the factor).
+TEST(CudaOptim, ClipByNormMatchesTheCpu) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const std::vector<size_t> sizes = {3, 4096, 9000};
+  for (double sum_sq : {400.0, 0.25, kInf}) {
+    std::vector<std::vector<double>> vals;
+    std::vector<std::unique_ptr<DeviceBuffer>> dev;
+    std::vector<std::vector<float>> host;
+    std::vector<kernels::Span> dspans, hspans;
+    for (size_t n : sizes) {
+      vals.push_back(test::random_values(n, seed++, -3, 3, DType::f32));
+      dev.push_back(std::make_unique<DeviceBuffer>(vals.back(), DType::f32));
+      host.emplace_back(vals.back().begin(), vals.back().end());
+      dspans.push_back({dev.back()->get(), DType::f32, static_cast<int64_t>(n)});
+      hspans.push_back({host.back().data(), DType::f32, static_cast<int64_t>(n)});
+    }
+    DeviceBuffer sq(std::vector<double>{sum_sq}, DType::f32), norm(1, DType::f64);
+    norm.poison();
+    kernels::clip_by_norm(kCuda, dspans, static_cast<const float*>(sq.get()), 1.0, static_cast<double*>(norm.get()));
+    const float hsq = static_cast<float>(sum_sq);
+    double hnorm = 0.0;
+    kernels::clip_by_norm(DeviceType::cpu, hspans, &hsq, 1.0, &hnorm);
+    EXPECT_EQ(norm.download()[0], hnorm) << sum_sq;
+    for (size_t k = 0; k < sizes.size(); ++k)
+      expect_all_equal(dev[k]->download(), std::vector<double>(host[k].begin(), host[k].end()),
+                       "clipped slot " + std::to_string(k));
+  }
+}
+
 }  // namespace
 }  // namespace hl

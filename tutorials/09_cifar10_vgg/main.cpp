@@ -218,7 +218,8 @@ int main(int argc, char** argv) {
     opts.scaler = &scaler;
     opts.max_steps = max_steps;
     // After each step (applied or skipped), the rate of the next one.
-    opts.after_step = [&](int64_t, bool) { sgd.set_lr(lrs.at(++global_step)); };
+    // on_step_end, not after_step: the schedule needs no "was it applied", so no sync per step.
+    opts.on_step_end = [&](int64_t) { sgd.set_lr(lrs.at(++global_step)); };
 
     std::ofstream csv;
     if (!f.csv.empty()) {

@@ -53,11 +53,13 @@ EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoad
   const auto t0 = Clock::now();
   auto last_draw = t0;
   int64_t step = 0;
+  // Skipped steps are counted on the device by the scaler; read once at the end of the epoch (a step
+  // itself never waits for the GPU).
+  const int64_t skipped_before = options.scaler != nullptr ? options.scaler->skipped_steps() : 0;
   for (data::Batch b; step < steps && loader.next(b); ++step) {
     opt.zero_grad();
     Tensor logits = model(b.x);
     Tensor loss = cross_entropy(logits, b.y);  // f32 whatever the logits (paper §3.3)
-    bool applied = true;
     if (options.scaler != nullptr) {
       amp::LossScaler& s = *options.scaler;
       s.scale(loss).backward();  // every gradient is multiplied by S
@@ -66,8 +68,7 @@ EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoad
         s.unscale(opt);  // clip the true gradients, not the scaled ones
         opt.clip_grad_norm(options.clip_grad_norm);
       }
-      applied = s.step(opt);
-      if (!applied) ++r.skipped_steps;
+      s.step(opt);  // skipped on the device if a gradient overflowed
       s.update();
     } else {
       loss.backward();
@@ -75,7 +76,11 @@ EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoad
       if (options.clip_grad_norm > 0.0) opt.clip_grad_norm(options.clip_grad_norm);
       opt.step();
     }
-    if (options.after_step) options.after_step(step, applied);
+    // Only an installed callback pays for knowing whether the step was applied: last_step_skipped()
+    // reads the scaler's device state back (a host synchronization each step).
+    if (options.on_step_end) options.on_step_end(step);
+    if (options.after_step)
+      options.after_step(step, options.scaler == nullptr || !options.scaler->last_step_skipped());
     ++r.steps;
     {
       NoGradGuard no_grad;
@@ -93,6 +98,7 @@ EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoad
   // the clock, or the time would only measure how fast the host can queue launches.
   if (dev == Device::cuda) runtime::cuda_synchronize();
   r.seconds = since(t0);
+  if (options.scaler != nullptr) r.skipped_steps = options.scaler->skipped_steps() - skipped_before;
   if (r.images > 0) {
     r.loss = loss_sum.item() / static_cast<double>(r.images);
     r.accuracy = correct.item() / static_cast<double>(r.images);

@@ -34,8 +34,12 @@ struct TrainOptions {
   // epoch (0-based): the place to look at or change the gradients (tutorial 06 injects an inf here).
   std::function<void(int64_t step)> after_backward;
   // Called after each step (and the scaler's update()), with whether the update was applied (false:
-  // the loss scaler skipped it on an overflow).
+  // the loss scaler skipped it on an overflow). Knowing that costs a host synchronization per step
+  // (the decision is made on the device), paid only when a callback is installed.
   std::function<void(int64_t step, bool applied)> after_step;
+  // Called after each step with its index only: costs no synchronization (e.g. a learning-rate
+  // schedule). Runs before after_step when both are set.
+  std::function<void(int64_t step)> on_step_end;
 };
 
 // One pass over the loader: forward, cross-entropy, backward, optimizer step.
