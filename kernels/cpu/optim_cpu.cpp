@@ -79,7 +79,7 @@ void sgd_update(const std::vector<ParamSlot>& slots, const SgdParams& sp) {
       HL_CHECK(!use_mom || s.buf1 != nullptr, "sgd_update: momentum ", sp.momentum, " needs a momentum buffer");
       // SGD's momentum buffer starts as the gradient at the parameter's first applied update: the
       // device flag says whether that happened (set by optim_finish), else the host's first_step.
-      const bool first = s.initialized != nullptr ? *s.initialized == 0 : s.first_step;
+      const bool first_update = s.initialized != nullptr ? *s.initialized == 0 : s.first_step;
       // Turn the four run-time flags into template arguments (16 loops).
       const auto with = [&](auto master, auto momentum, auto first, auto nesterov) {
         sgd_slot<S, P, decltype(master)::value, decltype(momentum)::value, decltype(first)::value,
@@ -90,7 +90,7 @@ void sgd_update(const std::vector<ParamSlot>& slots, const SgdParams& sp) {
       };
       flag(s.master != nullptr, [&](auto m) {
         flag(use_mom, [&](auto mo) {
-          flag(first, [&](auto f) { flag(sp.nesterov, [&](auto n) { with(m, mo, f, n); }); });
+          flag(first_update, [&](auto f) { flag(sp.nesterov, [&](auto n) { with(m, mo, f, n); }); });
         });
       });
     });
