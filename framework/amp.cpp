@@ -124,16 +124,16 @@ LossScaler& LossScaler::operator=(const LossScaler& o) {
   return *this;
 }
 
-kernels::ScalerRule LossScaler::rule() const {
+kernels::ScalerRule ScalerConfig::rule() const {
   kernels::ScalerRule r;
-  r.dynamic = config_.kind == ScalerConfig::Kind::dynamic;
-  r.growth_factor = config_.growth_factor;
-  r.backoff_factor = config_.backoff_factor;
-  r.min_scale = config_.min_scale;
-  r.max_scale = config_.max_scale;
-  r.growth_interval = config_.growth_interval;
-  r.hysteresis = config_.hysteresis;
-  r.consecutive_hysteresis = config_.consecutive_hysteresis;
+  r.dynamic = kind == Kind::dynamic;
+  r.growth_factor = growth_factor;
+  r.backoff_factor = backoff_factor;
+  r.min_scale = min_scale;
+  r.max_scale = max_scale;
+  r.growth_interval = growth_interval;
+  r.hysteresis = hysteresis;
+  r.consecutive_hysteresis = consecutive_hysteresis;
   return r;
 }
 
@@ -212,7 +212,7 @@ void LossScaler::update() {
     if (cap > 0) bigger.slice_rows(0, cap).copy_(history_);
     history_ = bigger;
   }
-  kernels::scaler_update(dev, rule(), state_device(),
+  kernels::scaler_update(dev, config_.rule(), state_device(),
                          config_.kind == ScalerConfig::Kind::none ? nullptr : flag_.data<int32_t>(),
                          scale32_.data<float>(), history_.data<double>() + history_len_);
   ++history_len_;

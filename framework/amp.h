@@ -55,6 +55,8 @@ struct ScalerConfig {
   // max, hysteresis and the flag consecutive, e.g. "dynamic:init=1024,hysteresis=2,consecutive".
   static ScalerConfig parse(const std::string& spec);
   std::string str() const;
+  // The dynamic rule's constants, as kernels/scaler_rule.h takes them.
+  kernels::ScalerRule rule() const;
 };
 
 class LossScaler {
@@ -98,7 +100,6 @@ class LossScaler {
 
  private:
   enum class Stage { ready, unscaled, stepped };
-  kernels::ScalerRule rule() const;
   kernels::ScalerState read_state() const;  // a host synchronization on CUDA
   // Move the device state to `dev` (the first step, or a model moved to another device).
   void place_on(Device dev) const;

@@ -198,14 +198,7 @@ struct RuleRun {
   kernels::ScalerState st;
   explicit RuleRun(const std::string& spec) {
     const ScalerConfig c = ScalerConfig::parse(spec);
-    rule.dynamic = c.kind == ScalerConfig::Kind::dynamic;
-    rule.growth_factor = c.growth_factor;
-    rule.backoff_factor = c.backoff_factor;
-    rule.min_scale = c.min_scale;
-    rule.max_scale = c.max_scale;
-    rule.growth_interval = c.growth_interval;
-    rule.hysteresis = c.hysteresis;
-    rule.consecutive_hysteresis = c.consecutive_hysteresis;
+    rule = c.rule();
     st.scale = c.init_scale;
     st.hysteresis_left = c.hysteresis;
   }

@@ -7,30 +7,14 @@ wrapper bench/compare_train.sh consumes. Also checks the script refuses an expor
 shape for a model. Exits 77 (CTest's "skipped") without torch or without MNIST.
 Usage: pytorch_train_smoke.py --train <build>/bench/train --script bench/pytorch/train.py --mnist DIR
 """
-import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 
-try:
-    import numpy  # noqa: F401
-    import torch  # noqa: F401
-except ImportError as e:
-    print(f"SKIP: {e} (Debian: apt-get install python3-torch libopenblas0)")
-    sys.exit(77)
+from torch_test_args import parse_or_skip
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--train", required=True)
-ap.add_argument("--script", required=True)
-ap.add_argument("--mnist", default="")
-a = ap.parse_args()
-if os.environ.get("HALFLING_DATA"):  # the same override as the C++ tests (tests/test_util.h data_dir)
-    a.mnist = os.path.join(os.environ["HALFLING_DATA"], "mnist")
-if not a.mnist or not os.path.isdir(a.mnist):
-    print("SKIP: MNIST not found: run datasets/fetch.sh mnist")
-    sys.exit(77)
+a = parse_or_skip()
 
 with tempfile.TemporaryDirectory() as d:
     subprocess.run([a.train, "--smoke", "--epochs", "2", "--export", d, "--data", a.mnist], check=True)

@@ -21,7 +21,6 @@ epochs. The seed is fresh each run (HALFLING_TEST_SEED repeats one). Exits 77 (C
 without torch or without MNIST.
 Usage: pytorch_trajectory.py --train <build>/bench/train --script bench/pytorch/train.py --mnist DIR
 """
-import argparse
 import glob
 import os
 import random
@@ -29,28 +28,16 @@ import subprocess
 import sys
 import tempfile
 
-try:
-    import numpy as np
-    import torch  # noqa: F401
-except ImportError as e:
-    print(f"SKIP: {e} (Debian: apt-get install python3-torch libopenblas0)")
-    sys.exit(77)
+from torch_test_args import parse_or_skip
+
+a = parse_or_skip()
+import numpy as np  # noqa: E402 (present: parse_or_skip checked)
 
 BOUND = 5e-3
 # (model, epochs, steps per epoch): MLP-512 crosses an epoch boundary (the second epoch's order);
 # LeNet's max-pool flips grow with the steps, so it runs fewer.
 RUNS = [("mlp512", 2, 8), ("lenet", 1, 2)]
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--train", required=True)
-ap.add_argument("--script", required=True)
-ap.add_argument("--mnist", default="")
-a = ap.parse_args()
-if os.environ.get("HALFLING_DATA"):  # the same override as the C++ tests (tests/test_util.h data_dir)
-    a.mnist = os.path.join(os.environ["HALFLING_DATA"], "mnist")
-if not a.mnist or not os.path.isdir(a.mnist):
-    print("SKIP: MNIST not found: run datasets/fetch.sh mnist")
-    sys.exit(77)
 seed = int(os.environ.get("HALFLING_TEST_SEED", random.randrange(1_000_000_007)))
 print(f"[ seed     ] HALFLING_TEST_SEED={seed}")
 
