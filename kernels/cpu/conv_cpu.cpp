@@ -14,6 +14,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <omp.h>
+
 #include "kernels/conv.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/gemm.h"
@@ -181,7 +183,7 @@ template <class S>
 void im2col(const ConvArgs& a, const S* x, int64_t n0, int64_t nb, S* col) {
   const int64_t C = a.C, H = a.H, W = a.W, R = a.R, Sw = a.S, P = a.P(), Q = a.Q(), PQ = P * Q;
   const int64_t cols = nb * PQ, sw = a.stride_w;
-#pragma omp parallel for collapse(2) if (C * R * Sw * cols > kParallelThreshold)
+#pragma omp parallel for collapse(2) if (C * R * Sw * cols > kParallelThreshold && !omp_in_parallel())
   for (int64_t c = 0; c < C; ++c)
     for (int64_t rs = 0; rs < R * Sw; ++rs) {
       const int64_t r = rs / Sw, s = rs % Sw;
@@ -217,7 +219,7 @@ template <class A>
 void col2im_add(const ConvArgs& a, const A* dcol, int64_t nb, A* dx) {
   const int64_t C = a.C, H = a.H, W = a.W, R = a.R, Sw = a.S, P = a.P(), Q = a.Q(), PQ = P * Q;
   const int64_t cols = nb * PQ, sw = a.stride_w;
-#pragma omp parallel for if (C * R * Sw * cols > kParallelThreshold)
+#pragma omp parallel for if (C * R * Sw * cols > kParallelThreshold && !omp_in_parallel())
   for (int64_t c = 0; c < C; ++c)
     for (int64_t rs = 0; rs < R * Sw; ++rs) {
       const int64_t r = rs / Sw, s = rs % Sw;
@@ -285,6 +287,62 @@ T* conv_scratch(int64_t count) {
   return buf.data();
 }
 
+// ---- where the threads go ----------------------------------------------------------------------
+// Chunks are independent, so the threads take whole chunks: each runs its chunk's im2col, GEMM and
+// epilogue alone, and a conv call opens one parallel region. Splitting every chunk's im2col and GEMM
+// across the threads instead (the first version) ended each of those steps in a barrier, several per
+// chunk; on LeNet with two threads a third of the time went to threads spinning at them
+// (docs/performance.md, "CPU path"). When there are too few chunks to share out (a batch of one
+// image, say), the chunks run in turn and the GEMM of each uses every thread, as before.
+//
+// The result does not depend on the thread count, bit for bit (ConvCpuRegistry.
+// Im2colGivesTheSameBitsAtEveryThreadCount): forward and backward-data chunks write disjoint parts of
+// the output; the weight gradient, which sums over every chunk, sums in groups fixed by the shapes
+// alone. Group g adds its chunks in order (the GEMM's beta = 1 adds one chunk's complete product to
+// the running sum), then the groups are added in order.
+constexpr int64_t kGroupBudget = int64_t{1} << 20;  // elements of all groups' partial dW (4 MiB in f32)
+constexpr int64_t kMaxGroups = 64;
+
+// How many groups the weight gradient's sum over n_chunks chunks uses: as many as chunks (up to 64),
+// within the memory budget for the partial sums. One group is the plain running sum.
+int64_t weight_groups(int64_t n_chunks, int64_t dw_size) {
+  return std::clamp<int64_t>(kGroupBudget / std::max<int64_t>(dw_size, 1), 1, std::min(n_chunks, kMaxGroups));
+}
+
+// Work shared out chunk by chunk only when every thread gets at least two units (for balance).
+bool share_by_chunk(int64_t units) {
+  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  return threads > 1 && units >= 2 * threads;
+}
+
+// One thread's working buffers for one chunk (kept across calls, see conv_scratch).
+template <class S, class A>
+struct ChunkBuffers {
+  S* col = nullptr;  // X_col of the chunk, [CRS, nb*PQ]
+  S* dyk = nullptr;  // dY of the chunk rearranged to [K, nb*PQ]
+  A* acc = nullptr;  // the f32 (f64) GEMM result before the epilogue
+  A* dcol = nullptr;  // dX_col, [CRS, nb*PQ]
+
+  ChunkBuffers(const ConvArgs& a, int64_t nb_max) {
+    const int64_t K = a.K, CRS = a.C * a.R * a.S, PQ = a.P() * a.Q(), CHW = a.C * a.H * a.W;
+    switch (a.pass) {
+      case ConvPass::forward:
+        col = conv_scratch<S, 0>(CRS * nb_max * PQ);
+        acc = conv_scratch<A, 1>(K * nb_max * PQ);
+        break;
+      case ConvPass::backward_data:
+        dyk = conv_scratch<S, 2>(K * nb_max * PQ);
+        dcol = conv_scratch<A, 3>(CRS * nb_max * PQ);
+        acc = conv_scratch<A, 1>(nb_max * CHW);
+        break;
+      case ConvPass::backward_weight:  // the sums live in the groups' buffer
+        col = conv_scratch<S, 0>(CRS * nb_max * PQ);
+        dyk = conv_scratch<S, 2>(K * nb_max * PQ);
+        break;
+    }
+  }
+};
+
 template <class S>
 void im2col_typed(const ConvArgs& a) {
   using A = acc_t<S>;
@@ -293,88 +351,109 @@ void im2col_typed(const ConvArgs& a) {
   const int64_t N = a.N, C = a.C, H = a.H, W = a.W, K = a.K, CRS = a.C * a.R * a.S, PQ = a.P() * a.Q();
   const int64_t CHW = C * H * W;
   const int64_t nb_max = std::clamp<int64_t>(kColBudget / std::max<int64_t>(CRS * PQ, 1), 1, N);
+  const int64_t n_chunks = (N + nb_max - 1) / nb_max;
 
-  S* col = conv_scratch<S, 0>(CRS * nb_max * PQ);
-  S* dyk = nullptr;  // dY of the chunk rearranged to [K, nb*PQ]
-  A* acc = nullptr;  // the f32 (f64) result before the epilogue
-  A* dcol = nullptr;
-  switch (a.pass) {
-    case ConvPass::forward: acc = conv_scratch<A, 1>(K * nb_max * PQ); break;
-    case ConvPass::backward_data:
-      dyk = conv_scratch<S, 2>(K * nb_max * PQ);
-      dcol = conv_scratch<A, 3>(CRS * nb_max * PQ);
-      acc = conv_scratch<A, 1>(nb_max * CHW);
-      break;
-    case ConvPass::backward_weight:
-      dyk = conv_scratch<S, 2>(K * nb_max * PQ);
-      acc = conv_scratch<A, 1>(K * CRS);
-      break;
-  }
-  const auto gather_dy = [&](int64_t n0, int64_t nb) {
-    const S* dy = static_cast<const S*>(a.dy);
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t i = 0; i < nb; ++i) std::copy_n(dy + ((n0 + i) * K + k) * PQ, PQ, dyk + k * nb * PQ + i * PQ);
-  };
   const A beta = static_cast<A>(a.beta);
   std::vector<A> bias;  // widened once
   if (a.bias != nullptr)
     for (int64_t k = 0; k < K; ++k) bias.push_back(load_any<A>(a.bias, a.bias_type, k));
 
-  GemmArgs g;
-  g.device = DeviceType::cpu;
-  g.ab_type = in_t;
-  g.c_type = acc_type;
+  GemmArgs base;
+  base.device = DeviceType::cpu;
+  base.ab_type = in_t;
+  base.c_type = acc_type;
 
-  for (int64_t n0 = 0; n0 < N; n0 += nb_max) {
-    const int64_t nb = std::min(nb_max, N - n0), cols = nb * PQ;
-    switch (a.pass) {
-      case ConvPass::forward: {
-        im2col(a, static_cast<const S*>(a.x), n0, nb, col);
-        g.op_a = Op::N, g.op_b = Op::N, g.M = K, g.N = cols, g.K = CRS;
-        g.A = a.w, g.B = col, g.C = acc, g.beta = 0.0f;
-        set_dense_ld(g);
-        gemm(g);
-        // acc is [K, nb, P*Q]; y is [nb, K, P*Q]: one contiguous run of P*Q per (image, filter).
-        visit_output<A>(a.out_type, [&](auto tag) {
-          using O = decltype(tag);
-          O* y = static_cast<O*>(a.y);
-          for (int64_t i = 0; i < nb; ++i)
-            for (int64_t k = 0; k < K; ++k)
-              finish_run<A>(y + ((n0 + i) * K + k) * PQ, acc + k * cols + i * PQ, PQ, beta,
-                            bias.empty() ? nullptr : &bias[k], a.relu);
-        });
-        break;
-      }
-      case ConvPass::backward_data: {
-        gather_dy(n0, nb);
-        g.op_a = Op::T, g.op_b = Op::N, g.M = CRS, g.N = cols, g.K = K;
-        g.A = a.w, g.B = dyk, g.C = dcol, g.beta = 0.0f;
-        set_dense_ld(g);
-        gemm(g);
-        std::fill(acc, acc + nb * CHW, A(0));
-        col2im_add(a, dcol, nb, acc);
-        visit_output<A>(a.out_type, [&](auto tag) {
-          using O = decltype(tag);
-          finish_run<A>(static_cast<O*>(a.dx) + n0 * CHW, acc, nb * CHW, beta, nullptr, false);
-        });
-        break;
-      }
-      case ConvPass::backward_weight: {
-        im2col(a, static_cast<const S*>(a.x), n0, nb, col);
-        gather_dy(n0, nb);
-        g.op_a = Op::N, g.op_b = Op::T, g.M = K, g.N = CRS, g.K = cols;
-        g.A = dyk, g.B = col, g.C = acc, g.beta = n0 == 0 ? 0.0f : 1.0f;
-        set_dense_ld(g);
-        gemm(g);
-        break;
-      }
+  const auto gather_dy = [&](const ChunkBuffers<S, A>& b, int64_t n0, int64_t nb) {
+    const S* dy = static_cast<const S*>(a.dy);
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t i = 0; i < nb; ++i) std::copy_n(dy + ((n0 + i) * K + k) * PQ, PQ, b.dyk + k * nb * PQ + i * PQ);
+  };
+
+  // Forward and backward data: one chunk, start to finish, into its own part of the output.
+  const auto run_chunk = [&](const ChunkBuffers<S, A>& b, int64_t chunk) {
+    const int64_t n0 = chunk * nb_max, nb = std::min(nb_max, N - n0), cols = nb * PQ;
+    GemmArgs g = base;
+    if (a.pass == ConvPass::forward) {
+      im2col(a, static_cast<const S*>(a.x), n0, nb, b.col);
+      g.op_a = Op::N, g.op_b = Op::N, g.M = K, g.N = cols, g.K = CRS;
+      g.A = a.w, g.B = b.col, g.C = b.acc, g.beta = 0.0f;
+      set_dense_ld(g);
+      gemm(g);
+      // acc is [K, nb, P*Q]; y is [nb, K, P*Q]: one contiguous run of P*Q per (image, filter).
+      visit_output<A>(a.out_type, [&](auto tag) {
+        using O = decltype(tag);
+        O* y = static_cast<O*>(a.y);
+        for (int64_t i = 0; i < nb; ++i)
+          for (int64_t k = 0; k < K; ++k)
+            finish_run<A>(y + ((n0 + i) * K + k) * PQ, b.acc + k * cols + i * PQ, PQ, beta,
+                          bias.empty() ? nullptr : &bias[k], a.relu);
+      });
+    } else {
+      gather_dy(b, n0, nb);
+      g.op_a = Op::T, g.op_b = Op::N, g.M = CRS, g.N = cols, g.K = K;
+      g.A = a.w, g.B = b.dyk, g.C = b.dcol, g.beta = 0.0f;
+      set_dense_ld(g);
+      gemm(g);
+      std::fill(b.acc, b.acc + nb * CHW, A(0));
+      col2im_add(a, b.dcol, nb, b.acc);
+      visit_output<A>(a.out_type, [&](auto tag) {
+        using O = decltype(tag);
+        finish_run<A>(static_cast<O*>(a.dx) + n0 * CHW, b.acc, nb * CHW, beta, nullptr, false);
+      });
     }
+  };
+
+  if (a.pass != ConvPass::backward_weight) {
+    if (share_by_chunk(n_chunks)) {
+#pragma omp parallel
+      {
+        const ChunkBuffers<S, A> b(a, nb_max);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t chunk = 0; chunk < n_chunks; ++chunk) run_chunk(b, chunk);
+      }
+    } else {
+      const ChunkBuffers<S, A> b(a, nb_max);
+      for (int64_t chunk = 0; chunk < n_chunks; ++chunk) run_chunk(b, chunk);
+    }
+    return;
   }
-  if (a.pass == ConvPass::backward_weight)
-    visit_output<A>(a.out_type, [&](auto tag) {
-      using O = decltype(tag);
-      finish_run<A>(static_cast<O*>(a.dw), acc, K * CRS, beta, nullptr, false);
-    });
+
+  // Backward weight: group g sums chunks [first(g), first(g + 1)) into its own K x CRS block.
+  const int64_t KCRS = K * CRS, groups = weight_groups(n_chunks, KCRS);
+  const auto first = [&](int64_t g) { return g * n_chunks / groups; };
+  A* sums = conv_scratch<A, 4>(groups * KCRS);
+  const auto run_group = [&](const ChunkBuffers<S, A>& b, int64_t group) {
+    for (int64_t chunk = first(group); chunk < first(group + 1); ++chunk) {
+      const int64_t n0 = chunk * nb_max, nb = std::min(nb_max, N - n0), cols = nb * PQ;
+      im2col(a, static_cast<const S*>(a.x), n0, nb, b.col);
+      gather_dy(b, n0, nb);
+      GemmArgs g = base;
+      g.op_a = Op::N, g.op_b = Op::T, g.M = K, g.N = CRS, g.K = cols;
+      g.A = b.dyk, g.B = b.col, g.C = sums + group * KCRS, g.beta = chunk == first(group) ? 0.0f : 1.0f;
+      set_dense_ld(g);
+      gemm(g);
+    }
+  };
+  if (share_by_chunk(groups)) {
+#pragma omp parallel
+    {
+      const ChunkBuffers<S, A> b(a, nb_max);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t group = 0; group < groups; ++group) run_group(b, group);
+    }
+  } else {
+    const ChunkBuffers<S, A> b(a, nb_max);
+    for (int64_t group = 0; group < groups; ++group) run_group(b, group);
+  }
+  // The groups in order; each element's sum runs over the same groups in the same order on any thread.
+  for (int64_t group = 1; group < groups; ++group) {
+    const A* __restrict part = sums + group * KCRS;
+    for (int64_t j = 0; j < KCRS; ++j) sums[j] += part[j];
+  }
+  visit_output<A>(a.out_type, [&](auto tag) {
+    using O = decltype(tag);
+    finish_run<A>(static_cast<O*>(a.dw), sums, KCRS, beta, nullptr, false);
+  });
 }
 
 HL_REGISTER_VARIANT(ConvArgs, {"im2col", DeviceType::cpu, 10, "im2col + the blocked CPU GEMM (the CPU default)",

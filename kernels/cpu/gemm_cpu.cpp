@@ -19,6 +19,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <omp.h>
+
 #include "kernels/gemm.h"
 #include "kernels/half.h"
 
@@ -453,7 +455,7 @@ void blocked_typed(const GemmArgs& g) {
   T* b_pack = scratch<T>(kPackedB, K * round_up(std::min(nc_step, N), NR));
   const Epilogue<T> epilogue(g);
 
-#pragma omp parallel if (M * N * K >= kMinParallelWork)
+#pragma omp parallel if (M * N * K >= kMinParallelWork && !omp_in_parallel())  // a conv may run one GEMM per thread
   {
     T* a_pack = scratch<T>(kPackedA, mc_step * kc_step);
     T* partial = k_blocks > 1 ? scratch<T>(kPartialC, mc_step * nt_step) : nullptr;

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <omp.h>
+
 #include "kernels/conv.h"
 #include "kernels/error.h"
 #include "tests/kernels/conv_reference.h"
@@ -38,10 +40,12 @@ struct EpilogueCase {
 constexpr EpilogueCase kEpilogues[] = {{"plain", 0.0f, false, false}, {"beta", 0.75f, false, false},
                                        {"bias_relu", 0.0f, true, true}};
 
-// Runs `variant` on one problem and checks every element; returns a description of the first failure.
-void check_case(const std::string& variant, DeviceType dev, const ConvShape& shape, ConvPass pass, DtypeCase dt,
-                const EpilogueCase& ep, uint64_t seed) {
-  if (pass != ConvPass::forward && (ep.bias || ep.relu)) return;
+// Runs `variant` on one problem and, when `check`, checks every element against the reference. Returns
+// the output's bytes (empty for an epilogue the pass does not have).
+std::vector<unsigned char> check_case(const std::string& variant, DeviceType dev, const ConvShape& shape,
+                                      ConvPass pass, DtypeCase dt, const EpilogueCase& ep, uint64_t seed,
+                                      bool check = true) {
+  if (pass != ConvPass::forward && (ep.bias || ep.relu)) return {};
   ConvArgs a = shape.args();
   a.device = dev;
   a.pass = pass;
@@ -53,12 +57,14 @@ void check_case(const std::string& variant, DeviceType dev, const ConvShape& sha
   const auto wv = test::random_values(static_cast<size_t>(a.K * a.C * a.R * a.S), seed + 1, -1, 1, dt.in);
   const auto dyv = test::random_values(static_cast<size_t>(a.N * a.K * P * Q), seed + 2, -1, 1, dt.in);
   const auto bv = test::random_values(static_cast<size_t>(a.K), seed + 3, -1, 1, DType::f32);
-  const test::ConvRef ref = test::conv_reference(a, pass, xv, wv, dyv);
-  const auto old = test::random_values(ref.value.size(), seed + 4, -1, 1, dt.out);
+  const size_t n_out = static_cast<size_t>(pass == ConvPass::forward         ? a.N * a.K * P * Q
+                                            : pass == ConvPass::backward_data ? a.N * a.C * a.H * a.W
+                                                                              : a.K * a.C * a.R * a.S);
+  const auto old = test::random_values(n_out, seed + 4, -1, 1, dt.out);
 
   TypedBuffer x(dt.in, xv.size()), w(dt.in, wv.size()), dy(dt.in, dyv.size()), bias(DType::f32, bv.size());
   x.set_all(xv), w.set_all(wv), dy.set_all(dyv), bias.set_all(bv);
-  TypedBuffer out(dt.out, ref.value.size());
+  TypedBuffer out(dt.out, n_out);
   if (ep.beta == 0.0f) {
     out.fill_nan();  // beta == 0: the output must not be read
   } else {
@@ -73,7 +79,9 @@ void check_case(const std::string& variant, DeviceType dev, const ConvShape& sha
   if (ep.bias) a.bias = bias.data();
   a.relu = ep.relu;
   conv2d(a, variant);
+  if (!check) return out.bytes();
 
+  const test::ConvRef ref = test::conv_reference(a, pass, xv, wv, dyv);
   const double u = dt.in == DType::f64 ? 0x1p-53 : 0x1p-24;
   // One rounding of the output on the store: f16 keeps 11 significant bits (and subnormals below
   // 2^-14 are spaced 2^-24 apart), f32 24.
@@ -93,13 +101,16 @@ void check_case(const std::string& variant, DeviceType dev, const ConvShape& sha
     const double tol = static_cast<double>(ref.terms + 8) * u * mag + out_u * std::fabs(v) +
                        (dt.out == DType::f16 ? 0x1p-25 : 0.0);
     // Near zero a ReLU may clamp a value the reference puts just above 0 (or the other way round).
-    ASSERT_TRUE(std::isfinite(got[i]) && std::fabs(got[i] - v) <= tol + (ep.relu ? tol : 0.0))
-        << variant << " " << a.describe() << " element " << i << ": got " << got[i] << ", want " << v
-        << " (tolerance " << tol << ", seed " << seed << ")";
+    if (!(std::isfinite(got[i]) && std::fabs(got[i] - v) <= tol + (ep.relu ? tol : 0.0))) {
+      ADD_FAILURE() << variant << " " << a.describe() << " element " << i << ": got " << got[i] << ", want " << v
+                    << " (tolerance " << tol << ", seed " << seed << ")";
+      return out.bytes();  // one element is enough to show; the callers stop at the first failure
+    }
   }
   // Norm-wise (DESIGN.md §6): f32 accumulation lands near 1e-7..1e-6; an f16 output adds 2^-11.
   const double norm_tol = dt.out == DType::f16 ? 1e-3 : dt.in == DType::f64 ? 1e-13 : 1e-5;
   EXPECT_LE(test::rel_error(got, want), norm_tol) << variant << " " << a.describe();
+  return out.bytes();
 }
 
 class ConvCpu : public ::testing::TestWithParam<std::string> {};
@@ -113,7 +124,7 @@ TEST_P(ConvCpu, AllPassesShapesDtypesEpilogues) {
           SCOPED_TRACE(s.str() + " " + conv_pass_name(pass) + " " + dtype_name(dt.in) + "->" + dtype_name(dt.out) +
                        " " + ep.name);
           check_case(GetParam(), DeviceType::cpu, s, pass, dt, ep, seed);
-          if (HasFatalFailure()) return;
+          if (HasFailure()) return;
         }
 }
 
@@ -151,7 +162,7 @@ TEST(ConvCpuRegistry, Im2colRowRangeEdgesMatchReference) {
           SCOPED_TRACE(s.str() + " " + conv_pass_name(pass) + " " + dtype_name(dt.in) + "->" + dtype_name(dt.out) +
                        " " + ep.name);
           check_case("im2col", DeviceType::cpu, s, pass, dt, ep, seed);
-          if (HasFatalFailure()) return;
+          if (HasFailure()) return;
         }
 }
 
@@ -184,6 +195,41 @@ TEST(ConvCpuRegistry, Im2colAcrossChunksMatchesReference) {
           << s.str() << " " << conv_pass_name(pass) << " seed " << seed;
     }
   }
+}
+
+// The im2col variant shares whole chunks among the threads (forward, backward data) or fixed groups
+// of chunks (backward weight) when there are at least two per thread, and otherwise runs the chunks
+// in turn with every thread in each GEMM (kernels/cpu/conv_cpu.cpp, "where the threads go"). Either
+// way the bits must not depend on the thread count: each thread count runs every pass, dtype and
+// epilogue on shapes that take each path, and must give the bytes of one thread, which are checked
+// against the float64 reference.
+TEST(ConvCpuRegistry, Im2colGivesTheSameBitsAtEveryThreadCount) {
+  const uint64_t seed = test::fresh_seed();
+  const int saved_threads = omp_get_max_threads();
+  const ConvShape shapes[] = {
+      {40, 1, 28, 28, 6, 5, 5, 1, 1, 2, 2},  // 7 chunks of up to 6 images: shared at 2 and 3 threads, in turn at 4
+      {391, 1, 28, 28, 2, 5, 5, 1, 1, 2, 2},  // 66 chunks; backward weight adds them in 64 groups (two of two)
+      {3, 14564, 3, 3, 8, 3, 3, 1, 1, 0, 0},  // dW of 1,048,608 values: over the groups' budget, one group
+  };
+  const auto one_group = [](const ConvShape& s) { return s.K * s.C * s.R * s.S > (1 << 20); };
+  const EpilogueCase forward_ep{"bias_relu", 0.0f, true, true}, backward_ep{"beta", 0.75f, false, false};
+  for (const ConvShape& s : shapes)
+    for (ConvPass pass : {ConvPass::forward, ConvPass::backward_data, ConvPass::backward_weight})
+      for (const DtypeCase& dt : kDtypes) {
+        if (one_group(s) && pass != ConvPass::backward_weight) continue;  // the first shape covers "in turn"
+        const EpilogueCase& ep = pass == ConvPass::forward ? forward_ep : backward_ep;
+        SCOPED_TRACE(s.str() + " " + conv_pass_name(pass) + " " + dtype_name(dt.in) + "->" + dtype_name(dt.out) +
+                     " " + ep.name);
+        omp_set_num_threads(1);
+        const auto one_thread = check_case("im2col", DeviceType::cpu, s, pass, dt, ep, seed);
+        for (int threads : {2, 3, 4}) {
+          omp_set_num_threads(threads);
+          EXPECT_TRUE(check_case("im2col", DeviceType::cpu, s, pass, dt, ep, seed, false) == one_thread)
+              << threads << " threads give other bits than one (seed " << seed << ")";
+        }
+        omp_set_num_threads(saved_threads);
+        if (HasFailure()) return;
+      }
 }
 
 TEST(ConvCpuRegistry, BadArgumentsNameTheProblem) {
