@@ -83,6 +83,8 @@ TEST(PoolCpu, MaxFastPathsMatchTheGeneralPathBitForBit) {
       shape(2, 3, 8, 6, 2, 2, 2, 2),    // 2x2 stride 2, even sizes
       shape(3, 2, 7, 9, 2, 2, 2, 2),    // odd sizes: the last row and column belong to no window
       shape(1, 8, 2, 2, 2, 2, 2, 2),    // one window per plane
+      shape(2, 3, 6, 22, 2, 2, 2, 2),   // 11 windows a row: two groups of four (f32 vectors), three after
+      shape(1, 2, 5, 17, 2, 2, 2, 2),   // 8 windows a row, odd width: the last vector ends at column 15
       shape(2, 2, 10, 11, 3, 3, 3, 3),  // disjoint 3x3 (backward fast path only)
       shape(2, 1, 9, 8, 2, 3, 3, 4),    // disjoint with gaps between windows, per-dimension sizes
   };
