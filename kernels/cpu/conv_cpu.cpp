@@ -233,7 +233,13 @@ void col2im_add(const ConvArgs& a, const A* dcol, int64_t nb, A* dx) {
           A* dst = img + h * W;
           const int64_t off = s - a.pad_w;  // column q's value came from dst[q * sw + off]
           const A* src = row + i * PQ + p * Q;
-          for (int64_t q = qr.q0; q < qr.q1; ++q) dst[q * sw + off] += src[q];
+          if (sw == 1) {  // a contiguous run, which the compiler vectorizes (the strided loop it does not)
+            A* __restrict d = dst + qr.q0 + off;
+            const A* __restrict v = src + qr.q0;
+            for (int64_t j = 0; j < qr.q1 - qr.q0; ++j) d[j] += v[j];
+          } else {
+            for (int64_t q = qr.q0; q < qr.q1; ++q) dst[q * sw + off] += src[q];
+          }
         }
       }
     }
