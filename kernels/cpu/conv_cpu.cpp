@@ -349,6 +349,23 @@ struct ChunkBuffers {
   }
 };
 
+// work(buffers, u) for every unit u in [0, units) (a chunk, or a group of chunks): shared among the
+// threads, each with its own buffers, when there are enough units; else in turn on this thread.
+template <class S, class A, class F>
+void for_each_unit(const ConvArgs& a, int64_t nb_max, int64_t units, const F& work) {
+  if (share_by_chunk(units)) {
+#pragma omp parallel
+    {
+      const ChunkBuffers<S, A> b(a, nb_max);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t u = 0; u < units; ++u) work(b, u);
+    }
+  } else {
+    const ChunkBuffers<S, A> b(a, nb_max);
+    for (int64_t u = 0; u < units; ++u) work(b, u);
+  }
+}
+
 template <class S>
 void im2col_typed(const ConvArgs& a) {
   using A = acc_t<S>;
@@ -410,17 +427,7 @@ void im2col_typed(const ConvArgs& a) {
   };
 
   if (a.pass != ConvPass::backward_weight) {
-    if (share_by_chunk(n_chunks)) {
-#pragma omp parallel
-      {
-        const ChunkBuffers<S, A> b(a, nb_max);
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t chunk = 0; chunk < n_chunks; ++chunk) run_chunk(b, chunk);
-      }
-    } else {
-      const ChunkBuffers<S, A> b(a, nb_max);
-      for (int64_t chunk = 0; chunk < n_chunks; ++chunk) run_chunk(b, chunk);
-    }
+    for_each_unit<S, A>(a, nb_max, n_chunks, run_chunk);
     return;
   }
 
@@ -440,17 +447,7 @@ void im2col_typed(const ConvArgs& a) {
       gemm(g);
     }
   };
-  if (share_by_chunk(groups)) {
-#pragma omp parallel
-    {
-      const ChunkBuffers<S, A> b(a, nb_max);
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t group = 0; group < groups; ++group) run_group(b, group);
-    }
-  } else {
-    const ChunkBuffers<S, A> b(a, nb_max);
-    for (int64_t group = 0; group < groups; ++group) run_group(b, group);
-  }
+  for_each_unit<S, A>(a, nb_max, groups, run_group);
   // The groups in order; each element's sum runs over the same groups in the same order on any thread.
   for (int64_t group = 1; group < groups; ++group) {
     const A* __restrict part = sums + group * KCRS;
