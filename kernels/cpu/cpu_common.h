@@ -58,6 +58,11 @@ inline void visit_floating(DType t, const char* op, F&& f) {
   });
 }
 
+// 128-bit vectors in GCC's vector extension (clang has it too): SSE2 on any x86-64, NEON on ARM, so
+// code written with them needs no run-time dispatch. Comparisons give i32x4 lanes of all ones or zeros.
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef int32_t i32x4 __attribute__((vector_size(16)));
+
 // Elementwise loops run in parallel once they are large enough to pay for the threads.
 constexpr int64_t kParallelThreshold = 1 << 15;
 

@@ -21,6 +21,7 @@
 
 #include <omp.h>
 
+#include "kernels/cpu/cpu_common.h"
 #include "kernels/gemm.h"
 #include "kernels/half.h"
 
@@ -392,7 +393,7 @@ constexpr int64_t kTransposeChunk = 32;
 // consecutive sliver values, instead of sixteen scalar loads and stores. Returns the rows done (a
 // multiple of 4); the caller copies the rest one value at a time. The values move, nothing is
 // computed: the GEMM's results are the same bits either way.
-typedef float f32x4 __attribute__((vector_size(16)));
+using cpu::f32x4;
 
 template <int R>
 int64_t pack_transposed_4x4(const float* __restrict src, int64_t ld, int64_t rows, int64_t p0, int64_t len,

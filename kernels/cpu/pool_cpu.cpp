@@ -63,9 +63,6 @@ void max_pool_2x2_row(const T* __restrict r0, const T* __restrict r1, T* __restr
 // consecutive inputs of a row are split into the windows' left (even) and right (odd) columns by a
 // shuffle; the rule is the same, in the same order, with a comparison mask per lane and selects as bit
 // operations, so the maximum and the argmax are the scalar loop's, bit for bit (NaN, ties, -0).
-typedef float f32x4 __attribute__((vector_size(16)));
-typedef int32_t i32x4 __attribute__((vector_size(16)));
-
 inline void take_if_wins(f32x4& best, i32x4& where, f32x4 v, i32x4 at) {
   const i32x4 wins = (best == best) & ((v > best) | (v != v));  // lanes of all ones or all zeros
   best = reinterpret_cast<f32x4>((reinterpret_cast<i32x4>(v) & wins) | (reinterpret_cast<i32x4>(best) & ~wins));
