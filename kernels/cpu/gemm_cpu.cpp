@@ -36,40 +36,30 @@ namespace {
 template <class S>
 using acc_t = std::conditional_t<std::is_same_v<S, double>, double, float>;
 
-// Widen one stored value to the arithmetic type. The f16 case is a rewrite of hl::half_bits_to_float
-// without branches (select masks instead), so that the packing loops vectorize; it gives the same
-// bits for all 65536 inputs (tests/kernels/test_gemm_cpu.cpp runs every pattern through the GEMM).
-inline float half_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t mag = h & 0x7FFFu;  // exponent and mantissa
-  // normal: re-bias the exponent from 15 to 127 (+112 << 23); inf/NaN: once more, to 255.
-  // subnormal: mantissa * 2^-24, where the int -> float conversion and the scaling are exact.
-  const uint32_t is_subnormal = 0u - static_cast<uint32_t>(mag < 0x0400u);  // all ones or zero
-  const uint32_t is_special = 0u - static_cast<uint32_t>(mag >= 0x7C00u);
-  const uint32_t normal = (mag << 13) + 0x38000000u + (is_special & 0x38000000u);
-  const uint32_t subnormal = float_bits(static_cast<float>(static_cast<int32_t>(mag)) * 0x1p-24f);
-  return bits_float(sign | (subnormal & is_subnormal) | (normal & ~is_subnormal));
-}
-
 template <class T, class S>
 inline T widen(S x) {
   if constexpr (std::is_same_v<S, half>) {
-    return static_cast<T>(half_to_float(x.bits));
+    return static_cast<T>(cpu::f16_to_f32(x.bits));  // branch-free: the packing loops vectorize
   } else {
     return static_cast<T>(x);
   }
 }
 
-// dst[0..n) = src[0..n) widened: contiguous on both sides, so the loop vectorizes.
+// dst[0..n) = src[0..n) widened: contiguous on both sides, so the loop vectorizes; f16 -> f32 goes
+// through the run converter, which uses F16C where the CPU has it (half_convert_cpu.cpp).
 template <class T, class S>
 inline void widen_run(const S* __restrict src, T* __restrict dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = widen<T>(src[i]);
+  if constexpr (std::is_same_v<S, half> && std::is_same_v<T, float>) {
+    cpu::widen_f16_run(src, dst, n);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = widen<T>(src[i]);
+  }
 }
 
 template <class CT, class T>
 inline CT narrow(T v) {
   if constexpr (std::is_same_v<CT, half>) {
-    return half(v);  // round to nearest even, the one rounding of an f16 output
+    return half::from_bits(cpu::f32_to_f16(v));  // nearest even, the one rounding of an f16 output
   } else {
     return static_cast<CT>(v);
   }

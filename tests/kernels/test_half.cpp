@@ -1,12 +1,16 @@
 // IEEE binary16 conversions: the values pinned by the foundation issue, plus exhaustive checks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <random>
 #include <string>
+#include <vector>
+#include <sstream>
 
+#include "kernels/cpu/cpu_common.h"
 #include "kernels/half.h"
 #include "tests/test_util.h"
 
@@ -56,6 +60,78 @@ TEST(Half, EveryBitPatternRoundTrips) {
       ASSERT_EQ(back, b) << "bit pattern " << b << " -> " << f;
     }
   }
+}
+
+// The CPU backend converts with branch-free twins of the two functions above (kernels/cpu/
+// cpu_common.h), so that its loops vectorize, and over runs of values with F16C where the CPU has it
+// (kernels/cpu/half_convert_cpu.cpp). Both must give the same bits as the definitions for every input:
+// all 65536 halves one way, all 2^32 floats the other (about 3 s per thread; the loop is split among
+// the OpenMP threads, and a mismatch count is kept so that one report names the first failing input).
+using hl::kernels::cpu::f16_to_f32;
+using hl::kernels::cpu::f32_to_f16;
+
+TEST(Half, FastWideningMatchesForEveryHalf) {
+  std::vector<half> all(65536);
+  for (uint32_t b = 0; b < 65536; ++b) all[b] = half::from_bits(static_cast<uint16_t>(b));
+  // Runs of every length up to 19 from every start of a block of 32, then all 65536 at once: whole
+  // blocks of 8, tails, and blocks holding signaling NaNs (0x7C01..0x7DFF and 0xFC01..0xFDFF), which
+  // the F16C path must widen in software.
+  std::vector<float> out(65536);
+  const auto check = [&](uint32_t first, uint32_t n) {
+    std::fill(out.begin(), out.begin() + n, std::numeric_limits<float>::quiet_NaN());  // poison
+    hl::kernels::cpu::widen_f16_run(all.data() + first, out.data(), n);
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint16_t bits = static_cast<uint16_t>(first + i);
+      const uint32_t want = hl::float_bits(hl::half_bits_to_float(bits));
+      ASSERT_EQ(hl::float_bits(f16_to_f32(bits)), want) << "f16_to_f32, half bits 0x" << std::hex << bits;
+      ASSERT_EQ(hl::float_bits(out[i]), want) << "widen_f16_run(first 0x" << std::hex << first << ", n " << std::dec
+                                               << n << "), half bits 0x" << std::hex << bits;
+    }
+  };
+  for (uint32_t first : {0x0000u, 0x03F0u, 0x7BF0u, 0x7DF8u, 0xFC00u})
+    for (uint32_t n = 0; n < 20; ++n) check(first, n);
+  check(0, 65536);
+}
+
+TEST(Half, FastRoundingMatchesForEveryFloat) {
+  int64_t mismatches = 0, run_mismatches = 0;
+  uint64_t first = UINT64_MAX, run_first = UINT64_MAX;
+#pragma omp parallel reduction(+ : mismatches, run_mismatches) reduction(min : first, run_first)
+  {
+    std::vector<float> in(65536);
+    std::vector<half> out(65536);
+#pragma omp for schedule(static)
+    for (int64_t hi = 0; hi < 65536; ++hi) {
+      for (uint32_t lo = 0; lo < 65536; ++lo) in[lo] = hl::bits_float(static_cast<uint32_t>(hi) << 16 | lo);
+      hl::kernels::cpu::narrow_f16_run(in.data(), out.data(), 65536);
+      for (uint32_t lo = 0; lo < 65536; ++lo) {
+        const uint32_t x = static_cast<uint32_t>(hi) << 16 | lo;
+        const uint16_t want = hl::float_to_half_bits(in[lo]);
+        if (f32_to_f16(in[lo]) != want) ++mismatches, first = std::min<uint64_t>(first, x);
+        if (out[lo].bits != want) ++run_mismatches, run_first = std::min<uint64_t>(run_first, x);
+      }
+    }
+  }
+  const auto report = [](uint64_t x, bool run) {
+    if (x == UINT64_MAX) return std::string();
+    const float f = hl::bits_float(static_cast<uint32_t>(x));
+    float eight[8];
+    half got[8];
+    std::fill(eight, eight + 8, f);
+    if (run) hl::kernels::cpu::narrow_f16_run(eight, got, 8);  // a whole block, as in the loop
+    std::ostringstream os;
+    os << "first at float bits 0x" << std::hex << x << ": reference 0x" << hl::float_to_half_bits(f) << ", got 0x"
+       << (run ? got[0].bits : f32_to_f16(f));
+    return os.str();
+  };
+  EXPECT_EQ(mismatches, 0) << "f32_to_f16 " << report(first, false);
+  EXPECT_EQ(run_mismatches, 0) << "narrow_f16_run " << report(run_first, true);
+  // A short run, with a tail after the block of 8.
+  const float some[11] = {1.0f, 0x1p-25f, 1.5f * 0x1p-25f, 65519.0f, 65520.0f, -0.0f, 1.0f + 0x1p-11f,
+                          2049.0f, std::numeric_limits<float>::quiet_NaN(), -INFINITY, 0x1p-24f};
+  half got[11];
+  hl::kernels::cpu::narrow_f16_run(some, got, 11);
+  for (int i = 0; i < 11; ++i) EXPECT_EQ(got[i].bits, hl::float_to_half_bits(some[i])) << some[i];
 }
 
 // Reference rounding by brute force: the nearest of all finite halves, ties to the even pattern.
