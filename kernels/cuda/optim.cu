@@ -15,6 +15,12 @@
 // one-thread scaler_update_kernel runs the shared rule of kernels/scaler_rule.h). Counters are only
 // incremented by single-thread kernels launched after the multi-block ones that read them, so no
 // block ever sees a half-updated value.
+//
+// Why the same bits as the CPU: each update is a few float operations per element, done here in the
+// CPU's order with IEEE division and square root (nvcc's defaults). This file is compiled with
+// -fmad=false (CMakeLists.txt): nvcc would otherwise fuse `w - lr * d` into one FMA, rounded once
+// where the CPU rounds twice, and the master weights would drift apart by ulps, enough for an FP16
+// copy to land on the other side of a tie.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -110,10 +116,11 @@ __global__ void sgd_kernel(SlotBatch<ParamSlot> b, SgdScalars k) {
 struct AdamScalars {
   float lr, beta1, beta2, eps, weight_decay, step_size, bc2_sqrt;
   bool decoupled;
-  // When set: t = *applied_steps + 1 and the bias corrections are computed here, in double as on the
-  // host (step_size and bc2_sqrt above are then ignored).
+  // When set: t = *applied_steps + 1 and the bias corrections are computed here, as the CPU computes
+  // them: 1 - b^t in double, rounded to float, and lr / (1 - b1^t) divided in float (step_size and
+  // bc2_sqrt above are then ignored).
   const int64_t* applied_steps;
-  double lr64, beta1_64, beta2_64;
+  double beta1_64, beta2_64;
   const int32_t* skip;
 };
 
@@ -123,7 +130,7 @@ __global__ void adam_kernel(SlotBatch<ParamSlot> b, AdamScalars k) {
     __shared__ float corr[2];
     if (threadIdx.x == 0) {
       const double t = static_cast<double>(*k.applied_steps + 1);
-      corr[0] = static_cast<float>(k.lr64 / (1.0 - pow(k.beta1_64, t)));
+      corr[0] = k.lr / static_cast<float>(1.0 - pow(k.beta1_64, t));
       corr[1] = static_cast<float>(sqrt(1.0 - pow(k.beta2_64, t)));
     }
     __syncthreads();
@@ -169,22 +176,24 @@ __global__ void unscale_kernel(SlotBatch<GradSlot> b, float inv_scale, int32_t* 
   if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1;
 }
 
-__global__ void squares_kernel(SlotBatch<ConstSpan> b, int64_t block_offset, float* partials) {
-  __shared__ float scratch[32];
+// Squares and sums in double, as the CPU does: a float sum of a million squares would lose the low
+// bits that the clip factor, and so every clipped gradient, depends on.
+__global__ void squares_kernel(SlotBatch<ConstSpan> b, int64_t block_offset, double* partials) {
+  __shared__ double scratch[32];
   int64_t chunk;
   const ConstSpan& s = b.slots[find_slot(b, chunk)];
   const int64_t end = min(s.n, (chunk + 1) * kChunk);
-  float acc = 0.0f;
+  double acc = 0.0;
   for (int64_t i = chunk * kChunk + threadIdx.x; i < end; i += blockDim.x) {
-    const float x = load_float(s.data, s.type, i);
+    const double x = load_float(s.data, s.type, i);
     acc += x * x;
   }
-  acc = block_reduce(acc, SumOp{}, 0.0f, scratch);
+  acc = block_reduce(acc, SumOp{}, 0.0, scratch);
   if (threadIdx.x == 0) partials[block_offset + blockIdx.x] = acc;
 }
 
 // One block adds the partial sums in a fixed order (deterministic, unlike atomics), in double.
-__global__ void sum_partials_kernel(const float* partials, int64_t n, float* out) {
+__global__ void sum_partials_kernel(const double* partials, int64_t n, float* out) {
   __shared__ double scratch[32];
   double acc = 0.0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += partials[i];
@@ -230,13 +239,13 @@ __global__ void scaler_update_kernel(ScalerRule rule, ScalerState* state, const 
 }
 
 // A grow-only scratch buffer for the partial sums (cudaMalloc stays off the hot path).
-float* partials_buffer(int64_t n) {
-  static float* buf = nullptr;
+double* partials_buffer(int64_t n) {
+  static double* buf = nullptr;
   static int64_t cap = 0;
   if (n > cap) {
     if (buf) runtime::cuda_free(buf);
     cap = std::max<int64_t>(n, 1024);
-    buf = static_cast<float*>(runtime::cuda_malloc(static_cast<size_t>(cap) * sizeof(float)));
+    buf = static_cast<double*>(runtime::cuda_malloc(static_cast<size_t>(cap) * sizeof(double)));
   }
   return buf;
 }
@@ -272,11 +281,10 @@ void adam_update(const std::vector<ParamSlot>& slots, const AdamParams& p) {
                       static_cast<float>(p.beta2),
                       static_cast<float>(p.eps),
                       static_cast<float>(p.weight_decay),
-                      static_cast<float>(p.lr / bc1),
+                      static_cast<float>(p.lr) / static_cast<float>(bc1),  // in float, as the CPU
                       static_cast<float>(std::sqrt(1.0 - std::pow(p.beta2, static_cast<double>(p.step)))),
                       p.decoupled,
                       p.applied_steps,
-                      p.lr,
                       p.beta1,
                       p.beta2,
                       p.skip};
@@ -304,7 +312,7 @@ void sum_of_squares(const std::vector<ConstSpan>& tensors, float* out) {
     HL_CHECK(t.type == DType::f32 || t.type == DType::f16, "sum_of_squares: CUDA tensors must be f32 or f16");
     total_blocks += (t.n + kChunk - 1) / kChunk;
   }
-  float* partials = partials_buffer(total_blocks);
+  double* partials = partials_buffer(total_blocks);
   int64_t offset = 0;
   for_each_batch(tensors, [](const ConstSpan& t) { return t.n; }, [&](const SlotBatch<ConstSpan>& b, int64_t blocks) {
     squares_kernel<<<static_cast<unsigned>(blocks), kBlock, 0, stream()>>>(b, offset, partials);

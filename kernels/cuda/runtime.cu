@@ -19,6 +19,11 @@ namespace {
 // Tensor Cores with FP16 inputs need compute capability 7.0 (paper §3.3 on Volta).
 constexpr int kMinComputeCapability = 70;
 
+// Does nothing. Asking for its attributes tells whether this build holds machine code (or PTX to
+// compile) that the GPU can run: a card older than every architecture in CMAKE_CUDA_ARCHITECTURES has
+// none, and every launch would then fail with "no kernel image is available".
+__global__ void probe_kernel() {}
+
 struct Probe {
   bool available = false;
   std::string reason;      // why not, when !available
@@ -51,6 +56,16 @@ Probe run_probe() {
   if (capability < kMinComputeCapability) {
     p.reason = detail::concat(prop.name, " has compute capability ", prop.major, ".", prop.minor,
                               "; halfling needs 7.0 or newer (FP16 Tensor Cores)");
+    return p;
+  }
+  cudaFuncAttributes attributes{};
+  const cudaError_t image_status = cudaFuncGetAttributes(&attributes, probe_kernel);
+  if (image_status != cudaSuccess) {
+    cudaGetLastError();
+    p.reason = detail::concat(prop.name, " has compute capability ", prop.major, ".", prop.minor,
+                              ", and this build has no code for it (", cudaGetErrorString(image_status),
+                              "); rebuild with -DCMAKE_CUDA_ARCHITECTURES=", capability,
+                              " (CUDA 13 compiles for 7.5 and newer only)");
     return p;
   }
   char gib[32];
@@ -155,6 +170,7 @@ void* cuda_host_alloc(size_t bytes) {
 
 void cuda_host_free(void* ptr) {
   if (ptr == nullptr) return;
+  count_sync();  // cudaFreeHost waits for the device, like cudaFree
   const cudaError_t status = cudaFreeHost(ptr);
   if (status == cudaErrorCudartUnloading) return;
   HL_CUDA_CHECK(status);
