@@ -116,7 +116,8 @@ struct Epilogue {
       T v = alpha * acc[j];
       if constexpr (kBeta) v += beta * widen<T>(c[j]);
       if constexpr (kBias) v += b[j];
-      if constexpr (kRelu) v = v < T(0) ? T(0) : v;  // written so that NaN passes through (loss scaling must see it)
+      // ReLU as everywhere else: x > 0 or NaN keeps x (loss scaling must see a NaN), the rest is +0.
+      if constexpr (kRelu) v = cpu::select((v > T(0)) | (v != v), v, T(0));
       c[j] = narrow<CT>(v);
     }
   }

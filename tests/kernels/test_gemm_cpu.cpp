@@ -417,6 +417,31 @@ TEST_P(GemmCpuVariant, NonFiniteInputsPropagateThroughTheEpilogue) {
   }
 }
 
+// ReLU's rule is the same everywhere (the elementwise relu, the conv epilogues, the CUDA GEMMs):
+// x > 0 or NaN keeps x, anything else gives +0. So -0 becomes +0, bit for bit: alpha = -1 times an
+// all-zero product is -0 before the ReLU. (Without the ReLU it stays -0.)
+TEST_P(GemmCpuVariant, ReluTurnsNegativeZeroIntoPositiveZero) {
+  HL_SKIP_IF_UNSUPPORTED(GetParam());
+  constexpr int64_t M = 3, N = 20, K = 7;
+  std::vector<float> a(M * K, 0.0f), b(K * N, 1.0f), c(M * N);
+  GemmArgs g;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  set_dense_ld(g);
+  g.A = a.data();
+  g.B = b.data();
+  g.C = c.data();
+  g.alpha = -1.0f;
+  for (bool relu : {false, true}) {
+    g.relu = relu;
+    std::fill(c.begin(), c.end(), std::numeric_limits<float>::quiet_NaN());
+    gemm(g, GetParam());
+    for (int64_t i = 0; i < M * N; ++i)
+      ASSERT_EQ(hl::float_bits(c[i]), relu ? 0x00000000u : 0x80000000u) << (relu ? "relu" : "no relu") << " at " << i;
+  }
+}
+
 std::vector<std::string> cpu_variants() { return GemmRegistry::instance().names(DeviceType::cpu); }
 
 INSTANTIATE_TEST_SUITE_P(AllCpuVariants, GemmCpuVariant, ::testing::ValuesIn(cpu_variants()), variant_name);
