@@ -5,8 +5,8 @@
 // Row-major storage. op(A) is M x K, op(B) is K x N, C is M x N; op(X) = X or X^T. These three
 // layouts cover training: forward (A*B^T for x*W^T), input gradient (A*B), weight gradient (A^T*B).
 // beta == 0 means C is not read (it may hold garbage or NaN). bias (length N, may be null) is added
-// to every row; relu clamps negative results to 0 and lets NaN through (an overflow must stay
-// visible to the loss scaler). A and B share one dtype (f16, f32, or f64 on the CPU); C is f32 or
+// to every row; relu keeps x when x > 0 or x is NaN (an overflow must stay visible to the loss
+// scaler) and gives +0 otherwise, -0 included: the rule of the elementwise relu and the conv epilogues. A and B share one dtype (f16, f32, or f64 on the CPU); C is f32 or
 // f16 for f16/f32 inputs, and f64 exactly when the inputs are f64. With f16 inputs the
 // accumulation is f32 and C is rounded once, on the store.
 #pragma once
