@@ -332,6 +332,19 @@ TEST_P(GemmCpuVariant, Float64InputsAccumulateInFloat64) {
 
 // ---- accumulation really is f32 (paper §3.3) ---------------------------------------------------------
 
+// C = A * B on dense row-major buffers (no transposes); f32 unless the caller sets the dtypes.
+GemmArgs dense_problem(int64_t M, int64_t N, int64_t K, const void* a, const void* b, void* c) {
+  GemmArgs g;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  set_dense_ld(g);
+  g.A = a;
+  g.B = b;
+  g.C = c;
+  return g;
+}
+
 // Summing 4096 ones: an f16 accumulator stops at 2048 (2048 + 1 rounds back to 2048, the spacing of
 // halves there is 2); an f32 accumulator reaches 4096 exactly. Both output types hold 4096 exactly.
 TEST_P(GemmCpuVariant, Float16OnesSumToExactly4096) {
@@ -341,15 +354,8 @@ TEST_P(GemmCpuVariant, Float16OnesSumToExactly4096) {
   for (DType c_type : {DType::f32, DType::f16}) {
     TypedBuffer c(c_type, M * N);
     c.fill_nan();
-    GemmArgs g;
-    g.M = M;
-    g.N = N;
-    g.K = K;
-    set_dense_ld(g);
-    g.A = a.data();
-    g.B = b.data();
+    GemmArgs g = dense_problem(M, N, K, a.data(), b.data(), c.data());
     g.ab_type = DType::f16;
-    g.C = c.data();
     g.c_type = c_type;
     gemm(g, GetParam());
     for (size_t i = 0; i < c.size(); ++i) ASSERT_EQ(c.get(i), 4096.0) << dtype_name(c_type) << " element " << i;
@@ -398,14 +404,7 @@ TEST_P(GemmCpuVariant, NonFiniteInputsPropagateThroughTheEpilogue) {
   a[0 * K + 2] = std::numeric_limits<float>::quiet_NaN();  // row 0 of C: NaN
   a[1 * K + 3] = std::numeric_limits<float>::infinity();   // row 1: +inf (b > 0)
   a[2 * K + 4] = -std::numeric_limits<float>::infinity();  // row 2: -inf, which relu clamps to 0
-  GemmArgs g;
-  g.M = M;
-  g.N = N;
-  g.K = K;
-  set_dense_ld(g);
-  g.A = a.data();
-  g.B = b.data();
-  g.C = c.data();
+  GemmArgs g = dense_problem(M, N, K, a.data(), b.data(), c.data());
   g.bias = bias.data();
   g.relu = true;
   gemm(g, GetParam());
@@ -424,14 +423,7 @@ TEST_P(GemmCpuVariant, ReluTurnsNegativeZeroIntoPositiveZero) {
   HL_SKIP_IF_UNSUPPORTED(GetParam());
   constexpr int64_t M = 3, N = 20, K = 7;
   std::vector<float> a(M * K, 0.0f), b(K * N, 1.0f), c(M * N);
-  GemmArgs g;
-  g.M = M;
-  g.N = N;
-  g.K = K;
-  set_dense_ld(g);
-  g.A = a.data();
-  g.B = b.data();
-  g.C = c.data();
+  GemmArgs g = dense_problem(M, N, K, a.data(), b.data(), c.data());
   g.alpha = -1.0f;
   for (bool relu : {false, true}) {
     g.relu = relu;
