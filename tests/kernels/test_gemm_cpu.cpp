@@ -330,8 +330,6 @@ TEST_P(GemmCpuVariant, Float64InputsAccumulateInFloat64) {
   }
 }
 
-// ---- accumulation really is f32 (paper §3.3) ---------------------------------------------------------
-
 // C = A * B on dense row-major buffers (no transposes); f32 unless the caller sets the dtypes.
 GemmArgs dense_problem(int64_t M, int64_t N, int64_t K, const void* a, const void* b, void* c) {
   GemmArgs g;
@@ -344,6 +342,8 @@ GemmArgs dense_problem(int64_t M, int64_t N, int64_t K, const void* a, const voi
   g.C = c;
   return g;
 }
+
+// ---- accumulation really is f32 (paper §3.3) ---------------------------------------------------------
 
 // Summing 4096 ones: an f16 accumulator stops at 2048 (2048 + 1 rounds back to 2048, the spacing of
 // halves there is 2); an f32 accumulator reaches 4096 exactly. Both output types hold 4096 exactly.
