@@ -101,10 +101,10 @@ void max_pool_2x2_row(const half* __restrict r0, const half* __restrict r1, half
   float* __restrict top = buf.data();
   float* __restrict bottom = top + n;
   float* __restrict out = bottom + n;
-  for (int64_t i = 0; i < n; ++i) top[i] = load(r0, i);
-  for (int64_t i = 0; i < n; ++i) bottom[i] = load(r1, i);
+  widen_f16_run(r0, top, n);  // the run converters: F16C where the CPU has it, the same bits as load()
+  widen_f16_run(r1, bottom, n);
   max_pool_2x2_row(top, bottom, out, a, q0, Q, base, W);
-  for (int64_t q = q0; q < Q; ++q) store(o, q, out[q]);
+  narrow_f16_run(out + q0, o + q0, Q - q0);
 }
 
 template <class T>
