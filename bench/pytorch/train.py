@@ -11,6 +11,10 @@ reads them. The data sit on the device before the clock starts (for MNIST, as ha
 Prints one line per epoch and, with --json, one machine-readable last line. Timing: the clock stops
 after torch.cuda.synchronize(); with more than one epoch the first (warm-up) is left out of the
 median, as in bench/train.
+
+`--init` starts from halfling's initial weights and `--dump-weights DIR` writes the trained ones, so the
+two frameworks' runs can be compared weight by weight; `--dtype float64` then gives the reference both
+float32 runs are measured against (tests/python/pytorch_trajectory.py).
 """
 import argparse
 import contextlib
@@ -102,6 +106,9 @@ def main():
     ap.add_argument("--data", required=True, help="a directory written by `build/bench/train --export DIR`")
     ap.add_argument("--model", choices=sorted(MODELS), default="mlp512")
     ap.add_argument("--precision", choices=["fp32", "mixed"], default="fp32")
+    ap.add_argument("--dtype", choices=["float32", "float64"], default="float32",
+                    help="float64: weights, data and arithmetic in double, a reference for the float32 runs "
+                         "of both frameworks (CPU, --precision fp32 only; never timed against halfling)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=128)
@@ -122,6 +129,10 @@ def main():
     if a.device == "cpu" and a.precision == "mixed":
         sys.exit("bench/pytorch/train.py: AMP with FP16 is a CUDA feature in PyTorch (CPU autocast is bfloat16); "
                  "compare --precision fp32 on the CPU")
+    if a.dtype == "float64" and (a.device != "cpu" or a.precision != "fp32"):
+        sys.exit(f"bench/pytorch/train.py: --dtype float64 is a CPU --precision fp32 reference, "
+                 f"not for --device {a.device} --precision {a.precision}")
+    dtype = torch.float64 if a.dtype == "float64" else torch.float32
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     dev = torch.device(a.device)
@@ -142,8 +153,8 @@ def main():
     if a.model == "vgg_small" and train_x.shape[1:] != (3, 32, 32):
         sys.exit(f"bench/pytorch/train.py: vgg_small needs CIFAR-10 [N,3,32,32], the export holds {list(train_x.shape)}")
 
-    train_x, train_y = train_x.to(dev), train_y.long().to(dev)
-    test_x, test_y = test_x.to(dev), test_y.long().to(dev)
+    train_x, train_y = train_x.to(dev, dtype), train_y.long().to(dev)
+    test_x, test_y = test_x.to(dev, dtype), test_y.long().to(dev)
     order = order.to(dev)
     # The normalized value of a black pixel per channel: the minimum of each channel of the data.
     pad_value = train_x.amin(dim=(0, 2, 3))
@@ -153,7 +164,7 @@ def main():
     model = MODELS[a.model]()
     if a.init:
         load_init(model, a.data)
-    model = model.to(dev)
+    model = model.to(dev, dtype)  # --init copied float32 weights: exact in float64 as well
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum, weight_decay=WEIGHT_DECAY[a.model])
     amp = a.precision == "mixed"
     scaler = torch.cuda.amp.GradScaler(enabled=amp)
@@ -201,7 +212,7 @@ def main():
     if a.dump_weights:
         os.makedirs(a.dump_weights, exist_ok=True)
         for i, p in enumerate(model.parameters()):
-            np.save(os.path.join(a.dump_weights, f"final_{i:03d}.npy"), p.detach().float().cpu().numpy())
+            np.save(os.path.join(a.dump_weights, f"final_{i:03d}.npy"), p.detach().cpu().numpy())  # in --dtype
 
     model.eval()
     correct = 0
