@@ -35,8 +35,9 @@ void cuda_memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind);
 void cuda_memset_async(void* dst, int value, size_t bytes);
 // Wait for all work queued on the halfling stream.
 void cuda_synchronize();
-// How many times the host has waited for the device so far: cuda_synchronize(), event waits and
-// cuda_free() (cudaFree synchronizes the device). For tests that a training step never waits
+// How many times the calling host thread has waited for the device so far: cuda_synchronize(), event
+// waits and cuda_free() (cudaFree synchronizes the device). Per thread, so the DataLoader's prefetch
+// worker does not count. For tests that a training step never waits
 // (tests/framework/test_amp_nosync.cpp); 0 without CUDA.
 int64_t cuda_sync_count();
 // The halfling stream (a cudaStream_t), as an opaque pointer so that .cpp files need no CUDA headers.
