@@ -27,6 +27,7 @@
 
 #include "kernels/backends.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/scratch.cuh"
 #include "kernels/runtime.h"
 
 namespace hl::kernels::cuda {
@@ -238,16 +239,10 @@ __global__ void scaler_update_kernel(ScalerRule rule, ScalerState* state, const 
   *scale_f32 = static_cast<float>(state->scale);
 }
 
-// A grow-only scratch buffer for the partial sums (cudaMalloc stays off the hot path).
-double* partials_buffer(int64_t n) {
-  static double* buf = nullptr;
-  static int64_t cap = 0;
-  if (n > cap) {
-    if (buf) runtime::cuda_free(buf);
-    cap = std::max<int64_t>(n, 1024);
-    buf = static_cast<double*>(runtime::cuda_malloc(static_cast<size_t>(cap) * sizeof(double)));
-  }
-  return buf;
+// The partial sums' grow-only scratch buffer (cudaMalloc stays off the hot path).
+Scratch& partials_scratch() {
+  static Scratch* ws = new Scratch();
+  return *ws;
 }
 
 }  // namespace
@@ -312,7 +307,10 @@ void sum_of_squares(const std::vector<ConstSpan>& tensors, float* out) {
     HL_CHECK(t.type == DType::f32 || t.type == DType::f16, "sum_of_squares: CUDA tensors must be f32 or f16");
     total_blocks += (t.n + kChunk - 1) / kChunk;
   }
-  double* partials = partials_buffer(total_blocks);
+  Scratch& ws = partials_scratch();
+  const std::lock_guard<std::mutex> lock(ws.mu);  // held until every launch is queued
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(total_blocks, 1)) * sizeof(double);
+  double* partials = static_cast<double*>(ws.reserve(bytes));
   int64_t offset = 0;
   for_each_batch(tensors, [](const ConstSpan& t) { return t.n; }, [&](const SlotBatch<ConstSpan>& b, int64_t blocks) {
     squares_kernel<<<static_cast<unsigned>(blocks), kBlock, 0, stream()>>>(b, offset, partials);

@@ -11,10 +11,12 @@
 
 #include <cub/device/device_reduce.cuh>
 #include <cub/device/device_segmented_reduce.cuh>
+#include <algorithm>
 #include <mutex>
 
 #include "kernels/backends.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/scratch.cuh"
 
 namespace hl::kernels::cuda {
 
@@ -23,33 +25,21 @@ namespace {
 // ---- CUB temporary storage -------------------------------------------------------------------------
 
 // CUB needs scratch memory for every call. Allocating it each time would put cudaMalloc (which
-// synchronizes the device) on the training hot path, so keep one buffer that only ever grows. All
-// work is on the halfling stream, so consecutive reductions can share it safely; the mutex covers
-// host threads racing on the buffer itself.
-std::mutex workspace_mutex;
-
-void* workspace(size_t bytes) {
-  static void* ptr = nullptr;
-  static size_t capacity = 0;
-  if (bytes > capacity) {
-    runtime::cuda_synchronize();  // kernels queued earlier may still be using the old buffer
-    runtime::cuda_free(ptr);
-    ptr = nullptr;
-    capacity = 0;
-    const size_t grown = bytes < 4096 ? 4096 : bytes + bytes / 2;
-    ptr = runtime::cuda_malloc(grown);
-    capacity = grown;
-  }
-  return ptr;
+// synchronizes the device) on the training hot path, so keep one grow-only buffer (scratch.cuh).
+Scratch& cub_scratch() {
+  static Scratch* ws = new Scratch();
+  return *ws;
 }
 
 // The two-phase CUB idiom: ask for the scratch size, then run. `cub_call(temp, bytes)` makes the call.
 template <class CubCall>
 void run_cub(const char* what, CubCall&& cub_call) {
-  std::lock_guard<std::mutex> lock(workspace_mutex);
+  Scratch& ws = cub_scratch();
+  const std::lock_guard<std::mutex> lock(ws.mu);
   size_t bytes = 0;
   HL_CUDA_CHECK(cub_call(nullptr, bytes));
-  void* temp = workspace(bytes);
+  // Never hand CUB a null pointer: with one it only reports the size again and does no work.
+  void* temp = ws.reserve(std::max<size_t>(bytes, 4096));
   HL_CUDA_CHECK(cub_call(temp, bytes));
   HL_LAUNCH_CHECK(what);
 }

@@ -201,7 +201,7 @@ void run_typed(const ConvArgs& a) {
       break;
   }
 
-  conv_detail::Workspace& ws = conv_detail::workspace();
+  Scratch& ws = conv_detail::workspace();
   const std::lock_guard<std::mutex> lock(ws.mu);  // held until every kernel of this call is queued
   char* base = static_cast<char*>(ws.reserve(total));
   T* buf0 = reinterpret_cast<T*>(base);

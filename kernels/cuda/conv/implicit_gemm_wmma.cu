@@ -325,7 +325,7 @@ void run_wgrad(const ConvArgs& a) {
   const WGeometry g = make_wgeometry(a, split);
   const int64_t n = a.K * a.C * a.R * a.S;
 
-  conv_detail::Workspace& ws = conv_detail::workspace();
+  Scratch& ws = conv_detail::workspace();
   const std::lock_guard<std::mutex> lock(ws.mu);
   float* partial = static_cast<float*>(ws.reserve(static_cast<size_t>(splits * n) * sizeof(float)));
   const dim3 grid(static_cast<unsigned>((g.crs + kBN - 1) / kBN), static_cast<unsigned>((g.K + kBM - 1) / kBM),

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/scratch.cuh"
 #include "kernels/cuda/gemm/gemm_common.cuh"
 #include "kernels/gemm.h"
 #include "kernels/runtime.h"
@@ -50,16 +51,9 @@ cublasHandle_t handle() {
 }
 
 // The FP32 workspace for the epilogue path, grown on demand and kept (for the same reason).
-float* workspace(int64_t elems) {
-  static float* buf = nullptr;
-  static int64_t capacity = 0;
-  if (elems > capacity) {
-    runtime::cuda_synchronize();  // earlier GEMMs on the stream may still read the old buffer
-    if (buf != nullptr) runtime::cuda_free(buf);
-    buf = static_cast<float*>(runtime::cuda_malloc(static_cast<size_t>(elems) * sizeof(float)));
-    capacity = elems;
-  }
-  return buf;
+Scratch& workspace() {
+  static Scratch* ws = new Scratch();
+  return *ws;
 }
 
 cudaDataType_t cuda_type(DType t) { return t == DType::f16 ? CUDA_R_16F : CUDA_R_32F; }
@@ -92,7 +86,9 @@ void run(const GemmArgs& g) {
     gemm_ex(g, g.C, g.c_type, g.ldc, g.beta);
     return;
   }
-  float* W = workspace(g.M * g.N);
+  Scratch& ws = workspace();
+  const std::lock_guard<std::mutex> lock(ws.mu);  // held until both launches are queued
+  float* W = static_cast<float*>(ws.reserve(static_cast<size_t>(g.M * g.N) * sizeof(float)));
   gemm_ex(g, W, DType::f32, g.N, 0.0f);
   epilogue_kernel<<<grid_for(g.M * g.N), kBlock, 0, stream()>>>(g, W);
   HL_LAUNCH_CHECK("cublas epilogue_kernel");
