@@ -80,12 +80,7 @@ void* CachingAllocator::allocate(size_t bytes) {
       ptr = raw_alloc_(size);
     } catch (const Error&) {
       // Out of memory: give the cache back and try once more before failing.
-      for (auto& [s, p] : free_blocks_) {
-        if (host_memory_) HL_UNPOISON(p, s);
-        raw_free_(p);
-        stats_.reserved_bytes -= s;
-      }
-      free_blocks_.clear();
+      release_cached_locked();
       ptr = raw_alloc_(size);
     }
     stats_.reserved_bytes += size;
@@ -114,12 +109,21 @@ void CachingAllocator::deallocate(void* ptr) {
 
 void CachingAllocator::release_cached() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [size, ptr] : free_blocks_) {
+  release_cached_locked();
+}
+
+// A cached block may still be read by a kernel queued before its tensor died. The CUDA backend's
+// free is cudaFree, which waits for the device first (runtime.h counts it as a wait), so no block is
+// freed under a kernel. Each entry leaves the list before its free: if a free throws, the list holds
+// only blocks that are still allocated, never one that was freed.
+void CachingAllocator::release_cached_locked() {
+  while (!free_blocks_.empty()) {
+    const auto [size, ptr] = *free_blocks_.begin();
+    free_blocks_.erase(free_blocks_.begin());
+    stats_.reserved_bytes -= size;
     if (host_memory_) HL_UNPOISON(ptr, size);
     raw_free_(ptr);
-    stats_.reserved_bytes -= size;
   }
-  free_blocks_.clear();
 }
 
 MemoryStats CachingAllocator::stats() const {

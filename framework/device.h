@@ -58,6 +58,9 @@ class CachingAllocator {
   static size_t round_size(size_t bytes);
 
  private:
+  // Returns the cached blocks to the backend; call with mu_ held.
+  void release_cached_locked();
+
   RawAlloc raw_alloc_;
   RawFree raw_free_;
   bool host_memory_;
