@@ -103,7 +103,31 @@ void Optimizer::unscale_grads_by(const double* scale, int32_t* found_inf) {
   unscale_impl(1.0f, scale, found_inf);
 }
 
+// `model->to(Device::cuda)` after the optimizer was made replaces the parameters' data in place, so
+// the optimizer sees them move, but its state (master weights, moments, the step counter) was made
+// on the old device; the update kernels would get host addresses. PyTorch allows this order (its
+// state is made lazily, on the first step), so the state follows the parameters here, before any
+// kernel is queued. Parameters split across devices are an error.
+void Optimizer::follow_params_device() {
+  const Device d = params_[0].device();
+  for (const Tensor& p : params_)
+    HL_CHECK(p.device() == d, type(), ": parameters on different devices: ", params_[0].describe(), " and ",
+             p.describe(), " (move the whole model with model->to(device))");
+  NoGradGuard no_grad;  // a few device comparisons per step when nothing moved
+  const auto move = [d](Tensor& t) {
+    if (t.defined() && t.device() != d) t = t.to(d);
+  };
+  move(applied_);
+  move(started_);
+  move(scratch_flag_);
+  for (Tensor& m : masters_) move(m);
+  for (Tensor& g : grads_) move(g);
+  for (auto& [name, list] : buffers_)
+    for (Tensor& b : list) move(b);
+}
+
 void Optimizer::unscale_impl(float inv_scale, const double* scale, int32_t* found_inf) {
+  follow_params_device();
   HL_CHECK(!unscaled_, type(), "::unscale_grads: the gradients were already unscaled this step "
                                "(unscale once, then step() or skip_step())");
   std::vector<kernels::GradSlot> slots;
@@ -154,6 +178,7 @@ Tensor Optimizer::clip_grad_norm(double max_norm) {
 void Optimizer::step() { step_unless(nullptr); }
 
 void Optimizer::step_unless(const int32_t* skip) {
+  follow_params_device();
   if (!unscaled_) unscale_grads(1.0f, nullptr);
   std::vector<kernels::ParamSlot> slots;
   std::vector<size_t> index;

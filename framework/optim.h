@@ -106,6 +106,8 @@ class Optimizer {
 
  private:
   void unscale_impl(float inv_scale, const double* scale, int32_t* found_inf);
+  // Moves the state to the parameters' device if they moved since it was made (see optim.cpp).
+  void follow_params_device();
   bool use_masters_;
   bool unscaled_ = false;
   Tensor scratch_flag_;  // found-inf target when nobody asked for one

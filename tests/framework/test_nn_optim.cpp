@@ -58,6 +58,34 @@ TEST(NN, ModuleToDtypeKeepsHandles) {
   EXPECT_TRUE(handle.requires_grad());
 }
 
+TEST(Optim, StateFollowsTheModelToTheGpu) {
+  HL_REQUIRE_CUDA();
+  // PyTorch's usual order: the optimizer first, then model.to(cuda). The state made on the CPU
+  // (master weights, momentum, the step counter) must follow the parameters, or the update kernels
+  // get host addresses. Reference: the same steps with the optimizer made after the move.
+  const uint64_t seed = hl::test::fresh_seed();
+  Generator ga(seed), gb(seed), gx(seed + 1);
+  nn::Linear late(16, 8, ga), early(16, 8, gb);
+  const optim::SGD::Options opt{.lr = 0.1, .momentum = 0.9, .master_weights = true};
+  optim::SGD sgd_early(early.parameters(), opt);
+  early.to(Device::cuda);
+  late.to(Device::cuda);
+  optim::SGD sgd_late(late.parameters(), opt);
+  for (int step = 0; step < 3; ++step) {
+    const Tensor x = Tensor::randn({4, 16}, gx).to(Device::cuda);
+    for (auto [m, o] : {std::pair{&early, &sgd_early}, std::pair{&late, &sgd_late}}) {
+      o->zero_grad();
+      sum((*m)(x) * (*m)(x)).backward();
+      o->step();
+    }
+  }
+  EXPECT_EQ(sgd_early.steps(), 3);
+  EXPECT_EQ(sgd_early.master_weights()[0].device(), Device::cuda);
+  EXPECT_EQ(sgd_early.momentum_buffers()[0].device(), Device::cuda);
+  EXPECT_EQ(early.weight.to_vector(), late.weight.to_vector());  // the same kernels on the same data
+  EXPECT_EQ(early.bias.to_vector(), late.bias.to_vector());
+}
+
 TEST(Optim, SgdMatchesPyTorchSemantics) {
   // Two steps by hand. p0 = 1, grads 0.5 then 0.25; lr 0.1, momentum 0.9, weight decay 0.01.
   Tensor p = Tensor::from_vector(std::vector<double>{1.0}, {1}).requires_grad_();
