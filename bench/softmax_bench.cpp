@@ -37,6 +37,14 @@ void check(cudaError_t e, const char* what) {
   }
 }
 
+// A host-to-device copy that has landed when this returns. cudaMemcpy from pageable memory may return
+// once the data is staged, before the DMA ends, and it is ordered on the legacy stream, which the
+// non-blocking halfling stream does not wait for: the device-wide wait covers both.
+void upload(void* dst, const void* src, size_t bytes, const char* what) {
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), what);
+  check(cudaDeviceSynchronize(), what);
+}
+
 cudaStream_t stream() { return static_cast<cudaStream_t>(runtime::cuda_stream()); }
 
 // Median over `samples` of the time per call, each sample timing `reps` back-to-back calls between two
@@ -84,11 +92,11 @@ void fill_logits(void* dst, size_t n, DType t) {
   if (t == DType::f16) {
     h16.resize(n);
     for (auto& v : h16) v = float_to_half_bits(rnd());
-    check(cudaMemcpy(dst, h16.data(), n * 2, cudaMemcpyHostToDevice), "upload");
+    upload(dst, h16.data(), n * 2, "upload");
   } else {
     h32.resize(n);
     for (auto& v : h32) v = rnd();
-    check(cudaMemcpy(dst, h32.data(), n * 4, cudaMemcpyHostToDevice), "upload");
+    upload(dst, h32.data(), n * 4, "upload");
   }
 }
 
@@ -191,9 +199,9 @@ int main(int argc, char** argv) {
     fill_logits(x.p, n, DType::f16);
     std::vector<int32_t> labels(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) labels[static_cast<size_t>(r)] = static_cast<int32_t>((r * 7919) % cols);
-    check(cudaMemcpy(lab.p, labels.data(), labels.size() * 4, cudaMemcpyHostToDevice), "labels");
+    upload(lab.p, labels.data(), labels.size() * 4, "labels");
     const float f1 = 1.0f;
-    check(cudaMemcpy(one.p, &f1, 4, cudaMemcpyHostToDevice), "one");
+    upload(one.p, &f1, 4, "one");
 
     // The bar: a device-to-device copy moving n f16 values (read + write = 4n bytes).
     const double copy_us = median_us(
@@ -241,9 +249,9 @@ int main(int argc, char** argv) {
     fill_logits(x.p, n, DType::f16);
     std::vector<int32_t> labels(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) labels[static_cast<size_t>(r)] = static_cast<int32_t>(r % cols);
-    check(cudaMemcpy(lab.p, labels.data(), labels.size() * 4, cudaMemcpyHostToDevice), "labels");
+    upload(lab.p, labels.data(), labels.size() * 4, "labels");
     const float f1 = 1.0f;
-    check(cudaMemcpy(one.p, &f1, 4, cudaMemcpyHostToDevice), "one");
+    upload(one.p, &f1, 4, "one");
     for (const auto& rung : rungs) {
       const k::SoftmaxArgs a = softmax_args(rows, cols, x.p, g.p);
       row("softmax", rows, cols, "f16->f16", rung, median_us([&] { k::softmax(a, rung); }, samples, 100), 0, 1);
