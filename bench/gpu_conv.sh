@@ -1,56 +1,40 @@
 #!/usr/bin/env bash
-# The convolution ladder on a GPU machine, in one command: build, run the CUDA conv tests, run the
-# small-shape tests under compute-sanitizer (memcheck and racecheck), run the benchmark against cuDNN.
-# Everything is written to bench/results/conv_<gpu>_<date>.txt (with the commit and the commands).
+# The convolution ladder on a GPU machine, in one command (within HALFLING_BUDGET, default 540 s, build
+# included): build what it needs, run the CUDA conv tests, the small-shape tests under compute-sanitizer
+# (memcheck and racecheck), and the benchmark against cuDNN (its column is missing if the build found no
+# cuDNN; conv_bench says why).
 #
-#   bench/gpu_conv.sh            (environment: HALFLING_BUILD=build dir, default build-gpu;
-#                                 CUDA_ARCH=90; HALFLING_JOBS=16; BATCH=128)
+#   bench/gpu_conv.sh        (scripts/gpu_check.sh bench-conv runs it with HALFLING_SANITIZE=0)
 #
-# Exits non-zero if any step failed; the later steps still run so one file shows everything.
+# Writes conv_<gpu>_<date>.txt into $HALFLING_RESULTS, else $OUT (the folder a device session copies
+# back), else bench/results/: the configure and build output, every command and its output, and at the
+# end every step's status. Exits non-zero if any step failed; the later steps still run so one file shows
+# everything. Needs no data set.
+# Environment: BATCH=128 (conv_bench --batch); HALFLING_SANITIZE=0 skips memcheck/racecheck; the rest in
+# scripts/gpu_common.sh (CUDA_ARCH=90, HALFLING_BUILD=build-gpu, HALFLING_JOBS=16, HALFLING_COMMIT,
+# HALFLING_BUDGET).
 set -uo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-build=${HALFLING_BUILD:-$root/build-gpu}
-arch=${CUDA_ARCH:-90}
-jobs=${HALFLING_JOBS:-16}
+# shellcheck source=scripts/gpu_common.sh
+source "$(dirname "$0")/../scripts/gpu_common.sh"
 batch=${BATCH:-128}
+start_results conv "conv ladder on $gpu (BATCH=$batch)"
+
+build_targets test_kernels conv_bench
+check_gpu
+
+# The CUDA conv tests: the ladder's own (ConvCuda*, with the registry) and the conv layer's passes
+# against a float64 reference (CudaConv).
+step tests timeout 240 "$build/tests/test_kernels" --gtest_filter='ConvCuda*:CudaConv.*'
+
 # The shapes that are quick enough for the sanitizers (not the LeNet/VGG layers).
 small='ConvCuda.SmallShapes*:ConvCuda.BetaAccumulates*:ConvCuda.BiasRelu*:ConvCuda.Im2colGemmChunks*'
+if sanitizers_enabled memcheck racecheck; then
+  step memcheck timeout 150 "$sanitizer" --tool memcheck --error-exitcode 1 "$build/tests/test_kernels" \
+    --gtest_filter="$small"
+  step racecheck timeout 150 "$sanitizer" --tool racecheck --error-exitcode 1 "$build/tests/test_kernels" \
+    --gtest_filter="$small"
+fi
 
-cmake -S "$root" -B "$build" -DCMAKE_CUDA_ARCHITECTURES="$arch" -DCMAKE_BUILD_TYPE=Release || exit 1
-cmake --build "$build" -j"$jobs" --target test_kernels conv_bench || exit 1
-
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-gpu=${gpu:-unknown GPU}
-tag=$(echo "$gpu" | tr -c 'A-Za-z0-9\n' '_' | tr -s '_' | sed 's/_$//')
-mkdir -p "$root/bench/results"
-out="$root/bench/results/conv_${tag}_$(date -u +%F).txt"
-sanitizer=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
-
-failed=()
-step() {  # step NAME COMMAND...: run it, print its status, remember a failure
-  local name=$1
-  shift
-  echo
-  echo "## $name"
-  echo "\$ $*"
-  "$@"
-  local rc=$?
-  echo "## $name: exit status $rc"
-  [[ $rc -eq 0 ]] || failed+=("$name")
-}
-
-{
-  echo "# conv ladder on $gpu"
-  echo "# date: $(date -u +%FT%TZ)"
-  echo "# git: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-  echo "# command: bench/gpu_conv.sh (build $build, CUDA_ARCH=$arch, BATCH=$batch)"
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>/dev/null
-  step "tests" "$build/tests/test_kernels" --gtest_filter='ConvCuda*'
-  step "memcheck" "$sanitizer" --tool memcheck --error-exitcode 1 "$build/tests/test_kernels" --gtest_filter="$small"
-  step "racecheck" "$sanitizer" --tool racecheck --error-exitcode 1 "$build/tests/test_kernels" --gtest_filter="$small"
-  step "benchmark" "$build/bench/conv_bench" --batch "$batch"
-  echo
-  if [[ ${#failed[@]} -eq 0 ]]; then echo "# all steps passed"; else echo "# FAILED: ${failed[*]}"; fi
-} 2>&1 | tee "$out"
-echo "written: $out" >&2
-grep -q '^# all steps passed' "$out"
+step benchmark timeout 240 "$build/bench/conv_bench" --batch "$batch"
+finish
+exit

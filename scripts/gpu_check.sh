@@ -1,88 +1,236 @@
 #!/usr/bin/env bash
-# Everything the project must verify on a GPU, in stages small enough for a time-limited GPU session
-# (each stage well under 10 minutes on an H100/H200 with 16 cores). Run them in order on one machine;
-# the build directory carries over between stages:
+# Everything the project must verify on a GPU, in stages that each fit one command of a time-limited GPU
+# session (600 s per command; the machine, and with it the build directory, is usually gone by the next
+# command). So every stage configures and builds what it needs first (a no-op when already built), and
+# stays within HALFLING_BUDGET seconds (default 540) including that build: every step has a timeout,
+# and a step that hangs or finds no time left is recorded as failed, with the summary still written.
 #
-#   scripts/gpu_check.sh build      # configure + build everything for this GPU (sm_90 by default)
-#   scripts/gpu_check.sh test       # the whole CTest suite: every CUDA test runs instead of skipping
-#   scripts/gpu_check.sh sanitize   # compute-sanitizer memcheck on every CUDA test (small shapes),
-#                                   # racecheck on the kernels that use shared memory
-#   scripts/gpu_check.sh bench      # bench/gpu_gemm.sh, gpu_softmax.sh, gpu_conv.sh (their own files)
-#   scripts/gpu_check.sh train      # the end-to-end runs: MLP-512 and LeNet (tutorial 05, bench/compare_train.sh)
+#   scripts/gpu_check.sh preflight      # versions of the tools and libraries, the data present, and
+#                                       # whether a one-kernel CUDA program runs, also under
+#                                       # compute-sanitizer (some sandboxes refuse it); a minute or less
+#   scripts/gpu_check.sh build          # configure + build everything (shows how long a full build takes)
+#   scripts/gpu_check.sh test           # build, then the whole CTest suite; fails if any CUDA test skipped
+#                                       # for lack of a GPU
+#   scripts/gpu_check.sh sanitize [memcheck|racecheck]
+#                                       # compute-sanitizer memcheck on the CUDA tests (small shapes) and
+#                                       # racecheck on the kernels that use shared memory; one of the two
+#                                       # if named (if the pair does not fit one command)
+#   scripts/gpu_check.sh bench-gemm     # = bench/gpu_gemm.sh    } with HALFLING_SANITIZE=0 by default:
+#   scripts/gpu_check.sh bench-conv     # = bench/gpu_conv.sh    } the sanitize stage covers their
+#   scripts/gpu_check.sh bench-softmax  # = bench/gpu_softmax.sh } sanitizer steps; each writes its own file
+#   scripts/gpu_check.sh bench          # all three bench-* in one go: MORE than 10 minutes, so not for a
+#                                       # 600 s command (HALFLING_BUDGET defaults to 1800 here)
+#   scripts/gpu_check.sh train          # tutorials 05 and 07 on MNIST, bench/compare_train.sh (halfling
+#                                       # vs PyTorch, MLP-512 and LeNet), bench/loader_throughput
 #
-# Each stage writes bench/results/gpu_<stage>_<gpu>_<date>.txt with the GPU, the date, the commit and
-# every command, and exits non-zero if anything failed (the later commands of the stage still run).
-# Environment: HALFLING_BUILD (default build-gpu), CUDA_ARCH (90), HALFLING_JOBS (16), HALFLING_DATA.
+# The recommended sequence, one stage per command (each command builds again on a fresh machine):
+#   1) preflight  2) test  3) sanitize  4) bench-gemm  5) bench-conv  6) bench-softmax  7) train
+# At up to ~9 minutes a stage, 30 minutes of GPU time per session covers about three of them; when a
+# session has less than 600 s left, pass a smaller HALFLING_BUDGET (e.g. HALFLING_BUDGET=300).
+# Data: pass carry ["data/mnist"] (~54 MB; the tutorial tests, the train stage and the loader benchmark
+# need it). CIFAR-10 is over the 64 MiB carry limit: the steps that use it skip themselves without it.
+# The commit: .git is usually not copied to the device, so pass it, e.g.
+#   HALFLING_COMMIT=$(git rev-parse --short HEAD) scripts/gpu_check.sh test
+#
+# Each stage writes gpu_<stage>_<gpu>_<date>.txt (bench-*: their own gemm_/conv_/softmax_ files; train
+# also train_cuda_<gpu>_<date>.txt from compare_train.sh) into $HALFLING_RESULTS, else $OUT (the folder
+# the device tool copies back), else bench/results/. The file holds the GPU, the date, the commit, every
+# command and its output, and ends with every step's status; the exit status is non-zero if any step
+# failed (the later steps of the stage still run).
+# Environment: see scripts/gpu_common.sh (HALFLING_BUILD, CUDA_ARCH, HALFLING_JOBS, HALFLING_RESULTS,
+# HALFLING_COMMIT, HALFLING_BUDGET, HALFLING_BUILD_TIMEOUT); also HALFLING_DATA (default data/),
+# HALFLING_CTEST_JOBS (8).
 set -uo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
-stage=${1:?usage: scripts/gpu_check.sh build|test|sanitize|bench|train}
-case $stage in build | test | sanitize | bench | train) ;; *)
-  echo "scripts/gpu_check.sh: unknown stage '$stage' (build, test, sanitize, bench, train)" >&2
-  exit 2 ;;
+usage="usage: scripts/gpu_check.sh preflight|build|test|sanitize [memcheck|racecheck]|bench-gemm|bench-conv|bench-softmax|bench|train"
+[[ $# -ge 1 ]] || { echo "$usage" >&2; exit 2; }
+stage=$1
+case $stage in
+  preflight | build | test | train) ;;
+  sanitize)
+    case ${2:-} in "" | memcheck | racecheck) ;; *) echo "$usage" >&2; exit 2 ;; esac ;;
+  bench-gemm | bench-softmax | bench-conv)
+    # One command each; its sanitizer steps are the sanitize stage's business unless asked for.
+    export HALFLING_SANITIZE=${HALFLING_SANITIZE:-0}
+    exec "$(cd "$(dirname "$0")/.." && pwd)/bench/gpu_${stage#bench-}.sh" ;;
+  bench) default_budget=1800 ;;
+  *)
+    echo "scripts/gpu_check.sh: unknown stage '$stage'" >&2
+    echo "$usage" >&2
+    exit 2 ;;
 esac
-export HALFLING_BUILD=${HALFLING_BUILD:-$root/build-gpu}
-build=$HALFLING_BUILD
-arch=${CUDA_ARCH:-90}
-jobs=${HALFLING_JOBS:-16}
 
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-gpu=${gpu:-no_gpu}
-slug=$(echo "$gpu" | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '_' | sed 's/^_*//; s/_*$//')
-mkdir -p bench/results
-out="bench/results/gpu_${stage}_${slug}_$(date -u +%F).txt"
-status=0
-{
-  echo "# scripts/gpu_check.sh $stage"
-  echo "# gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo none)"
-  echo "# date: $(date -u +%FT%TZ)   git: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-} | tee "$out"
+# shellcheck source=scripts/gpu_common.sh
+source "$(dirname "$0")/gpu_common.sh"
+label=$stage${2:+-$2}
+start_results "gpu_$label" "scripts/gpu_check.sh $stage${2:+ $2}"
 
-run() {  # run a command, log it and its output, remember a failure
-  echo "\$ $*" | tee -a "$out"
-  "$@" 2>&1 | tee -a "$out"
-  local rc=${PIPESTATUS[0]}
-  [[ $rc -eq 0 ]] || { echo "!! exit status $rc" | tee -a "$out"; status=1; }
+# The GoogleTest filters of the CUDA tests, per test program. Names verified against the sources: the
+# kernel tests have "Cuda" in their suite names; the others are listed one by one.
+kernels_cuda='*Cuda*'
+framework_cuda='*DeviceMismatch*:AmpNoSyncCuda.*:Optim.StateFollowsTheModelToTheGpu'
+datasets_cuda='DataLoader.DeliversToCuda:DataLoader.GpuPathsMatchTheHostPath:Dataset.ToCudaCopiesEverything'
+datasets_cuda+=':GatherRows.CudaMatchesCpu'
+# Not under the sanitizers (each kernel launch is 10-100x slower there): the big GEMM sweep shapes and
+# the heaviest conv/softmax tests (their kernels run on small shapes in the other tests), and
+# AllocationFailureNamesTheSize, whose cudaMalloc(2^52) fails on purpose and which memcheck reports.
+heavy='*CudaGemmSweep*/s128x784x512:*CudaGemmSweep*/s1000x1000x1000:*CudaGemmSweep*/s1024x4096x768'
+heavy+=':ConvCuda.LeNetLayers:ConvCuda.VggSmallLayers:CudaConv.EveryVariantAllPassesAgainstFloat64Reference'
+heavy+=':SoftmaxCuda.EveryRungForwardAgainstReference'
+# racecheck: every kernel family that uses shared memory (GEMM tiles, softmax/BN/reduction trees,
+# implicit-GEMM conv tiles), on small shapes; a superset of bench/gpu_*.sh's racecheck filters.
+race='Shapes/CudaGemmSweep.*/s1x1x1:Shapes/CudaGemmSweep.*/s7x13x5:Shapes/CudaGemmSweep.*/s17x33x65'
+race+=':CudaGemm.AccumulatesInFp32:CudaGemm.NaNPassesThroughBiasAndRelu:CudaGemm.MisalignedPointers*'
+race+=':SoftmaxCuda.*:CudaSoftmax.*:CudaReduce.*:CudaOptim.*:CudaBatchNorm.*:CudaPool.*'
+race+=':ConvCuda.SmallShapes*:ConvCuda.BetaAccumulates*:ConvCuda.BiasRelu*:ConvCuda.Im2colGemmChunks*'
+
+# preflight: which headers the build needs are where CMake looks.
+# shellcheck disable=SC2317  # called through step
+headers() {
+  local h d found missing=0
+  for h in gtest/gtest.h CLI/CLI.hpp nlohmann/json.hpp zlib.h; do
+    found=
+    for d in /usr/include /usr/local/include; do [[ -f $d/$h ]] && found=$d/$h && break; done
+    echo "${found:-MISSING: $h}"
+    [[ -n $found ]] || missing=1
+  done
+  # Optional: conv_bench's cuDNN column (bench/CMakeLists.txt; CUDNN_ROOT is a search hint).
+  echo "cudnn.h (optional): $(find /usr/include /usr/local /opt -name cudnn.h 2>/dev/null | head -3 | tr '\n' ' ')"
+  return "$missing"
 }
 
-# Every CUDA test, by GoogleTest filter, per test executable.
-cuda_filter='Cuda*:*Cuda*:*/CudaGemmSweep.*:Tutorial04.EveryCudaRung*'
-small_gemm='-*CudaGemmSweep*s1000x1000x1000:*CudaGemmSweep*s1024x4096x768:*CudaGemmSweep*s128x784x512'
+# preflight: the machine and the data (information only).
+# shellcheck disable=SC2317  # called through step
+machine() {
+  echo "cores: $(nproc)   memory: $(free -g | awk '/^Mem/ {print $2 " GiB"}')"
+  df -h "$root" | tail -1
+  local d
+  for d in mnist cifar10; do
+    if [[ -d ${HALFLING_DATA:-$root/data}/$d ]]; then
+      echo "data/$d: $(du -sh "${HALFLING_DATA:-$root/data}/$d" | cut -f1)"
+    else
+      echo "data/$d: absent"
+    fi
+  done
+}
+
+# preflight: a one-kernel program, to see that nvcc's output runs here and compute-sanitizer can watch it
+# (under some sandboxes it answers "Device not supported"), before a whole stage depends on either.
+# shellcheck disable=SC2317  # called through step
+probe_source() {
+  cat >"$scratch/probe.cu" <<'EOF'
+#include <cstdio>
+__global__ void fill(int* p) { p[threadIdx.x] = static_cast<int>(threadIdx.x); }
+int main() {
+  int* d = nullptr;
+  cudaError_t e = cudaMalloc(&d, 32 * sizeof(int));
+  if (e == cudaSuccess) {
+    fill<<<1, 32>>>(d);
+    e = cudaDeviceSynchronize();
+    cudaFree(d);
+  }
+  std::printf("probe kernel: %s\n", cudaGetErrorString(e));
+  return e == cudaSuccess ? 0 : 1;
+}
+EOF
+  echo "wrote $scratch/probe.cu"
+}
+
+# test: the ctest summary line, and every test that skipped for lack of a GPU (HL_REQUIRE_CUDA's "no CUDA
+# device: ...", test_ops.cpp's "needs a GPU: ...", the registry tests' "built without CUDA").
+# shellcheck disable=SC2317  # called through step
+cuda_skips() {
+  local log=$build/Testing/Temporary/LastTest.log line skipped
+  line=$(grep -E '[0-9]+% tests passed' "$out" | tail -1)
+  echo "ctest: ${line:-no summary line (ctest did not finish)}"
+  [[ -f $log ]] || { echo "no $log: ctest did not run"; return 1; }
+  skipped=$(awk '/^[0-9]+\/[0-9]+ Test: / {name = $3}
+                 /no CUDA device|needs a GPU|built without CUDA/ {print name}' "$log" | sort -u)
+  if [[ -n $skipped ]]; then
+    echo "$(wc -l <<<"$skipped") CUDA tests skipped for lack of a GPU:"
+    echo "$skipped"
+    return 1
+  fi
+  echo "no CUDA test skipped for lack of a GPU"
+}
 
 case $stage in
+  preflight)
+    step nvidia-smi timeout 30 nvidia-smi
+    step nvcc timeout 30 nvcc --version
+    step cmake timeout 30 cmake --version
+    step compute-sanitizer timeout 30 "$sanitizer" --version
+    step stb timeout 30 pkg-config --modversion stb
+    step torch timeout 90 python3 -c 'import numpy, torch
+print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", torch.cuda.is_available(),
+      "numpy", numpy.__version__)'
+    step headers headers
+    step machine machine
+    step probe-source probe_source
+    step probe-build timeout 120 nvcc -arch="sm_${arch%%;*}" -o "$scratch/probe" "$scratch/probe.cu"
+    step probe-run timeout 30 "$scratch/probe"
+    step probe-memcheck timeout 90 "$sanitizer" --tool memcheck --error-exitcode 1 "$scratch/probe"
+    ;;
   build)
-    run cmake -S . -B "$build" -DCMAKE_CUDA_ARCHITECTURES="$arch" -DCMAKE_BUILD_TYPE=Release
-    run cmake --build "$build" -j"$jobs"
+    build_targets
     ;;
   test)
-    [[ -n $(nvidia-smi -L 2>/dev/null) ]] || { echo "!! no GPU visible (nvidia-smi -L)" | tee -a "$out"; status=1; }
-    run ctest --test-dir "$build" -j4 --output-on-failure --timeout 900
-    # The counts that matter here: how many CUDA tests ran rather than skipped.
-    run bash -c "grep -c 'Skipped' '$build/Testing/Temporary/LastTest.log' || true"
+    build_targets  # everything: the tests run the tutorials and bench programs too
+    check_gpu
+    rm -f "$build/Testing/Temporary/LastTest.log"  # so that a stale log cannot answer for this run
+    # -j8 on 16 cores: many tests use OpenMP themselves. A hung test is killed after 300 s.
+    step ctest ctest --test-dir "$build" -j"${HALFLING_CTEST_JOBS:-8}" --timeout 300 --output-on-failure \
+      --no-tests=error
+    step cuda-skips cuda_skips
     ;;
   sanitize)
-    for t in test_kernels test_framework test_datasets; do
-      run timeout 1200 compute-sanitizer --tool memcheck --error-exitcode 1 \
-        "$build/tests/$t" --gtest_filter="$cuda_filter$small_gemm"
-    done
-    # racecheck: every kernel family that uses shared memory (GEMM tiles, softmax/BN/reduction trees,
-    # implicit-GEMM conv tiles), on small shapes.
-    run timeout 1200 compute-sanitizer --tool racecheck --error-exitcode 1 "$build/tests/test_kernels" \
-      --gtest_filter="*CudaGemmSweep*s1x1x1:*CudaGemmSweep*s7x13x5:*CudaGemmSweep*s17x33x65:CudaGemm.AccumulatesInFp32:SoftmaxCuda.*:CudaReduce.*:CudaOptim.*:CudaBatchNorm.*:CudaPool.*:ConvCuda.SmallShapes*:ConvCuda.BetaAccumulates*"
+    build_targets test_kernels test_framework test_datasets
+    check_gpu
+    if [[ ! -x $sanitizer ]]; then
+      record compute-sanitizer FAILED "not found: $sanitizer"
+    else
+      if [[ ${2:-memcheck} == memcheck ]]; then
+        # The small programs first, so that the big one's timeout cannot cost their results.
+        step memcheck-framework timeout 90 "$sanitizer" --tool memcheck --error-exitcode 1 \
+          "$build/tests/test_framework" --gtest_filter="$framework_cuda"
+        step memcheck-datasets timeout 90 "$sanitizer" --tool memcheck --error-exitcode 1 \
+          "$build/tests/test_datasets" --gtest_filter="$datasets_cuda"
+        step memcheck-kernels timeout 300 "$sanitizer" --tool memcheck --error-exitcode 1 \
+          "$build/tests/test_kernels" --gtest_filter="$kernels_cuda-$heavy:CudaRuntime.AllocationFailureNamesTheSize"
+      fi
+      if [[ ${2:-racecheck} == racecheck ]]; then
+        step racecheck-kernels timeout 300 "$sanitizer" --tool racecheck --error-exitcode 1 \
+          "$build/tests/test_kernels" --gtest_filter="$race-$heavy"
+      fi
+    fi
     ;;
   bench)
-    run bench/gpu_gemm.sh
-    run bench/gpu_softmax.sh
-    run bench/gpu_conv.sh
-    run "$build/bench/loader_throughput"
+    for s in gemm conv softmax; do
+      # Each script gets what is left of this budget (at most the usual 540 s) and ends its own file.
+      child=$((deadline - SECONDS - reserve - 20))
+      ((child > 540)) && child=540
+      step "bench-$s" timeout $((child + 20)) env HALFLING_BUDGET="$child" \
+        HALFLING_SANITIZE="${HALFLING_SANITIZE:-0}" "$root/bench/gpu_$s.sh"
+    done
     ;;
   train)
-    data=${HALFLING_DATA:-$root/data}
-    run "$build/tutorials/05_mixed_precision" --device cuda --epochs 5 --data "$data/mnist"
-    run "$build/tutorials/07_conv_lenet" --device cuda --precision mixed --epochs 5 --data "$data/mnist"
-    run bench/compare_train.sh cuda mlp512,lenet 3
+    build_targets 05_mixed_precision 07_conv_lenet train loader_throughput
+    check_gpu
+    export HALFLING_DATA=${HALFLING_DATA:-$root/data}  # bench/train reads it (via compare_train.sh)
+    mnist=$HALFLING_DATA/mnist
+    if [[ ! -d $mnist ]]; then
+      record mnist FAILED "no $mnist: pass carry [\"data/mnist\"]"
+    else
+      step tutorial-05 timeout 150 "$build/tutorials/05_mixed_precision" --device cuda --epochs 5 --data "$mnist"
+      step tutorial-07 timeout 120 "$build/tutorials/07_conv_lenet" --device cuda --precision mixed --epochs 5 \
+        --data "$mnist"
+      # compare_train.sh's OUT is a file name (ours is a folder): its table goes next to our file.
+      step compare-train timeout 240 env OUT="$results/train_cuda_${slug}_${day}.txt" \
+        "$root/bench/compare_train.sh" cuda mlp512,lenet 3
+    fi
+    # CIFAR-10 skips itself when absent.
+    step loader-throughput timeout 90 "$build/bench/loader_throughput" --device cuda --mnist "$mnist" \
+      --cifar10 "$HALFLING_DATA/cifar10"
     ;;
 esac
-echo "# stage $stage: $([[ $status -eq 0 ]] && echo ok || echo FAILED)" | tee -a "$out"
-echo "written: $out" >&2
-exit $status
+finish
+exit

@@ -1,0 +1,231 @@
+# shellcheck shell=bash
+# The plumbing of the GPU-session scripts (scripts/gpu_check.sh, bench/gpu_gemm.sh, gpu_softmax.sh,
+# gpu_conv.sh): sourced by them, never run. It cds to the repository root and sets:
+#   root, build, arch, jobs, results, commit, gpu, slug, day, sanitizer, budget
+# and defines start_results, step, record, build_targets, check_gpu, sanitizers_enabled and finish.
+#
+# Those scripts are made for a lent GPU machine driven one bash command at a time: at most 600 s per
+# command, a fresh machine (no build directory) for nearly every command, and only the files under $OUT
+# come back. Hence: every script builds what it needs first, every step runs under a timeout taken from
+# one time budget per script, and the results file goes to $OUT there.
+#
+# Environment (all optional):
+#   HALFLING_BUILD    build directory (default build-gpu)
+#   CUDA_ARCH         CMAKE_CUDA_ARCHITECTURES (default 90: H100/H200)
+#   HALFLING_JOBS     parallel build jobs (default 16)
+#   HALFLING_RESULTS  where results files go; default $OUT (the folder the device tool copies back), else
+#                     bench/results/. Note: OUT is a folder here, not a file as in bench/compare_train.sh.
+#   HALFLING_COMMIT   the commit to record (.git is usually not copied to the device machine)
+#   HALFLING_BUDGET   seconds one script may take in all, build included (default 540: under the 600 s
+#                     per command). A step gets min(its own timeout, what is left); a step with no time
+#                     left is recorded as not run.
+#                     Lower it when the session has less than 600 s of GPU time left.
+#   HALFLING_BUILD_TIMEOUT  seconds for the build step at most (default 420)
+#   HALFLING_SANITIZE 0: skip the compute-sanitizer steps of bench/gpu_*.sh (default 1)
+# A caller may set default_budget before sourcing (gpu_check.sh bench: several scripts in a row).
+# The caller uses `set -uo pipefail` without -e: a failing step is recorded and the next one runs.
+
+# shellcheck disable=SC2034  # the variables below are used by the scripts that source this file
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root" || exit 2
+
+# nvcc and compute-sanitizer are often installed outside the PATH; without nvcc the configure step fails
+# (HALFLING_CUDA=ON) instead of quietly making a CPU-only build.
+[[ -d /usr/local/cuda/bin ]] && export PATH=/usr/local/cuda/bin:$PATH
+
+build=${HALFLING_BUILD:-build-gpu}
+[[ $build == /* ]] || build=$root/$build
+export HALFLING_BUILD=$build  # bench/compare_train.sh reads it too
+export PYTHONUNBUFFERED=1     # else a Python step killed by its timeout loses its buffered output
+arch=${CUDA_ARCH:-90}
+jobs=${HALFLING_JOBS:-16}
+results=${HALFLING_RESULTS:-${OUT:-$root/bench/results}}
+mkdir -p "$results" || { echo "$0: cannot create the results folder '$results'" >&2; exit 2; }
+results=$(cd "$results" && pwd)
+commit=${HALFLING_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+if [[ -z ${HALFLING_COMMIT:-} && $commit != unknown ]] &&
+  [[ -n $(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null) ]]; then
+  commit+=" (with uncommitted changes)"
+fi
+sanitizer=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+# nvidia-smi can hang on a broken driver: every call has a timeout.
+# Its messages ("No devices were found") go to stdout: only a successful answer counts.
+gpu=$(timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null) || gpu=''
+gpu=${gpu%%$'\n'*}
+gpu=${gpu:-no GPU}
+slug=$(echo "$gpu" | tr '[:upper:]' '[:lower:]' | tr -cs 'a-z0-9' '_' | sed 's/^_*//; s/_*$//')
+day=$(date -u +%F)
+budget=${HALFLING_BUDGET:-${default_budget:-540}}
+deadline=$((SECONDS + budget))
+reserve=15  # seconds kept back for the kill grace (timeout -k 10) and the summary
+invocation="${0#"$root"/}${*:+ $*}"
+out=/dev/null  # until start_results
+summary=()
+status=0
+current_step=
+scratch=$(mktemp -d)  # the running step's pid and exit status
+trap 'rm -rf "$scratch"' EXIT
+
+say() { echo "$*" | tee -a "$out"; }
+
+# start_results PREFIX TITLE: begin $results/PREFIX_<gpu>_<date>.txt with what ran, where and when.
+start_results() {
+  out=$results/$1_${slug}_${day}.txt
+  {
+    echo "# $2"
+    echo "# command: $invocation"
+    local info
+    info=$(timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm \
+      --format=csv,noheader 2>/dev/null) || info="none visible (nvidia-smi failed: ${info:-no output})"
+    echo "# gpu: $info"
+    echo "# nvcc: $(nvcc --version 2>/dev/null | grep -o 'release [^,]*' || echo 'not found')"
+    echo "# date: $(date -u +%FT%TZ)   commit: $commit"
+    echo "# build: $build   CUDA_ARCH=$arch   HALFLING_JOBS=$jobs   time budget: $budget s"
+    echo "# environment: $(env | grep -E '^(HALFLING_[A-Z_]*|CUDA_ARCH|BATCH|OMP_NUM_THREADS)=' | sort | tr '\n' ' ')"
+    echo "# results: $out"
+  } | tee "$out"
+}
+
+# record NAME STATE [DETAIL]: one line of the summary. "ok" and "skipped" keep the exit status 0;
+# any other state (FAILED, TIMEOUT, NOT RUN) makes the script fail.
+record() {
+  local name=$1 state=$2 detail=${3:-}
+  summary+=("$(printf '%-8s %s%s' "$state" "$name" "${detail:+ ($detail)}")")
+  case $state in ok | skipped) ;; *) status=1 ;; esac
+  say "## $name: $state${detail:+ ($detail)}"
+}
+
+# step NAME [timeout SECS] CMD...: log the command and its output to the results file, run it under a
+# timeout (SECS, or less if the budget has less left; no SECS: what is left), record its status.
+# A shell function as CMD runs without a timeout (they only read logs): keep them quick.
+# A --gtest_filter that matches no test of the program fails the step instead of passing vacuously.
+step() {
+  local name=$1 want='' arg prog='' filter=''
+  shift
+  if [[ ${1:-} == timeout ]]; then
+    want=$2
+    shift 2
+  fi
+  say ""
+  say "## $name"
+  local shown
+  shown=$(printf '%q ' "$@")
+  say "\$ ${shown% }"
+  if [[ $1 == */* && ! -x $1 ]]; then  # most likely an earlier build step failed
+    record "$name" FAILED "missing: $1"
+    return 1
+  fi
+  local secs=$((deadline - SECONDS - reserve))
+  [[ -n $want ]] && ((want < secs)) && secs=$want
+  if ((secs < 10)) && [[ $(type -t "$1") != function ]]; then
+    record "$name" "NOT RUN" "the $budget s time budget is spent"
+    return 1
+  fi
+  for arg in "$@"; do
+    case $arg in
+      --gtest_filter=*) filter=${arg#--gtest_filter=} ;;
+      "$build"/tests/test_*) prog=$arg ;;
+    esac
+  done
+  if [[ -n $prog && -n $filter && -x $prog ]]; then
+    local n
+    n=$(timeout 60 "$prog" --gtest_list_tests --gtest_filter="$filter" 2>/dev/null | grep -c '^  ')
+    say "# $n tests match the filter"
+    if ((n == 0)); then
+      record "$name" FAILED "the filter matches no test of ${prog##*/}"
+      return 1
+    fi
+  fi
+  local t0=$SECONDS rc
+  current_step=$name
+  if [[ $(type -t "$1") == function ]]; then
+    "$@" 2>&1 </dev/null | tee -a "$out"
+    rc=${PIPESTATUS[0]}
+  else
+    # timeout runs the command in a process group of its own and signals all of it (ctest's tests,
+    # compute-sanitizer's target); KILL 10 s after TERM if TERM is not enough. In the background, with
+    # its pid noted, so that a signal to this script can stop it at once (on_signal).
+    rm -f "$scratch/pid" "$scratch/rc"
+    {
+      timeout -k 10 "$secs" "$@" </dev/null 2>&1 &
+      echo $! >"$scratch/pid"
+      wait $!
+      echo $? >"$scratch/rc"
+    } | tee -a "$out" &
+    wait $!
+    rc=$(cat "$scratch/rc" 2>/dev/null)
+    rc=${rc:-1}
+  fi
+  current_step=
+  local took=$((SECONDS - t0))
+  if ((rc == 0)); then
+    record "$name" ok "$took s"
+  elif ((rc == 124 || (rc == 137 && took >= secs))); then
+    record "$name" TIMEOUT "killed after $secs s"
+  else
+    record "$name" FAILED "exit $rc after $took s"
+  fi
+  return "$rc"
+}
+
+# build_targets [TARGET...]: configure (a no-op when configured) and build TARGETs (none: everything),
+# as the steps "configure" and "build". CUDA is required, not AUTO: a missing nvcc is an error.
+build_targets() {
+  step configure timeout 120 cmake -S "$root" -B "$build" -DHALFLING_CUDA=ON -DHALFLING_TESTS=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="$arch" -DCMAKE_BUILD_TYPE=Release || {
+    record build "NOT RUN" "configure failed"
+    return 1
+  }
+  local targets=()
+  (($# > 0)) && targets=(--target "$@")
+  step build timeout "${HALFLING_BUILD_TIMEOUT:-420}" cmake --build "$build" -j"$jobs" "${targets[@]}"
+}
+
+# check_gpu: fail (step "gpu") unless nvidia-smi lists a GPU: without one the CUDA tests skip and the
+# benchmarks print "no CUDA device", all with exit status 0.
+check_gpu() {
+  step gpu timeout 30 bash -c 'nvidia-smi -L | grep "^GPU "'
+}
+
+# sanitizers_enabled NAME...: whether the compute-sanitizer steps NAME... should run; if not, records
+# them as skipped (HALFLING_SANITIZE=0) or failed (no compute-sanitizer).
+sanitizers_enabled() {
+  local name
+  if [[ ${HALFLING_SANITIZE:-1} == 0 ]]; then
+    for name; do record "$name" skipped "HALFLING_SANITIZE=0"; done
+    return 1
+  fi
+  if [[ ! -x $sanitizer ]]; then
+    for name; do record "$name" FAILED "compute-sanitizer not found"; done
+    return 1
+  fi
+  say "# compute-sanitizer: $sanitizer ($(timeout 20 "$sanitizer" --version 2>/dev/null | grep -o 'Version .*' | head -1))"
+}
+
+# finish: the per-step summary at the end of the results file; returns the exit status (1 if any step
+# failed, timed out or was not run).
+finish() {
+  {
+    echo
+    echo "## summary: $invocation ($((SECONDS)) s of the $budget s budget)"
+    printf '%s\n' "${summary[@]}"
+    echo "# overall: $( ((status == 0)) && echo ok || echo FAILED)"
+  } | tee -a "$out"
+  echo "written: $out" >&2
+  return "$status"
+}
+
+# Killed from outside (TERM, or Ctrl-C): still end the file with the summary.
+on_signal() {
+  trap - TERM INT
+  if [[ -n $current_step && -s $scratch/pid ]]; then
+    kill -TERM "$(cat "$scratch/pid")" 2>/dev/null
+    wait  # for the step's output to reach the file
+  fi
+  record "${current_step:-(between steps)}" INTERRUPTED "signal $1"
+  finish
+  exit "$2"
+}
+trap 'on_signal TERM 143' TERM
+trap 'on_signal INT 130' INT
