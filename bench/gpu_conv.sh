@@ -28,12 +28,7 @@ step tests timeout 240 "$build/tests/test_kernels" --gtest_filter='ConvCuda*:Cud
 
 # The shapes that are quick enough for the sanitizers (not the LeNet/VGG layers).
 small='ConvCuda.SmallShapes*:ConvCuda.BetaAccumulates*:ConvCuda.BiasRelu*:ConvCuda.Im2colGemmChunks*'
-if sanitizers_enabled memcheck racecheck; then
-  step memcheck timeout 150 "$sanitizer" --tool memcheck --error-exitcode 1 "$build/tests/test_kernels" \
-    --gtest_filter="$small"
-  step racecheck timeout 150 "$sanitizer" --tool racecheck --error-exitcode 1 "$build/tests/test_kernels" \
-    --gtest_filter="$small"
-fi
+sanitize_kernels "$small"
 
 step benchmark timeout 240 "$build/bench/conv_bench" --batch "$batch"
 finish

@@ -25,12 +25,7 @@ step tutorial-04-test timeout 120 "$build/tests/test_tutorials" --gtest_filter='
 # The sanitizers on the small cases only (each kernel launch is ~100x slower under them).
 small='Shapes/CudaGemmSweep.*/s1x1x1:Shapes/CudaGemmSweep.*/s7x13x5:Shapes/CudaGemmSweep.*/s17x33x65'
 small+=':CudaGemm.AccumulatesInFp32:CudaGemm.NaNPassesThroughBiasAndRelu:CudaGemm.MisalignedPointers*'
-if sanitizers_enabled memcheck racecheck; then
-  step memcheck timeout 150 "$sanitizer" --tool memcheck --error-exitcode 1 \
-    "$build/tests/test_kernels" --gtest_filter="$small:CudaGemm.NonDenseLeadingDimensions"
-  step racecheck timeout 150 "$sanitizer" --tool racecheck --error-exitcode 1 \
-    "$build/tests/test_kernels" --gtest_filter="$small"
-fi
+sanitize_kernels "$small:CudaGemm.NonDenseLeadingDimensions" "$small"
 
 step benchmark timeout 180 "$build/bench/gemm_bench" --runs 20
 step tutorial-04 timeout 120 "$build/tutorials/04_gemm_ladder" --device cuda

@@ -29,12 +29,7 @@ step tutorial-08-test timeout 120 "$build/tests/test_tutorials" --gtest_filter='
 # (every rung on shapes up to 70000 x 33: minutes under a sanitizer; the rungs' forward kernels still run
 # in ScalarPathForMisalignedBuffers, Fp16OverflowLessonOnTheGpu and the cross-entropy tests).
 san='SoftmaxCuda*:CudaSoftmax*-SoftmaxCuda.EveryRungForwardAgainstReference'
-if sanitizers_enabled memcheck racecheck; then
-  step memcheck timeout 150 "$sanitizer" --tool memcheck --error-exitcode 1 "$build/tests/test_kernels" \
-    --gtest_filter="$san"
-  step racecheck timeout 150 "$sanitizer" --tool racecheck --error-exitcode 1 "$build/tests/test_kernels" \
-    --gtest_filter="$san"
-fi
+sanitize_kernels "$san"
 
 step benchmark timeout 150 "$build/bench/softmax_bench"
 if timeout 60 python3 -c 'import torch' >/dev/null 2>&1; then

@@ -2,7 +2,8 @@
 # The plumbing of the GPU-session scripts (scripts/gpu_check.sh, bench/gpu_gemm.sh, gpu_softmax.sh,
 # gpu_conv.sh): sourced by them, never run. It cds to the repository root and sets:
 #   root, build, arch, jobs, results, commit, gpu, slug, day, sanitizer, budget
-# and defines start_results, step, record, build_targets, check_gpu, sanitizers_enabled and finish.
+# and defines start_results, step, record, build_targets, check_gpu, sanitizers_enabled,
+# sanitize_kernels and finish.
 #
 # Those scripts are made for a lent GPU machine driven one bash command at a time: at most 600 s per
 # command, a fresh machine (no build directory) for nearly every command, and only the files under $OUT
@@ -201,6 +202,17 @@ sanitizers_enabled() {
     return 1
   fi
   say "# compute-sanitizer: $sanitizer ($(timeout 20 "$sanitizer" --version 2>/dev/null | grep -o 'Version .*' | head -1))"
+}
+
+# sanitize_kernels MEMCHECK_FILTER [RACECHECK_FILTER]: compute-sanitizer memcheck and racecheck on
+# test_kernels with these gtest filters (racecheck: the memcheck one if not given), 150 s each,
+# unless sanitizers_enabled says no.
+sanitize_kernels() {
+  sanitizers_enabled memcheck racecheck || return 0
+  step memcheck timeout 150 "$sanitizer" --tool memcheck --error-exitcode 1 "$build/tests/test_kernels" \
+    --gtest_filter="$1"
+  step racecheck timeout 150 "$sanitizer" --tool racecheck --error-exitcode 1 "$build/tests/test_kernels" \
+    --gtest_filter="${2:-$1}"
 }
 
 # finish: the per-step summary at the end of the results file; returns the exit status (1 if any step
