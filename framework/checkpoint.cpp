@@ -580,7 +580,7 @@ Checkpoint load_checkpoint(const std::string& path, nn::Module& model, optim::Op
   if (optimizer != nullptr) {
     try {
       optimizer->load_state(opt_state);
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // hl::Error, or bad_alloc from a copy: roll back either way
       NoGradGuard no_grad;
       const auto state = model.named_state();
       for (size_t i = 0; i < state.size(); ++i) Tensor(state[i].second).copy_(model_backup[i]);

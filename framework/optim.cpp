@@ -29,7 +29,7 @@ Tensor int64_tensor(int64_t v, Device dev) { return detail::raw_tensor(&v, sizeo
 double meta_double(const Optimizer::State& s, const std::string& key, const std::string& who) {
   auto it = s.meta.find(key);
   HL_CHECK(it != s.meta.end(), who, "::load_state: the state has no '", key, "'");
-  return std::stod(it->second);
+  return detail::parse_double(it->second, who + "::load_state: '" + key + "'");
 }
 
 }  // namespace
@@ -234,6 +234,10 @@ void Optimizer::load_state(const State& s) {
            it == s.meta.end() ? std::string("?") : it->second, "' cannot be loaded into ", type());
   auto st = s.meta.find("steps");
   HL_CHECK(st != s.meta.end(), "load_state: the ", type(), " state has no 'steps'");
+  const int64_t steps = detail::parse_int64(st->second, type() + "::load_state: 'steps'");
+  HL_CHECK(steps >= 0, type(), "::load_state: 'steps' must be >= 0, got ", steps);
+  const double lr = meta_double(s, "lr", type());
+  HL_CHECK(std::isfinite(lr) && lr >= 0.0, type(), "::load_state: 'lr' must be finite and >= 0, got ", lr);
   const auto mw = s.meta.find("master_weights");
   HL_CHECK(mw == s.meta.end() || (mw->second == "1") == use_masters_, "load_state: the state ",
            mw != s.meta.end() && mw->second == "1" ? "has" : "has no", " master weights, this ", type(),
@@ -266,7 +270,6 @@ void Optimizer::load_state(const State& s) {
       HL_CHECK(masters[i].defined(), "load_state: the state lacks master weights for parameter ", i);
     masters_ = masters;
   }
-  const int64_t steps = std::stoll(st->second);
   buffers_ = restored;
   applied_ = int64_tensor(steps, params_[0].device());
   // A restored momentum buffer has started; any other has not.
@@ -277,7 +280,7 @@ void Optimizer::load_state(const State& s) {
     for (size_t i = 0; i < mom->second.size(); ++i) flags[i] = mom->second[i].defined() ? 1 : 0;
     started_ = Tensor::from_vector(flags, {static_cast<int64_t>(flags.size())}, params_[0].device());
   }
-  lr_ = meta_double(s, "lr", type());
+  lr_ = lr;
   unscaled_ = false;
 }
 

@@ -1,5 +1,6 @@
 // halfling errors: one exception type, messages that name the operation and what was wrong.
 #pragma once
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -16,6 +17,11 @@ class Error : public std::runtime_error {
 namespace detail {
 // Every bit of a double as text: 17 significant digits round-trip exactly (saved settings, states).
 std::string exact(double v);
+// The whole of `text` as a number, or hl::Error("<what>: '<text>' is not a number / an integer"):
+// for numbers read back from files and states, where std::stod's partial parses ("1.5x" -> 1.5) and
+// its std::invalid_argument (no operation named) would not do.
+double parse_double(const std::string& text, const std::string& what);
+int64_t parse_int64(const std::string& text, const std::string& what);
 
 template <class... Args>
 std::string concat(const Args&... args) {

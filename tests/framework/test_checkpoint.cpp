@@ -492,28 +492,40 @@ TEST(Checkpoint, BadOptimizerStateRollsTheModelBack) {
   auto a = small_mlp(g);
   optim::SGD sa(a->parameters(), {.lr = 0.05, .momentum = 0.9});
   train_steps(*a, sa, g, 2);
-  save_checkpoint(dir.file("c.safetensors"), *a, &sa);
-  // Corrupt the optimizer state only: a momentum buffer of the wrong shape.
-  SafeTensors f = load_safetensors(dir.file("c.safetensors"));
-  for (auto& [name, t] : f.tensors)
-    if (name == "optim.momentum.1") t = Tensor::zeros({3});
-  save_safetensors(dir.file("c.safetensors"), f.tensors, f.metadata);
+  save_checkpoint(dir.file("good.safetensors"), *a, &sa);
+  // Corrupt the optimizer state only, three ways: a momentum buffer of the wrong shape, a step count
+  // and a learning rate that are not numbers (the state's numbers are parsed only after the model
+  // was loaded, so they must roll it back too).
+  struct Corruption {
+    std::string what, tensor, key, value, expect;
+  };
+  const std::vector<Corruption> corruptions{{"a momentum buffer's shape", "optim.momentum.1", "", "", "momentum.1"},
+                                            {"the step count", "", "optim.steps", "2x", "'steps'"},
+                                            {"the learning rate", "", "optim.lr", "nan", "'lr'"}};
+  for (const Corruption& c : corruptions) {
+    SCOPED_TRACE(c.what);
+    SafeTensors f = load_safetensors(dir.file("good.safetensors"));
+    for (auto& [name, t] : f.tensors)
+      if (name == c.tensor) t = Tensor::zeros({3});
+    if (!c.key.empty()) f.metadata[c.key] = c.value;
+    save_safetensors(dir.file("bad.safetensors"), f.tensors, f.metadata);
 
-  auto b = small_mlp(g);
-  optim::SGD sb(b->parameters(), {.lr = 0.2, .momentum = 0.9});
-  train_steps(*b, sb, g, 1);
-  std::vector<std::vector<uint8_t>> params_before, momentum_before;
-  for (const auto& p : b->parameters()) params_before.push_back(bytes_of(p));
-  for (const auto& m : sb.momentum_buffers()) momentum_before.push_back(bytes_of(m));
-  const std::string msg = load_error(dir.file("c.safetensors"), *b, &sb);
-  EXPECT_NE(msg.find("optimizer state does not fit"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("momentum.1"), std::string::npos) << msg;
-  for (size_t i = 0; i < params_before.size(); ++i) {
-    EXPECT_EQ(bytes_of(b->parameters()[i]), params_before[i]) << i;
-    EXPECT_EQ(bytes_of(sb.momentum_buffers()[i]), momentum_before[i]) << i;
+    auto b = small_mlp(g);
+    optim::SGD sb(b->parameters(), {.lr = 0.2, .momentum = 0.9});
+    train_steps(*b, sb, g, 1);
+    std::vector<std::vector<uint8_t>> params_before, momentum_before;
+    for (const auto& p : b->parameters()) params_before.push_back(bytes_of(p));
+    for (const auto& m : sb.momentum_buffers()) momentum_before.push_back(bytes_of(m));
+    const std::string msg = load_error(dir.file("bad.safetensors"), *b, &sb);
+    EXPECT_NE(msg.find("optimizer state does not fit"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(c.expect), std::string::npos) << msg;
+    for (size_t i = 0; i < params_before.size(); ++i) {
+      EXPECT_EQ(bytes_of(b->parameters()[i]), params_before[i]) << i;
+      EXPECT_EQ(bytes_of(sb.momentum_buffers()[i]), momentum_before[i]) << i;
+    }
+    EXPECT_EQ(sb.steps(), 1);
+    EXPECT_EQ(sb.lr(), 0.2);
   }
-  EXPECT_EQ(sb.steps(), 1);
-  EXPECT_EQ(sb.lr(), 0.2);
 }
 
 TEST(Checkpoint, ExtraSectionsRoundTrip) {

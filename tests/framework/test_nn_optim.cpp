@@ -146,6 +146,15 @@ TEST(Optim, SgdStateRoundTripResumesExactly) {
   optim::Optimizer::State wrong = st;
   wrong.meta["type"] = "Adam";
   EXPECT_THROW(sc.load_state(wrong), Error);
+  // Numbers that do not parse, or are out of range, are refused before anything changes.
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"steps", "3x"}, {"steps", "-1"}, {"lr", "fast"}, {"lr", "-0.1"}, {"lr", "inf"}}) {
+    optim::Optimizer::State bad = st;
+    bad.meta[key] = value;
+    EXPECT_THROW(sc.load_state(bad), Error) << key << " = " << value;
+    EXPECT_EQ(sc.steps(), 6);
+    EXPECT_EQ(sc.lr(), 0.1 / 3.0);
+  }
 }
 
 TEST(Optim, BadOptionsAndParametersAreErrors) {

@@ -69,11 +69,9 @@ ModelCard ModelCard::from_metadata(const StringMap& m, const std::string& source
     c.norm = data::Normalization(nlohmann::json::parse(get("norm_mean")).get<std::vector<float>>(),
                                  nlohmann::json::parse(get("norm_std")).get<std::vector<float>>());
     c.class_names = nlohmann::json::parse(get("class_names")).get<std::vector<std::string>>();
-    c.test_accuracy = std::stod(get("test_accuracy"));
+    c.test_accuracy = detail::parse_double(get("test_accuracy"), where + "test_accuracy");
   } catch (const nlohmann::json::exception& e) {
     throw Error(where + "malformed entry: " + e.what());
-  } catch (const std::invalid_argument&) {
-    throw Error(where + "test_accuracy is not a number: '" + get("test_accuracy") + "'");
   }
   c.norm.check(where + "normalization", c.channels);
   HL_CHECK(!c.class_names.empty(), where, "no class names");
