@@ -29,13 +29,14 @@ const char* precision_name(Precision p) {
 namespace {
 
 double parse_number(const std::string& text, const std::string& spec) {
-  try {
-    size_t used = 0;
-    const double v = std::stod(text, &used);
-    if (used == text.size()) return v;
-  } catch (...) {
-  }
-  throw Error("loss scale '" + spec + "': '" + text + "' is not a number");
+  return detail::parse_double(text, "loss scale '" + spec + "'");
+}
+
+// interval and hysteresis are counts: 2.5 is an error, not 2.
+int64_t parse_count(double v, const std::string& key, const std::string& spec) {
+  HL_CHECK(v == std::floor(v) && std::abs(v) < 9.0e18, "loss scale '", spec, "': ", key,
+           " must be a whole number, got ", v);
+  return static_cast<int64_t>(v);
 }
 
 }  // namespace
@@ -70,10 +71,10 @@ ScalerConfig ScalerConfig::parse(const std::string& spec) {
       if (key == "init") c.init_scale = v;
       else if (key == "growth") c.growth_factor = v;
       else if (key == "backoff") c.backoff_factor = v;
-      else if (key == "interval") c.growth_interval = static_cast<int64_t>(v);
+      else if (key == "interval") c.growth_interval = parse_count(v, key, spec);
       else if (key == "min") c.min_scale = v;
       else if (key == "max") c.max_scale = v;
-      else if (key == "hysteresis") c.hysteresis = static_cast<int64_t>(v);
+      else if (key == "hysteresis") c.hysteresis = parse_count(v, key, spec);
       else throw Error("loss scale '" + spec + "': unknown key '" + key +
                        "' (init, growth, backoff, interval, min, max, hysteresis, consecutive)");
     }
@@ -95,7 +96,14 @@ std::string ScalerConfig::str() const {
     case Kind::none: return "none";
     case Kind::fixed: return "static:" + detail::exact(init_scale);
     case Kind::dynamic: {
+      // Every setting that differs from its default, so that two configs with the same str() run the
+      // same rule (LossScaler::load_state compares them).
+      const ScalerConfig d;
       std::string s = "dynamic:init=" + detail::exact(init_scale) + ",interval=" + std::to_string(growth_interval);
+      if (growth_factor != d.growth_factor) s += ",growth=" + detail::exact(growth_factor);
+      if (backoff_factor != d.backoff_factor) s += ",backoff=" + detail::exact(backoff_factor);
+      if (min_scale != d.min_scale) s += ",min=" + detail::exact(min_scale);
+      if (max_scale != d.max_scale) s += ",max=" + detail::exact(max_scale);
       if (hysteresis != 1) s += ",hysteresis=" + std::to_string(hysteresis);
       if (consecutive_hysteresis) s += ",consecutive";
       return s;
@@ -240,13 +248,25 @@ void LossScaler::load_state(const std::map<std::string, std::string>& s) {
   };
   HL_CHECK(get("config") == config_.str(), "LossScaler::load_state: the state was saved by a '", get("config"),
            "' scaler, this one is '", config_.str(), "'");
+  // Parse and check everything before changing anything: a bad state leaves the scaler as it was.
+  const auto count = [&](const std::string& k) {
+    return detail::parse_int64(get(k), "LossScaler::load_state: '" + k + "'");
+  };
   kernels::ScalerState st;
-  st.scale = std::stod(get("scale"));
-  st.growth_tracker = std::stoll(get("growth_tracker"));
-  st.hysteresis_left = std::stoll(get("hysteresis_left"));
-  st.skipped = std::stoll(get("skipped"));
+  st.scale = detail::parse_double(get("scale"), "LossScaler::load_state: 'scale'");
+  st.growth_tracker = count("growth_tracker");
+  st.hysteresis_left = count("hysteresis_left");
+  st.skipped = count("skipped");
   st.last_skipped = 0;
-  const int64_t steps = std::stoll(get("steps"));
+  const int64_t steps = count("steps");
+  HL_CHECK(std::isfinite(st.scale) && st.scale > 0 && std::isfinite(static_cast<float>(st.scale)) &&
+               static_cast<float>(st.scale) > 0.0f,
+           "LossScaler::load_state: the scale must be a positive finite f32, got ", get("scale"));
+  HL_CHECK(st.growth_tracker >= 0 && st.hysteresis_left >= 1 && st.hysteresis_left <= config_.hysteresis &&
+               st.skipped >= 0 && steps >= 0 && st.skipped <= steps,
+           "LossScaler::load_state: inconsistent counters: growth_tracker ", st.growth_tracker, ", hysteresis_left ",
+           st.hysteresis_left, " (hysteresis ", config_.hysteresis, "), skipped ", st.skipped, " of ", steps,
+           " steps");
   const Device dev = state_.device();
   state_ = detail::raw_tensor(&st, sizeof st, dev);
   scale32_ = Tensor::full({}, st.scale, DType::f32, dev);

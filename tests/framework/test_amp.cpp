@@ -379,6 +379,37 @@ TEST(Amp, T9_ResumeIsExact) {
   EXPECT_EQ(sd, sa);
 }
 
+TEST(Amp, ScalerStateOfAnotherRuleOrWithBadValuesIsRefusedAndChangesNothing) {
+  amp::LossScaler s(amp::ScalerConfig::parse("dynamic"));
+  const auto good = s.state();
+  // Another rule with the same init and interval: its str() names what differs, so it is refused.
+  const amp::ScalerConfig other = amp::ScalerConfig::parse("dynamic:growth=4,backoff=0.25,min=1,max=1e6");
+  EXPECT_EQ(amp::ScalerConfig::parse(other.str()).str(), other.str());  // str() parses back to itself
+  try {
+    s.load_state(amp::LossScaler(other).state());
+    ADD_FAILURE() << "a state of " << other.str() << " was loaded into a default dynamic scaler";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("growth=4"), std::string::npos) << e.what();
+  }
+  const std::vector<std::pair<std::string, std::string>> bad{
+      {"scale", "0"},           {"scale", "nan"},         {"scale", "inf"},          {"scale", "1e39"},
+      {"scale", "2x"},          {"scale", "-8"},          {"growth_tracker", "-1"},  {"hysteresis_left", "0"},
+      {"hysteresis_left", "2"}, {"skipped", "5"},         {"steps", "x"},            {"steps", "99999999999999999999"}};
+  for (const auto& [key, value] : bad) {
+    auto state = good;
+    state[key] = value;
+    try {
+      s.load_state(state);
+      ADD_FAILURE() << key << " = " << value << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("LossScaler::load_state"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(s.state(), good) << key << " = " << value << " changed the scaler";
+  }
+  s.load_state(good);  // the round trip still works
+  EXPECT_EQ(s.get_scale(), 65536.0);
+}
+
 TEST(Amp, AdamAndAdamWMatchPyTorchFormulas) {
   // Three steps on f64 parameters, against the update written out in double.
   for (bool decoupled : {false, true}) {
