@@ -213,6 +213,8 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& gamma, const Tensor& beta, co
     k::batch_norm_forward_eval(x.device(), s, x.data_ptr(), y.data_ptr(), x.dtype(), gamma.data_ptr(),
                                beta.data_ptr(), running_mean.data_ptr(), running_var.data_ptr(), tp, eps);
     // y = x * a + c with a = gamma / sqrt(rv + eps) per channel: the backward is elementwise.
+    // Evaluation usually runs without gradients: then skip the closure and its copies of the stats.
+    if (!needs_grad({x, gamma, beta})) return y;
     return record(y, "batch_norm2d_eval", {x, gamma, beta},
                   [x, gamma, beta, rm = running_mean.detach().clone(), rv = running_var.detach().clone(),
                    eps](const Tensor& g_in) {
