@@ -15,6 +15,14 @@ sanitize=${HALFLING_SANITIZE_TESTS:-1}
 "$root/scripts/build.sh" -DHALFLING_TESTS=ON "$@"
 "$root/datasets/fetch.sh" mnist
 "$root/datasets/fetch.sh" fashion-mnist
+# CIFAR-10 cannot be downloaded offline; the JPEG copy next to the checkout (../shared/datasets, as on
+# the project's machines; HALFLING_CIFAR10_FROM names another) is unpacked once. Without either, the
+# CIFAR-10 tests skip themselves and say why.
+cifar_from=${HALFLING_CIFAR10_FROM:-$root/../shared/datasets/cifar10-jpg.tar.gz}
+cifar_dir=${HALFLING_DATA:-$root/data}/cifar10
+if [[ -e $cifar_from && ! -d $cifar_dir/train && ! -f $cifar_dir/data_batch_1.bin ]]; then
+  "$root/datasets/fetch.sh" cifar10 --from "$cifar_from"
+fi
 
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
