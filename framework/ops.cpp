@@ -454,14 +454,21 @@ void check_labels(const Tensor& scores, const Tensor& labels, const char* op) {
            ": labels must be i32 [", scores.size(0), "], got ", labels.describe());
 }
 
+// Every label in [0, cols). Free on the CPU. On the GPU the check would read the labels back every
+// step, so it runs only under set_detect_anomaly (debugging); otherwise a bad label yields a NaN loss,
+// which a dynamic loss scaler takes for an overflow: every step skipped (the trainer reports them).
+void check_label_range(const Tensor& labels, int64_t cols, const char* op) {
+  if (labels.device() != Device::cpu && !detect_anomaly()) return;
+  const std::vector<int32_t> host = labels.device() == Device::cpu ? std::vector<int32_t>() : labels.to_int();
+  const int32_t* l = labels.device() == Device::cpu ? labels.data<int32_t>() : host.data();
+  for (int64_t r = 0; r < labels.size(0); ++r)
+    HL_CHECK(l[r] >= 0 && l[r] < cols, op, ": label ", l[r], " at row ", r, " is outside [0, ", cols, ")");
+}
+
 // Per-row -logp[r, label[r]]; differentiable in logp.
 Tensor nll_rows(const Tensor& logp, const Tensor& labels) {
   const int64_t rows = logp.size(0), cols = logp.size(1);
-  if (logp.device() == Device::cpu) {  // free to check here; on the GPU a bad label yields NaN instead
-    const int32_t* l = labels.data<int32_t>();
-    for (int64_t r = 0; r < rows; ++r)
-      HL_CHECK(l[r] >= 0 && l[r] < cols, "nll_loss: label ", l[r], " at row ", r, " is outside [0, ", cols, ")");
-  }
+  check_label_range(labels, cols, "nll_loss");
   Tensor out = Tensor::empty({rows}, logp.dtype(), logp.device());
   k::nll_forward(logp.device(), rows, cols, logp.data_ptr(), logp.dtype(), labels.data<int32_t>(), out.data_ptr());
   return record(out, "nll_loss", {logp}, [logp, labels, rows, cols](const Tensor& g) {
@@ -516,11 +523,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
   // A pinned softmax rung without a fused loss (--softmax block_row): the unfused path, with that rung.
   if (!k::softmax_can_run(fwd)) return cross_entropy_unfused(logits, labels);
 
-  if (logits.device() == Device::cpu) {  // free to check here; on the GPU a bad label yields NaN instead
-    const int32_t* l = labels.data<int32_t>();
-    for (int64_t r = 0; r < rows; ++r)
-      HL_CHECK(l[r] >= 0 && l[r] < cols, "cross_entropy: label ", l[r], " at row ", r, " is outside [0, ", cols, ")");
-  }
+  check_label_range(labels, cols, "cross_entropy");
   Tensor row_loss = Tensor::empty({rows}, stat_t, logits.device());
   Tensor stats = Tensor::empty({rows, 2}, stat_t, logits.device());
   fwd.labels = labels.data<int32_t>();

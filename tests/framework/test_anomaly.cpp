@@ -118,4 +118,22 @@ TEST(Anomaly, Fp32WithoutDetectionPoisonsEveryWeight) {
   EXPECT_FALSE(all_finite({s.model->parameters()[0]}));
 }
 
+TEST(Anomaly, BadLabelsOnTheGpuAreNamedUnderDetection) {
+  HL_REQUIRE_CUDA();
+  // Checking GPU labels reads them back, so it happens only under detection; without it the loss is
+  // NaN (which a dynamic scaler then skips as an overflow).
+  const Tensor logits = Tensor::zeros({3, 10}).to(Device::cuda);
+  const Tensor labels = Tensor::from_vector(std::vector<int32_t>{1, 10, 2}, {3}).to(Device::cuda);
+  EXPECT_TRUE(std::isnan(cross_entropy(logits, labels).item()));
+  DetectAnomalyGuard detect;
+  for (bool fused : {true, false}) {
+    try {
+      fused ? cross_entropy(logits, labels) : nll_loss(log_softmax(logits), labels);
+      ADD_FAILURE() << "label 10 of 10 classes passed (" << (fused ? "cross_entropy" : "nll_loss") << ")";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("label 10 at row 1 is outside [0, 10)"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
