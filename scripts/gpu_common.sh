@@ -23,6 +23,7 @@
 #                     Lower it when the session has less than 600 s of GPU time left.
 #   HALFLING_BUILD_TIMEOUT  seconds for the build step at most (default 420)
 #   HALFLING_SANITIZE 0: skip the compute-sanitizer steps of bench/gpu_*.sh (default 1)
+#   HALFLING_PREBUILT 1: use the build carried in HALFLING_BUILD as it is (see build_targets)
 # A caller may set default_budget before sourcing (gpu_check.sh bench: several scripts in a row).
 # The caller uses `set -uo pipefail` without -e: a failing step is recorded and the next one runs.
 
@@ -38,6 +39,11 @@ cd "$root" || exit 2
 build=${HALFLING_BUILD:-build-gpu}
 [[ $build == /* ]] || build=$root/$build
 export HALFLING_BUILD=$build  # bench/compare_train.sh reads it too
+# A carried build: the library folders scripts/gpu_unpack.sh found (cuBLAS, cuDNN) for every step.
+if [[ ${HALFLING_PREBUILT:-0} == 1 && -f $build/prebuilt_env.sh ]]; then
+  # shellcheck disable=SC1091
+  source "$build/prebuilt_env.sh"
+fi
 export PYTHONUNBUFFERED=1     # else a Python step killed by its timeout loses its buffered output
 arch=${CUDA_ARCH:-90}
 jobs=${HALFLING_JOBS:-16}
@@ -172,7 +178,18 @@ step() {
 
 # build_targets [TARGET...]: configure (a no-op when configured) and build TARGETs (none: everything),
 # as the steps "configure" and "build". CUDA is required, not AUTO: a missing nvcc is an error.
+# HALFLING_PREBUILT=1: the build was made on another machine and carried here (scripts/gpu_pack.sh and
+# gpu_unpack.sh, for a GPU machine whose image lacks the build's libraries): nothing is configured or
+# built, the step "build" only checks that the build directory is there.
 build_targets() {
+  if [[ ${HALFLING_PREBUILT:-0} == 1 ]]; then
+    if [[ -f $build/CMakeCache.txt ]]; then
+      record build skipped "prebuilt: $(grep -m1 '^# built' "$build/PREBUILT" 2>/dev/null || echo "$build")"
+      return 0
+    fi
+    record build FAILED "HALFLING_PREBUILT=1 but no build in $build (run scripts/gpu_unpack.sh first)"
+    return 1
+  fi
   step configure timeout 120 cmake -S "$root" -B "$build" -DHALFLING_CUDA=ON -DHALFLING_TESTS=ON \
     -DCMAKE_CUDA_ARCHITECTURES="$arch" -DCMAKE_BUILD_TYPE=Release || {
     record build "NOT RUN" "configure failed"

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Packs a CUDA build made on this machine, and the data sets the GPU checks read, for a lent GPU machine
+# (scripts/gpu_check.sh's header says how such a session runs).
+#
+# Why: that machine's image has nvcc, the CUDA libraries and PyTorch, but not the Debian packages the
+# build needs (GoogleTest, CLI11, nlohmann-json, stb) and it cannot install any; and its time is the
+# scarce resource. So the build is made here, where compiling costs nothing, and carried there; the
+# programs need from that machine only the CUDA runtime, cuBLAS and (conv_bench) cuDNN, which
+# scripts/gpu_unpack.sh finds. A build made on Debian 12 runs on the newer glibc/libstdc++ there.
+#
+#   cmake -S . -B build-gpu -DHALFLING_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release
+#   cmake --build build-gpu -j2
+#   scripts/gpu_pack.sh            # writes .gpu-carry/ (git-ignored)
+# then, on the GPU machine (carry [".gpu-carry"]):
+#   bash scripts/gpu_unpack.sh && HALFLING_PREBUILT=1 scripts/gpu_check.sh test
+#
+# .gpu-carry/ holds build.tar.xz (the build directory without object files and CMake's internals),
+# mnist.tar.xz (data/mnist, if present) and cifar10-jpg.tar.gz (the shared JPEG archive, if present:
+# $HALFLING_CIFAR10_FROM, else ../shared/datasets/cifar10-jpg.tar.gz). The device tool carries 64 MiB
+# at most, the working tree included: the script prints the total and fails above 60 MiB.
+# Environment: HALFLING_BUILD (default build-gpu).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+build=${HALFLING_BUILD:-build-gpu}
+build=${build%/}
+[[ $build != /* ]] || { echo "gpu_pack.sh: HALFLING_BUILD must be a folder inside the repository, relative to it" >&2; exit 2; }
+cache=$build/CMakeCache.txt
+[[ -f $cache ]] || { echo "gpu_pack.sh: no build in $root/$build (configure and build it first; see the header)" >&2; exit 2; }
+grep -q '^HALFLING_CUDA:STRING=ON$' "$cache" ||
+  { echo "gpu_pack.sh: $build was not configured with -DHALFLING_CUDA=ON" >&2; exit 2; }
+[[ -f $build/libhalfling.so && -x $build/tests/test_kernels ]] ||
+  { echo "gpu_pack.sh: $build is not fully built (no libhalfling.so or tests/test_kernels): build it first" >&2; exit 2; }
+# A build older than the sources would test old code: refuse it rather than carry it.
+newer=$(find kernels framework datasets tutorials tests bench CMakeLists.txt -newer "$build/libhalfling.so" \
+  -type f \( -name '*.cu' -o -name '*.cuh' -o -name '*.cpp' -o -name '*.h' -o -name 'CMakeLists.txt' \) | head -3)
+[[ -z $newer ]] || { echo "gpu_pack.sh: sources changed since $build was built (e.g. $newer): rebuild first" >&2; exit 2; }
+
+dest=$root/.gpu-carry
+tmp=$(mktemp -d "$root/.gpu-carry.tmp.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+arch=$(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$cache")
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+[[ -z $(git status --porcelain --untracked-files=no 2>/dev/null) ]] || commit+=" (with uncommitted changes)"
+{
+  echo "# built $(date -u +%FT%TZ) on $(hostname) ($(sed -n "s/^PRETTY_NAME=//p" /etc/os-release 2>/dev/null | tr -d "\""), commit $commit"
+  echo "source_dir=$root"
+  echo "build=$build"
+  echo "cuda_architectures=$arch"
+} >"$build/PREBUILT"
+
+# The build without object files, static libraries of the build's own targets and CMake's internals
+# (ctest needs CTestTestfile.cmake and the gtest_discover_tests lists, which live outside CMakeFiles).
+tar -C "$root" -cf - --exclude='*/CMakeFiles' --exclude='*.o' --exclude='*.a' --exclude='Testing' "$build" |
+  xz -T2 -6 >"$tmp/build.tar.xz"
+if [[ -d data/mnist ]]; then
+  tar -C "$root" -cf - data/mnist | xz -T2 -6 >"$tmp/mnist.tar.xz"
+else
+  echo "gpu_pack.sh: no data/mnist (datasets/fetch.sh mnist): the MNIST steps will skip or fail there" >&2
+fi
+cifar=${HALFLING_CIFAR10_FROM:-$root/../shared/datasets/cifar10-jpg.tar.gz}
+if [[ -f $cifar ]]; then
+  cp "$cifar" "$tmp/cifar10-jpg.tar.gz"
+else
+  echo "gpu_pack.sh: no CIFAR-10 archive at $cifar: the CIFAR-10 steps will skip there" >&2
+fi
+
+rm -rf "$dest"
+mv "$tmp" "$dest"
+trap - EXIT
+ls -l "$dest"
+total=$(($(du -sb "$dest" | cut -f1) + $(git ls-files -z | xargs -0 cat 2>/dev/null | wc -c)))
+echo "carry [\".gpu-carry\"]: $((total / 1048576)) MiB with the working tree (the limit is 64 MiB)"
+((total <= 60 * 1048576)) || { echo "gpu_pack.sh: over 60 MiB: carry less (a smaller CUDA_ARCHITECTURES list?)" >&2; exit 1; }
