@@ -184,7 +184,7 @@ step() {
 build_targets() {
   if [[ ${HALFLING_PREBUILT:-0} == 1 ]]; then
     if [[ -f $build/CMakeCache.txt ]]; then
-      record build skipped "prebuilt: $(grep -m1 '^# built' "$build/PREBUILT" 2>/dev/null || echo "$build")"
+      record build skipped "prebuilt: $(grep -m1 '^# packed' "$build/PREBUILT" 2>/dev/null || echo "$build")"
       return 0
     fi
     record build FAILED "HALFLING_PREBUILT=1 but no build in $build (run scripts/gpu_unpack.sh first)"

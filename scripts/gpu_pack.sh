@@ -15,6 +15,7 @@
 #   bash scripts/gpu_unpack.sh && HALFLING_PREBUILT=1 scripts/gpu_check.sh test
 #
 # .gpu-carry/ holds build.tar.xz (the build directory without object files and CMake's internals),
+# lib/ (libstb.so.0: Debian's stb is a shared library),
 # mnist.tar.xz (data/mnist, if present) and cifar10-jpg.tar.gz (the shared JPEG archive, if present:
 # $HALFLING_CIFAR10_FROM, else ../shared/datasets/cifar10-jpg.tar.gz). The device tool carries 64 MiB
 # at most, the working tree included: the script prints the total and fails above 60 MiB.
@@ -44,7 +45,7 @@ arch=$(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$cache")
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 [[ -z $(git status --porcelain --untracked-files=no 2>/dev/null) ]] || commit+=" (with uncommitted changes)"
 {
-  echo "# built $(date -u +%FT%TZ) on $(hostname) ($(sed -n "s/^PRETTY_NAME=//p" /etc/os-release 2>/dev/null | tr -d "\""), commit $commit"
+  echo "# packed $(date -u +%FT%TZ) on $(hostname) ($(sed -n "s/^PRETTY_NAME=//p" /etc/os-release 2>/dev/null | tr -d "\""), commit $commit"
   echo "source_dir=$root"
   echo "build=$build"
   echo "cuda_architectures=$arch"
@@ -65,6 +66,15 @@ if [[ -f $cifar ]]; then
 else
   echo "gpu_pack.sh: no CIFAR-10 archive at $cifar: the CIFAR-10 steps will skip there" >&2
 fi
+
+# The shared libraries of the build's Debian packages that a CUDA image lacks (Debian builds stb as
+# libstb.so.0; the rest is header-only or static, or part of any Linux and of the CUDA toolkit).
+mkdir -p "$tmp/lib"
+carried_libs=(libstb.so.0)
+for lib in "${carried_libs[@]}"; do
+  path=$(ldd "$build/libhalfling.so" | awk -v l="$lib" '$1 == l {print $3}')
+  [[ -n $path ]] && cp -L "$path" "$tmp/lib/"
+done
 
 rm -rf "$dest"
 mv "$tmp" "$dest"

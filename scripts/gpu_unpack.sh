@@ -52,12 +52,14 @@ fi
 
 # The libraries the loader cannot find, looked for where CUDA and PyTorch keep them.
 missing=$(for f in "$build"/libhalfling.so "$build"/tests/test_* "$build"/bench/* "$build"/tutorials/*; do
-  [[ -f $f && -x $f ]] && ldd "$f" 2>/dev/null | awk '/not found/ {print $1}'
+  if [[ -f $f && -x $f ]]; then ldd "$f" 2>/dev/null || true; fi | awk '/not found/ {print $1}'
 done | sort -u)
 dirs=()
+[[ -d $carry/lib ]] && dirs+=("$carry/lib")  # what gpu_pack.sh carried (libstb.so.0)
 for lib in $missing; do
+  [[ -e $carry/lib/$lib ]] && continue
   found=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/local/cuda*/lib /usr/lib /opt \
-    -name "$lib" 2>/dev/null | head -1)
+    -name "$lib" 2>/dev/null | head -1 || true)  # find fails on the folders a machine lacks
   if [[ -z $found ]]; then
     echo "gpu_unpack.sh: $lib not found on this machine" >&2
     continue
@@ -75,7 +77,7 @@ cat "$env_file"
 # shellcheck disable=SC1090
 source "$env_file"
 still=$(for f in "$build"/libhalfling.so "$build"/tests/test_* "$build"/bench/* "$build"/tutorials/*; do
-  [[ -f $f && -x $f ]] && ldd "$f" 2>/dev/null | awk -v f="$f" '/not found/ {print f ": " $1}'
+  if [[ -f $f && -x $f ]]; then ldd "$f" 2>/dev/null || true; fi | awk -v f="$f" '/not found/ {print f ": " $1}'
 done | sort -u)
 if [[ -n $still ]]; then
   echo "gpu_unpack.sh: still missing:" >&2
