@@ -10,7 +10,8 @@
 # (default: all cores), the same for both. Needs a build (HALFLING_BUILD, default build/) and
 # python3 with numpy and torch (Debian: python3-torch libopenblas0). MAX_STEPS=N stops every epoch of
 # both sides after N steps (a quick check of the script, not a measurement). OUT=FILE writes the
-# result there instead.
+# result there instead. PRECISIONS="fp32" (or "mixed") runs only those precisions (cuda: both by
+# default), e.g. to give a slow configuration its own MAX_STEPS.
 #
 # PyTorch on the CPU has two thread pools: its own OpenMP pool (convolutions, elementwise ops) and
 # OpenBLAS's (the GEMMs of Linear layers; Debian's OpenBLAS is the pthreads build). Given N threads
@@ -26,6 +27,13 @@ case $device in
   cuda) models=${2:-mlp512,lenet,vgg_small}; precisions="fp32 mixed" ;;
   *) echo "bench/compare_train.sh: device must be cpu or cuda, got '$device'" >&2; exit 2 ;;
 esac
+if [[ -n ${PRECISIONS:-} ]]; then
+  for p in $PRECISIONS; do
+    [[ " $precisions " == *" $p "* ]] ||
+      { echo "bench/compare_train.sh: PRECISIONS: '$p' is not one of '$precisions' on $device" >&2; exit 2; }
+  done
+  precisions=$PRECISIONS
+fi
 epochs=${3:-3}
 steps=()
 [[ -n ${MAX_STEPS:-} ]] && steps=(--max-steps "$MAX_STEPS")
