@@ -73,9 +73,9 @@ std::vector<double> reference(ConvArgs a, const std::vector<double>& in1, const 
   return out;
 }
 
-// conv_implicit_gemm_kernel<kBackwardData>, one block at a time: src is x (forward) or dy
+// conv_implicit_gemm_kernel<kBackwardData, kUnitStride>, one block at a time: src is x (forward) or dy
 // (backward_data), w the weights. Returns the output and counts the writes per element.
-template <bool kBackwardData>
+template <bool kBackwardData, bool kUnitStride = false>
 std::vector<double> emulate(const ConvArgs& a, const std::vector<double>& src, const std::vector<double>& w,
                             std::vector<int>& writes) {
   const ig::Geometry g = ig::make_geometry(a);
@@ -103,7 +103,7 @@ std::vector<double> emulate(const ConvArgs& a, const std::vector<double>& src, c
           for (int i = 0; i < 4; ++i) {
             const ig::Tap tb = ig::make_tap(g, k0 + warp + 8 * i);
             for (int j = 0; j < 4; ++j) {
-              const int64_t idx = ig::gather_index<kBackwardData>(g, cols[j], tb);
+              const int64_t idx = ig::gather_index<kBackwardData, kUnitStride>(g, cols[j], tb);
               Bs[(warp + 8 * i) * ig::kLdB + lane + 32 * j] = idx >= 0 ? src.at(static_cast<size_t>(idx)) : 0.0;
             }
           }
@@ -219,8 +219,12 @@ TEST(ConvImplicitIndex, ForwardAndBackwardDataTilesMatchTheReference) {
 
     a.pass = ConvPass::backward_data;
     const auto dx = emulate<true>(a, dy, w, writes);
-    expect_match(dx, reference(a, dy, w), reference(a, abs_of(dy), abs_of(w)), writes,
-                 std::string("backward_data ") + s.name);
+    const auto dx_ref = reference(a, dy, w), dx_abs = reference(a, abs_of(dy), abs_of(w));
+    expect_match(dx, dx_ref, dx_abs, writes, std::string("backward_data ") + s.name);
+    if (s.sh == 1 && s.sw == 1) {  // the kernel's stride-1 instantiation (run() picks it for these)
+      const auto dx1 = emulate<true, true>(a, dy, w, writes);
+      expect_match(dx1, dx_ref, dx_abs, writes, std::string("backward_data, stride-1 path ") + s.name);
+    }
   }
 }
 

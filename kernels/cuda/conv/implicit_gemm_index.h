@@ -94,11 +94,20 @@ HL_HOST_DEVICE Tap make_tap(const Geometry& g, int kk) {
 
 // Where B[kk, col] lives in the gathered tensor, or -1 for a zero (padding, a tap between the
 // strided outputs, or the padding of a partial tile).
-template <bool kBackwardData>
+// kUnitStride (backward_data with stride 1 x 1 only; the caller checks): p = h + ph - r needs no
+// division. The general path's % and / by a run-time stride are integer divisions, tens of
+// instructions each, four per gathered element: measured on an H200, they made backward_data twice
+// as slow as forward on the same layer (0.68 ms against 0.34 ms, VGG-small 64 -> 64).
+template <bool kBackwardData, bool kUnitStride = false>
 HL_HOST_DEVICE int64_t gather_index(const Geometry& g, const Column& c, const Tap& t) {
   if (!c.ok || !t.ok) return -1;
   int y, x;
-  if (kBackwardData) {
+  if (kBackwardData && kUnitStride) {
+    y = c.y - t.r;  // p = h + ph - r, q = w + pw - s, inside [0, P) and [0, Q)
+    x = c.x - t.s;
+    if (static_cast<unsigned>(y) >= static_cast<unsigned>(g.g_h) || static_cast<unsigned>(x) >= static_cast<unsigned>(g.g_w))
+      return -1;
+  } else if (kBackwardData) {
     // p = (h + ph - r) / sh must be whole and inside [0, P) (same for q).
     y = c.y - t.r;
     x = c.x - t.s;

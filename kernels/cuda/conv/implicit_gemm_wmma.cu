@@ -18,6 +18,8 @@
 // p lies in [0, P) (and the same for q), else 0. With stride 1 this is the convolution of dY with the
 // flipped, transposed filters; with stride 2 three taps in four are zeros of the "dilated" dY, which
 // the loader predicates away (correct, if wasteful: a stride-aware decomposition is a later rung).
+// Stride 1 (every layer of LeNet and VGG-small) gets its own instantiation without the integer
+// divisions that test "is this tap on the stride grid" (gather_index's kUnitStride).
 // W'[c, krs] = w[k, c, r, s] is the same weight tensor read with the roles of k and c swapped.
 // backward_weight has a small output and an N*P*Q-long reduction, so it splits the reduction across
 // blocks (split-K, with a deterministic second pass that adds the slices): see its kernel below.
@@ -67,7 +69,8 @@ using namespace igemm;  // the tile sizes and the address arithmetic (implicit_g
 
 __device__ __forceinline__ __half half_zero() { return __ushort_as_half(static_cast<unsigned short>(0)); }
 
-template <bool kBackwardData>
+// kUnitStride: backward_data with stride 1 x 1, whose gather needs no integer division (gather_index).
+template <bool kBackwardData, bool kUnitStride>
 __global__ void __launch_bounds__(kThreads) conv_implicit_gemm_kernel(ConvArgs a, Geometry g) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
   using namespace nvcuda;
@@ -106,7 +109,7 @@ __global__ void __launch_bounds__(kThreads) conv_implicit_gemm_kernel(ConvArgs a
       const Tap t = make_tap(g, k0 + warp + 8 * i);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int64_t idx = gather_index<kBackwardData>(g, cols[j], t);
+        const int64_t idx = gather_index<kBackwardData, kUnitStride>(g, cols[j], t);
         b_reg[i * 4 + j] = idx >= 0 ? src[idx] : half_zero();
       }
     }
@@ -345,10 +348,13 @@ void run(const ConvArgs& a) {
   const Geometry g = make_geometry(a);
   const dim3 grid(static_cast<unsigned>((g.cols + kBN - 1) / kBN), static_cast<unsigned>((g.M + kBM - 1) / kBM));
   if (a.pass == ConvPass::forward) {
-    conv_implicit_gemm_kernel<false><<<grid, kThreads, 0, stream()>>>(a, g);
+    conv_implicit_gemm_kernel<false, false><<<grid, kThreads, 0, stream()>>>(a, g);
     HL_LAUNCH_CHECK("conv_implicit_gemm_kernel<forward>");
+  } else if (a.stride_h == 1 && a.stride_w == 1) {
+    conv_implicit_gemm_kernel<true, true><<<grid, kThreads, 0, stream()>>>(a, g);
+    HL_LAUNCH_CHECK("conv_implicit_gemm_kernel<backward_data, stride 1>");
   } else {
-    conv_implicit_gemm_kernel<true><<<grid, kThreads, 0, stream()>>>(a, g);
+    conv_implicit_gemm_kernel<true, false><<<grid, kThreads, 0, stream()>>>(a, g);
     HL_LAUNCH_CHECK("conv_implicit_gemm_kernel<backward_data>");
   }
 }
