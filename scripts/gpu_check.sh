@@ -29,6 +29,9 @@
 # session has less than 600 s left, pass a smaller HALFLING_BUDGET (e.g. HALFLING_BUDGET=300).
 # Data: pass carry ["data/mnist"] (~54 MB; the tutorial tests, the train stage and the loader benchmark
 # need it). CIFAR-10 is over the 64 MiB carry limit: the steps that use it skip themselves without it.
+# A machine whose image lacks the build's Debian libraries (and cannot install any): build and pack here
+# with scripts/gpu_pack.sh, carry [".gpu-carry"] (the build, MNIST and the CIFAR-10 JPEG archive, ~35 MiB),
+# and run `bash scripts/gpu_unpack.sh && HALFLING_PREBUILT=1 scripts/gpu_check.sh STAGE` there.
 # The commit: .git is usually not copied to the device, so pass it, e.g.
 #   HALFLING_COMMIT=$(git rev-parse --short HEAD) scripts/gpu_check.sh test
 #
