@@ -11,7 +11,8 @@
 # python3 with numpy and torch (Debian: python3-torch libopenblas0). MAX_STEPS=N stops every epoch of
 # both sides after N steps (a quick check of the script, not a measurement). OUT=FILE writes the
 # result there instead. PRECISIONS="fp32" (or "mixed") runs only those precisions (cuda: both by
-# default), e.g. to give a slow configuration its own MAX_STEPS.
+# default), e.g. to give a slow configuration its own MAX_STEPS. HALFLING_COMMIT names the commit in
+# the header (default: git rev-parse HEAD).
 #
 # PyTorch on the CPU has two thread pools: its own OpenMP pool (convolutions, elementwise ops) and
 # OpenBLAS's (the GEMMs of Linear layers; Debian's OpenBLAS is the pthreads build). Given N threads
@@ -52,7 +53,9 @@ declare -A dataset=([mlp512]=mnist [lenet]=mnist [vgg_small]=cifar10)
 
 {
   echo "# bench/compare_train.sh $*"
-  echo "# date: $(date -u +%FT%TZ)   git: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  # HALFLING_COMMIT first: a copy of the tree on a GPU machine may carry a stale .git (the H200 logs of
+  # 2026-11-23 say c706f6c for builds of later commits).
+  echo "# date: $(date -u +%FT%TZ)   git: ${HALFLING_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
   echo "# cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc --all) cores, OMP_NUM_THREADS=$OMP_NUM_THREADS"
   # Other work on the machine changes CPU timings a lot: the load before the run is part of the record.
   echo "# load average before the run: $(cut -d' ' -f1-3 /proc/loadavg)"

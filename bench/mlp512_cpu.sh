@@ -16,7 +16,7 @@ prog="$build/tutorials/03_mlp_mnist"
   echo "# date: $(date -u +%FT%TZ)"
   echo "# machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores," \
        "$(grep -o -m1 -E 'avx512f|avx2' /proc/cpuinfo | head -1), OMP_NUM_THREADS=$threads"
-  echo "# git: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "# git: ${HALFLING_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
   echo "# command: OMP_NUM_THREADS=$threads bench/mlp512_cpu.sh $epochs $seeds"
   echo "#   which runs, per seed: build/tutorials/03_mlp_mnist --device cpu --epochs $epochs --seed S"
   for ((s = 0; s < seeds; ++s)); do
