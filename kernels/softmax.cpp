@@ -4,7 +4,9 @@
 
 #include <cstdlib>
 #include <sstream>
+#include <vector>
 
+#include "kernels/cuda/softmax/register_row_plan.h"
 #include "kernels/error.h"
 
 namespace hl::kernels {
@@ -41,16 +43,21 @@ void validate(const SoftmaxArgs& a) {
   }
 }
 
-// On the GPU without a pinned or requested rung: the rung that suits the shape. Short rows: a warp
-// per row keeps every SM busy without block-wide barriers; longer rows: a block per row; rows too
-// long to stay in cache: the single-pass statistics of `online`. Thresholds are first guesses, to be
-// re-tuned from bench/softmax_bench on a GPU (kernels/cuda/softmax/README.md).
-std::string auto_cuda_variant(const SoftmaxArgs& a) {
-  if (is_xent(a.op)) return a.x_type == DType::f64 || a.y_type == DType::f64 ? "" : "fused_xent";
-  if (a.x_type == DType::f64 || a.y_type == DType::f64) return "naive";  // the only f64 CUDA rung
-  if (a.cols <= 1024) return "warp_row";
-  if (a.cols <= 32768) return "block_row";
-  return "online";
+// On the GPU without a pinned or requested rung: the rungs that suit the shape, best first (the first
+// that supports the arguments runs). Short rows: a warp per row keeps every SM busy without
+// block-wide barriers. Rows up to the register capacity: register_row reads the row once into
+// registers (32768 columns for FP16 packs; 16384 for FP32 rows or the scalar path, where block_row
+// takes over). Rows too long for that: the single-pass statistics of `online`. The thresholds (1024,
+// the capacity) are to be confirmed by bench/softmax_bench on the H200 (kernels/cuda/softmax/README.md).
+std::vector<std::string> auto_cuda_variants(const SoftmaxArgs& a) {
+  if (is_xent(a.op)) {
+    if (a.x_type == DType::f64 || a.y_type == DType::f64) return {};
+    return {"fused_xent"};
+  }
+  if (a.x_type == DType::f64 || a.y_type == DType::f64) return {"naive"};  // the only f64 CUDA rung
+  if (a.cols <= 1024) return {"warp_row"};
+  if (a.cols <= register_row::kMaxCols) return {"register_row", "block_row"};
+  return {"online"};
 }
 
 std::string requested_name(const SoftmaxArgs& a, const std::string& variant) {
@@ -62,9 +69,10 @@ std::string requested_name(const SoftmaxArgs& a, const std::string& variant) {
   if (const char* env = std::getenv(SoftmaxArgs::env_var); pinned.empty() && env != nullptr) pinned = env;
   if (!pinned.empty() && (reg.find(pinned, a.device) != nullptr || !reg.known_anywhere(pinned))) return pinned;
   if (a.device == DeviceType::cuda) {
-    const std::string name = auto_cuda_variant(a);
-    const auto* v = reg.find(name, a.device);
-    if (v != nullptr && (v->unsupported == nullptr || v->unsupported(a) == nullptr)) return name;
+    for (const std::string& name : auto_cuda_variants(a)) {
+      const auto* v = reg.find(name, a.device);
+      if (v != nullptr && (v->unsupported == nullptr || v->unsupported(a) == nullptr)) return name;
+    }
   }
   return "";  // the registry's priority order
 }

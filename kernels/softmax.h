@@ -72,16 +72,18 @@ using SoftmaxRegistry = Registry<SoftmaxArgs>;
 
 // Checks the arguments and runs `variant` if given, else the registry's choice: a pinned default
 // (--softmax / set_default), else HALFLING_SOFTMAX, else, on the GPU, the rung this shape runs fastest
-// on (warp_row for short rows, block_row, online for very long ones; fused_xent for cross-entropy),
-// else the highest-priority variant that supports the arguments.
+// on (warp_row for short rows, register_row up to its register capacity, else block_row, online for
+// very long ones; fused_xent for cross-entropy), else the highest-priority variant that supports the
+// arguments.
 void softmax(const SoftmaxArgs& args, const std::string& variant = "");
 
 // Would softmax(args) find a variant (honouring a pinned default or HALFLING_SOFTMAX)? The framework's
 // cross_entropy asks this to fall back to log_softmax + nll when a pinned rung has no fused loss.
 bool softmax_can_run(const SoftmaxArgs& args);
 
-// The name softmax(args) would run (same rules and selection errors as softmax(); the pointers are not
-// looked at, so a probe with only the op, sizes and dtypes filled in will do).
+// The name softmax(args) would run (same rules and selection errors as softmax(); the pointers are only
+// looked at for their alignment, and null counts as aligned, so a probe with only the op, sizes and
+// dtypes filled in will do).
 std::string softmax_variant_for(const SoftmaxArgs& args);
 
 // ---- convenience wrappers (the framework's entry points) ----------------------------------------------

@@ -12,7 +12,11 @@
 #include <string>
 #include <vector>
 
+#include <set>
+#include <utility>
+
 #include "framework/ops.h"
+#include "kernels/cuda/softmax/register_row_plan.h"
 #include "kernels/half.h"
 #include "kernels/softmax.h"
 #include "tests/kernels/softmax_reference.h"
@@ -36,6 +40,27 @@ std::vector<std::string> rungs_for(const k::SoftmaxArgs& probe) {
     if (v.unsupported == nullptr || v.unsupported(probe) == nullptr) out.push_back(v.name);
   }
   return out;
+}
+
+bool registered_on_cuda(const std::string& name) {
+  return k::SoftmaxRegistry::instance().find(name, DeviceType::cuda) != nullptr;
+}
+
+// Values per access on register_row's path for these arguments: a 16-byte pack (8 FP16 / 4 FP32) when
+// rows are whole packs and the buffers are aligned, else 1 (its scalar path).
+int register_row_width(DType tx, int64_t cols, bool aligned_buffers) {
+  const int pack = tx == DType::f16 ? 8 : 4;
+  return aligned_buffers && cols % pack == 0 ? pack : 1;
+}
+
+// register_row declines rows past its register capacity. The every-rung loops take the rungs that
+// accept the arguments, so check here that it accepted exactly the rows it should: a decline is an
+// expectation, never a silent skip.
+void expect_register_row_listed(const k::SoftmaxArgs& a, const std::vector<std::string>& rungs, bool aligned_buffers) {
+  if (!registered_on_cuda("register_row")) return;
+  const bool fits = a.cols <= k::register_row::max_cols(register_row_width(a.x_type, a.cols, aligned_buffers));
+  const bool listed = std::find(rungs.begin(), rungs.end(), "register_row") != rungs.end();
+  EXPECT_EQ(listed, fits) << a.describe();
 }
 
 // The longest chain of sequential FP32 additions one thread makes in a row sum: naive adds the whole
@@ -134,6 +159,7 @@ TEST(SoftmaxCuda, EveryRungForwardAgainstReference) {
           for (bool log : {false, true}) {
             Tensor y = Tensor::full({rows, cols}, kNaN, ty, Device::cuda);  // poisoned
             const k::SoftmaxArgs a = forward_args(log, x, y);
+            expect_register_row_listed(a, rungs_for(a), true);
             for (const std::string& rung : rungs_for(a)) {
               // naive gives 128 threads a 70000-wide row each: one output/dtype combination of the
               // largest shapes is enough for it (it keeps the compute-sanitizer runs to minutes).
@@ -175,6 +201,7 @@ TEST(SoftmaxCuda, ScalarPathForMisalignedBuffers) {
       a.x_type = t;
       a.y = static_cast<char*>(ys.data_ptr()) + es;
       a.y_type = t;
+      expect_register_row_listed(a, rungs_for(a), false);
       for (const std::string& rung : rungs_for(a)) {
         ys.fill_(kNaN);
         k::softmax(a, rung);
@@ -191,7 +218,9 @@ TEST(SoftmaxCuda, EveryRungLogSoftmaxBackward) {
   HL_REQUIRE_CUDA();
   uint64_t seed = hl::test::fresh_seed();
   for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
-           {1, 1}, {3, 7}, {128, 10}, {128, 33}, {3, 1024}, {5, 4097}, {3, 70000}, {70000, 10}}) {
+           {1, 1}, {3, 7}, {128, 10}, {128, 33}, {3, 1024}, {5, 4097}, {3, 70000}, {70000, 10},
+           // register_row's per-thread counts and capacities (register_row_plan.h)
+           {3, 2056}, {2, 8200}, {2, 16383}, {2, 16384}, {2, 16388}, {2, 32768}}) {
     for (auto [ty, tgx] : std::vector<std::pair<DType, DType>>{
              {DType::f32, DType::f32}, {DType::f32, DType::f16}, {DType::f16, DType::f16}}) {
       const size_t n = static_cast<size_t>(rows * cols);
@@ -224,6 +253,7 @@ TEST(SoftmaxCuda, EveryRungLogSoftmaxBackward) {
       a.dy = dgy.data_ptr();
       a.y = gx.data_ptr();
       a.y_type = tgx;
+      expect_register_row_listed(a, rungs_for(a), true);
       for (const std::string& rung : rungs_for(a)) {
         gx.fill_(kNaN);
         k::softmax(a, rung);
@@ -243,6 +273,142 @@ TEST(SoftmaxCuda, EveryRungLogSoftmaxBackward) {
       }
     }
   }
+}
+
+// register_row (kernels/cuda/softmax/register_row.cu) at and around the edges of its register
+// capacity: every per-thread count it is compiled for, on both paths (whole 16-byte packs, and rows
+// that are not, which take the scalar path), the largest rows it takes and the first it declines.
+// Rows 0..2 are the all -inf, masked and logit-12 rows of make_logits; small logits and large ones.
+TEST(SoftmaxCuda, RegisterRowAtItsCapacityBoundaries) {
+  HL_REQUIRE_CUDA();
+  if (!registered_on_cuda("register_row")) GTEST_SKIP() << "register_row is not registered in this build";
+  namespace rr = k::register_row;
+  uint64_t seed = hl::test::fresh_seed();
+  const std::vector<int64_t> lengths = {1,    7,    100,  1000, 1023, 1024,  1025,  2047,  2048,  2056,
+                                        4095, 4096, 4104, 8192, 8200, 16383, 16384, 16385, 16388, 20000,
+                                        32760, 32767, 32768, 32769};
+  std::set<std::pair<int, int>> used;  // (width, per_thread) plans run
+  for (const int64_t cols : lengths) {
+    const int64_t rows = 4;
+    for (DType tx : {DType::f16, DType::f32}) {
+      const int width = register_row_width(tx, cols, true);
+      const rr::Plan plan = rr::plan(cols, width);
+      for (double range : {8.0, tx == DType::f16 ? 60000.0 : 1e4}) {
+        const Expect e = reference(make_logits(rows, cols, range, tx, seed++), rows, cols);
+        const Tensor x = device_tensor(e.x, rows, cols, tx);
+        for (DType ty : {DType::f16, DType::f32}) {
+          for (bool log : {false, true}) {
+            Tensor y = Tensor::full({rows, cols}, kNaN, ty, Device::cuda);  // poisoned
+            const k::SoftmaxArgs a = forward_args(log, x, y);
+            const auto& v = *k::SoftmaxRegistry::instance().find("register_row", DeviceType::cuda);
+            const char* why = v.unsupported(a);
+            const std::string what = std::string("register_row ") + a.describe();
+            if (plan.threads == 0) {  // past the capacity: declined with the reason, never run
+              EXPECT_NE(why, nullptr) << what;
+              if (why != nullptr) {
+                EXPECT_NE(std::string(why).find("at most 32768 columns"), std::string::npos) << why;
+              }
+              EXPECT_THROW(k::softmax(a, "register_row"), Error) << what;
+              continue;
+            }
+            ASSERT_EQ(why, nullptr) << what << ": " << why;
+            used.insert({width, plan.per_thread});
+            k::softmax(a, "register_row");
+            EXPECT_EQ(check_forward(e, y.to_double(), log, ty == DType::f16, chain_for("register_row", cols), what), 0)
+                << what;
+          }
+        }
+      }
+    }
+  }
+  // Every kernel instantiation has run (the lengths above must reach each per-thread count).
+  for (int width : {8, 4, 1})
+    for (int p = 1; p <= 32; p *= 2)
+      if (rr::compiled_for(p, width)) {
+        EXPECT_EQ(used.count({width, p}), 1u) << width << "-wide packs x " << p;
+      }
+}
+
+// register_row's launch plan (plain C++, no GPU): every row length up to the capacity gets a block
+// of whole warps, 32..1024 threads, a per-thread count that has a kernel, enough values for the row
+// and no idle warp; the next length past the capacity gets no plan.
+TEST(SoftmaxRegisterRowPlan, CoversEveryRowUpToItsCapacity) {
+  namespace rr = k::register_row;
+  EXPECT_EQ(rr::max_cols(8), 32768);  // 1024 threads x 4 FP16 packs x 8
+  EXPECT_EQ(rr::max_cols(4), 16384);  // 1024 threads x 4 FP32 packs x 4
+  EXPECT_EQ(rr::max_cols(1), 16384);  // 1024 threads x 16 single values
+  EXPECT_EQ(rr::kMaxCols, rr::max_cols(8));
+  for (int width : {8, 4, 1}) {
+    std::set<int> counts;
+    for (int64_t cols = width; cols <= rr::max_cols(width); cols += width) {
+      const rr::Plan p = rr::plan(cols, width);
+      ASSERT_GT(p.threads, 0) << cols;
+      ASSERT_EQ(p.threads % 32, 0) << cols;
+      ASSERT_LE(p.threads, rr::kMaxThreads) << cols;
+      ASSERT_TRUE(rr::compiled_for(p.per_thread, width)) << cols;
+      const int64_t values = static_cast<int64_t>(p.threads) * p.per_thread * width;
+      ASSERT_GE(values, cols) << cols;
+      ASSERT_LT(values - static_cast<int64_t>(32) * p.per_thread * width, cols) << cols << ": a whole warp idle";
+      counts.insert(p.per_thread);
+    }
+    for (int p = 1; p <= 32; p *= 2)
+      if (rr::compiled_for(p, width)) {
+        EXPECT_EQ(counts.count(p), 1u) << "per-thread count " << p << " never chosen";
+      }
+    EXPECT_EQ(rr::plan(rr::max_cols(width) + width, width).threads, 0) << width;
+    EXPECT_EQ(rr::plan(0, width).threads, 0) << width;
+  }
+  // Spot checks of the rule (the fewest values per thread within 256 threads, else the most).
+  EXPECT_EQ(rr::plan(1, 1).threads, 32);
+  EXPECT_EQ(rr::plan(1024, 8).threads, 128);
+  EXPECT_EQ(rr::plan(1024, 8).per_thread, 1);
+  EXPECT_EQ(rr::plan(4096, 8).threads, 256);
+  EXPECT_EQ(rr::plan(4096, 8).per_thread, 2);
+  EXPECT_EQ(rr::plan(32768, 8).threads, 1024);
+  EXPECT_EQ(rr::plan(32768, 8).per_thread, 4);
+  EXPECT_EQ(rr::plan(16384, 1).per_thread, 16);
+}
+
+// The default chooser (kernels/softmax.cpp) around register_row, and its declines. Needs a CUDA build
+// (the rungs are registered there) but no GPU: nothing is launched.
+TEST(SoftmaxCudaChooser, RegisterRowBetweenWarpRowAndOnline) {
+  if (!registered_on_cuda("register_row")) GTEST_SKIP() << "CPU-only build: no CUDA softmax rungs are registered";
+  const auto probe = [](k::SoftmaxOp op, int64_t cols, DType tx, DType ty) {
+    k::SoftmaxArgs a;
+    a.device = DeviceType::cuda;
+    a.op = op;
+    a.rows = 8;
+    a.cols = cols;
+    a.x_type = tx;
+    a.y_type = ty;
+    return a;
+  };
+  for (k::SoftmaxOp op : {k::SoftmaxOp::softmax, k::SoftmaxOp::log_softmax, k::SoftmaxOp::log_softmax_backward}) {
+    for (DType ty : {DType::f16, DType::f32}) {
+      EXPECT_EQ(k::softmax_variant_for(probe(op, 1024, DType::f16, ty)), "warp_row");
+      EXPECT_EQ(k::softmax_variant_for(probe(op, 1032, DType::f16, ty)), "register_row");
+      EXPECT_EQ(k::softmax_variant_for(probe(op, 32768, DType::f16, ty)), "register_row");
+      EXPECT_EQ(k::softmax_variant_for(probe(op, 32769, DType::f16, ty)), "online");
+      EXPECT_EQ(k::softmax_variant_for(probe(op, 16384, DType::f32, ty)), "register_row");
+      // Past register_row's FP32 capacity, and on the FP16 scalar path: block_row.
+      EXPECT_EQ(k::softmax_variant_for(probe(op, 16388, DType::f32, ty)), "block_row");
+      EXPECT_EQ(k::softmax_variant_for(probe(op, 16385, DType::f16, ty)), "block_row");
+      EXPECT_EQ(k::softmax_variant_for(probe(op, 16383, DType::f16, ty)), "register_row");
+    }
+  }
+  // A pinned register_row that cannot take the row says why.
+  try {
+    k::SoftmaxRegistry::instance().select(probe(k::SoftmaxOp::softmax, 32776, DType::f16, DType::f16), "register_row");
+    ADD_FAILURE() << "register_row must decline 32776 columns";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 32768 columns"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(k::SoftmaxRegistry::instance().select(probe(k::SoftmaxOp::xent_fused, 100, DType::f16, DType::f16),
+                                                     "register_row"),
+               Error);
+  EXPECT_THROW(k::SoftmaxRegistry::instance().select(probe(k::SoftmaxOp::softmax, 100, DType::f64, DType::f64),
+                                                     "register_row"),
+               Error);
 }
 
 TEST(SoftmaxCuda, FusedXentLossAndGradient) {

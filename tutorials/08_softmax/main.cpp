@@ -137,6 +137,20 @@ void ladder(Device dev, bool smoke) {
     const Tensor x = xc.to(dev);
     for (const auto& rung : k::SoftmaxRegistry::instance().names(dev)) {
       if (rung == "fused_xent" || rung == "naive_fp16_nomax") continue;
+      {  // a rung that cannot take this shape (register_row past its register capacity) says so
+        k::SoftmaxArgs probe;
+        probe.device = x.device();
+        probe.rows = rows;
+        probe.cols = cols;
+        probe.x_type = probe.y_type = DType::f16;
+        const auto* v = k::SoftmaxRegistry::instance().find(rung, probe.device);
+        if (v != nullptr && v->unsupported != nullptr && v->unsupported(probe) != nullptr) {
+          std::printf("%-18s %-12s %14s %12s  %s\n", rung.c_str(),
+                      (std::to_string(rows) + "x" + std::to_string(cols)).c_str(), "-", "-",
+                      "declined (row too long for it)");
+          continue;
+        }
+      }
       const auto got = run_softmax(x, DType::f16, rung).to_double();
       double err = 0;  // relative to each probability, above FP16's subnormal range
       for (size_t i = 0; i < got.size(); ++i)
@@ -149,7 +163,8 @@ void ladder(Device dev, bool smoke) {
                   (std::to_string(rows) + "x" + std::to_string(cols)).c_str(), err, us, verdict(err <= 0x1p-10));
     }
   }
-  if (dev == Device::cpu) std::printf("(on a GPU this section times naive, block_row, warp_row and online)\n");
+  if (dev == Device::cpu)
+    std::printf("(on a GPU this section times naive, block_row, warp_row, register_row and online)\n");
 }
 
 // ---- 3. fused vs unfused cross-entropy ---------------------------------------------------------------------

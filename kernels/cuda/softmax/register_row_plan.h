@@ -1,0 +1,63 @@
+// The launch plan of the `register_row` softmax rung (register_row.cu): how many threads own a row
+// and how many values each one keeps in registers. Plain C++ with no CUDA in it, so that the default
+// chooser (kernels/softmax.cpp) and a CPU test (tests/kernels/test_softmax_cuda.cpp) use the same
+// numbers as the kernels.
+//
+// A thread keeps its share of the row in a register array indexed only with compile-time constants,
+// so the per-thread count is a template parameter: one kernel is compiled for each count listed in
+// compiled_for(). A 16-byte pack is 8 FP16 or 4 FP32 values; the scalar path (a row that is not a
+// whole number of packs, or a misaligned buffer) moves one value at a time ("width" 1).
+#pragma once
+#include <cstdint>
+
+namespace hl::kernels::register_row {
+
+constexpr int kMaxThreads = 1024;  // one block per row; also the kernels' __launch_bounds__
+
+// FP32 values one thread keeps. A 1024-thread block leaves 64 registers per thread. 32 values fit when
+// they arrive as FP16 packs (4 loads into 16 registers, widened one pack at a time); loaded as FP32
+// packs or one by one, 32 values leave too few registers for the loads in flight and ptxas spills to
+// local memory (-Xptxas -v), so those paths keep 16.
+constexpr int max_values(int width) { return width == 8 ? 32 : 16; }
+
+// The longest row, by path: 1024 threads x 4 FP16 packs x 8 = 32768 columns; FP32 packs (4 x 4) and
+// the scalar path (16 values) 16384. Longer rows: block_row (up to 32768) or online.
+constexpr int64_t kMaxCols = static_cast<int64_t>(kMaxThreads) * 32;  // the FP16 packed path
+constexpr int64_t max_cols(int width) { return static_cast<int64_t>(kMaxThreads) * max_values(width); }
+
+// Below this block size a row gets the fewest values per thread that still cover it (many threads,
+// many blocks resident per SM); longer rows get the most values per thread (fewest threads).
+// A first guess, to be tuned with bench/softmax_bench on a GPU.
+constexpr int kPreferredThreads = 256;
+
+// The per-thread counts (packs of `width` values, width 8, 4 or 1) that register_row.cu instantiates:
+// FP16 packs 1, 2, 4; FP32 packs 1, 2, 4; single values 2, 8, 16. Each is one kernel per dtype pair.
+constexpr bool compiled_for(int per_thread, int width) {
+  if (width == 1) return per_thread == 2 || per_thread == 8 || per_thread == 16;
+  if (width != 4 && width != 8) return false;
+  return per_thread >= 1 && per_thread * width <= max_values(width) && (per_thread & (per_thread - 1)) == 0;
+}
+
+struct Plan {
+  int threads = 0;     // block size: a multiple of 32, 32..1024; 0 if the row does not fit
+  int per_thread = 0;  // packs (or single values) per thread: a count compiled_for(.., width)
+};
+
+// The plan for a row of `cols` values moved `width` at a time (cols a multiple of width when width > 1).
+// Rule: the smallest compiled count whose block has at most kPreferredThreads threads; else the
+// largest compiled count (the fewest threads), if its block has at most kMaxThreads.
+constexpr Plan plan(int64_t cols, int width) {
+  if (cols < 1 || width < 1 || cols > max_cols(width)) return {};
+  const int64_t units = (cols + width - 1) / width;  // packs (or values) in the row
+  Plan fallback{};
+  for (int p = 1; p * width <= max_values(width); p *= 2) {
+    if (!compiled_for(p, width)) continue;
+    const int64_t threads = ((units + p - 1) / p + 31) / 32 * 32;
+    if (threads > kMaxThreads) continue;
+    if (threads <= kPreferredThreads) return {static_cast<int>(threads), p};
+    fallback = {static_cast<int>(threads), p};  // larger p, fewer threads: the last one wins
+  }
+  return fallback;
+}
+
+}  // namespace hl::kernels::register_row
