@@ -4,6 +4,7 @@
 // The chapter is tutorials/05_mixed_precision/README.md.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -13,6 +14,7 @@
 #include "datasets/mnist.h"
 #include "framework/amp.h"
 #include "framework/nn.h"
+#include "framework/ops.h"
 #include "framework/optim.h"
 #include "kernels/runtime.h"
 #include "tutorials/common/cli.h"
@@ -33,9 +35,27 @@ struct RunResult {
   double test_accuracy = 0.0;
   double seconds_per_epoch = 0.0;
   double peak_mib = 0.0;
+  double activation_mib = 0.0;  // what one batch's forward pass keeps for the backward pass
   int64_t skipped = 0, steps = 0;
   double final_scale = 1.0;
 };
+
+// Activation memory (paper §3: storing activations in FP16 roughly halves it): the bytes that one
+// training batch's forward pass leaves allocated until the backward pass, i.e. every op's output the
+// graph keeps, down to the loss. Measured once after training on the first batch, with the gradients
+// released first, so that nothing else is allocated in between; no backward is run (the graph is freed
+// when the loss goes out of scope).
+double activation_mib(nn::Module& model, const data::Dataset& train, Device dev, DType dt, int64_t batch) {
+  data::DataLoader probe(train, {.batch_size = batch, .shuffle = false, .device = dev, .dtype = dt});
+  probe.start_epoch(1);
+  data::Batch b;
+  if (!probe.next(b)) return 0.0;
+  for (Tensor& p : model.parameters()) p.zero_grad();
+  const size_t before = memory_stats(dev).current_bytes;
+  Tensor loss = cross_entropy(model(b.x), b.y);
+  const size_t after = memory_stats(dev).current_bytes;
+  return after > before ? static_cast<double>(after - before) / (1 << 20) : 0.0;
+}
 
 RunResult train_one(const RunConfig& rc, const data::Dataset& train, const data::Dataset& test, Device dev,
                     const tutorial::CommonFlags& f, const std::string& model_name, int64_t epochs, int64_t max_steps,
@@ -61,7 +81,6 @@ RunResult train_one(const RunConfig& rc, const data::Dataset& train, const data:
   tutorial::TrainOptions opts;
   opts.scaler = &scaler;
   opts.max_steps = max_steps;
-
   RunResult r{rc};
   double seconds = 0.0;
   for (int64_t e = 1; e <= epochs; ++e) {
@@ -80,6 +99,7 @@ RunResult train_one(const RunConfig& rc, const data::Dataset& train, const data:
   }
   r.seconds_per_epoch = seconds / static_cast<double>(epochs);
   r.peak_mib = static_cast<double>(memory_stats(dev).peak_bytes - baseline) / (1 << 20);
+  r.activation_mib = activation_mib(*model, train, dev, dt, f.batch);
   r.final_scale = scaler.get_scale();
   return r;
 }
@@ -141,18 +161,31 @@ int main(int argc, char** argv) {
       results.push_back(train_one(rc, train, test, dev, f, model_name, epochs, max_steps, csv));
     }
 
-    std::printf("\n| run | weights in fwd/bwd | update applied to | loss scale | test accuracy | s/epoch | peak memory (MiB) | skipped steps |\n");
-    std::printf("|---|---|---|---|---|---|---|---|\n");
+    std::printf("\n| run | weights in fwd/bwd | update applied to | loss scale | test accuracy | s/epoch | peak memory (MiB) | activations (MiB) | skipped steps |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|\n");
     for (const RunResult& r : results) {
       const amp::Precision p = r.config.precision;
-      std::printf("| %s | %s | %s | %s | %.2f%% | %.2f | %.1f | %lld / %lld |\n", r.config.label.c_str(),
+      std::printf("| %s | %s | %s | %s | %.2f%% | %.2f | %.1f | %.2f | %lld / %lld |\n", r.config.label.c_str(),
                   p == amp::Precision::fp32 ? "FP32" : "FP16",
                   p == amp::Precision::mixed ? "FP32 masters" : (p == amp::Precision::fp16 ? "FP16 weights" : "FP32 weights"),
                   amp::ScalerConfig::parse(r.config.loss_scale).str().c_str(), 100 * r.test_accuracy,
-                  r.seconds_per_epoch, r.peak_mib, static_cast<long long>(r.skipped), static_cast<long long>(r.steps));
+                  r.seconds_per_epoch, r.peak_mib, r.activation_mib, static_cast<long long>(r.skipped),
+                  static_cast<long long>(r.steps));
     }
     std::printf("(peak memory: bytes held on %s above the loaded data sets: weights, masters, gradients, moments, activations)\n",
                 device_name(dev));
+    std::printf("(activations: what one %lld-image batch's forward pass keeps allocated for the backward pass)\n",
+                static_cast<long long>(f.batch));
+    const RunResult* fp32 = nullptr;
+    const RunResult* mixed = nullptr;
+    for (const RunResult& r : results) {
+      if (r.config.precision == amp::Precision::fp32 && fp32 == nullptr) fp32 = &r;
+      if (r.config.precision == amp::Precision::mixed) mixed = &r;
+    }
+    if (fp32 != nullptr && mixed != nullptr && fp32->activation_mib > 0) {
+      std::printf("activation memory, %s / fp32: %.2fx (the paper: roughly halved)\n", mixed->config.label.c_str(),
+                  mixed->activation_mib / fp32->activation_mib);
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "05_mixed_precision: %s\n", e.what());
