@@ -47,8 +47,12 @@ void validate(const SoftmaxArgs& a) {
 // that supports the arguments runs). Short rows: a warp per row keeps every SM busy without
 // block-wide barriers. Rows up to the register capacity: register_row reads the row once into
 // registers (32768 columns for FP16 packs; 16384 for FP32 rows or the scalar path, where block_row
-// takes over). Rows too long for that: the single-pass statistics of `online`. The thresholds (1024,
-// the capacity) are to be confirmed by bench/softmax_bench on the H200 (kernels/cuda/softmax/README.md).
+// takes over). Longer rows up to 65536: block_row. Longer still: the single-pass statistics of
+// `online`. Measured on an H200 (bench/results/softmax_register_row_nvidia_h200_2026-11-23.txt, f16):
+// 4096x1024 warp_row 8.2 us, register_row 8.7; 4096x4096 register_row 27.4, warp_row 32.1,
+// block_row 33.1; 1024x32768 register_row 54.3, block_row 62.1; 128x65536 block_row 14.7, online 18.5.
+// Past 65536 columns nothing is measured yet: online, whose single pass over the row is meant for
+// rows too long to stay in cache.
 std::vector<std::string> auto_cuda_variants(const SoftmaxArgs& a) {
   if (is_xent(a.op)) {
     if (a.x_type == DType::f64 || a.y_type == DType::f64) return {};
@@ -57,6 +61,7 @@ std::vector<std::string> auto_cuda_variants(const SoftmaxArgs& a) {
   if (a.x_type == DType::f64 || a.y_type == DType::f64) return {"naive"};  // the only f64 CUDA rung
   if (a.cols <= 1024) return {"warp_row"};
   if (a.cols <= register_row::kMaxCols) return {"register_row", "block_row"};
+  if (a.cols <= 65536) return {"block_row"};
   return {"online"};
 }
 

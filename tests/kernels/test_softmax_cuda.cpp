@@ -371,7 +371,7 @@ TEST(SoftmaxRegisterRowPlan, CoversEveryRowUpToItsCapacity) {
 
 // The default chooser (kernels/softmax.cpp) around register_row, and its declines. Needs a CUDA build
 // (the rungs are registered there) but no GPU: nothing is launched.
-TEST(SoftmaxCudaChooser, RegisterRowBetweenWarpRowAndOnline) {
+TEST(SoftmaxCudaChooser, RegisterRowBetweenWarpRowAndBlockRow) {
   if (!registered_on_cuda("register_row")) GTEST_SKIP() << "CPU-only build: no CUDA softmax rungs are registered";
   const auto probe = [](k::SoftmaxOp op, int64_t cols, DType tx, DType ty) {
     k::SoftmaxArgs a;
@@ -388,7 +388,9 @@ TEST(SoftmaxCudaChooser, RegisterRowBetweenWarpRowAndOnline) {
       EXPECT_EQ(k::softmax_variant_for(probe(op, 1024, DType::f16, ty)), "warp_row");
       EXPECT_EQ(k::softmax_variant_for(probe(op, 1032, DType::f16, ty)), "register_row");
       EXPECT_EQ(k::softmax_variant_for(probe(op, 32768, DType::f16, ty)), "register_row");
-      EXPECT_EQ(k::softmax_variant_for(probe(op, 32769, DType::f16, ty)), "online");
+      EXPECT_EQ(k::softmax_variant_for(probe(op, 32769, DType::f16, ty)), "block_row");
+      EXPECT_EQ(k::softmax_variant_for(probe(op, 65536, DType::f16, ty)), "block_row");
+      EXPECT_EQ(k::softmax_variant_for(probe(op, 65537, DType::f16, ty)), "online");
       EXPECT_EQ(k::softmax_variant_for(probe(op, 16384, DType::f32, ty)), "register_row");
       // Past register_row's FP32 capacity, and on the FP16 scalar path: block_row.
       EXPECT_EQ(k::softmax_variant_for(probe(op, 16388, DType::f32, ty)), "block_row");
