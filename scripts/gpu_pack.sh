@@ -27,8 +27,10 @@ build=${build%/}
 [[ $build != /* ]] || { echo "gpu_pack.sh: HALFLING_BUILD must be a folder inside the repository, relative to it" >&2; exit 2; }
 cache=$build/CMakeCache.txt
 [[ -f $cache ]] || { echo "gpu_pack.sh: no build in $root/$build (configure and build it first; see the header)" >&2; exit 2; }
-grep -q '^HALFLING_CUDA:STRING=ON$' "$cache" ||
-  { echo "gpu_pack.sh: $build was not configured with -DHALFLING_CUDA=ON" >&2; exit 2; }
+# Built with CUDA (HALFLING_CUDA=ON, or AUTO with nvcc found): the library's sources were compiled with
+# HALFLING_WITH_CUDA=1 (compile_commands.json lists every compile command).
+grep -q 'HALFLING_WITH_CUDA=1' "$build/compile_commands.json" 2>/dev/null ||
+  { echo "gpu_pack.sh: $build was not configured with CUDA (configure it with -DHALFLING_CUDA=ON)" >&2; exit 2; }
 # Build first (a no-op when up to date), so that what travels is the code as it is now.
 cmake --build "$build" -j"${HALFLING_JOBS:-2}" >/dev/null ||
   { echo "gpu_pack.sh: the build of $build failed (cmake --build $build shows why)" >&2; exit 1; }

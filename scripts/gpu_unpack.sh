@@ -15,7 +15,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-carry=$root/.gpu-carry
+carry=${HALFLING_CARRY:-$root/.gpu-carry}  # HALFLING_CARRY: another folder (the tests use an empty one)
 [[ -f $carry/build.tar.xz ]] || { echo "gpu_unpack.sh: no $carry/build.tar.xz (carry [\".gpu-carry\"] made by scripts/gpu_pack.sh)" >&2; exit 2; }
 
 xz -dc "$carry/build.tar.xz" | tar -C "$root" -xf -

@@ -17,6 +17,7 @@ packages=(
   dataset-fashion-mnist         # Fashion-MNIST as a Debian package
   python3-numpy                 # tests/python: numpy reads and writes halfling checkpoints
   clang libclang-rt-14-dev      # libFuzzer (tests/fuzz), run by scripts/test.sh
+  shellcheck                    # tests/bench: the project's shell scripts are linted
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
