@@ -23,9 +23,10 @@ step gemm-tests timeout 240 "$build/tests/test_kernels" --gtest_filter='*Gemm*'
 step tutorial-04-test timeout 120 "$build/tests/test_tutorials" --gtest_filter='Tutorial04*'
 
 # The sanitizers on the small cases only (each kernel launch is ~100x slower under them).
+# racecheck without CudaGemm.AccumulatesInFp32 (K = 4096: past 150 s under racecheck on an H200).
 small='Shapes/CudaGemmSweep.*/s1x1x1:Shapes/CudaGemmSweep.*/s7x13x5:Shapes/CudaGemmSweep.*/s17x33x65'
-small+=':CudaGemm.AccumulatesInFp32:CudaGemm.NaNPassesThroughBiasAndRelu:CudaGemm.MisalignedPointers*'
-sanitize_kernels "$small:CudaGemm.NonDenseLeadingDimensions" "$small"
+small+=':CudaGemm.NaNPassesThroughBiasAndRelu:CudaGemm.MisalignedPointers*'
+sanitize_kernels "$small:CudaGemm.AccumulatesInFp32:CudaGemm.NonDenseLeadingDimensions" "$small"
 
 step benchmark timeout 180 "$build/bench/gemm_bench" --runs 20
 step tutorial-04 timeout 120 "$build/tutorials/04_gemm_ladder" --device cuda
