@@ -50,10 +50,16 @@ if [[ -f $carry/cifar10-jpg.tar.gz ]]; then
   echo "data/cifar10: $(find data/cifar10 -name '*.jpg' | wc -l) images"
 fi
 
+# "program: library" for every library a program of the build cannot find (ldd says "not found").
+unresolved() {
+  local f
+  for f in "$build"/libhalfling.so "$build"/tests/test_* "$build"/bench/* "$build"/tutorials/*; do
+    if [[ -f $f && -x $f ]]; then ldd "$f" 2>/dev/null || true; fi | awk -v f="$f" '/not found/ {print f ": " $1}'
+  done | sort -u
+}
+
 # The libraries the loader cannot find, looked for where CUDA and PyTorch keep them.
-missing=$(for f in "$build"/libhalfling.so "$build"/tests/test_* "$build"/bench/* "$build"/tutorials/*; do
-  if [[ -f $f && -x $f ]]; then ldd "$f" 2>/dev/null || true; fi | awk '/not found/ {print $1}'
-done | sort -u)
+missing=$(unresolved | awk '{print $2}' | sort -u)
 dirs=()
 [[ -d $carry/lib ]] && dirs+=("$carry/lib")  # what gpu_pack.sh carried (libstb.so.0)
 for lib in $missing; do
@@ -76,9 +82,7 @@ env_file=$root/$build/prebuilt_env.sh
 cat "$env_file"
 # shellcheck disable=SC1090
 source "$env_file"
-still=$(for f in "$build"/libhalfling.so "$build"/tests/test_* "$build"/bench/* "$build"/tutorials/*; do
-  if [[ -f $f && -x $f ]]; then ldd "$f" 2>/dev/null || true; fi | awk -v f="$f" '/not found/ {print f ": " $1}'
-done | sort -u)
+still=$(unresolved)
 if [[ -n $still ]]; then
   echo "gpu_unpack.sh: still missing:" >&2
   echo "$still" >&2
