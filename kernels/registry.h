@@ -6,6 +6,11 @@
 //
 //   HL_REGISTER_VARIANT(GemmArgs, {"naive", DeviceType::cuda, 10, "one thread per output", run, nullptr});
 //
+// A variant registered with opt_in = true runs only when asked for by name: a new rung lands that way
+// until its tests, the sanitizers and its benchmark have run on a GPU (the project's rule for every
+// CUDA kernel), and is promoted by clearing the flag. Until then the automatic choice stays on the
+// rungs that have been verified, whatever their priorities.
+//
 // halfling is built as a shared library, so every registration in every file runs at load time.
 #pragma once
 #include <algorithm>
@@ -27,6 +32,7 @@ struct Variant {
   void (*run)(const Args&);
   // nullptr when the variant can compute these arguments, else the reason it cannot.
   const char* (*unsupported)(const Args&);
+  bool opt_in = false;  // true: chosen only by name (explicit, set_default or the environment), never automatically
 };
 
 template <class Args>
@@ -62,9 +68,9 @@ class Registry {
   }
 
   // Which variant runs: an explicit name, else the one set with set_default(), else the
-  // environment variable Args::env_var, else the highest-priority variant that supports args.
-  // A pinned name (set_default or the environment) applies only on the devices that have a variant
-  // of that name: `--gemm wmma_pipelined` pins the GPU's GEMM and leaves CPU GEMMs (a tensor on the
+  // environment variable Args::env_var, else the highest-priority variant that supports args and is
+  // not opt_in. A pinned name (set_default or the environment) applies only on the devices that have
+  // a variant of that name: `--gemm wmma_pipelined` pins the GPU's GEMM and leaves CPU GEMMs (a tensor on the
   // host, a gradient check) to the automatic choice. An explicit name must exist on the device.
   const Variant<Args>& select(const Args& args, const std::string& requested = "") const {
     const DeviceType dev = args.device;
@@ -93,7 +99,7 @@ class Registry {
       return *v;
     }
     for (const auto& v : variants_) {
-      if (v.device != dev) continue;
+      if (v.device != dev || v.opt_in) continue;
       if (v.unsupported == nullptr || v.unsupported(args) == nullptr) return v;
     }
     throw Error(detail::concat(Args::family, ": no ", device_name(dev), " variant can run ", args.describe()));

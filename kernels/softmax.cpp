@@ -144,7 +144,7 @@ bool softmax_can_run(const SoftmaxArgs& args) {
     return v != nullptr && ok(*v);
   }
   for (const auto& v : reg.all())
-    if (v.device == args.device && ok(v)) return true;
+    if (v.device == args.device && !v.opt_in && ok(v)) return true;  // as Registry::select chooses
   return false;
 }
 

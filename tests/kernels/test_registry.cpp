@@ -11,6 +11,7 @@
 namespace {
 
 using hl::DeviceType;
+using hl::kernels::Variant;
 
 struct ToyArgs {
   static constexpr const char* family = "toy";
@@ -87,6 +88,29 @@ TEST(Registry, TheEnvironmentPinsLikeSetDefault) {
   toy().set_default("");
   unsetenv(ToyArgs::env_var);
   EXPECT_EQ(toy().select({DeviceType::cpu, false}).name, "fast");
+}
+
+TEST(Registry, AnOptInVariantRunsOnlyWhenAskedForByName) {
+  // A new rung lands opt-in until it has run on a GPU: the highest priority must not make it the
+  // automatic choice, but every way of naming it must reach it.
+  Reg reg;
+  reg.add({"slow", DeviceType::cpu, 1, "the simple one", run_slow, nullptr});
+  Variant<ToyArgs> unverified{"unverified", DeviceType::cpu, 99, "not yet measured", run_fast, nullptr};
+  unverified.opt_in = true;
+  reg.add(unverified);
+  EXPECT_EQ(reg.all().front().name, "unverified");  // listings keep the priority order
+  EXPECT_EQ(reg.select({DeviceType::cpu, false}).name, "slow");
+  EXPECT_EQ(reg.select({DeviceType::cpu, false}, "unverified").name, "unverified");
+  reg.set_default("unverified");
+  EXPECT_EQ(reg.select({DeviceType::cpu, false}).name, "unverified");
+  reg.set_default("");
+  ASSERT_EQ(setenv(ToyArgs::env_var, "unverified", 1), 0);
+  EXPECT_EQ(reg.select({DeviceType::cpu, false}).name, "unverified");
+  unsetenv(ToyArgs::env_var);
+  // With only opt-in variants there is no automatic choice: an error, not a silent pick.
+  Reg only_new;
+  only_new.add(unverified);
+  EXPECT_THROW(only_new.select({DeviceType::cpu, false}), hl::Error);
 }
 
 }  // namespace

@@ -82,21 +82,32 @@ Device apply_common_flags(const CommonFlags& f) {
   return dev;
 }
 
+namespace {
+
+// One line per variant; an opt-in one (registry.h) says how to ask for it.
+template <class V>
+void print_variant(const V& v) {
+  std::cout << "  " << v.name << "  (priority " << v.priority << (v.opt_in ? ", opt-in: by name only" : "") << ")  "
+            << v.summary << "\n";
+}
+
+}  // namespace
+
 void print_variants() {
   for (DeviceType d : {DeviceType::cpu, DeviceType::cuda}) {
     std::cout << "gemm on " << device_name(d) << ":\n";
     for (const auto& v : kernels::GemmRegistry::instance().all())
-      if (v.device == d) std::cout << "  " << v.name << "  (priority " << v.priority << ")  " << v.summary << "\n";
+      if (v.device == d) print_variant(v);
   }
   for (DeviceType d : {DeviceType::cpu, DeviceType::cuda}) {
     std::cout << "softmax on " << device_name(d) << ":\n";
     for (const auto& v : kernels::SoftmaxRegistry::instance().all())
-      if (v.device == d) std::cout << "  " << v.name << "  (priority " << v.priority << ")  " << v.summary << "\n";
+      if (v.device == d) print_variant(v);
   }
   for (DeviceType d : {DeviceType::cpu, DeviceType::cuda}) {
     std::cout << "conv on " << device_name(d) << ":\n";
     for (const auto& v : kernels::ConvRegistry::instance().all())
-      if (v.device == d) std::cout << "  " << v.name << "  (priority " << v.priority << ")  " << v.summary << "\n";
+      if (v.device == d) print_variant(v);
   }
   if (!runtime::cuda_available()) std::cout << "(no GPU here: " << runtime::cuda_unavailable_reason() << ")\n";
 }
