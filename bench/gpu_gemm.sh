@@ -26,6 +26,7 @@ step tutorial-04-test timeout 120 "$build/tests/test_tutorials" --gtest_filter='
 # racecheck without CudaGemm.AccumulatesInFp32 (K = 4096: past 150 s under racecheck on an H200).
 small='Shapes/CudaGemmSweep.*/s1x1x1:Shapes/CudaGemmSweep.*/s7x13x5:Shapes/CudaGemmSweep.*/s17x33x65'
 small+=':CudaGemm.NaNPassesThroughBiasAndRelu:CudaGemm.MisalignedPointers*'
+small+=':CudaGemm.SplitKEpiloguesApplyOnceToTheWholeSum'  # split-K: the sliced kernels and the second pass
 sanitize_kernels "$small:CudaGemm.AccumulatesInFp32:CudaGemm.NonDenseLeadingDimensions" "$small"
 
 step benchmark timeout 180 "$build/bench/gemm_bench" --runs 20

@@ -21,6 +21,8 @@ std::string cuda_unavailable_reason();
 std::string cuda_device_description();
 // Compute capability as 10*major+minor (90 for H100); 0 when unavailable.
 int cuda_compute_capability();
+// Streaming multiprocessors of the device; 0 when unavailable.
+int cuda_sm_count();
 
 // Raw device memory (no caching). Throws hl::Error naming the size on failure.
 void* cuda_malloc(size_t bytes);

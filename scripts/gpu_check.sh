@@ -79,12 +79,13 @@ datasets_cuda+=':GatherRows.CudaMatchesCpu'
 heavy='*CudaGemmSweep*/s128x784x512:*CudaGemmSweep*/s1000x1000x1000:*CudaGemmSweep*/s1024x4096x768'
 heavy+=':ConvCuda.LeNetLayers:ConvCuda.VggSmallLayers:CudaConv.EveryVariantAllPassesAgainstFloat64Reference'
 heavy+=':SoftmaxCuda.EveryRungForwardAgainstReference'
+heavy+=':CudaGemm.SplitKLongReductionsMatchFloat64'  # every rung at K up to 100352; SplitKEpilogues* covers the split kernels
 # racecheck: every kernel family that uses shared memory (GEMM tiles, softmax/BN/reduction trees,
 # implicit-GEMM conv tiles), on small shapes; a superset of bench/gpu_*.sh's racecheck filters.
 # Not CudaGemm.AccumulatesInFp32 (K = 4096 on every rung): on an H200 it ran past 150 s under racecheck
 # without finishing (2026-11-23), while the small sweep shapes race-check the same tile code in seconds.
 race='Shapes/CudaGemmSweep.*/s1x1x1:Shapes/CudaGemmSweep.*/s7x13x5:Shapes/CudaGemmSweep.*/s17x33x65'
-race+=':CudaGemm.NaNPassesThroughBiasAndRelu:CudaGemm.MisalignedPointers*'
+race+=':CudaGemm.NaNPassesThroughBiasAndRelu:CudaGemm.MisalignedPointers*:CudaGemm.SplitKEpilogues*'
 race+=':SoftmaxCuda.*:CudaSoftmax.*:CudaReduce.*:CudaOptim.*:CudaBatchNorm.*:CudaPool.*'
 race+=':ConvCuda.SmallShapes*:ConvCuda.BetaAccumulates*:ConvCuda.BiasRelu*:ConvCuda.Im2colGemmChunks*'
 

@@ -28,6 +28,7 @@ struct Probe {
   std::string reason;      // why not, when !available
   std::string description; // "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 80 GiB)" when available
   int capability = 0;      // 10 * major + minor
+  int sm_count = 0;        // streaming multiprocessors
 };
 
 Probe run_probe() {
@@ -71,6 +72,7 @@ Probe run_probe() {
   std::snprintf(gib, sizeof gib, "%.0f", static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
   p.available = true;
   p.capability = capability;
+  p.sm_count = prop.multiProcessorCount;
   p.description = detail::concat(prop.name, " (sm_", capability, ", ", prop.multiProcessorCount, " SMs, ", gib,
                                  " GiB)");
   return p;
@@ -107,6 +109,8 @@ std::string cuda_device_description() {
 }
 
 int cuda_compute_capability() { return probe().available ? probe().capability : 0; }
+
+int cuda_sm_count() { return probe().available ? probe().sm_count : 0; }
 
 void* cuda_stream() {
   // Created on first use: non-blocking, so it never synchronizes with the legacy default stream that

@@ -17,6 +17,7 @@ bool cuda_available() { return false; }
 std::string cuda_unavailable_reason() { return "halfling was built without CUDA (-DHALFLING_CUDA=OFF)"; }
 std::string cuda_device_description() { no_cuda("cuda_device_description"); }
 int cuda_compute_capability() { return 0; }
+int cuda_sm_count() { return 0; }
 void* cuda_malloc(size_t) { no_cuda("cuda_malloc"); }
 void cuda_free(void*) {}
 void* cuda_host_alloc(size_t) { no_cuda("cuda_host_alloc"); }

@@ -28,6 +28,7 @@
 #include "kernels/dtype.h"
 #include "kernels/error.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_split.h"
 #include "kernels/runtime.h"
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/test_util.h"
@@ -44,6 +45,14 @@ constexpr DeviceType kCuda = DeviceType::cuda;
 
 std::vector<std::string> cuda_variants() { return GemmRegistry::instance().names(kCuda); }
 
+// A rung may refuse f16 inputs only for this GPU's compute capability (mma_sync needs 8.0); any other
+// refusal of f16 inputs is a bug.
+bool refused_for_this_gpu(const std::string& variant, const GemmArgs& g) {
+  const auto* v = GemmRegistry::instance().find(variant, kCuda);
+  const char* why = v != nullptr && v->unsupported != nullptr ? v->unsupported(g) : nullptr;
+  return why != nullptr && std::string(why).find("compute capability") != std::string::npos;
+}
+
 // ---- tolerances -----------------------------------------------------------------------------------
 
 // How far a rung's FP32 accumulation may drift, as a multiple of the round-to-nearest bound.
@@ -54,7 +63,8 @@ struct RungTolerance {
 };
 
 RungTolerance tolerance_for(const std::string& variant, DType ab_type) {
-  const bool tensor_cores = variant.rfind("wmma", 0) == 0 || (variant == "cublas" && ab_type == DType::f16);
+  const bool tensor_cores =
+      variant.rfind("wmma", 0) == 0 || variant == "mma_sync" || (variant == "cublas" && ab_type == DType::f16);
   if (tensor_cores) {
     return {4.0, 5e-5,
             "Tensor Core adders align each block of 4-16 terms to the largest and truncate (Fasi et al. 2021, "
@@ -120,6 +130,19 @@ Problem make_problem(Op op_a, Op op_b, int64_t M, int64_t N, int64_t K, uint64_t
   return p;
 }
 
+GemmArgs problem(Op op_a, Op op_b, int64_t M, int64_t N, int64_t K, DType ab, DType c) {
+  GemmArgs g;
+  g.op_a = op_a;
+  g.op_b = op_b;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  kernels::set_dense_ld(g);
+  g.ab_type = ab;
+  g.c_type = c;
+  return g;
+}
+
 // ---- 1. the sweep: every variant x layout x input/output dtype x shape --------------------------------
 
 struct SweepShape {
@@ -131,53 +154,54 @@ void PrintTo(const SweepShape& s, std::ostream* os) { *os << s.M << "x" << s.N <
 
 class CudaGemmSweep : public ::testing::TestWithParam<SweepShape> {};
 
-TEST_P(CudaGemmSweep, EveryVariantLayoutAndDtypeMatchesFloat64) {
-  HL_REQUIRE_CUDA();
-  const SweepShape s = GetParam();
-  uint64_t seed = test::fresh_seed();
+// Every variant x input dtype x output dtype on one problem, C poisoned before each run, every
+// element against the float64 reference. `normwise`: also the norm-wise relative error, whose bounds
+// (RungTolerance) assume K <= 1000 or so.
+void check_every_variant(const Problem& p, bool normwise) {
   const auto variants = cuda_variants();
   ASSERT_FALSE(variants.empty());
-  for (auto [op_a, op_b] : std::vector<std::pair<Op, Op>>{{Op::N, Op::N}, {Op::N, Op::T}, {Op::T, Op::N}}) {
-    const Problem p = make_problem(op_a, op_b, s.M, s.N, s.K, seed);
-    // The same FP16-rounded values as f16 and as f32 inputs (every f16 value is an f32 value), so one
-    // reference serves both.
-    for (DType ab : {DType::f16, DType::f32}) {
-      DeviceBuffer da(p.a, ab), db(p.b, ab);
-      DeviceBuffer dc(static_cast<size_t>(s.M * s.N), DType::f32), dc16(static_cast<size_t>(s.M * s.N), DType::f16);
-      for (const std::string& variant : variants) {
-        const RungTolerance tol = tolerance_for(variant, ab);
-        for (DType c_type : {DType::f32, DType::f16}) {
-          DeviceBuffer& c = c_type == DType::f32 ? dc : dc16;
-          GemmArgs g;
-          g.device = kCuda;
-          g.op_a = op_a;
-          g.op_b = op_b;
-          g.M = s.M;
-          g.N = s.N;
-          g.K = s.K;
-          kernels::set_dense_ld(g);
-          g.A = da.get();
-          g.B = db.get();
-          g.ab_type = ab;
-          g.C = c.get();
-          g.c_type = c_type;
-          const auto* v = GemmRegistry::instance().find(variant, kCuda);
-          if (v->unsupported != nullptr && v->unsupported(g) != nullptr) {
-            // Only f32 inputs may be refused (the WMMA rungs take f16); every rung takes f16.
-            EXPECT_EQ(ab, DType::f32) << variant << " refused " << g.describe() << ": " << v->unsupported(g);
-            continue;
-          }
-          c.poison();
-          kernels::gemm(g, variant);
-          const std::vector<double> out = c.download();
-          std::ostringstream what;
-          what << variant << " " << g.describe() << " (tolerance: " << tol.why << ")";
-          expect_all_close(
-              out, p.ref, [&](size_t i) { return element_tol(tol, s.K, p.mag[i], p.ref[i], c_type); }, what.str());
+  // The same FP16-rounded values as f16 and as f32 inputs (every f16 value is an f32 value), so one
+  // reference serves both.
+  for (DType ab : {DType::f16, DType::f32}) {
+    DeviceBuffer da(p.a, ab), db(p.b, ab);
+    DeviceBuffer dc(static_cast<size_t>(p.M * p.N), DType::f32), dc16(static_cast<size_t>(p.M * p.N), DType::f16);
+    for (const std::string& variant : variants) {
+      const RungTolerance tol = tolerance_for(variant, ab);
+      for (DType c_type : {DType::f32, DType::f16}) {
+        DeviceBuffer& c = c_type == DType::f32 ? dc : dc16;
+        GemmArgs g = problem(p.op_a, p.op_b, p.M, p.N, p.K, ab, c_type);
+        g.device = kCuda;
+        g.A = da.get();
+        g.B = db.get();
+        g.C = c.get();
+        const auto* v = GemmRegistry::instance().find(variant, kCuda);
+        if (v->unsupported != nullptr && v->unsupported(g) != nullptr) {
+          // Only f32 inputs may be refused (the Tensor Core rungs take f16), or a rung this GPU is too old for.
+          EXPECT_TRUE(ab == DType::f32 || refused_for_this_gpu(variant, g))
+              << variant << " refused " << g.describe() << ": " << v->unsupported(g);
+          continue;
+        }
+        c.poison();
+        kernels::gemm(g, variant);
+        const std::vector<double> out = c.download();
+        std::ostringstream what;
+        what << variant << " " << g.describe() << " (tolerance: " << tol.why << ")";
+        expect_all_close(
+            out, p.ref, [&](size_t i) { return element_tol(tol, p.K, p.mag[i], p.ref[i], c_type); }, what.str());
+        if (normwise) {
           EXPECT_LE(test::rel_error(out, p.ref), normwise_tol(tol, c_type)) << what.str();
         }
       }
     }
+  }
+}
+
+TEST_P(CudaGemmSweep, EveryVariantLayoutAndDtypeMatchesFloat64) {
+  HL_REQUIRE_CUDA();
+  const SweepShape s = GetParam();
+  uint64_t seed = test::fresh_seed();
+  for (auto [op_a, op_b] : std::vector<std::pair<Op, Op>>{{Op::N, Op::N}, {Op::N, Op::T}, {Op::T, Op::N}}) {
+    check_every_variant(make_problem(op_a, op_b, s.M, s.N, s.K, seed), true);
   }
 }
 
@@ -266,19 +290,6 @@ bool run_case(const std::string& variant, GemmArgs g, const CaseOptions& o, uint
   return true;
 }
 
-GemmArgs problem(Op op_a, Op op_b, int64_t M, int64_t N, int64_t K, DType ab, DType c) {
-  GemmArgs g;
-  g.op_a = op_a;
-  g.op_b = op_b;
-  g.M = M;
-  g.N = N;
-  g.K = K;
-  kernels::set_dense_ld(g);
-  g.ab_type = ab;
-  g.c_type = c;
-  return g;
-}
-
 const std::vector<std::pair<Op, Op>> kAllLayouts = {{Op::N, Op::N}, {Op::N, Op::T}, {Op::T, Op::N}, {Op::T, Op::T}};
 
 TEST(CudaGemm, AlphaBetaBiasAndReluEpilogues) {
@@ -311,7 +322,7 @@ TEST(CudaGemm, AlphaBetaBiasAndReluEpilogues) {
               g.relu = e.relu;
               const bool ran = run_case(variant, g, {.bias = e.bias}, seed);
               if (ab == DType::f16) {
-                EXPECT_TRUE(ran) << variant << " refused f16 inputs";
+                EXPECT_TRUE(ran || refused_for_this_gpu(variant, g)) << variant << " refused f16 inputs";
               }
             }
           }
@@ -409,10 +420,94 @@ TEST(CudaGemm, AccumulatesInFp32) {
           g.B = b.get();
           g.C = c.get();
           const auto* v = GemmRegistry::instance().find(variant, kCuda);
+          if (refused_for_this_gpu(variant, g)) continue;
           ASSERT_TRUE(v->unsupported == nullptr || v->unsupported(g) == nullptr) << variant;
           kernels::gemm(g, variant);
           expect_all_equal(c.download(), std::vector<double>(static_cast<size_t>(M * N), 4096.0),
                            variant + " " + g.describe() + ": 4096 ones must sum to exactly 4096 in FP32");
+        }
+      }
+    }
+  }
+}
+
+// ---- split-K: the long reductions (kernels/gemm_split.h) ----------------------------------------------
+
+// wmma_pipelined_split_k splits K when its small 64 x 64 tile (K steps of 32) leaves the GPU idle,
+// smem_tiled_split_k with its 128 x 128 tile (K steps of 8). The tests below are about that path: they
+// check first that both variants take it on this GPU for every shape they use.
+void expect_split_by_both_rungs(int64_t M, int64_t N, int64_t K) {
+  const int64_t sms = runtime::cuda_sm_count();
+  const auto tiles = [&](int64_t t) { return ((M + t - 1) / t) * ((N + t - 1) / t); };
+  ASSERT_GT(kernels::plan_split_k(tiles(64), K, sms, 32).slices, 1) << M << "x" << N << "x" << K << " on " << sms << " SMs";
+  ASSERT_GT(kernels::plan_split_k(tiles(128), K, sms, 8).slices, 1) << M << "x" << N << "x" << K << " on " << sms << " SMs";
+}
+
+TEST(CudaGemm, SplitKLongReductionsMatchFloat64) {
+  // LeNet conv1's weight gradient as an im2col GEMM at batch 128 (one tile, K = N*P*Q = 100352), LeNet
+  // fc1's forward (8 tiles, K = 3136), and odd sizes whose K no slice length divides. Every element
+  // against float64 with the per-element bound (K + 3) 2^-24 sum|terms| (the norm-wise bounds of the
+  // sweep assume K <= 1000); every variant runs, the unsplit ones as a cross-check.
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  for (const SweepShape s : {SweepShape{32, 25, 100352}, SweepShape{128, 256, 3136}, SweepShape{7, 13, 5001},
+                             SweepShape{70, 130, 4099}}) {
+    expect_split_by_both_rungs(s.M, s.N, s.K);
+    for (auto [op_a, op_b] : kAllLayouts) check_every_variant(make_problem(op_a, op_b, s.M, s.N, s.K, seed), false);
+  }
+}
+
+TEST(CudaGemm, SplitKEpiloguesApplyOnceToTheWholeSum) {
+  // alpha, beta (accumulating into an existing C), bias and ReLU belong to the second pass: applied to
+  // each slice they would count beta * C and the bias once per slice, and ReLU would clip partial sums.
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const int64_t M = 70, N = 130, K = 1100;  // 4 slices on an H200 (gemm_split.h)
+  expect_split_by_both_rungs(M, N, K);
+  for (const std::string variant : {"wmma_pipelined_split_k", "smem_tiled_split_k"}) {
+    for (auto [op_a, op_b] : kAllLayouts) {
+      for (DType ab : {DType::f16, DType::f32}) {
+        for (DType c : {DType::f32, DType::f16}) {
+          GemmArgs g = problem(op_a, op_b, M, N, K, ab, c);
+          g.alpha = -0.75f;
+          g.beta = 1.0f;
+          g.relu = true;
+          g.bias_type = DType::f32;
+          const bool ran = run_case(variant, g, {.bias = true}, seed);
+          EXPECT_EQ(ran, ab == DType::f16 || variant == "smem_tiled_split_k") << variant << " " << g.describe();
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaGemm, SplitKIsDeterministic) {
+  // The slices are added in a fixed order by one thread per element (no atomics): the same inputs give
+  // the same bits on every run.
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const int64_t M = 32, N = 25, K = 100352;
+  expect_split_by_both_rungs(M, N, K);
+  const auto a = test::random_values(static_cast<size_t>(M * K), seed++, -1, 1, DType::f16);
+  const auto b = test::random_values(static_cast<size_t>(K * N), seed++, -1, 1, DType::f16);
+  for (const std::string variant : {"wmma_pipelined_split_k", "smem_tiled_split_k"}) {
+    for (DType ab : {DType::f16, DType::f32}) {
+      if (variant == "wmma_pipelined_split_k" && ab == DType::f32) continue;  // f16 inputs only
+      DeviceBuffer da(a, ab), db(b, ab), c(static_cast<size_t>(M * N), DType::f32);
+      GemmArgs g = problem(Op::T, Op::N, M, N, K, ab, DType::f32);  // A stored K x M, as in a weight gradient
+      g.device = kCuda;
+      g.A = da.get();
+      g.B = db.get();
+      g.C = c.get();
+      std::vector<double> first;
+      for (int run = 0; run < 3; ++run) {
+        c.poison();
+        kernels::gemm(g, variant);
+        const std::vector<double> out = c.download();
+        if (run == 0) {
+          first = out;
+        } else {
+          expect_all_equal(out, first, variant + " " + g.describe() + ": run " + std::to_string(run) + " vs run 0");
         }
       }
     }
@@ -437,13 +532,25 @@ GemmArgs dummy_problem(DType ab) {
 
 TEST(CudaGemmRegistry, ListsEveryRungAndCublas) {
   if (cuda_variant("naive") == nullptr) GTEST_SKIP() << "halfling was built without CUDA: no CUDA GEMM variants";
-  const std::vector<std::string> expected = {"wmma_pipelined", "wmma_smem", "wmma", "smem_tiled", "naive", "cublas"};
+  const std::vector<std::string> expected = {"wmma_pipelined_split_k", "wmma_pipelined", "mma_sync",
+                                             "wmma_smem",              "wmma",           "smem_tiled_split_k",
+                                             "smem_tiled",             "naive",          "cublas"};
   std::vector<std::string> names = cuda_variants();
   // Highest priority first: the ladder top to bottom, then the cuBLAS reference point.
   std::vector<std::string> ours;
   for (const auto& n : names)
     if (std::find(expected.begin(), expected.end(), n) != expected.end()) ours.push_back(n);
   EXPECT_EQ(ours, expected);
+}
+
+TEST(CudaGemmRegistry, RungsNotYetRunOnAGpuAreOptIn) {
+  // Written in a session without a GPU (registry.h): they run when named, never by default, until
+  // their tests, the sanitizers and gemm_bench have run on a GPU. Promoting one means changing this.
+  if (cuda_variant("naive") == nullptr) GTEST_SKIP() << "halfling was built without CUDA: no CUDA GEMM variants";
+  std::vector<std::string> opt_in;
+  for (const auto& v : GemmRegistry::instance().all())
+    if (v.device == kCuda && v.opt_in) opt_in.push_back(v.name);
+  EXPECT_EQ(opt_in, (std::vector<std::string>{"wmma_pipelined_split_k", "mma_sync", "smem_tiled_split_k"}));
 }
 
 TEST(CudaGemmRegistry, DefaultIsTheFastestRungThatSupportsTheArguments) {
@@ -457,7 +564,7 @@ TEST(CudaGemmRegistry, DefaultIsTheFastestRungThatSupportsTheArguments) {
 
 TEST(CudaGemmRegistry, WmmaRungsRefuseF32InputsWithAReason) {
   if (cuda_variant("naive") == nullptr) GTEST_SKIP() << "halfling was built without CUDA: no CUDA GEMM variants";
-  for (const char* name : {"wmma", "wmma_smem", "wmma_pipelined"}) {
+  for (const char* name : {"wmma", "wmma_smem", "wmma_pipelined", "wmma_pipelined_split_k", "mma_sync"}) {
     const auto* v = cuda_variant(name);
     ASSERT_NE(v, nullptr) << name;
     EXPECT_EQ(v->unsupported(dummy_problem(DType::f16)), nullptr) << name;

@@ -14,7 +14,8 @@
 // Epilogue: cublasGemmEx computes alpha * op(A) op(B) + beta * C only. With a bias or ReLU, or for
 // f32 inputs into an f16 C (a combination cublasGemmEx does not offer), cuBLAS writes
 // alpha * op(A) op(B) into an FP32 workspace and a small kernel here applies beta * C, the bias and
-// ReLU and rounds once into C — so the result is rounded exactly once, as in the ladder.
+// ReLU and rounds once into C (the split-K rungs' second pass, split_k.cu, with one slice) — so the
+// result is rounded exactly once, as in the ladder.
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 
@@ -58,17 +59,6 @@ Scratch& workspace() {
 
 cudaDataType_t cuda_type(DType t) { return t == DType::f16 ? CUDA_R_16F : CUDA_R_32F; }
 
-// C = act(W + beta * C + bias), W holding alpha * op(A) op(B) densely (M x N).
-__global__ void epilogue_kernel(GemmArgs g, const float* W) {
-  const int64_t total = g.M * g.N;
-  for (int64_t i = global_thread_index(); i < total; i += global_thread_count()) {
-    const int64_t m = i / g.N, n = i % g.N;
-    GemmArgs unit = g;
-    unit.alpha = 1.0f;  // alpha is already in W
-    gemm_detail::epilogue_store(unit, m, n, W[i]);
-  }
-}
-
 void gemm_ex(const GemmArgs& g, void* C, DType c_type, int64_t ldc, float beta) {
   const float alpha = g.alpha;
   HL_CUBLAS_CHECK(cublasGemmEx(handle(), g.op_b == Op::N ? CUBLAS_OP_N : CUBLAS_OP_T,
@@ -90,8 +80,11 @@ void run(const GemmArgs& g) {
   const std::lock_guard<std::mutex> lock(ws.mu);  // held until both launches are queued
   float* W = static_cast<float*>(ws.reserve(static_cast<size_t>(g.M * g.N) * sizeof(float)));
   gemm_ex(g, W, DType::f32, g.N, 0.0f);
-  epilogue_kernel<<<grid_for(g.M * g.N), kBlock, 0, stream()>>>(g, W);
-  HL_LAUNCH_CHECK("cublas epilogue_kernel");
+  // W holds alpha * op(A) op(B): the split-K pass with one slice applies beta, bias and ReLU and
+  // rounds once into C (gemm_common.cuh).
+  GemmArgs unit = g;
+  unit.alpha = 1.0f;
+  gemm_detail::split_k_reduce(unit, W, 1);
 }
 
 const char* unsupported(const GemmArgs& g) {

@@ -6,9 +6,12 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <mutex>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/scratch.cuh"
 #include "kernels/gemm.h"
+#include "kernels/gemm_split.h"
 #include "kernels/runtime.h"
 
 namespace hl::kernels::cuda::gemm_detail {
@@ -41,7 +44,8 @@ inline const char* unsupported_dtypes(const GemmArgs& g) {
 inline const char* unsupported_wmma(const GemmArgs& g) {
   if (const char* why = unsupported_dtypes(g)) return why;
   if (g.ab_type != DType::f16)
-    return "the WMMA rungs take f16 inputs only (FP16 Tensor Core products); use smem_tiled or cublas for f32";
+    return "the Tensor Core rungs (wmma*, mma_sync) take f16 inputs only (FP16 Tensor Core products); use "
+           "smem_tiled or cublas for f32";
   const int cc = runtime::cuda_compute_capability();  // the probe is cached
   if (cc != 0 && cc < 70) return "the WMMA rungs need compute capability 7.0 or newer (FP16 Tensor Cores)";
   return nullptr;
@@ -54,18 +58,11 @@ inline bool vector_aligned(const void* p, int64_t ld) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld % 8 == 0;
 }
 
-// Streaming multiprocessors of device 0 (cached): the pipelined rung picks a smaller tile when a big
-// one would leave most of them idle.
+// Streaming multiprocessors of the device (80 if the probe found none): the pipelined rung picks a
+// smaller tile when a big one would leave most of them idle, and split-K plans for them.
 inline int sm_count() {
-  static const int count = [] {
-    int n = 0;
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
-      cudaGetLastError();
-      n = 0;
-    }
-    return n > 0 ? n : 80;
-  }();
-  return count;
+  const int n = runtime::cuda_sm_count();
+  return n > 0 ? n : 80;
 }
 
 inline unsigned blocks_for(int64_t n, int64_t tile) { return static_cast<unsigned>((n + tile - 1) / tile); }
@@ -74,6 +71,40 @@ inline unsigned blocks_for(int64_t n, int64_t tile) { return static_cast<unsigne
 inline void check_grid_y(const GemmArgs& g, int64_t tile_m, const char* variant) {
   HL_CHECK((g.M + tile_m - 1) / tile_m <= 65535, "gemm ", variant, ": M=", g.M, " needs more than 65535 row tiles of ",
            tile_m, " (", g.describe(), ")");
+}
+
+// ---- split-K (kernels/gemm_split.h says when and why) ---------------------------------------------
+
+// What a rung's kernel needs to compute one slice of K per blockIdx.z.
+struct SplitK {
+  int64_t k_len = 0;         // K values per slice (plan.k_len)
+  float* partial = nullptr;  // slices x M x N FP32 partial sums, dense; slice z starts at z * M * N
+};
+
+// The GEMM this block computes: slice blockIdx.z of K (gemm_split.h, split_slice). A rung's kernel
+// starts with `const GemmArgs g = slice_for_block(args, split)` and is otherwise unchanged.
+__device__ __forceinline__ GemmArgs slice_for_block(const GemmArgs& whole, const SplitK& s) {
+  return split_slice(whole, s.k_len, blockIdx.z, s.partial);
+}
+
+// The split-K workspace, shared by the rungs (one grow-only buffer: kernels/cuda/scratch.cuh), and the
+// second pass: C = act(alpha * (partial_0 + ... + partial_{slices-1}) + beta * C + bias), the slices
+// added in order (the same sum on every run). Defined in split_k.cu.
+Scratch& split_k_workspace();
+void split_k_reduce(const GemmArgs& g, const float* partial, int64_t slices);
+
+// Runs a split GEMM: `launch_slices(SplitK)` queues the rung's kernel over a grid with gridDim.z =
+// plan.slices, then the second pass adds the slices. The workspace lock is held until both are queued.
+template <class LaunchSlices>
+void run_split_k(const GemmArgs& g, const SplitKPlan& plan, LaunchSlices&& launch_slices) {
+  HL_CHECK(plan.slices >= 2 && plan.slices <= 65535, "gemm split-K: ", plan.slices, " slices (", g.describe(), ")");
+  Scratch& ws = split_k_workspace();
+  const std::lock_guard<std::mutex> lock(ws.mu);
+  SplitK s;
+  s.k_len = plan.k_len;
+  s.partial = static_cast<float*>(ws.reserve(static_cast<size_t>(plan.slices * g.M * g.N) * sizeof(float)));
+  launch_slices(s);
+  split_k_reduce(g, s.partial, plan.slices);
 }
 
 }  // namespace hl::kernels::cuda::gemm_detail

@@ -14,6 +14,12 @@
 // uses the ordinary FP32 units (no Tensor Cores), so it takes f32 inputs too: it is the fastest
 // f32 GEMM of the ladder and the fallback the registry picks for f32 inputs.
 //
+// Split-K: this is also the GEMM of every FP32 training step (f32 inputs run here), including the
+// weight gradients of FP32 convolutions as im2col GEMMs, whose outputs are a tile or two and whose
+// K = N*P*Q is up to 100352. The variant smem_tiled_split_k (opt-in until it has run on a GPU) splits
+// such GEMMs along K (kernels/gemm_split.h): blockIdx.z takes a slice, the kernel is unchanged apart
+// from its first line (slice_for_block), and split_k.cu adds the slices and applies the epilogue.
+//
 // Edges: every load is predicated (zero outside op(A)/op(B)) and every store checks m < M, n < N, so
 // any M, N, K >= 1 and any leading dimensions work; nothing is assumed to be a multiple of the tile.
 #include <cuda_fp16.h>
@@ -33,8 +39,10 @@ constexpr int kThreads = (kBM / kTM) * (kBN / kTN);  // 16 x 16 = 256
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 
-template <class TAB>
-__global__ void __launch_bounds__(kThreads) gemm_smem_tiled_kernel(GemmArgs g) {
+// kSplit: this block computes the slice blockIdx.z of K into its FP32 partial tile.
+template <class TAB, bool kSplit>
+__global__ void __launch_bounds__(kThreads) gemm_smem_tiled_kernel(GemmArgs args, gemm_detail::SplitK split) {
+  const GemmArgs g = kSplit ? gemm_detail::slice_for_block(args, split) : args;
   // As[k][m] holds op(A) transposed, so that the 8 values of a thread's rows at one k are read from
   // one shared-memory row (a broadcast among the 16 threads of that row group).
   __shared__ float As[kBK][kBM];
@@ -115,15 +123,28 @@ __global__ void __launch_bounds__(kThreads) gemm_smem_tiled_kernel(GemmArgs g) {
   }
 }
 
-void run(const GemmArgs& g) {
-  gemm_detail::check_grid_y(g, kBM, "smem_tiled");
-  const dim3 grid(gemm_detail::blocks_for(g.N, kBN), gemm_detail::blocks_for(g.M, kBM));
+template <bool kSplit>
+void launch(const GemmArgs& g, const gemm_detail::SplitK& split, int64_t slices) {
+  const dim3 grid(gemm_detail::blocks_for(g.N, kBN), gemm_detail::blocks_for(g.M, kBM), static_cast<unsigned>(slices));
   if (g.ab_type == DType::f16) {
-    gemm_smem_tiled_kernel<__half><<<grid, kThreads, 0, stream()>>>(g);
+    gemm_smem_tiled_kernel<__half, kSplit><<<grid, kThreads, 0, stream()>>>(g, split);
   } else {
-    gemm_smem_tiled_kernel<float><<<grid, kThreads, 0, stream()>>>(g);
+    gemm_smem_tiled_kernel<float, kSplit><<<grid, kThreads, 0, stream()>>>(g, split);
   }
   HL_LAUNCH_CHECK("gemm_smem_tiled_kernel");
+}
+
+// kSplitK: the smem_tiled_split_k variant, which splits K when the plan says so.
+template <bool kSplitK>
+void run(const GemmArgs& g) {
+  gemm_detail::check_grid_y(g, kBM, "smem_tiled");
+  const int64_t tiles = static_cast<int64_t>(gemm_detail::blocks_for(g.M, kBM)) * gemm_detail::blocks_for(g.N, kBN);
+  const SplitKPlan plan = kSplitK ? plan_split_k(tiles, g.K, gemm_detail::sm_count(), kBK) : SplitKPlan{1, g.K};
+  if (plan.slices > 1) {
+    gemm_detail::run_split_k(g, plan, [&](const gemm_detail::SplitK& s) { launch<true>(g, s, plan.slices); });
+  } else {
+    launch<false>(g, {}, 1);
+  }
 }
 
 const char* unsupported(const GemmArgs& g) { return gemm_detail::unsupported_dtypes(g); }
@@ -131,7 +152,13 @@ const char* unsupported(const GemmArgs& g) { return gemm_detail::unsupported_dty
 }  // namespace
 
 HL_REGISTER_VARIANT(GemmArgs, {"smem_tiled", DeviceType::cuda, 20,
-                               "128x128 shared-memory tiles, 8x8 outputs per thread in registers (FP32 units)", run,
-                               unsupported});
+                               "128x128 shared-memory tiles, 8x8 outputs per thread in registers (FP32 units)",
+                               run<false>, unsupported});
+
+// Split-K: opt-in until it has run on a GPU (registry.h); then it takes smem_tiled's place (for f32
+// inputs) by clearing opt_in, since it is the same kernel wherever it does not split.
+HL_REGISTER_VARIANT(GemmArgs, {"smem_tiled_split_k", DeviceType::cuda, 25,
+                               "smem_tiled, and a long reduction over few output tiles split across blocks",
+                               run<true>, unsupported, /*opt_in=*/true});
 
 }  // namespace hl::kernels::cuda

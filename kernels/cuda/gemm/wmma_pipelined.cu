@@ -17,8 +17,13 @@
 //   3. The tile fits the problem: 128 x 128 blocks (8 warps of 64 x 32) keep a big GEMM's Tensor
 //      Cores fed, but the GEMMs of an MNIST-sized layer (128 x 512 x 784, 128 x 10 x 512) would make
 //      only 4 or 1 such blocks for a GPU with 100+ SMs. When the big tile would leave most SMs idle
-//      the rung uses 64 x 64 blocks of 4 warps (32 x 32 warp tiles), 4x more blocks.
-//      (Split-K, the other remedy, is left as an exercise in kernels/cuda/gemm/README.md.)
+//      the rung uses 64 x 64 blocks of 4 warps (32 x 32 warp tiles), 4x more blocks. When even those
+//      are too few for a long reduction (LeNet's fc1 forward: 8 tiles, K = 3136; a convolution's
+//      weight gradient as an im2col GEMM: 1 to 7 tiles, K = 25088 or 100352), the variant
+//      wmma_pipelined_split_k also splits K across blocks (split-K, kernels/gemm_split.h):
+//      blockIdx.z takes a slice of K, and a second pass (split_k.cu) adds the slices' FP32 partial
+//      tiles and applies the epilogue. It is registered opt-in: it was written in a session without
+//      a GPU, and runs by default only once its tests and benchmark have run on one.
 //
 // Everything else is as in wmma_smem: padded shared-memory rows, predicated edges with zero fill,
 // 128-bit copies with a scalar fallback inside the kernel for misaligned matrices (so this rung too
@@ -69,8 +74,11 @@ struct Smem {
                 "stage buffers stay aligned");
 };
 
-template <Op op_a, Op op_b, class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads) gemm_wmma_pipelined_kernel(GemmArgs g, bool a_vec, bool b_vec) {
+// kSplit: this block computes the slice blockIdx.z of K into its FP32 partial tile (slice_for_block).
+template <Op op_a, Op op_b, class Cfg, bool kSplit>
+__global__ void __launch_bounds__(Cfg::kThreads)
+    gemm_wmma_pipelined_kernel(GemmArgs args, bool a_vec, bool b_vec, SplitK split) {
+  const GemmArgs g = kSplit ? slice_for_block(args, split) : args;
   using S = Smem<op_a, op_b, Cfg>;
   using TA = typename S::TA;
   using TB = typename S::TB;
@@ -87,19 +95,12 @@ __global__ void __launch_bounds__(Cfg::kThreads) gemm_wmma_pipelined_kernel(Gemm
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * BM, n0 = static_cast<int64_t>(blockIdx.x) * BN;
   const int wm = (warp / Cfg::WARPS_N) * Cfg::WM, wn = (warp % Cfg::WARPS_N) * Cfg::WN;
 
-  const __half* A = static_cast<const __half*>(g.A);
-  const __half* B = static_cast<const __half*>(g.B);
-  const int64_t a_rows = op_a == Op::N ? g.M : g.K, a_cols = op_a == Op::N ? g.K : g.M;
-  const int64_t b_rows = op_b == Op::N ? g.K : g.N, b_cols = op_b == Op::N ? g.N : g.K;
   const int64_t k_tiles = (g.K + BK - 1) / BK;
 
   // Issue the copies of K tile kt into stage s (asynchronous on sm_80+).
   const auto load_stage = [&](int s, int64_t kt) {
-    const int64_t k0 = kt * BK;
-    load_tile<TA, Cfg::kThreads, true>(a_stage(s), A, g.lda, a_rows, a_cols, op_a == Op::N ? m0 : k0,
-                                       op_a == Op::N ? k0 : m0, a_vec);
-    load_tile<TB, Cfg::kThreads, true>(b_stage(s), B, g.ldb, b_rows, b_cols, op_b == Op::N ? k0 : n0,
-                                       op_b == Op::N ? n0 : k0, b_vec);
+    load_operand_tiles<op_a, op_b, TA, TB, Cfg::kThreads, true>(a_stage(s), b_stage(s), g, m0, n0, kt * BK, a_vec,
+                                                                 b_vec);
   };
 
   // The fragments, in plain view. Two sets of input fragments (register double buffering: [buf]),
@@ -159,9 +160,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) gemm_wmma_pipelined_kernel(Gemm
   warp_epilogue<FM, FN>(g, acc, scratch, m0 + wm, n0 + wn);
 }
 
-template <Op op_a, Op op_b, class Cfg>
-void launch(const GemmArgs& g) {
-  const auto kernel = gemm_wmma_pipelined_kernel<op_a, op_b, Cfg>;
+// slices > 1: a split-K launch (gridDim.z = slices, each block's sums go to split.partial).
+template <Op op_a, Op op_b, class Cfg, bool kSplit = false>
+void launch(const GemmArgs& g, const SplitK& split = {}, int64_t slices = 1) {
+  const auto kernel = gemm_wmma_pipelined_kernel<op_a, op_b, Cfg, kSplit>;
   constexpr size_t bytes = Smem<op_a, op_b, Cfg>::kBytes;
   // More than 48 KiB of dynamic shared memory must be allowed explicitly, once per kernel.
   static std::once_flag opted_in;
@@ -169,17 +171,26 @@ void launch(const GemmArgs& g) {
     HL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   });
   check_grid_y(g, Cfg::BM, "wmma_pipelined");
-  const dim3 grid(blocks_for(g.N, Cfg::BN), blocks_for(g.M, Cfg::BM));
-  kernel<<<grid, Cfg::kThreads, bytes, stream()>>>(g, vector_aligned(g.A, g.lda), vector_aligned(g.B, g.ldb));
+  const dim3 grid(blocks_for(g.N, Cfg::BN), blocks_for(g.M, Cfg::BM), static_cast<unsigned>(slices));
+  // A slice starts k_len (a multiple of 8) along K from the last one, so the 16-byte alignment of its
+  // rows is that of the whole matrix.
+  kernel<<<grid, Cfg::kThreads, bytes, stream()>>>(g, vector_aligned(g.A, g.lda), vector_aligned(g.B, g.ldb), split);
   HL_LAUNCH_CHECK("gemm_wmma_pipelined_kernel");
 }
 
-// The tile for this problem on this GPU (see point 3 above).
-template <Op op_a, Op op_b>
+// The tile for this problem on this GPU (see point 3 above); kSplitK: the wmma_pipelined_split_k
+// variant, which may also split K.
+template <Op op_a, Op op_b, bool kSplitK>
 void launch_for_device(const GemmArgs& g) {
   const int64_t big_blocks = static_cast<int64_t>(blocks_for(g.M, 128)) * blocks_for(g.N, 128);
   if (big_blocks < sm_count()) {
-    launch<op_a, op_b, Small>(g);
+    const int64_t small_blocks = static_cast<int64_t>(blocks_for(g.M, Small::BM)) * blocks_for(g.N, Small::BN);
+    const SplitKPlan plan = kSplitK ? plan_split_k(small_blocks, g.K, sm_count(), Small::BK) : SplitKPlan{1, g.K};
+    if (plan.slices > 1) {
+      run_split_k(g, plan, [&](const SplitK& s) { launch<op_a, op_b, Small, true>(g, s, plan.slices); });
+    } else {
+      launch<op_a, op_b, Small>(g);
+    }
   } else if (runtime::cuda_compute_capability() >= 80) {
     launch<op_a, op_b, BigAmpere>(g);
   } else {
@@ -187,11 +198,12 @@ void launch_for_device(const GemmArgs& g) {
   }
 }
 
+template <bool kSplitK>
 void run(const GemmArgs& g) {
   if (g.op_a == Op::N) {
-    g.op_b == Op::N ? launch_for_device<Op::N, Op::N>(g) : launch_for_device<Op::N, Op::T>(g);
+    g.op_b == Op::N ? launch_for_device<Op::N, Op::N, kSplitK>(g) : launch_for_device<Op::N, Op::T, kSplitK>(g);
   } else {
-    g.op_b == Op::N ? launch_for_device<Op::T, Op::N>(g) : launch_for_device<Op::T, Op::T>(g);
+    g.op_b == Op::N ? launch_for_device<Op::T, Op::N, kSplitK>(g) : launch_for_device<Op::T, Op::T, kSplitK>(g);
   }
 }
 
@@ -201,6 +213,12 @@ const char* unsupported(const GemmArgs& g) { return unsupported_wmma(g); }
 
 HL_REGISTER_VARIANT(GemmArgs, {"wmma_pipelined", DeviceType::cuda, 50,
                                "multi-stage cp.async pipeline, double-buffered fragments, tile per problem and GPU",
-                               run, unsupported});
+                               run<false>, unsupported});
+
+// Split-K (point 3): opt-in until it has run on a GPU (registry.h); then it takes wmma_pipelined's
+// place by clearing opt_in, since it is the same rung wherever it does not split.
+HL_REGISTER_VARIANT(GemmArgs, {"wmma_pipelined_split_k", DeviceType::cuda, 55,
+                               "wmma_pipelined, and a long reduction over few output tiles split across blocks",
+                               run<true>, unsupported, /*opt_in=*/true});
 
 }  // namespace hl::kernels::cuda

@@ -107,6 +107,20 @@ __device__ __forceinline__ void load_tile(__half* tile, const __half* src, int64
   }
 }
 
+// One K step's operand tiles: op(A) rows [m0, m0 + BM) and op(B) columns [n0, n0 + BN), K values
+// [k0, k0 + BK), each copied from its stored layout (op N: K along a row; op T: K down a column) into
+// the tile layouts TA and TB. The pipelined rungs call it once per stage (kAsync: cp.async on sm_80+).
+template <Op op_a, Op op_b, class TA, class TB, int kThreads, bool kAsync>
+__device__ __forceinline__ void load_operand_tiles(__half* a_tile, __half* b_tile, const GemmArgs& g, int64_t m0,
+                                                   int64_t n0, int64_t k0, bool a_vec, bool b_vec) {
+  const int64_t a_rows = op_a == Op::N ? g.M : g.K, a_cols = op_a == Op::N ? g.K : g.M;
+  const int64_t b_rows = op_b == Op::N ? g.K : g.N, b_cols = op_b == Op::N ? g.N : g.K;
+  load_tile<TA, kThreads, kAsync>(a_tile, static_cast<const __half*>(g.A), g.lda, a_rows, a_cols,
+                                  op_a == Op::N ? m0 : k0, op_a == Op::N ? k0 : m0, a_vec);
+  load_tile<TB, kThreads, kAsync>(b_tile, static_cast<const __half*>(g.B), g.ldb, b_rows, b_cols,
+                                  op_b == Op::N ? k0 : n0, op_b == Op::N ? n0 : k0, b_vec);
+}
+
 // ---- the epilogue of one warp ----------------------------------------------------------------------
 
 // Write a warp's FM x FN accumulator fragments (its WM x WN tile of C at (wm0, wn0)) through the

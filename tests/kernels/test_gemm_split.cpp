@@ -1,0 +1,169 @@
+// Split-K of the CUDA GEMM rungs (kernels/gemm_split.h): the decision and the slicing are plain host
+// code, so they are tested on every machine. Here each slice runs through the CPU GEMM, which is what
+// a CUDA block does with its slice; the kernels themselves are tested on the GPU
+// (test_gemm_cuda.cpp, CudaGemm.SplitK*).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "kernels/gemm.h"
+#include "kernels/gemm_split.h"
+#include "tests/test_util.h"
+
+namespace hl {
+namespace {
+
+using kernels::kMaxSlices;
+using kernels::kMinSliceK;
+using kernels::kMinSplitK;
+using kernels::plan_split_k;
+using kernels::SplitKPlan;
+
+int64_t tiles(int64_t M, int64_t N, int64_t tm, int64_t tn) { return ((M + tm - 1) / tm) * ((N + tn - 1) / tn); }
+
+TEST(GemmSplitK, TheLongReductionsOfTrainingAreSplit) {
+  // An H200 has 132 SMs. wmma_pipelined_split_k's small tile is 64 x 64 with K steps of 32;
+  // smem_tiled_split_k's tile is 128 x 128 with K steps of 8.
+  // LeNet fc1 forward, 128 x 256 x 3136: 8 tiles. 12 slices wanted (3136 / 256), of 262 -> 288
+  // (a multiple of 32), which covers K in 11: the last one (256 values) is shorter.
+  const SplitKPlan fc1 = plan_split_k(tiles(128, 256, 64, 64), 3136, 132, 32);
+  EXPECT_EQ(fc1.slices, 11);
+  EXPECT_EQ(fc1.k_len, 288);
+  // LeNet conv1's weight gradient as an FP32 im2col GEMM, 32 x 25 x 100352: one tile. Two blocks per
+  // SM are 264 slices, more than kMaxSlices: 256 slices of 392 values (100352 / 256, a multiple of 8).
+  const SplitKPlan conv1 = plan_split_k(tiles(32, 25, 128, 128), 100352, 132, 8);
+  EXPECT_EQ(conv1.slices, 256);
+  EXPECT_EQ(conv1.k_len, 392);
+  // conv2's, 64 x 800 x 25088: 7 tiles of 128 x 128 -> 38 slices wanted, 25088 / 38 = 660.2 -> 664.
+  const SplitKPlan conv2 = plan_split_k(tiles(64, 800, 128, 128), 25088, 132, 8);
+  EXPECT_EQ(conv2.slices, 38);
+  EXPECT_EQ(conv2.k_len, 664);
+}
+
+TEST(GemmSplitK, GemmsThatFillTheGpuOrHaveShortReductionsAreLeftAlone) {
+  // MLP-512's GEMMs (K = 784 or 512 is too short to pay for the partial sums), a square GEMM with
+  // plenty of tiles, and a tiny one.
+  for (const auto& [t, K] : std::vector<std::pair<int64_t, int64_t>>{
+           {tiles(128, 512, 64, 64), 784}, {tiles(128, 784, 64, 64), 512}, {tiles(4096, 4096, 128, 128), 4096},
+           {tiles(1, 1, 64, 64), 1}, {1, kMinSplitK - 1}, {67, 1 << 20}}) {
+    const SplitKPlan p = plan_split_k(t, K, 132, 32);
+    EXPECT_EQ(p.slices, 1) << t << " tiles, K = " << K;
+    EXPECT_EQ(p.k_len, K) << t << " tiles, K = " << K;
+  }
+}
+
+TEST(GemmSplitK, EveryPlanCoversKWithNoEmptySlice) {
+  // The invariants the kernels rely on, over a grid of problems: slices start on a K step (the 16-byte
+  // alignment of the operands' rows holds in every slice), cover K exactly once, none is empty, and
+  // none is shorter than the minimum the plan promises (except the last).
+  for (int64_t sms : {1, 8, 46, 80, 108, 132}) {
+    for (int64_t k_step : {8, 32, 64}) {
+      for (int64_t t : {1, 2, 3, 5, 7, 8, 13, 40, 66, 67, 200}) {
+        for (int64_t K : {1, 7, 255, 511, 512, 513, 1000, 3136, 4099, 25088, 100352, 1000003}) {
+          const SplitKPlan p = plan_split_k(t, K, sms, k_step);
+          std::ostringstream what;
+          what << "tiles=" << t << " K=" << K << " sms=" << sms << " step=" << k_step << ": slices=" << p.slices
+               << " k_len=" << p.k_len;
+          ASSERT_GE(p.slices, 1) << what.str();
+          if (p.slices == 1) {
+            EXPECT_EQ(p.k_len, K) << what.str();
+            continue;
+          }
+          EXPECT_LE(p.slices, kMaxSlices) << what.str();
+          EXPECT_EQ(p.k_len % k_step, 0) << what.str();
+          EXPECT_GE(p.k_len, kMinSliceK) << what.str();
+          EXPECT_GE(K, kMinSplitK) << what.str();
+          EXPECT_LT((p.slices - 1) * p.k_len, K) << what.str();  // the last slice is not empty
+          EXPECT_GE(p.slices * p.k_len, K) << what.str();        // and the slices reach the end of K
+          EXPECT_LE(t * 2, sms) << what.str();                   // only GEMMs that leave half the GPU idle
+          EXPECT_LE(t * p.slices, 2 * sms + t) << what.str();     // about two blocks per SM, no more
+        }
+      }
+    }
+  }
+}
+
+TEST(GemmSplitK, SlicesSummedWithOneEpilogueGiveTheWholeGemm) {
+  // split_slice moves A and B along K by the layout and the leading dimensions, and points C at the
+  // slice's partial matrix. Each slice is run through the CPU GEMM (f32 inputs and partial sums), the
+  // slices are added in order and the epilogue applied once, as split_k.cu does; the result must be
+  // the float64 GEMM. An offset along the wrong dimension, a slice too long or too short, or an
+  // epilogue applied per slice is off by O(1), far outside the rounding bound.
+  uint64_t seed = test::fresh_seed();
+  const int64_t M = 13, N = 9, K = 1100, pad = 3;  // non-dense leading dimensions: ld = dense + pad
+  for (const auto& [op_a, op_b] : std::vector<std::pair<kernels::Op, kernels::Op>>{
+           {kernels::Op::N, kernels::Op::N}, {kernels::Op::N, kernels::Op::T}, {kernels::Op::T, kernels::Op::N},
+           {kernels::Op::T, kernels::Op::T}}) {
+    kernels::GemmArgs g;
+    g.device = DeviceType::cpu;
+    g.op_a = op_a;
+    g.op_b = op_b;
+    g.M = M, g.N = N, g.K = K;
+    kernels::set_dense_ld(g);
+    g.lda += pad;
+    g.ldb += pad;
+    g.ldc = N;
+    g.ab_type = g.c_type = g.bias_type = DType::f32;
+    g.alpha = -0.75f;
+    g.beta = 1.0f;
+    g.relu = true;
+    const int64_t a_rows = op_a == kernels::Op::N ? M : K, b_rows = op_b == kernels::Op::N ? K : N;
+    const auto a64 = test::random_values(static_cast<size_t>(a_rows * g.lda), seed++, -1, 1, DType::f16);
+    const auto b64 = test::random_values(static_cast<size_t>(b_rows * g.ldb), seed++, -1, 1, DType::f16);
+    const auto c64 = test::random_values(static_cast<size_t>(M * N), seed++, -1, 1, DType::f16);
+    const auto bias64 = test::random_values(static_cast<size_t>(N), seed++, -1, 1, DType::f16);
+    const std::vector<float> a(a64.begin(), a64.end()), b(b64.begin(), b64.end()), bias(bias64.begin(), bias64.end());
+    g.A = a.data();
+    g.B = b.data();
+    g.bias = bias.data();
+
+    // The plan for one tile on 132 SMs (4 slices of 280), and hand-made ones: 2 slices of 552, 3 of 400
+    // (the last 300 long), 5 of 224 (the last 204).
+    for (const kernels::SplitKPlan plan : {kernels::plan_split_k(1, K, 132, 8), kernels::SplitKPlan{2, 552},
+                                           kernels::SplitKPlan{3, 400}, kernels::SplitKPlan{5, 224}}) {
+      const int64_t slices = plan.slices;
+      ASSERT_GE(slices, 2);
+      std::vector<float> partial(static_cast<size_t>(plan.slices * M * N), std::nanf(""));
+      int64_t covered = 0;
+      for (int64_t z = 0; z < plan.slices; ++z) {
+        const kernels::GemmArgs s = kernels::split_slice(g, plan.k_len, z, partial.data());
+        EXPECT_EQ(s.C, partial.data() + z * M * N);
+        EXPECT_EQ(s.alpha, 1.0f);
+        EXPECT_EQ(s.beta, 0.0f);
+        EXPECT_EQ(s.bias, nullptr);
+        EXPECT_FALSE(s.relu);
+        covered += s.K;
+        kernels::gemm(s, "reference");
+      }
+      EXPECT_EQ(covered, K);
+      std::vector<float> c(c64.begin(), c64.end());
+      for (int64_t m = 0; m < M; ++m) {
+        for (int64_t n = 0; n < N; ++n) {
+          float sum = 0.0f;
+          for (int64_t z = 0; z < plan.slices; ++z) sum += partial[static_cast<size_t>(z * M * N + m * N + n)];
+          double want = 0.0, mag = 0.0;
+          for (int64_t k = 0; k < K; ++k) {
+            const double x = op_a == kernels::Op::N ? a64[static_cast<size_t>(m * g.lda + k)] : a64[static_cast<size_t>(k * g.lda + m)];
+            const double y = op_b == kernels::Op::N ? b64[static_cast<size_t>(k * g.ldb + n)] : b64[static_cast<size_t>(n * g.ldb + k)];
+            want += x * y;
+            mag += std::fabs(x * y);
+          }
+          const size_t i = static_cast<size_t>(m * N + n);
+          want = std::max(0.0, g.alpha * want + c64[i] + bias64[static_cast<size_t>(n)]);
+          const float got = std::max(0.0f, g.alpha * sum + c[i] + bias[static_cast<size_t>(n)]);
+          // FP32 sums of K products, in any order: (K + 3) 2^-24 of the magnitudes (scaled by alpha, plus C and bias).
+          const double tol = (K + 3) * std::ldexp(1.0, -24) * (0.75 * mag + std::fabs(c64[i]) + 1.0);
+          EXPECT_NEAR(got, want, tol) << "slices=" << slices << " op_a=" << static_cast<int>(op_a)
+                                      << " op_b=" << static_cast<int>(op_b) << " m=" << m << " n=" << n;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hl
