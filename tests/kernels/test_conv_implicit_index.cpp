@@ -2,7 +2,8 @@
 // checked on the CPU, so it is exercised on every build, with or without a GPU.
 //
 // The kernels in implicit_gemm_wmma.cu gather their GEMM operands through the functions of that
-// header (make_column / make_tap / gather_index / weight_index / output_index for forward and
+// header (make_column / make_tap_entry / table_gather_index / table_weight_index / output_column for
+// forward and stride-1 backward_data, make_tap / gather_index / weight_index for strided
 // backward_data, make_wrow / make_wcol / wgrad_*_index for backward_weight). Here the same functions
 // fill the same shared-memory tiles, walked block by block, K step by K step and thread by thread
 // with the kernels' thread-to-element maps (replicated below: change them together), and plain
@@ -74,11 +75,17 @@ std::vector<double> reference(ConvArgs a, const std::vector<double>& in1, const 
 }
 
 // conv_implicit_gemm_kernel<kBackwardData, kUnitStride>, one block at a time: src is x (forward) or dy
-// (backward_data), w the weights. Returns the output and counts the writes per element.
-template <bool kBackwardData, bool kUnitStride = false>
+// (backward_data), w the weights. Returns the output and counts the writes per element. kTable: the
+// loaders read the tap table (forward and stride-1 backward_data, as the kernel does), else they
+// decompose each tap (strided backward_data; the test also runs forward this way, as a cross-check).
+template <bool kBackwardData, bool kUnitStride = false, bool kTable = !kBackwardData || kUnitStride>
 std::vector<double> emulate(const ConvArgs& a, const std::vector<double>& src, const std::vector<double>& w,
                             std::vector<int>& writes) {
   const ig::Geometry g = ig::make_geometry(a);
+  // conv_tap_table_kernel: one entry per reduction index.
+  std::vector<ig::TapEntry> taps;
+  for (int kk = 0; kk < g.kred; ++kk) taps.push_back(ig::make_tap_entry<kBackwardData>(g, kk));
+  const auto tap = [&](int kk) { return kk < g.kred ? taps.at(static_cast<size_t>(kk)) : ig::TapEntry{0, 0, 0, 0}; };
   std::vector<double> out(static_cast<size_t>(a.out_numel()), std::numeric_limits<double>::quiet_NaN());
   writes.assign(out.size(), 0);
   std::vector<double> As(ig::kBM * ig::kLdA), Bs(ig::kBK * ig::kLdB), acc(ig::kBM * ig::kBN);
@@ -95,15 +102,19 @@ std::vector<double> emulate(const ConvArgs& a, const std::vector<double>& src, c
           const int warp = tid / 32, lane = tid % 32;
           ig::Column cols[4];
           for (int j = 0; j < 4; ++j) cols[j] = ig::make_column<kBackwardData>(g, n0 + lane + 32 * j);
-          const ig::Tap ta = ig::make_tap(g, k0 + lane);
+          const int ka = k0 + lane;
+          const ig::Tap ta = ig::make_tap(g, ka);
           for (int i = 0; i < 8; ++i) {
-            const int64_t idx = ig::weight_index(g, m0 + warp + 8 * i, ta);
+            const int m = m0 + warp + 8 * i;
+            const int64_t idx = kTable ? ig::table_weight_index(g, m, tap(ka), ka < g.kred) : ig::weight_index(g, m, ta);
             As[(warp + 8 * i) * ig::kLdA + lane] = idx >= 0 ? w.at(static_cast<size_t>(idx)) : 0.0;
           }
           for (int i = 0; i < 4; ++i) {
-            const ig::Tap tb = ig::make_tap(g, k0 + warp + 8 * i);
+            const int kb = k0 + warp + 8 * i;
+            const ig::Tap tb = ig::make_tap(g, kb);
             for (int j = 0; j < 4; ++j) {
-              const int64_t idx = ig::gather_index<kBackwardData, kUnitStride>(g, cols[j], tb);
+              const int64_t idx = kTable ? ig::table_gather_index(g, cols[j], tap(kb), kb < g.kred)
+                                         : ig::gather_index<kBackwardData, kUnitStride>(g, cols[j], tb);
               Bs[(warp + 8 * i) * ig::kLdB + lane + 32 * j] = idx >= 0 ? src.at(static_cast<size_t>(idx)) : 0.0;
             }
           }
@@ -112,11 +123,18 @@ std::vector<double> emulate(const ConvArgs& a, const std::vector<double>& src, c
           for (int ni = 0; ni < ig::kBN; ++ni)
             for (int kk = 0; kk < ig::kBK; ++kk) acc[mi * ig::kBN + ni] += As[mi * ig::kLdA + kk] * Bs[kk * ig::kLdB + ni];
       }
-      for (int e = 0; e < ig::kBM * ig::kBN; ++e) {
-        const int64_t idx = ig::output_index(g, m0 + e / ig::kBN, n0 + e % ig::kBN);
-        if (idx < 0) continue;
-        out.at(static_cast<size_t>(idx)) = acc[e];
-        ++writes[static_cast<size_t>(idx)];
+      // The epilogue: thread t keeps column t % kBN, rows t / kBN + kThreads / kBN * i.
+      for (int tid = 0; tid < ig::kThreads; ++tid) {
+        const int ni = tid % ig::kBN;
+        const int64_t col_out = ig::output_column(g, n0 + ni);
+        for (int mi = tid / ig::kBN; mi < ig::kBM && col_out >= 0; mi += ig::kThreads / ig::kBN) {
+          const int m = m0 + mi;
+          if (m >= g.M) break;
+          const int64_t idx = col_out + static_cast<int64_t>(m) * g.col_hw;
+          EXPECT_EQ(idx, ig::output_index(g, m, n0 + ni));
+          out.at(static_cast<size_t>(idx)) = acc[mi * ig::kBN + ni];
+          ++writes[static_cast<size_t>(idx)];
+        }
       }
     }
   }
@@ -215,15 +233,20 @@ TEST(ConvImplicitIndex, ForwardAndBackwardDataTilesMatchTheReference) {
     std::vector<int> writes;
 
     const auto y = emulate<false>(a, x, w, writes);
-    expect_match(y, reference(a, x, w), reference(a, abs_of(x), abs_of(w)), writes, std::string("forward ") + s.name);
+    const auto y_ref = reference(a, x, w), y_abs = reference(a, abs_of(x), abs_of(w));
+    expect_match(y, y_ref, y_abs, writes, std::string("forward ") + s.name);
+    const auto y_direct = emulate<false, false, false>(a, x, w, writes);  // without the tap table
+    expect_match(y_direct, y_ref, y_abs, writes, std::string("forward, per-step taps ") + s.name);
 
     a.pass = ConvPass::backward_data;
-    const auto dx = emulate<true>(a, dy, w, writes);
+    const auto dx = emulate<true, false>(a, dy, w, writes);
     const auto dx_ref = reference(a, dy, w), dx_abs = reference(a, abs_of(dy), abs_of(w));
     expect_match(dx, dx_ref, dx_abs, writes, std::string("backward_data ") + s.name);
-    if (s.sh == 1 && s.sw == 1) {  // the kernel's stride-1 instantiation (run() picks it for these)
+    if (s.sh == 1 && s.sw == 1) {  // the kernel's stride-1 instantiation (run() picks it for these): the table
       const auto dx1 = emulate<true, true>(a, dy, w, writes);
       expect_match(dx1, dx_ref, dx_abs, writes, std::string("backward_data, stride-1 path ") + s.name);
+      const auto dx2 = emulate<true, true, false>(a, dy, w, writes);
+      expect_match(dx2, dx_ref, dx_abs, writes, std::string("backward_data, stride-1 per-step taps ") + s.name);
     }
   }
 }

@@ -53,6 +53,7 @@ struct Geometry {
 struct Column {
   int64_t base;  // offset of image n in the gathered tensor
   int y, x;
+  int64_t off;   // base + y * width + x: where tap (0, 0) of channel 0 would be (the tap table adds the rest)
   bool ok;       // inside the GEMM (columns past N*P*Q resp. N*H*W are padding of the last tile)
 };
 
@@ -72,6 +73,7 @@ HL_HOST_DEVICE Column make_column(const Geometry& g, int64_t col) {
     c.y = oy * g.sh - g.ph;
     c.x = ox * g.sw - g.pw;
   }
+  c.off = c.base + static_cast<int64_t>(c.y) * g.g_w + c.x;
   return c;
 }
 
@@ -131,11 +133,55 @@ HL_HOST_DEVICE int64_t weight_index(const Geometry& g, int m, const Tap& t) {
   return static_cast<int64_t>(t.ch) * g.a_stride_ch + static_cast<int64_t>(m) * g.a_stride_m + t.rs;
 }
 
-// Where output element (m, col) goes in NCHW (y forward, dx backward_data), or -1 outside.
+// ---- the tap table (forward, and backward_data with stride 1) --------------------------------------
+// make_tap's two integer divisions by run-time values (kk / RS, rs / S) are tens of instructions each,
+// and the loaders need them for 5 taps per thread and K step, in every block: measured on an H200 the
+// address arithmetic, not the Tensor Cores, set the rung's pace (about 30 TFLOP/s on every VGG-small
+// layer). So the decomposition is done once per call, by a small kernel, into a table of one 16-byte
+// entry per reduction index, and the loaders read it back (L1/L2-resident: 9 KiB per 576 taps).
+// An entry holds the tap's offsets relative to a column's Column::off and its weight offset, so that
+// gathering an element costs two adds, two compares and one add.
+struct TapEntry {
+  int b_off;   // ch * (plane size) + dy * width + dx: added to Column::off
+  int dy, dx;  // the input row/column relative to the column's (c.y, c.x): +r, +s forward, -r, -s backward_data
+  int a_off;   // ch * a_stride_ch + rs: added to m * a_stride_m for the weight
+};
+
+template <bool kBackwardData>
+HL_HOST_DEVICE TapEntry make_tap_entry(const Geometry& g, int kk) {
+  const Tap t = make_tap(g, kk);
+  const int dy = kBackwardData ? -t.r : t.r, dx = kBackwardData ? -t.s : t.s;
+  return TapEntry{t.ch * g.g_ch + dy * g.g_w + dx, dy, dx, t.ch * g.a_stride_ch + t.rs};
+}
+
+// gather_index through a table entry (forward, or backward_data with stride 1); tap_ok: kk < kred.
+HL_HOST_DEVICE int64_t table_gather_index(const Geometry& g, const Column& c, const TapEntry& t, bool tap_ok) {
+  const int y = c.y + t.dy, x = c.x + t.dx;
+  if (!c.ok || !tap_ok || static_cast<unsigned>(y) >= static_cast<unsigned>(g.g_h) ||
+      static_cast<unsigned>(x) >= static_cast<unsigned>(g.g_w))
+    return -1;
+  return c.off + t.b_off;
+}
+
+// weight_index through a table entry.
+HL_HOST_DEVICE int64_t table_weight_index(const Geometry& g, int m, const TapEntry& t, bool tap_ok) {
+  if (!tap_ok || m >= g.M) return -1;
+  return static_cast<int64_t>(m) * g.a_stride_m + t.a_off;
+}
+
+// Where column col of the output goes in NCHW (y forward, dx backward_data): row m of the column is
+// at the returned offset + m * col_hw. -1 for columns past the GEMM. One division per column, so
+// the epilogue computes it once per thread, not per element.
+HL_HOST_DEVICE int64_t output_column(const Geometry& g, int64_t col) {
+  if (col >= g.cols) return -1;
+  const int64_t img = col / g.col_hw;
+  return img * g.out_img + (col - img * g.col_hw);
+}
+
+// Where output element (m, col) goes, or -1 outside.
 HL_HOST_DEVICE int64_t output_index(const Geometry& g, int m, int64_t col) {
   if (m >= g.M || col >= g.cols) return -1;
-  const int64_t img = col / g.col_hw;
-  return img * g.out_img + static_cast<int64_t>(m) * g.col_hw + (col - img * g.col_hw);
+  return output_column(g, col) + static_cast<int64_t>(m) * g.col_hw;
 }
 
 struct WGeometry {

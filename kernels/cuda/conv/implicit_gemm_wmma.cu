@@ -44,6 +44,17 @@
 //   * epilogue: the accumulators go through shared memory (reusing the tile buffers) so that each
 //     thread writes consecutive output positions of one channel: coalesced stores into NCHW.
 //
+// Rung 3b, "implicit_gemm_table" (kTable), changes only the address arithmetic. Measured on an H200,
+// rung 3 runs at about 30 TFLOP/s on every VGG-small layer: the two integer divisions by run-time
+// values per tap (make_tap: kk / RS, rs / S), for 5 taps per thread and K step, are most of its
+// instructions. Rung 3b decomposes the reduction index once per call: a small kernel writes a table
+// of one 16-byte entry per index (TapEntry: the tap's offsets relative to a column, and in the
+// weights), and the loaders read it, so gathering an element costs adds and compares. Its epilogue
+// keeps one column per thread, whose place in NCHW is then computed once. backward_data with a
+// stride above 1 keeps rung 3's per-step decomposition (its taps need gather_index's divisibility
+// tests anyway). It is registered opt-in (registry.h): written in a session without a GPU, it runs
+// only when named (--conv implicit_gemm_table) until its tests and conv_bench have run on one.
+//
 // NCHW is what makes the loader work hard: the reduction index (c, r, s) walks across channel planes,
 // so the 8 consecutive values a 16-byte vector load would need are not consecutive in memory. With
 // NHWC, c is innermost and each (r, s) tap is a contiguous run of C halves (kernels/cuda/conv/README.md).
@@ -69,9 +80,30 @@ using namespace igemm;  // the tile sizes and the address arithmetic (implicit_g
 
 __device__ __forceinline__ __half half_zero() { return __ushort_as_half(static_cast<unsigned short>(0)); }
 
+// Whether the loaders read the tap table: forward, and backward_data with stride 1 (make_tap_entry).
+constexpr bool uses_tap_table(bool backward_data, bool unit_stride) { return !backward_data || unit_stride; }
+
+// The tap table: entry kk for every reduction index kk < kred (implicit_gemm_index.h, make_tap_entry).
+template <bool kBackwardData>
+__global__ void conv_tap_table_kernel(Geometry g, int4* __restrict__ table) {
+  for (int64_t kk = global_thread_index(); kk < g.kred; kk += global_thread_count()) {
+    const TapEntry e = make_tap_entry<kBackwardData>(g, static_cast<int>(kk));
+    table[kk] = make_int4(e.b_off, e.dy, e.dx, e.a_off);
+  }
+}
+
+__device__ __forceinline__ TapEntry load_tap(const int4* __restrict__ table, int kk) {
+  const int4 v = __ldg(table + kk);
+  return TapEntry{v.x, v.y, v.z, v.w};
+}
+
 // kUnitStride: backward_data with stride 1 x 1, whose gather needs no integer division (gather_index).
-template <bool kBackwardData, bool kUnitStride>
-__global__ void __launch_bounds__(kThreads) conv_implicit_gemm_kernel(ConvArgs a, Geometry g) {
+// kTable: the implicit_gemm_table rung: the loaders read the tap table `taps` (else unused, nullptr)
+// and the epilogue keeps one column per thread.
+template <bool kBackwardData, bool kUnitStride, bool kTable>
+__global__ void __launch_bounds__(kThreads) conv_implicit_gemm_kernel(ConvArgs a, Geometry g,
+                                                                      const int4* __restrict__ taps) {
+  static_assert(!kTable || uses_tap_table(kBackwardData, kUnitStride), "no tap table for strided backward_data");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
   using namespace nvcuda;
   __shared__ __align__(128) unsigned char smem[kSmemBytes];
@@ -94,23 +126,48 @@ __global__ void __launch_bounds__(kThreads) conv_implicit_gemm_kernel(ConvArgs a
 
   // Global -> registers for the K step starting at k0.
   const auto load_tile = [&](int k0) {
-    {  // A: lane picks the reduction index, warp + 8i the row: 32 consecutive weights per warp and row.
-      const Tap t = make_tap(g, k0 + lane);
+    // A: lane picks the reduction index, warp + 8i the row: 32 consecutive weights per warp and row.
+    // B: rows warp + 8i (one tap each), columns lane + 32j: a warp reads 32 consecutive output
+    // positions of one tap, i.e. consecutive input columns when the stride is 1.
+    if constexpr (kTable) {
+      {
+        const int kk = k0 + lane;
+        const bool ok = kk < g.kred;
+        const TapEntry t = ok ? load_tap(taps, kk) : TapEntry{0, 0, 0, 0};
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int64_t idx = weight_index(g, m0 + warp + 8 * i, t);
-        a_reg[i] = idx >= 0 ? wgt[idx] : half_zero();
+        for (int i = 0; i < 8; ++i) {
+          const int64_t idx = table_weight_index(g, m0 + warp + 8 * i, t, ok);
+          a_reg[i] = idx >= 0 ? wgt[idx] : half_zero();
+        }
       }
-    }
-    // B: rows warp + 8i (one (ch, r, s) decomposition each), columns lane + 32j: a warp reads 32
-    // consecutive output positions of one tap, i.e. consecutive input columns when the stride is 1.
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const Tap t = make_tap(g, k0 + warp + 8 * i);
+      for (int i = 0; i < 4; ++i) {
+        const int kk = k0 + warp + 8 * i;  // the same for the whole warp: one broadcast load
+        const bool ok = kk < g.kred;
+        const TapEntry t = ok ? load_tap(taps, kk) : TapEntry{0, 0, 0, 0};
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int64_t idx = gather_index<kBackwardData, kUnitStride>(g, cols[j], t);
-        b_reg[i * 4 + j] = idx >= 0 ? src[idx] : half_zero();
+        for (int j = 0; j < 4; ++j) {
+          const int64_t idx = table_gather_index(g, cols[j], t, ok);
+          b_reg[i * 4 + j] = idx >= 0 ? src[idx] : half_zero();
+        }
+      }
+    } else {
+      {
+        const Tap t = make_tap(g, k0 + lane);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int64_t idx = weight_index(g, m0 + warp + 8 * i, t);
+          a_reg[i] = idx >= 0 ? wgt[idx] : half_zero();
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const Tap t = make_tap(g, k0 + warp + 8 * i);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int64_t idx = gather_index<kBackwardData, kUnitStride>(g, cols[j], t);
+          b_reg[i * 4 + j] = idx >= 0 ? src[idx] : half_zero();
+        }
       }
     }
   };
@@ -168,16 +225,30 @@ __global__ void __launch_bounds__(kThreads) conv_implicit_gemm_kernel(ConvArgs a
   __syncthreads();
 
   void* out = kBackwardData ? a.dx : a.y;
-  for (int e = threadIdx.x; e < kBM * kBN; e += kThreads) {
-    const int mi = e / kBN, ni = e % kBN;
-    const int m = m0 + mi;
-    const int64_t idx = output_index(g, m, n0 + ni);
-    if (idx < 0) continue;
-    float v = Cs[mi * kLdC + ni];
+  const auto store = [&](int m, int64_t idx, float v) {
     if (a.beta != 0.0f) v += a.beta * load_float(out, a.out_type, idx);  // beta == 0: out is not read
     if (a.bias != nullptr) v += load_float(a.bias, a.bias_type, m);
     if (a.relu) v = v > 0.0f || v != v ? v : 0.0f;  // NaN stays NaN: an overflow must stay visible
     store_float(out, a.out_type, idx, v);
+  };
+  if constexpr (kTable) {
+    // Thread t writes column t % kBN of the tile (consecutive threads: consecutive output positions),
+    // rows t / kBN, + kThreads / kBN, ...: one division for the column's place, not one per element.
+    static_assert(kThreads % kBN == 0, "each thread keeps one column in the epilogue");
+    const int ni = threadIdx.x % kBN;
+    const int64_t col_out = output_column(g, n0 + ni);
+    for (int mi = threadIdx.x / kBN; mi < kBM && col_out >= 0; mi += kThreads / kBN) {
+      const int m = m0 + mi;
+      if (m >= g.M) break;
+      store(m, col_out + static_cast<int64_t>(m) * g.col_hw, Cs[mi * kLdC + ni]);
+    }
+  } else {
+    for (int e = threadIdx.x; e < kBM * kBN; e += kThreads) {
+      const int mi = e / kBN, ni = e % kBN;
+      const int m = m0 + mi;
+      const int64_t idx = output_index(g, m, n0 + ni);
+      if (idx >= 0) store(m, idx, Cs[mi * kLdC + ni]);
+    }
   }
 #endif
 }
@@ -296,18 +367,6 @@ __global__ void conv_wgrad_reduce_kernel(ConvArgs a, const float* __restrict__ p
   }
 }
 
-int sm_count() {
-  static const int count = [] {
-    int n = 0;
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
-      cudaGetLastError();  // clear it: no device means no launch either
-      n = 0;
-    }
-    return n > 0 ? n : 80;
-  }();
-  return count;
-}
-
 // How many slices of the reduction: enough blocks for about 4 per SM, but every slice at least
 // kMinSlice positions long (shorter slices would spend more time writing partials than multiplying).
 int64_t wgrad_splits(const ConvArgs& a) {
@@ -315,7 +374,8 @@ int64_t wgrad_splits(const ConvArgs& a) {
   constexpr int64_t kMaxSplits = 256;
   const int64_t tiles = ((a.K + kBM - 1) / kBM) * ((a.C * a.R * a.S + kBN - 1) / kBN);
   const int64_t npq = a.N * a.P() * a.Q();
-  const int64_t want = (4 * static_cast<int64_t>(sm_count()) + tiles - 1) / tiles;
+  const int64_t sms = std::max(runtime::cuda_sm_count(), 1);
+  const int64_t want = (4 * sms + tiles - 1) / tiles;
   const int64_t most = std::max<int64_t>(1, npq / kMinSlice);
   return std::clamp<int64_t>(want, 1, std::min(most, kMaxSplits));
 }
@@ -340,6 +400,8 @@ void run_wgrad(const ConvArgs& a) {
   HL_LAUNCH_CHECK("conv_wgrad_reduce_kernel");
 }
 
+// kTable: the implicit_gemm_table rung (forward and stride-1 backward_data read the tap table).
+template <bool kTable>
 void run(const ConvArgs& a) {
   if (a.pass == ConvPass::backward_weight) {
     run_wgrad(a);
@@ -347,29 +409,50 @@ void run(const ConvArgs& a) {
   }
   const Geometry g = make_geometry(a);
   const dim3 grid(static_cast<unsigned>((g.cols + kBN - 1) / kBN), static_cast<unsigned>((g.M + kBM - 1) / kBM));
-  if (a.pass == ConvPass::forward) {
-    conv_implicit_gemm_kernel<false, false><<<grid, kThreads, 0, stream()>>>(a, g);
-    HL_LAUNCH_CHECK("conv_implicit_gemm_kernel<forward>");
-  } else if (a.stride_h == 1 && a.stride_w == 1) {
-    conv_implicit_gemm_kernel<true, true><<<grid, kThreads, 0, stream()>>>(a, g);
-    HL_LAUNCH_CHECK("conv_implicit_gemm_kernel<backward_data, stride 1>");
-  } else {
-    conv_implicit_gemm_kernel<true, false><<<grid, kThreads, 0, stream()>>>(a, g);
+  const bool unit_stride = a.stride_h == 1 && a.stride_w == 1;
+  if (a.pass == ConvPass::backward_data && !unit_stride) {
+    conv_implicit_gemm_kernel<true, false, false><<<grid, kThreads, 0, stream()>>>(a, g, nullptr);
     HL_LAUNCH_CHECK("conv_implicit_gemm_kernel<backward_data>");
+    return;
+  }
+  if constexpr (!kTable) {
+    if (a.pass == ConvPass::forward) {
+      conv_implicit_gemm_kernel<false, false, false><<<grid, kThreads, 0, stream()>>>(a, g, nullptr);
+      HL_LAUNCH_CHECK("conv_implicit_gemm_kernel<forward>");
+    } else {
+      conv_implicit_gemm_kernel<true, true, false><<<grid, kThreads, 0, stream()>>>(a, g, nullptr);
+      HL_LAUNCH_CHECK("conv_implicit_gemm_kernel<backward_data, stride 1>");
+    }
+    return;
+  }
+  // The tap table lives in the workspace, held until both kernels are queued.
+  Scratch& ws = conv_detail::workspace();
+  const std::lock_guard<std::mutex> lock(ws.mu);
+  int4* taps = static_cast<int4*>(ws.reserve(static_cast<size_t>(g.kred) * sizeof(int4)));
+  if (a.pass == ConvPass::forward) {
+    conv_tap_table_kernel<false><<<grid_for(g.kred), kBlock, 0, stream()>>>(g, taps);
+    HL_LAUNCH_CHECK("conv_tap_table_kernel<forward>");
+    conv_implicit_gemm_kernel<false, false, true><<<grid, kThreads, 0, stream()>>>(a, g, taps);
+    HL_LAUNCH_CHECK("conv_implicit_gemm_kernel<forward, tap table>");
+  } else {
+    conv_tap_table_kernel<true><<<grid_for(g.kred), kBlock, 0, stream()>>>(g, taps);
+    HL_LAUNCH_CHECK("conv_tap_table_kernel<backward_data>");
+    conv_implicit_gemm_kernel<true, true, true><<<grid, kThreads, 0, stream()>>>(a, g, taps);
+    HL_LAUNCH_CHECK("conv_implicit_gemm_kernel<backward_data, stride 1, tap table>");
   }
 }
 
 const char* unsupported(const ConvArgs& a) {
   if (a.in_type != DType::f16) {
-    return "implicit_gemm_wmma takes f16 inputs only (FP16 Tensor Core products); direct and im2col_gemm "
-           "compute f32 convolutions";
+    return "the implicit GEMM rungs (implicit_gemm_wmma, implicit_gemm_table) take f16 inputs only (FP16 Tensor "
+           "Core products); direct and im2col_gemm compute f32 convolutions";
   }
   if (a.out_type != DType::f16 && a.out_type != DType::f32) return "the output must be f16 or f32";
   if (a.bias != nullptr && a.bias_type != DType::f16 && a.bias_type != DType::f32) {
     return "the bias must be f16 or f32";
   }
   const int cc = runtime::cuda_compute_capability();  // cached; 0 when no GPU is present
-  if (cc != 0 && cc < 70) return "implicit_gemm_wmma needs compute capability 7.0 or newer (FP16 Tensor Cores)";
+  if (cc != 0 && cc < 70) return "the implicit GEMM rungs need compute capability 7.0 or newer (FP16 Tensor Cores)";
   // The loaders index within one image, and within the weights, in 32-bit integers.
   constexpr int64_t kMax = std::numeric_limits<int>::max();
   const int64_t P = a.P(), Q = a.Q();
@@ -391,6 +474,13 @@ const char* unsupported(const ConvArgs& a) {
 HL_REGISTER_VARIANT(ConvArgs, {"implicit_gemm_wmma", DeviceType::cuda, 30,
                                "implicit GEMM on Tensor Cores: addresses computed in the tile loader, no im2col "
                                "buffer, fused epilogue",
-                               run, unsupported});
+                               run<false>, unsupported});
+
+// The tap table: opt-in until it has run on a GPU (registry.h), then it takes implicit_gemm_wmma's
+// place by clearing opt_in.
+HL_REGISTER_VARIANT(ConvArgs, {"implicit_gemm_table", DeviceType::cuda, 35,
+                               "implicit_gemm_wmma with the reduction index decomposed once per call into a tap "
+                               "table, one output column per thread in the epilogue",
+                               run<true>, unsupported, /*opt_in=*/true});
 
 }  // namespace hl::kernels::cuda
