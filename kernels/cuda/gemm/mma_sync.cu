@@ -17,7 +17,8 @@
 //   3. Bigger warp tiles: each of the 4 warps owns a 64 x 64 block of C (4 x 8 mma tiles, 128 FP32
 //      accumulators per lane), so every fragment loaded from shared memory feeds 8 (A) or 4 (B)
 //      mma.sync instead of 2 to 4, and shared-memory bandwidth stops limiting the Tensor Cores.
-// Block tile 128 x 128 x 32, 4 warps (2 x 2), 4 cp.async stages (76 KiB of shared memory).
+// Block tile 128 x 128 x 32, 4 warps (2 x 2), 4 cp.async stages (68 to 80 KiB of shared memory,
+// depending on the layouts).
 //
 // Needs compute capability 8.0 (m16n8k16 is an Ampere shape); older GPUs are refused with a reason and
 // the registry runs the rung below. f16 inputs only, any M, N, K >= 1, any alignment (the copies'
@@ -240,6 +241,21 @@ const char* unsupported(const GemmArgs& g) {
   if (const char* why = unsupported_wmma(g)) return why;
   const int cc = runtime::cuda_compute_capability();  // cached; 0 without a GPU
   if (cc != 0 && cc < 80) return "mma_sync needs compute capability 8.0 or newer (mma.sync.m16n8k16, ldmatrix)";
+  // The kernel's body exists only where it was compiled for sm_80 or newer. A build for older
+  // architectures alone (CMAKE_CUDA_ARCHITECTURES=75) would run its empty sm_75 version on an
+  // Ampere GPU by JIT, and leave C unwritten: refuse instead. ptxVersion is the virtual architecture
+  // of the code the driver loaded for this GPU (0 when unknown, e.g. without a GPU).
+  if (cc == 0) return nullptr;  // no GPU: nothing is loaded, nothing would run
+  static const int loaded_arch = [] {
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, gemm_mma_sync_kernel<Op::N, Op::N>) != cudaSuccess) {
+      cudaGetLastError();  // no loadable image: the launch will report it
+      return 0;
+    }
+    return attr.ptxVersion;
+  }();
+  if (loaded_arch != 0 && loaded_arch < 80)
+    return "this build has no sm_80+ code for mma_sync (add 80 or newer to CMAKE_CUDA_ARCHITECTURES)";
   return nullptr;
 }
 
