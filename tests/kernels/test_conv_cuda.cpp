@@ -350,6 +350,35 @@ TEST(ConvCudaRegistry, ImplicitGemmSaysWhyItRefuses) {
   }
 }
 
+TEST(ConvCudaRegistry, TapTableRefusesTapsBeyond32BitOffsets) {
+  // TapEntry stores a tap's offset from its column in 32 bits. Large padding lets a 5-row kernel
+  // reach 4 rows of a 2^30-wide image (2^32 elements) while every per-image limit holds.
+  if (!runtime::cuda_compiled()) GTEST_SKIP() << "halfling was built without CUDA";
+  const auto* table = ConvRegistry::instance().find("implicit_gemm_table", kCuda);
+  const auto* plain = ConvRegistry::instance().find("implicit_gemm_wmma", kCuda);
+  ASSERT_NE(table, nullptr);
+  ASSERT_NE(plain, nullptr);
+  if (runtime::cuda_compute_capability() != 0 && runtime::cuda_compute_capability() < 70)
+    GTEST_SKIP() << "no FP16 Tensor Cores: both rungs refuse everything here";
+  ConvArgs a = args_for({"wide", 1, 1, 1, int64_t{1} << 30, 1, 5, 1, 1, 1, 2, 0}, ConvPass::forward);
+  a.device = kCuda;
+  a.in_type = a.out_type = DType::f16;
+  EXPECT_EQ(plain->unsupported(a), nullptr) << "rung 3 computes its offsets in 64 bits";
+  const char* why = table->unsupported(a);
+  ASSERT_NE(why, nullptr);
+  EXPECT_NE(std::string(why).find("32-bit"), std::string::npos) << why;
+  // The VGG-small and LeNet layers are far from it.
+  for (const Shape& s :
+       {Shape{"vgg", 128, 256, 8, 8, 256, 3, 3, 1, 1, 1, 1}, Shape{"lenet1", 128, 1, 28, 28, 32, 5, 5, 1, 1, 2, 2}}) {
+    for (ConvPass pass : {ConvPass::forward, ConvPass::backward_data}) {
+      ConvArgs b = args_for(s, pass);
+      b.device = kCuda;
+      b.in_type = b.out_type = DType::f16;
+      EXPECT_EQ(table->unsupported(b), nullptr) << s.name << " " << kernels::conv_pass_name(pass);
+    }
+  }
+}
+
 // ==================================================================================================
 // correctness on the GPU
 // ==================================================================================================

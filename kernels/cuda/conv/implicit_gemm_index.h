@@ -147,11 +147,24 @@ struct TapEntry {
   int a_off;   // ch * a_stride_ch + rs: added to m * a_stride_m for the weight
 };
 
+// The offsets are computed in 64 bits and stored in 32: implicit_gemm_table's unsupported() refuses
+// the shapes whose taps reach further than 2^31 - 1 elements (tap_table_fits below).
 template <bool kBackwardData>
 HL_HOST_DEVICE TapEntry make_tap_entry(const Geometry& g, int kk) {
   const Tap t = make_tap(g, kk);
   const int dy = kBackwardData ? -t.r : t.r, dx = kBackwardData ? -t.s : t.s;
-  return TapEntry{t.ch * g.g_ch + dy * g.g_w + dx, dy, dx, t.ch * g.a_stride_ch + t.rs};
+  const int64_t b_off = static_cast<int64_t>(t.ch) * g.g_ch + static_cast<int64_t>(dy) * g.g_w + dx;
+  return TapEntry{static_cast<int>(b_off), dy, dx, t.ch * g.a_stride_ch + t.rs};
+}
+
+// Whether every TapEntry::b_off of a forward (gathering x: C planes of H x W, taps +r, +s) or a
+// backward_data (gathering dy: K planes of P x Q, taps -r, -s) convolution fits in an int. The
+// per-image limits of unsupported() bound ch * plane; the taps' reach, (R - 1) rows of the gathered
+// width, is bounded only by this (large padding lets R exceed H).
+inline bool tap_table_fits(int64_t planes, int64_t height, int64_t width, int64_t R, int64_t S, bool backward_data) {
+  constexpr int64_t kMax = 2147483647;
+  const int64_t reach = (R - 1) * width + (S - 1);
+  return backward_data ? reach <= kMax : (planes - 1) * height * width + reach <= kMax;
 }
 
 // gather_index through a table entry (forward, or backward_data with stride 1); tap_ok: kk < kred.

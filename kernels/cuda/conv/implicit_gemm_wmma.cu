@@ -469,6 +469,18 @@ const char* unsupported(const ConvArgs& a) {
   return nullptr;
 }
 
+// Rung 3b also needs every tap's offset to fit TapEntry's 32-bit fields (backward_weight and strided
+// backward_data use no table).
+const char* unsupported_table(const ConvArgs& a) {
+  if (const char* why = unsupported(a)) return why;
+  const bool unit_stride = a.stride_h == 1 && a.stride_w == 1;
+  if (a.pass == ConvPass::forward && !tap_table_fits(a.C, a.H, a.W, a.R, a.S, false))
+    return "a tap reaches more than 2^31 - 1 elements from its column (TapEntry's offsets are 32-bit)";
+  if (a.pass == ConvPass::backward_data && unit_stride && !tap_table_fits(a.K, a.P(), a.Q(), a.R, a.S, true))
+    return "a tap reaches more than 2^31 - 1 elements from its column (TapEntry's offsets are 32-bit)";
+  return nullptr;
+}
+
 }  // namespace
 
 HL_REGISTER_VARIANT(ConvArgs, {"implicit_gemm_wmma", DeviceType::cuda, 30,
@@ -481,6 +493,6 @@ HL_REGISTER_VARIANT(ConvArgs, {"implicit_gemm_wmma", DeviceType::cuda, 30,
 HL_REGISTER_VARIANT(ConvArgs, {"implicit_gemm_table", DeviceType::cuda, 35,
                                "implicit_gemm_wmma with the reduction index decomposed once per call into a tap "
                                "table, one output column per thread in the epilogue",
-                               run<true>, unsupported, /*opt_in=*/true});
+                               run<true>, unsupported_table, /*opt_in=*/true});
 
 }  // namespace hl::kernels::cuda
