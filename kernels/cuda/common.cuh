@@ -57,6 +57,14 @@ inline unsigned grid_for(int64_t n, int block = kBlock) {
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
 }
 
+// Streaming multiprocessors to plan a launch for (80 if the probe found none): the pipelined GEMM
+// picks a smaller tile when a big one would leave most of them idle, and split-K (GEMM and the
+// convolution's weight gradient) sizes its slices for them.
+inline int sm_count() {
+  const int n = runtime::cuda_sm_count();
+  return n > 0 ? n : 80;
+}
+
 // First index and stride of a 1-D grid-stride loop, in 64 bits (tensors may exceed 2^31 elements).
 __device__ __forceinline__ int64_t global_thread_index() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

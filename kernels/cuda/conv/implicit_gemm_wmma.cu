@@ -374,8 +374,7 @@ int64_t wgrad_splits(const ConvArgs& a) {
   constexpr int64_t kMaxSplits = 256;
   const int64_t tiles = ((a.K + kBM - 1) / kBM) * ((a.C * a.R * a.S + kBN - 1) / kBN);
   const int64_t npq = a.N * a.P() * a.Q();
-  const int64_t sms = std::max(runtime::cuda_sm_count(), 1);
-  const int64_t want = (4 * sms + tiles - 1) / tiles;
+  const int64_t want = (4 * static_cast<int64_t>(sm_count()) + tiles - 1) / tiles;
   const int64_t most = std::max<int64_t>(1, npq / kMinSlice);
   return std::clamp<int64_t>(want, 1, std::min(most, kMaxSplits));
 }

@@ -58,13 +58,6 @@ inline bool vector_aligned(const void* p, int64_t ld) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld % 8 == 0;
 }
 
-// Streaming multiprocessors of the device (80 if the probe found none): the pipelined rung picks a
-// smaller tile when a big one would leave most of them idle, and split-K plans for them.
-inline int sm_count() {
-  const int n = runtime::cuda_sm_count();
-  return n > 0 ? n : 80;
-}
-
 inline unsigned blocks_for(int64_t n, int64_t tile) { return static_cast<unsigned>((n + tile - 1) / tile); }
 
 // Launch-size guard: gridDim.y is at most 65535, so M may not need more row tiles than that.

@@ -139,7 +139,7 @@ template <bool kSplitK>
 void run(const GemmArgs& g) {
   gemm_detail::check_grid_y(g, kBM, "smem_tiled");
   const int64_t tiles = static_cast<int64_t>(gemm_detail::blocks_for(g.M, kBM)) * gemm_detail::blocks_for(g.N, kBN);
-  const SplitKPlan plan = kSplitK ? plan_split_k(tiles, g.K, gemm_detail::sm_count(), kBK) : SplitKPlan{1, g.K};
+  const SplitKPlan plan = kSplitK ? plan_split_k(tiles, g.K, sm_count(), kBK) : SplitKPlan{1, g.K};
   if (plan.slices > 1) {
     gemm_detail::run_split_k(g, plan, [&](const gemm_detail::SplitK& s) { launch<true>(g, s, plan.slices); });
   } else {
