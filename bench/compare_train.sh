@@ -12,7 +12,9 @@
 # both sides after N steps (a quick check of the script, not a measurement). OUT=FILE writes the
 # result there instead. PRECISIONS="fp32" (or "mixed") runs only those precisions (cuda: both by
 # default), e.g. to give a slow configuration its own MAX_STEPS. HALFLING_COMMIT names the commit in
-# the header (default: git rev-parse HEAD).
+# the header (default: git rev-parse HEAD). PROFILE=1 passes --profile to both programs and appends
+# their logs, with the per-step profiles (framework/profiler.h; torch.profiler), to the result: their
+# s/epoch are then slowed by the profiling and are not measurements.
 #
 # PyTorch on the CPU has two thread pools: its own OpenMP pool (convolutions, elementwise ops) and
 # OpenBLAS's (the GEMMs of Linear layers; Debian's OpenBLAS is the pthreads build). Given N threads
@@ -38,6 +40,7 @@ fi
 epochs=${3:-3}
 steps=()
 [[ -n ${MAX_STEPS:-} ]] && steps=(--max-steps "$MAX_STEPS")
+[[ -n ${PROFILE:-} ]] && steps+=(--profile)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc --all)}  # nproc alone obeys OMP_NUM_THREADS
 python=${PYTHON:-python3}
 $python -c 'import numpy, torch' 2>/dev/null || python=/usr/bin/python3
@@ -59,6 +62,7 @@ declare -A dataset=([mlp512]=mnist [lenet]=mnist [vgg_small]=cifar10)
   echo "# cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc --all) cores, OMP_NUM_THREADS=$OMP_NUM_THREADS"
   # Other work on the machine changes CPU timings a lot: the load before the run is part of the record.
   echo "# load average before the run: $(cut -d' ' -f1-3 /proc/loadavg)"
+  [[ -n ${PROFILE:-} ]] && echo "# PROFILE=1: both sides profiled (slower); the logs with the profiles follow the table"
   [[ -n ${MAX_STEPS:-} ]] && echo "# MAX_STEPS=$MAX_STEPS: each epoch stops after $MAX_STEPS steps; s/epoch covers those steps only"
   [[ $device == cuda ]] && echo "# gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo unknown)"
   echo "# pytorch: $($python -c 'import torch; print(torch.__version__)')"
@@ -67,6 +71,7 @@ declare -A dataset=([mlp512]=mnist [lenet]=mnist [vgg_small]=cifar10)
 cat "$work/header"
 
 : > "$work/results.jsonl"
+: > "$work/profiles"
 IFS=, read -r -a model_list <<< "$models"
 for model in "${model_list[@]}"; do
   ds=${dataset[$model]:?unknown model $model}
@@ -75,6 +80,7 @@ for model in "${model_list[@]}"; do
     echo "## halfling $model $p" >&2
     "$prog" --model "$model" --precision "$p" --device "$device" --epochs "$epochs" "${steps[@]}" --json | tee "$work/log" >&2
     tail -n 1 "$work/log" >> "$work/results.jsonl"
+    [[ -n ${PROFILE:-} ]] && { echo "## halfling $model $p"; cat "$work/log"; } >> "$work/profiles"
     layouts=("$OMP_NUM_THREADS:1")  # torch threads : OpenBLAS threads
     [[ $device == cpu && $OMP_NUM_THREADS -gt 1 ]] && layouts+=("1:$OMP_NUM_THREADS")
     for layout in "${layouts[@]}"; do
@@ -82,6 +88,7 @@ for model in "${model_list[@]}"; do
       OPENBLAS_NUM_THREADS=${layout#*:} $python "$root/bench/pytorch/train.py" --data "$work/$ds" --model "$model" \
         --precision "$p" --device "$device" --epochs "$epochs" --threads "${layout%:*}" "${steps[@]}" --json |
         tee "$work/log" >&2
+      [[ -n ${PROFILE:-} ]] && { echo "## pytorch $model $p (threads: torch ${layout%:*}, OpenBLAS ${layout#*:})"; cat "$work/log"; } >> "$work/profiles"
       tail -n 1 "$work/log" | sed "s/}\$/, \"threads\": \"torch ${layout%:*}, OpenBLAS ${layout#*:}\"}/" >> "$work/results.jsonl"
     done
   done
@@ -115,6 +122,6 @@ for r in rows:
         kept = " (kept)" if by.get(("pytorch", r["model"], r["precision"])) is r else ""
         print(f"# pytorch {r['model']} {r['precision']}, threads {r['threads']}: {r['seconds_per_epoch']:.3f} s/epoch{kept}")
 EOF
-cat "$work/header" "$work/table" > "$out"
+cat "$work/header" "$work/table" "$work/profiles" > "$out"
 cat "$work/table"
 echo "written: $out" >&2

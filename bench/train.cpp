@@ -32,6 +32,7 @@
 #include "framework/autograd.h"
 #include "framework/nn.h"
 #include "framework/optim.h"
+#include "framework/profiler.h"
 #include "kernels/runtime.h"
 #include "tutorials/common/cli.h"
 #include "tutorials/common/trainer.h"
@@ -130,7 +131,7 @@ int main(int argc, char** argv) {
   f.epochs = 3;
   tutorial::add_common_flags(app, f, {"fp32", "fp16", "mixed"});
   std::string model_name = "mlp512", export_dir, dump_dir;
-  bool json = false, fuse = true;
+  bool json = false, fuse = true, profile = false;
   int64_t max_steps = -1;
   app.add_option("--model", model_name, "the model: " + model_names());
   app.add_option("--max-steps", max_steps, "stop each epoch after this many steps");
@@ -138,6 +139,9 @@ int main(int argc, char** argv) {
   app.add_option("--dump-weights", dump_dir, "after training, write the weights (FP32 masters under mixed) as .npy to this directory");
   app.add_flag("--json", json, "print a last line of JSON with the results");
   app.add_flag("--fuse,!--no-fuse", fuse, "fuse each Linear/Conv2d + ReLU into one epilogue (default on)");
+  app.add_flag("--profile", profile,
+               "print where a step's time goes (framework/profiler.h): per layer, per backward op, optimizer; "
+               "from epoch 2 on when there are several. Slows the run: take speed numbers from a run without it");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -221,13 +225,22 @@ int main(int argc, char** argv) {
     std::vector<double> seconds;
     int64_t images_per_epoch = 0;
     int64_t skipped = 0;
+    int64_t profiled_steps = 0;
     for (int64_t e = 0; e < f.epochs; ++e) {
+      // The profile leaves out the first epoch's warm-up, as the summary does, when there are more.
+      const bool profiled = profile && (e > 0 || f.epochs == 1);
+      if (profiled && !profiler::enabled()) profiler::start(dev == Device::cuda);
       const tutorial::EpochResult r = tutorial::train_epoch(*model, sgd, train_loader, e, opts);
+      if (profiled) profiled_steps += r.steps;
       seconds.push_back(r.seconds);
       images_per_epoch = r.images;
       skipped += r.skipped_steps;
       std::printf("epoch %lld  %.3f s  %.0f img/s  loss %.4f  skipped %lld\n", static_cast<long long>(e + 1),
                   r.seconds, r.images_per_second, r.loss, static_cast<long long>(r.skipped_steps));
+    }
+    if (profile) {
+      profiler::stop();
+      std::printf("%s", profiler::report(profiled_steps).c_str());
     }
     if (!dump_dir.empty()) {
       std::vector<Tensor> weights = model->parameters();

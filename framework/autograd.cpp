@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "framework/ops.h"
+#include "framework/profiler.h"
 #include "kernels/reduce.h"
 
 namespace hl {
@@ -134,6 +135,7 @@ void Tensor::backward(const Tensor& seed, bool retain_graph) const {
   HL_CHECK(grad0.shape() == shape(), "backward: seed ", grad0.describe(), " does not match ", describe());
 
   NoGradGuard no_grad;  // gradients of gradients are not recorded
+  profiler::Scope backward_scope("backward");
   const std::vector<std::shared_ptr<TensorImpl>> order = reverse_topological(impl_ptr());
   std::unordered_map<TensorImpl*, Tensor> grads{{impl(), grad0}};
 
@@ -153,7 +155,12 @@ void Tensor::backward(const Tensor& seed, bool retain_graph) const {
     Node& node = *t->grad_fn;
     HL_CHECK(!node.released, "backward: the graph through '", node.op,
              "' was already freed by an earlier backward(); pass retain_graph=true to the first call");
-    const std::vector<Tensor> in_grads = node.backward(g);
+    std::vector<Tensor> in_grads;
+    {
+      profiler::Scope node_scope(profiler::enabled() ? node.op + " " + shape_str(node.inputs.empty() ? Shape{} : node.inputs[0].shape())
+                                                : std::string());
+      in_grads = node.backward(g);
+    }
     if (g_detect_anomaly) {
       for (size_t i = 0; i < in_grads.size(); ++i)
         check_finite(in_grads[i], detail::concat("the gradient of input ", i, " of '", node.op, "' (backward)"));

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "framework/autograd.h"
+#include "framework/profiler.h"
 
 namespace hl::nn {
 
@@ -135,6 +136,7 @@ Tensor Sequential::forward(const Tensor& x) {
                       dynamic_cast<ReLU*>(layers[i + 1].second.get()) != nullptr;
     if (lin != nullptr) lin->fused_relu = fuse;
     if (conv != nullptr) conv->fused_relu = fuse;
+    profiler::Scope scope(profiler::enabled() ? layers[i].second->name() + (fuse ? "+ReLU" : "") : std::string());
     h = layers[i].second->forward(h);
     if (fuse) ++i;  // the ReLU already ran in the GEMM epilogue
   }

@@ -54,5 +54,9 @@ void cuda_event_destroy(void* event);
 void cuda_event_record(void* event);       // at the current end of the halfling stream
 void cuda_event_synchronize(void* event);  // block the calling host thread until the stream gets there
 bool cuda_event_query(void* event);        // true once reached (and for an event never recorded)
+// The same with timing enabled, for the profiler (framework/profiler.h): the GPU time between two
+// recorded events, in milliseconds. Both must have been reached (cuda_event_synchronize on `end`).
+void* cuda_timing_event_create();
+float cuda_event_elapsed_ms(void* start, void* end);
 
 }  // namespace hl::runtime

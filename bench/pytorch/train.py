@@ -101,6 +101,23 @@ def load_init(model, data_dir):
                  f"parameters ({len(params)}): exported for another model?")
 
 
+def print_profile(prof, steps, cuda):
+    """torch.profiler's operator table, sorted by the time each operator itself took (on the GPU when
+    there is one): totals over `steps` training steps, so divide by it to compare with bench/train's
+    per-step profile."""
+    print(f"# profile: torch.profiler, {steps} steps, totals (divide by {steps} for per step)")
+    events = prof.key_averages()
+    # PyTorch 2.4 renamed the CUDA columns "device"; older releases (Debian's 1.13) know only "cuda".
+    keys = (["self_device_time_total", "self_cuda_time_total"] if cuda else []) + ["self_cpu_time_total"]
+    for key in keys:
+        try:
+            print(events.table(sort_by=key, row_limit=40))
+            return
+        except (AttributeError, KeyError, ValueError):
+            continue
+    print(events.table(row_limit=40))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", required=True, help="a directory written by `build/bench/train --export DIR`")
@@ -118,6 +135,9 @@ def main():
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", os.cpu_count())))
     ap.add_argument("--max-steps", type=int, default=-1, help="stop each epoch after this many steps")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--profile", action="store_true",
+                    help="print torch.profiler's table of operators (epochs after the first when there are several); "
+                         "the counterpart of `bench/train --profile`. Slows the run: take speed numbers from a run without it")
     ap.add_argument("--init", action="store_true",
                     help="start from halfling's initial weights (init_NNN.npy in --data) instead of PyTorch's draws")
     ap.add_argument("--dump-weights", default="", metavar="DIR",
@@ -181,7 +201,14 @@ def main():
           f"threads {torch.get_num_threads()}")
     seconds, images = [], 0
     n = train_x.shape[0]
+    prof, profiled_steps = None, 0
     for epoch in range(a.epochs):
+        if a.profile and prof is None and (epoch > 0 or a.epochs == 1):  # leave out the warm-up epoch
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if dev.type == "cuda":
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            prof = torch.profiler.profile(activities=activities)
+            prof.start()
         model.train()
         perm = order[epoch]
         steps = (n + a.batch - 1) // a.batch
@@ -206,8 +233,14 @@ def main():
         if dev.type == "cuda":
             torch.cuda.synchronize()
         seconds.append(time.perf_counter() - t0)
+        if prof is not None:
+            profiled_steps += steps
         print(f"epoch {epoch + 1}  {seconds[-1]:.3f} s  {images / seconds[-1]:.0f} img/s  "
               f"loss {loss_sum.item() / images:.4f}")
+
+    if prof is not None:
+        prof.stop()
+        print_profile(prof, profiled_steps, dev.type == "cuda")
 
     if a.dump_weights:
         os.makedirs(a.dump_weights, exist_ok=True)

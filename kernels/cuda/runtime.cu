@@ -210,6 +210,19 @@ void* cuda_event_create() {
   return e;
 }
 
+void* cuda_timing_event_create() {
+  require_cuda("cuda_timing_event_create");
+  cudaEvent_t e = nullptr;
+  HL_CUDA_CHECK(cudaEventCreate(&e));
+  return e;
+}
+
+float cuda_event_elapsed_ms(void* start, void* end) {
+  float ms = 0.0f;
+  HL_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)));
+  return ms;
+}
+
 void cuda_event_destroy(void* event) {
   if (event == nullptr) return;
   const cudaError_t status = cudaEventDestroy(static_cast<cudaEvent_t>(event));

@@ -32,5 +32,7 @@ void cuda_event_destroy(void*) {}
 void cuda_event_record(void*) { no_cuda("cuda_event_record"); }
 void cuda_event_synchronize(void*) {}
 bool cuda_event_query(void*) { return true; }
+void* cuda_timing_event_create() { no_cuda("cuda_timing_event_create"); }
+float cuda_event_elapsed_ms(void*, void*) { no_cuda("cuda_event_elapsed_ms"); }
 
 }  // namespace hl::runtime

@@ -45,6 +45,24 @@ Npy read_npy(const std::string& path) {
   return n;
 }
 
+// --profile prints the tree of framework/profiler.h between the epochs and the summary: the
+// trainer's phases, one row per layer, one per backward node; the JSON line stays the last.
+TEST(BenchTrain, ProfilePrintsWhereAStepsTimeGoes) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const auto [status, out] =
+      run_train("--smoke --epochs 2 --device cpu --precision mixed --profile --json --data " + dir);
+  ASSERT_EQ(status, 0) << out;
+  const size_t profile = out.find("# profile: 4 steps, calls and milliseconds per step");
+  ASSERT_NE(profile, std::string::npos) << "the smoke run's second epoch: 4 steps\n" << out;
+  EXPECT_LT(out.find("epoch 2 "), profile) << out;
+  EXPECT_LT(profile, out.find("summary: ")) << out;
+  for (const char* row : {"\ndata ", "\nstep ", "\n  forward ", "\n    Linear(784 -> 512)+ReLU ", "\n  loss ",
+                          "\n  backward ", "\n    linear_relu [128, 784] ", "\n  optimizer "})
+    EXPECT_NE(out.find(row, profile), std::string::npos) << "no row '" << row + 1 << "' in\n" << out;
+  EXPECT_NO_THROW(nlohmann::json::parse(out.substr(out.rfind('{')))) << out;
+}
+
 TEST(BenchTrain, SmokeRunReportsTimesAccuracyAndJson) {
   const std::string dir = hl::test::data_dir("mnist");
   if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";

@@ -7,6 +7,7 @@
 
 #include "framework/autograd.h"
 #include "framework/ops.h"
+#include "framework/profiler.h"
 #include "kernels/runtime.h"
 
 namespace hl::tutorial {
@@ -56,14 +57,29 @@ EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoad
   // Skipped steps are counted on the device by the scaler; read once at the end of the epoch (a step
   // itself never waits for the GPU).
   const int64_t skipped_before = options.scaler != nullptr ? options.scaler->skipped_steps() : 0;
-  for (data::Batch b; step < steps && loader.next(b); ++step) {
+  // The profiler's scopes (bench/train --profile, framework/profiler.h) cost nothing when it is off:
+  // "data", then per step "forward", "loss", "backward" (opened by backward() itself), "optimizer".
+  auto next_batch = [&](data::Batch& b) {
+    profiler::Scope scope("data");
+    return loader.next(b);
+  };
+  for (data::Batch b; step < steps && next_batch(b); ++step) {
+    profiler::Scope step_scope("step");
     opt.zero_grad();
-    Tensor logits = model(b.x);
-    Tensor loss = cross_entropy(logits, b.y);  // f32 whatever the logits (paper §3.3)
+    Tensor logits, loss;
+    {
+      profiler::Scope scope("forward");
+      logits = model(b.x);
+    }
+    {
+      profiler::Scope scope("loss");
+      loss = cross_entropy(logits, b.y);  // f32 whatever the logits (paper §3.3)
+    }
     if (options.scaler != nullptr) {
       amp::LossScaler& s = *options.scaler;
       s.scale(loss).backward();  // every gradient is multiplied by S
       if (options.after_backward) options.after_backward(step);
+      profiler::Scope scope("optimizer");
       if (options.clip_grad_norm > 0.0) {
         s.unscale(opt);  // clip the true gradients, not the scaled ones
         opt.clip_grad_norm(options.clip_grad_norm);
@@ -73,6 +89,7 @@ EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoad
     } else {
       loss.backward();
       if (options.after_backward) options.after_backward(step);
+      profiler::Scope scope("optimizer");
       if (options.clip_grad_norm > 0.0) opt.clip_grad_norm(options.clip_grad_norm);
       opt.step();
     }

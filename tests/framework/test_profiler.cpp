@@ -1,0 +1,200 @@
+// The scope profiler (framework/profiler.h): the tree it builds, the "(other)" rows, per-step
+// division in the report, restarts, threads, the scopes the framework opens itself (Sequential
+// layers, backward nodes), and device timing on a GPU.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "framework/autograd.h"
+#include "framework/nn.h"
+#include "framework/ops.h"
+#include "framework/profiler.h"
+#include "kernels/error.h"
+#include "tests/test_util.h"
+
+namespace hl {
+namespace {
+
+void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+const profiler::Row* find_row(const std::vector<profiler::Row>& rows, const std::string& name, int depth) {
+  for (const auto& r : rows)
+    if (r.name == name && r.depth == depth) return &r;
+  return nullptr;
+}
+
+// Every test leaves the profiler off, so the other tests of this executable run unprofiled.
+class Profiler : public ::testing::Test {
+ protected:
+  void TearDown() override { profiler::stop(); }
+};
+
+TEST_F(Profiler, NothingIsRecordedWhileOff) {
+  profiler::start(false);
+  profiler::stop();
+  { profiler::Scope s("ignored"); }
+  EXPECT_FALSE(profiler::enabled());
+  EXPECT_TRUE(profiler::rows().empty());
+}
+
+TEST_F(Profiler, NestedScopesFormATreeWithInclusiveTimesAndAnOtherRow) {
+  profiler::start(false);
+  {
+    profiler::Scope outer("outer");
+    for (int i = 0; i < 3; ++i) {
+      profiler::Scope inner("inner");
+      sleep_ms(2);
+    }
+    { profiler::Scope b("second child"); }
+    sleep_ms(3);  // outer's own time, outside its children
+  }
+  { profiler::Scope again("outer"); }  // same name at the root: the same node, called twice
+  profiler::stop();
+  const std::vector<profiler::Row> rows = profiler::rows();
+  ASSERT_EQ(rows.size(), 4u);  // outer, inner, second child, (other)
+  EXPECT_EQ(rows[0].name, "outer");
+  EXPECT_EQ(rows[0].depth, 0);
+  EXPECT_EQ(rows[0].calls, 2);
+  EXPECT_EQ(rows[1].name, "inner");
+  EXPECT_EQ(rows[1].depth, 1);
+  EXPECT_EQ(rows[1].calls, 3);
+  EXPECT_GE(rows[1].host_ms, 6.0);  // three sleeps of 2 ms
+  EXPECT_EQ(rows[2].name, "second child");
+  EXPECT_EQ(rows[3].name, "(other)");
+  EXPECT_EQ(rows[3].depth, 1);
+  EXPECT_EQ(rows[3].calls, 0);
+  EXPECT_GE(rows[3].host_ms, 3.0);  // the 3 ms sleep outside the children
+  EXPECT_NEAR(rows[0].host_ms, rows[1].host_ms + rows[2].host_ms + rows[3].host_ms, 1e-9);
+  for (const auto& r : rows) EXPECT_EQ(r.device_ms, 0.0) << r.name << ": no device timing was asked for";
+}
+
+TEST_F(Profiler, ReportDividesByStepsAndSharesAddUp) {
+  profiler::start(false);
+  for (int step = 0; step < 4; ++step) {
+    profiler::Scope s("step");
+    {
+      profiler::Scope f("forward");
+      sleep_ms(1);
+    }
+  }
+  profiler::stop();
+  const std::string per_step = profiler::report(4);
+  EXPECT_NE(per_step.find("4 steps, calls and milliseconds per step"), std::string::npos) << per_step;
+  EXPECT_NE(per_step.find("host = CPU time inside the scope"), std::string::npos) << "the header names the clock";
+  EXPECT_EQ(per_step.find("device ms"), std::string::npos) << "no device column without device timing";
+  // "step" is the only root: 100% of the time; each scope ran once per step.
+  const size_t step_line = per_step.find("\nstep ");
+  ASSERT_NE(step_line, std::string::npos) << per_step;
+  const std::string line = per_step.substr(step_line + 1, per_step.find('\n', step_line + 1) - step_line - 1);
+  EXPECT_NE(line.find(" 1.00 "), std::string::npos) << line;
+  EXPECT_NE(line.find("100.0%"), std::string::npos) << line;
+  EXPECT_NE(per_step.find("\n  forward "), std::string::npos) << "children are indented: " << per_step;
+  const std::string totals = profiler::report(0);
+  EXPECT_NE(totals.find("totals, in milliseconds"), std::string::npos) << totals;
+  const size_t total_line = totals.find("\nstep ");
+  ASSERT_NE(total_line, std::string::npos) << totals;
+  const std::string step_total = totals.substr(total_line + 1, totals.find('\n', total_line + 1) - total_line - 1);
+  EXPECT_NE(step_total.find(" 4 "), std::string::npos) << "4 calls in all: " << step_total;
+}
+
+TEST_F(Profiler, StartClearsAndAScopeOpenAcrossARestartIsDropped) {
+  profiler::start(false);
+  { profiler::Scope s("first run"); }
+  {
+    profiler::Scope open("open across the restart");
+    profiler::start(false);
+    profiler::Scope fresh("second run");
+  }  // `fresh` ends, then `open`, which belongs to the first run: dropped, not misfiled
+  { profiler::Scope after("after"); }
+  profiler::stop();
+  const std::vector<profiler::Row> rows = profiler::rows();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].name, "second run");
+  EXPECT_EQ(rows[0].depth, 0);
+  EXPECT_EQ(rows[1].name, "after");
+  EXPECT_EQ(rows[1].depth, 0) << "the dropped scope must not stay on the stack as a parent";
+}
+
+TEST_F(Profiler, ScopesOnAnotherThreadAreRootsOfTheirOwn) {
+  profiler::start(false);
+  {
+    profiler::Scope main_scope("main");
+    std::thread worker([] { profiler::Scope s("worker"); });
+    worker.join();
+  }
+  profiler::stop();
+  const std::vector<profiler::Row> rows = profiler::rows();
+  ASSERT_NE(find_row(rows, "main", 0), nullptr);
+  ASSERT_NE(find_row(rows, "worker", 0), nullptr) << "a thread's scopes do not nest under another thread's";
+}
+
+TEST_F(Profiler, SequentialLayersAndBackwardNodesOpenTheirOwnScopes) {
+  Generator gen(7);
+  nn::Sequential model({std::make_shared<nn::Linear>(6, 5, gen), std::make_shared<nn::ReLU>(),
+                        std::make_shared<nn::Linear>(5, 3, gen)});
+  model.fuse_linear_relu();
+  const Tensor x = Tensor::randn({4, 6}, gen);
+  profiler::start(false);
+  for (int step = 0; step < 2; ++step) {
+    profiler::Scope s("step");
+    Tensor loss = sum(model(x));
+    loss.backward();
+  }
+  profiler::stop();
+  const std::vector<profiler::Row> rows = profiler::rows();
+  const profiler::Row* fused = find_row(rows, "Linear(6 -> 5)+ReLU", 1);
+  ASSERT_NE(fused, nullptr) << profiler::report(2);
+  EXPECT_EQ(fused->calls, 2);
+  ASSERT_NE(find_row(rows, "Linear(5 -> 3)", 1), nullptr) << profiler::report(2);
+  const profiler::Row* backward = find_row(rows, "backward", 1);
+  ASSERT_NE(backward, nullptr) << profiler::report(2);
+  EXPECT_EQ(backward->calls, 2);
+  // Backward nodes are named by op and the shape of their first input.
+  EXPECT_NE(find_row(rows, "linear_relu [4, 6]", 2), nullptr) << profiler::report(2);
+  EXPECT_NE(find_row(rows, "linear [4, 5]", 2), nullptr) << profiler::report(2);
+}
+
+TEST_F(Profiler, DeviceTimingWithoutAGpuIsAClearError) {
+  if (runtime::cuda_available()) GTEST_SKIP() << "a GPU is present: device timing is allowed";
+  try {
+    profiler::start(true);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("profiler: device timing needs a CUDA GPU"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(profiler::enabled()) << "a refused start leaves the profiler off";
+}
+
+TEST_F(Profiler, DeviceTimingMeasuresWorkQueuedInsideTheScope) {
+  HL_REQUIRE_CUDA();
+  // 64 Mi f32 elements: each add reads 512 MiB and writes 256 MiB, far longer than launch overhead
+  // but short enough for a test.
+  const Tensor a = Tensor::ones({64 << 20}, DType::f32, Device::cuda);
+  Tensor b = add(a, a);  // warm-up: kernel loading
+  runtime::cuda_synchronize();
+  profiler::start(true);
+  {
+    profiler::Scope s("adds");
+    for (int i = 0; i < 4; ++i) b = add(b, a);
+  }
+  { profiler::Scope empty("empty"); }
+  const std::vector<profiler::Row> rows = profiler::rows();  // waits for the GPU
+  profiler::stop();
+  const profiler::Row* adds = find_row(rows, "adds", 0);
+  const profiler::Row* empty = find_row(rows, "empty", 0);
+  ASSERT_NE(adds, nullptr);
+  ASSERT_NE(empty, nullptr);
+  // 4 x 768 MiB at no more than 10 TB/s (above any GPU's memory bandwidth) takes at least 0.3 ms.
+  EXPECT_GT(adds->device_ms, 0.3);
+  EXPECT_LT(empty->device_ms, adds->device_ms / 10) << "an empty scope spans almost no stream time";
+  const Tensor h = b.to(Device::cpu);
+  const float* p = static_cast<const float*>(h.data_ptr());
+  EXPECT_EQ(p[0], 6.0f) << "the profiled work still computed";
+  EXPECT_EQ(p[h.numel() - 1], 6.0f);
+}
+
+}  // namespace
+}  // namespace hl
