@@ -14,9 +14,13 @@
 // exceeds 65504 (the f16 maximum) still gives finite f32 statistics. The CPU accumulates in double,
 // the GPU in f32.
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "kernels/dtype.h"
+#include "kernels/half.h"  // HL_HOST_DEVICE
+#include "kernels/registry.h"
 
 namespace hl::kernels {
 
@@ -44,5 +48,88 @@ void batch_norm_forward_eval(DeviceType dev, const BatchNormShape& s, const void
 void batch_norm_backward(DeviceType dev, const BatchNormShape& s, const void* x, const void* dy, void* dx, DType t,
                          const void* gamma, const void* save_mean, const void* save_invstd, void* dgamma,
                          void* dbeta, DType tp);
+
+// ---- the CUDA kernels as a registry family (DESIGN.md §2) -----------------------------------------
+//
+// The training forward and the backward are reductions over each channel's M = N*H*W values followed
+// by an elementwise pass, and there are two ways to spread them over the GPU
+// (kernels/cuda/batchnorm.cu):
+//   per_channel  one block per channel does everything. Readable, but C blocks (64 for VGG-small's
+//                first layers) leave half of a 132-SM GPU idle, and one block streams 131,072 values.
+//   split        S blocks per channel (BatchNormSplit below) each reduce a slice; a small kernel per
+//                channel combines the S partial sums in a fixed order (deterministic); the elementwise
+//                pass runs over the whole tensor; 16-byte loads where H*W allows.
+// Both keep the two-pass statistics of the header comment. The evaluation forward is one elementwise
+// kernel, the same for both. Choose with HALFLING_BN=NAME or --bn NAME; --list-variants lists them.
+struct BatchNormArgs {
+  static constexpr const char* family = "bn";
+  static constexpr const char* env_var = "HALFLING_BN";
+
+  enum class Pass { forward_train, backward };
+  DeviceType device = DeviceType::cuda;
+  Pass pass = Pass::forward_train;
+  BatchNormShape s;
+  DType t = DType::f32;  // x, y, dy, dx; the parameters and statistics are f32 on the GPU
+  const void* x = nullptr;
+  void* y = nullptr;          // forward_train
+  const void* dy = nullptr;   // backward
+  void* dx = nullptr;         // backward
+  const float* gamma = nullptr;
+  const float* beta = nullptr;          // forward_train
+  float* running_mean = nullptr;        // forward_train, may be null
+  float* running_var = nullptr;         // forward_train, may be null
+  float* save_mean = nullptr;           // written by forward_train, read by backward
+  float* save_invstd = nullptr;         // written by forward_train, read by backward
+  float* dgamma = nullptr;              // backward
+  float* dbeta = nullptr;               // backward
+  float momentum = 0.1f, eps = 1e-5f;  // forward_train
+
+  // "batch_norm forward N128 C64 HW1024 f16 on cuda": used in error messages.
+  std::string describe() const {
+    return std::string("batch_norm ") + (pass == Pass::forward_train ? "forward" : "backward") + " N" +
+           std::to_string(s.N) + " C" + std::to_string(s.C) + " HW" + std::to_string(s.HW) + " " + dtype_name(t) +
+           " on " + device_name(device);
+  }
+};
+using BatchNormRegistry = Registry<BatchNormArgs>;
+
+// How the `split` variant cuts each channel's reduction: S blocks per channel, each over a slice of
+// `chunk` vectors of the channel's M / vec vectors (the last slice may be shorter; none is empty).
+// vec is the vector width in elements: 16 bytes' worth (8 f16 or 4 f32) when H*W is a multiple of it,
+// so that no vector straddles two images, else 1. S aims at 4 blocks per SM over all channels, but
+// gives each thread at least 8 vectors to sum, so a small reduction is not split into slivers.
+struct BatchNormSplit {
+  int64_t vec = 1;
+  int64_t vectors = 0;  // M / vec per channel
+  int64_t blocks_per_channel = 1;
+  int64_t chunk = 0;    // vectors per block
+};
+
+// aligned: whether the tensors' pointers allow 16-byte loads (else vec = 1).
+inline BatchNormSplit plan_batch_norm_split(const BatchNormShape& s, DType t, int sm_count, int threads, bool aligned) {
+  BatchNormSplit p;
+  const int64_t v16 = t == DType::f16 ? 8 : 4;
+  p.vec = aligned && s.HW % v16 == 0 ? v16 : 1;
+  p.vectors = s.N * s.HW / p.vec;
+  const int64_t wanted = std::max<int64_t>(1, (4 * static_cast<int64_t>(sm_count) + s.C - 1) / std::max<int64_t>(s.C, 1));
+  const int64_t most = std::max<int64_t>(1, p.vectors / (8 * static_cast<int64_t>(threads)));
+  const int64_t blocks = std::min(wanted, most);
+  p.chunk = (p.vectors + blocks - 1) / blocks;
+  p.blocks_per_channel = p.chunk > 0 ? (p.vectors + p.chunk - 1) / p.chunk : 1;  // no empty slice
+  return p;
+}
+
+// Where the `split` kernels find their data (plain arithmetic, usable on the host for the tests).
+// Vector k of channel c (k < N*HW/vec) is element k*vec of the channel's N*HW values: image
+// n = k / (HW/vec), position (k % (HW/vec)) * vec. HW is a multiple of vec, so a vector never straddles
+// two images.
+HL_HOST_DEVICE int64_t bn_channel_vector_offset(const BatchNormShape& s, int64_t vec, int64_t c, int64_t k) {
+  const int64_t hwv = s.HW / vec, n = k / hwv;
+  return (n * s.C + c) * s.HW + (k - n * hwv) * vec;
+}
+// The channel of the vector that starts at element k*vec of the whole [N, C, HW] tensor.
+HL_HOST_DEVICE int64_t bn_vector_channel(const BatchNormShape& s, int64_t vec, int64_t k) {
+  return (k / (s.HW / vec)) % s.C;
+}
 
 }  // namespace hl::kernels

@@ -18,10 +18,14 @@
 #   scripts/gpu_check.sh bench-gemm     # = bench/gpu_gemm.sh    } with HALFLING_SANITIZE=0 by default:
 #   scripts/gpu_check.sh bench-conv     # = bench/gpu_conv.sh    } the sanitize stage covers their
 #   scripts/gpu_check.sh bench-softmax  # = bench/gpu_softmax.sh } sanitizer steps; each writes its own file
-#   scripts/gpu_check.sh bench          # all three bench-* in one go: MORE than 10 minutes, so not for a
+#   scripts/gpu_check.sh bench-bn       # = bench/gpu_bn.sh      } (bench-bn: a minute or two)
+#   scripts/gpu_check.sh bench          # all four bench-* in one go: MORE than 10 minutes, so not for a
 #                                       # 600 s command (HALFLING_BUDGET defaults to 1800 here)
 #   scripts/gpu_check.sh train          # tutorials 05 and 07 on MNIST, bench/compare_train.sh (halfling
 #                                       # vs PyTorch, MLP-512 and LeNet), bench/loader_throughput
+#   scripts/gpu_check.sh profile        # where a training step's time goes, halfling (bench/train
+#                                       # --profile) next to PyTorch (torch.profiler): LeNet and VGG-small
+#                                       # mixed, 100 steps per epoch (VGG-small needs CIFAR-10)
 #
 # The recommended sequence, one stage per command (each command builds again on a fresh machine):
 #   1) preflight  2) test  3) sanitize  4) bench-gemm  5) bench-conv  6) bench-softmax  7) train
@@ -44,14 +48,14 @@
 # HALFLING_COMMIT, HALFLING_BUDGET, HALFLING_BUILD_TIMEOUT); also HALFLING_DATA (default data/),
 # HALFLING_CTEST_JOBS (8).
 set -uo pipefail
-usage="usage: scripts/gpu_check.sh preflight|build|test|sanitize [memcheck|racecheck]|bench-gemm|bench-conv|bench-softmax|bench|train"
+usage="usage: scripts/gpu_check.sh preflight|build|test|sanitize [memcheck|racecheck]|bench-gemm|bench-conv|bench-softmax|bench-bn|bench|train|profile"
 [[ $# -ge 1 ]] || { echo "$usage" >&2; exit 2; }
 stage=$1
 case $stage in
-  preflight | build | test | train) ;;
+  preflight | build | test | train | profile) ;;
   sanitize)
     case ${2:-} in "" | memcheck | racecheck) ;; *) echo "$usage" >&2; exit 2 ;; esac ;;
-  bench-gemm | bench-softmax | bench-conv)
+  bench-gemm | bench-softmax | bench-conv | bench-bn)
     # One command each; its sanitizer steps are the sanitize stage's business unless asked for.
     export HALFLING_SANITIZE=${HALFLING_SANITIZE:-0}
     exec "$(cd "$(dirname "$0")/.." && pwd)/bench/gpu_${stage#bench-}.sh" ;;
@@ -210,7 +214,7 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     fi
     ;;
   bench)
-    for s in gemm conv softmax; do
+    for s in gemm conv softmax bn; do
       # Each script gets what is left of this budget (at most the usual 540 s) and ends its own file.
       child=$((deadline - SECONDS - reserve - 20))
       ((child > 540)) && child=540
@@ -236,6 +240,15 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     # CIFAR-10 skips itself when absent.
     step loader-throughput timeout 90 "$build/bench/loader_throughput" --device cuda --mnist "$mnist" \
       --cifar10 "$HALFLING_DATA/cifar10"
+    ;;
+  profile)
+    build_targets train
+    check_gpu
+    export HALFLING_DATA=${HALFLING_DATA:-$root/data}
+    models=lenet
+    [[ -d $HALFLING_DATA/cifar10 ]] && models+=,vgg_small
+    step profile timeout 300 env PROFILE=1 PRECISIONS=mixed MAX_STEPS=100 \
+      OUT="$results/profile_cuda_${slug}_${day}.txt" "$root/bench/compare_train.sh" cuda "$models" 2
     ;;
 esac
 finish

@@ -174,6 +174,12 @@ TEST(BenchTrain, BadFlagsAreRefusedWithTheChoices) {
   auto [s2, o2] = run_train("--precision bf16");
   EXPECT_NE(s2, 0);
   EXPECT_NE(o2.find("--precision"), std::string::npos) << o2;
+  // --bn names a CUDA batch-norm variant: on the CPU there is none to pin, and the message says why.
+  auto [s3, o3] = run_train("--bn split --device cpu --smoke");
+  EXPECT_NE(s3, 0);
+  EXPECT_NE(o3.find("--bn: no variant 'split' on cpu (known: none: this family has one implementation there)"),
+            std::string::npos)
+      << o3;
 }
 
 }  // namespace

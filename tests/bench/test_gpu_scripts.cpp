@@ -55,6 +55,8 @@ TEST(GpuScripts, CheckNamesItsStages) {
   auto [s1, o1] = hl::test::run_command(script("gpu_check.sh"));
   EXPECT_NE(s1, 0);
   EXPECT_TRUE(contains(o1, "preflight|build|test|sanitize")) << o1;
+  EXPECT_TRUE(contains(o1, "|bench-bn|")) << o1;
+  EXPECT_TRUE(contains(o1, "|profile")) << o1;
   auto [s2, o2] = hl::test::run_command(script("gpu_check.sh") + " benchmark");
   EXPECT_NE(s2, 0);
   EXPECT_TRUE(contains(o2, "unknown stage 'benchmark'")) << o2;

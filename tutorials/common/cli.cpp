@@ -7,6 +7,7 @@
 
 #include "framework/amp.h"
 #include "framework/autograd.h"
+#include "kernels/batchnorm.h"
 #include "kernels/conv.h"
 #include "kernels/gemm.h"
 #include "kernels/runtime.h"
@@ -56,6 +57,7 @@ void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::stri
   app.add_option("--softmax", f.softmax,
                  "softmax / cross-entropy variant (see --list-variants); default: by shape (fused_xent for the loss)");
   app.add_option("--conv", f.conv, "convolution variant (see --list-variants); default: the fastest for the device");
+  app.add_option("--bn", f.bn, "CUDA batch-norm variant (see --list-variants); default: per_channel");
   app.add_option("--csv", f.csv, "write a log of the run to this CSV file, one row per epoch (per run and epoch in 05)");
   app.add_flag("--smoke", f.smoke, "a tiny run on a data subset (seconds on a CPU)");
   app.add_flag("--detect-anomaly", f.detect_anomaly, "stop at the first NaN/inf tensor and name it (slow)");
@@ -72,6 +74,7 @@ Device apply_common_flags(const CommonFlags& f) {
     if (std::find(names.begin(), names.end(), name) == names.end()) {
       std::string known;
       for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+      if (known.empty()) known = "none: this family has one implementation there";
       throw Error(std::string(flag) + ": no variant '" + name + "' on " + device_name(dev) + " (known: " + known + ")");
     }
     registry.set_default(name);
@@ -79,6 +82,7 @@ Device apply_common_flags(const CommonFlags& f) {
   pin(kernels::GemmRegistry::instance(), f.gemm, "--gemm");
   pin(kernels::SoftmaxRegistry::instance(), f.softmax, "--softmax");
   pin(kernels::ConvRegistry::instance(), f.conv, "--conv");
+  pin(kernels::BatchNormRegistry::instance(), f.bn, "--bn");
   return dev;
 }
 
@@ -109,6 +113,9 @@ void print_variants() {
     for (const auto& v : kernels::ConvRegistry::instance().all())
       if (v.device == d) print_variant(v);
   }
+  std::cout << "bn on cuda (the CPU has one batch-norm implementation):\n";
+  for (const auto& v : kernels::BatchNormRegistry::instance().all())
+    if (v.device == DeviceType::cuda) print_variant(v);
   if (!runtime::cuda_available()) std::cout << "(no GPU here: " << runtime::cuda_unavailable_reason() << ")\n";
 }
 

@@ -23,6 +23,7 @@ struct CommonFlags {
   std::string gemm;                 // a GEMM variant name (see --list-variants)
   std::string softmax;              // a softmax-family variant name (see --list-variants)
   std::string conv;                 // a convolution variant name (see --list-variants)
+  std::string bn;                   // a CUDA batch-norm variant name (see --list-variants)
   std::string csv;                  // write one row per epoch here
   bool smoke = false;               // a tiny subset, seconds on the CPU (what CI runs)
   bool detect_anomaly = false;      // stop at the first NaN/inf tensor, naming it (slow: debugging)
@@ -32,12 +33,12 @@ struct CommonFlags {
 // Register the shared flags on app. `precisions` lists the modes this tutorial supports.
 void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::string>& precisions);
 
-// Resolve --device (with the CPU fallback notice), --gemm, --softmax and --conv (pinning each
+// Resolve --device (with the CPU fallback notice), --gemm, --softmax, --conv and --bn (pinning each
 // registry's default, after checking the name exists on the device). Throws hl::Error with the valid
 // choices on a bad value.
 Device apply_common_flags(const CommonFlags& f);
 
-// Print every registered GEMM, softmax and convolution variant per device.
+// Print every registered GEMM, softmax, convolution and batch-norm variant per device.
 void print_variants();
 
 // The convolution variant the registry picks on `dev` for `dt` inputs (after --conv), for the

@@ -1,0 +1,65 @@
+// What the GPU benchmarks share: failing loudly on a CUDA error, uploads that have landed, the halfling
+// stream, device buffers, and the timing rule of DESIGN.md §6 (CUDA events after warm-up, the median of
+// many samples).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+#include "kernels/runtime.h"
+
+namespace hl::bench {
+
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "cuda error in %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+// A host-to-device copy that has landed when this returns. cudaMemcpy from pageable memory may return
+// once the data is staged, before the DMA ends, and it is ordered on the legacy stream, which the
+// non-blocking halfling stream does not wait for: the device-wide wait covers both.
+inline void upload(void* dst, const void* src, size_t bytes, const char* what) {
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), what);
+  check(cudaDeviceSynchronize(), what);
+}
+
+inline cudaStream_t stream() { return static_cast<cudaStream_t>(runtime::cuda_stream()); }
+
+// Median over `samples` of the time per call, each sample timing `reps` back-to-back calls between two
+// events (so a launch-bound kernel is not drowned by event overhead). Warm-up first.
+inline double median_us(const std::function<void()>& call, int samples, int reps) {
+  for (int i = 0; i < 3; ++i) call();
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  std::vector<double> t;
+  for (int s = 0; s < samples; ++s) {
+    check(cudaEventRecord(a, stream()), "record");
+    for (int r = 0; r < reps; ++r) call();
+    check(cudaEventRecord(b, stream()), "record");
+    check(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    t.push_back(1000.0 * ms / reps);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct Buf {
+  void* p = nullptr;
+  explicit Buf(size_t bytes) : p(runtime::cuda_malloc(std::max<size_t>(bytes, 16))) {}
+  ~Buf() { runtime::cuda_free(p); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+};
+
+}  // namespace hl::bench
