@@ -120,38 +120,29 @@ unsigned channel_grid(int64_t C) { return static_cast<unsigned>(C); }
 
 // ---- split: S blocks per channel ---------------------------------------------------------------
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-template <class T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-
 // V consecutive elements starting at element o (a multiple of V; 16 bytes when V > 1), widened to f32.
 template <class T, int V>
 __device__ __forceinline__ void load_vec(const T* p, int64_t o, float (&v)[V]) {
   if constexpr (V == 1) {
-    v[0] = to_float(p[o]);
+    v[0] = to_f32(p[o]);
   } else {
     static_assert(V * sizeof(T) == 16, "a vector is 16 bytes");
     const uint4 raw = *reinterpret_cast<const uint4*>(p + o);
     const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-    for (int k = 0; k < V; ++k) v[k] = to_float(e[k]);
+    for (int k = 0; k < V; ++k) v[k] = to_f32(e[k]);
   }
 }
 
 template <class T, int V>
 __device__ __forceinline__ void store_vec(T* p, int64_t o, const float (&v)[V]) {
   if constexpr (V == 1) {
-    p[o] = from_float<T>(v[0]);
+    p[o] = from_f32<T>(v[0]);
   } else {
     uint4 raw;
     T* e = reinterpret_cast<T*>(&raw);
 #pragma unroll
-    for (int k = 0; k < V; ++k) e[k] = from_float<T>(v[k]);
+    for (int k = 0; k < V; ++k) e[k] = from_f32<T>(v[k]);
     *reinterpret_cast<uint4*>(p + o) = raw;
   }
 }

@@ -73,6 +73,18 @@ __device__ __forceinline__ int64_t global_thread_count() {
   return static_cast<int64_t>(gridDim.x) * blockDim.x;
 }
 
+// ---- typed conversions, for kernels templated on the storage type (softmax rungs, batch norm) -----
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+
+template <class T>
+__device__ __forceinline__ T from_f32(float v);
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+
 // ---- loads: element i of a buffer of dtype t, widened to the compute type --------------------------
 
 __device__ __forceinline__ float load_float(const void* p, DType t, int64_t i) {

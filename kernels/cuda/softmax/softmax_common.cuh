@@ -14,17 +14,8 @@
 
 namespace hl::kernels::cuda::softmax_detail {
 
-// ---- typed element access (the fast rungs are templated on the storage types) -------------------
-
-__device__ __forceinline__ float to_f32(float v) { return v; }
-__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
-
-template <class T>
-__device__ __forceinline__ T from_f32(float v);
-template <>
-__device__ __forceinline__ float from_f32<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+// ---- typed element access (the fast rungs are templated on the storage types; to_f32 and from_f32
+// are in kernels/cuda/common.cuh) ------------------------------------------------------------------
 
 // N values of T moved as one access: 16 bytes for the input type (8 halves or 4 floats), so a warp
 // reads 512 contiguous bytes per instruction. The output pack holds the same N values of its own type
