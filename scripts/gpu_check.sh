@@ -29,6 +29,7 @@
 #
 # The recommended sequence, one stage per command (each command builds again on a fresh machine):
 #   1) preflight  2) test  3) sanitize  4) bench-gemm  5) bench-conv  6) bench-softmax  7) train
+# (bench-bn and profile: a few minutes each, for the opt-in batch-norm variant and the step profile)
 # At up to ~9 minutes a stage, 30 minutes of GPU time per session covers about three of them; when a
 # session has less than 600 s left, pass a smaller HALFLING_BUDGET (e.g. HALFLING_BUDGET=300).
 # Data: pass carry ["data/mnist"] (~54 MB; the tutorial tests, the train stage and the loader benchmark
@@ -249,6 +250,16 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     [[ -d $HALFLING_DATA/cifar10 ]] && models+=,vgg_small
     step profile timeout 300 env PROFILE=1 PRECISIONS=mixed MAX_STEPS=100 \
       OUT="$results/profile_cuda_${slug}_${day}.txt" "$root/bench/compare_train.sh" cuda "$models" 2
+    # The opt-in batch-norm variant on the same run: its profile, then full epochs without the
+    # profiler next to the default's, for the promotion decision (kernels/batchnorm.h).
+    if [[ $models == *vgg_small* ]]; then
+      for bn in split per_channel; do
+        step "vgg-profile-bn-$bn" timeout 120 env HALFLING_BN=$bn "$build/bench/train" --model vgg_small \
+          --precision mixed --device cuda --epochs 2 --max-steps 100 --profile
+        step "vgg-epochs-bn-$bn" timeout 120 env HALFLING_BN=$bn "$build/bench/train" --model vgg_small \
+          --precision mixed --device cuda --epochs 3
+      done
+    fi
     ;;
 esac
 finish
