@@ -15,7 +15,6 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <ctime>
 #include <map>
 #include <string>
 #include <vector>
@@ -73,14 +72,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", quick, "f16 and the first shape only (a smoke run)");
   CLI11_PARSE(app, argc, argv);
 
-  if (!runtime::cuda_available()) {
-    std::printf("no CUDA device (%s): nothing to benchmark\n", runtime::cuda_unavailable_reason().c_str());
-    return 0;
-  }
-  const std::time_t now = std::time(nullptr);
-  char date[64];
-  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
-  std::printf("# bn_bench  GPU: %s  date: %s\n", runtime::cuda_device_description().c_str(), date);
+  if (!bench::print_gpu_header("bn_bench")) return 0;
   std::printf("# CUDA events, 3 warm-up calls, median of %d samples; GB/s = compulsory bytes (forward: x read, y\n"
               "# written; backward: x, dy read, dx written) / time; %%copy = GB/s / cudaMemcpyAsync D2D GB/s on the\n"
               "# same bytes, measured in this run. Shapes N x C x H*W: VGG-small's batch norms at batch 128.\n",

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <functional>
 #include <vector>
 
@@ -27,6 +28,20 @@ inline void check(cudaError_t e, const char* what) {
 inline void upload(void* dst, const void* src, size_t bytes, const char* what) {
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), what);
   check(cudaDeviceSynchronize(), what);
+}
+
+// The first line of a benchmark's output: the program, the GPU and the date. Without a GPU it prints
+// why and returns false (the caller then exits 0: nothing to benchmark is not a failure).
+inline bool print_gpu_header(const char* program) {
+  if (!runtime::cuda_available()) {
+    std::printf("no CUDA device (%s): nothing to benchmark\n", runtime::cuda_unavailable_reason().c_str());
+    return false;
+  }
+  const std::time_t now = std::time(nullptr);
+  char date[64];
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  std::printf("# %s  GPU: %s  date: %s\n", program, runtime::cuda_device_description().c_str(), date);
+  return true;
 }
 
 inline cudaStream_t stream() { return static_cast<cudaStream_t>(runtime::cuda_stream()); }

@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <functional>
 #include <string>
 #include <vector>
@@ -138,14 +137,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", quick, "fewer shapes (a smoke run)");
   CLI11_PARSE(app, argc, argv);
 
-  if (!runtime::cuda_available()) {
-    std::printf("no CUDA device (%s): nothing to benchmark\n", runtime::cuda_unavailable_reason().c_str());
-    return 0;
-  }
-  const std::time_t now = std::time(nullptr);
-  char date[64];
-  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
-  std::printf("# softmax_bench  GPU: %s  date: %s\n", runtime::cuda_device_description().c_str(), date);
+  if (!bench::print_gpu_header("softmax_bench")) return 0;
   std::printf("# CUDA events, 3 warm-up calls, median of %d samples; GB/s = (bytes read + written) / time;\n"
               "# %%copy = GB/s / cudaMemcpyAsync D2D GB/s on the same bytes, measured in this run\n",
               samples);

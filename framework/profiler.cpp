@@ -23,7 +23,6 @@ namespace {
 
 struct Node {
   std::string name;
-  int parent = -1;
   std::vector<int> children;  // in first-seen order
   int64_t calls = 0;
   double host_ms = 0.0;
@@ -92,7 +91,6 @@ int child_named(State& s, int parent, const std::string& name) {
   const int id = static_cast<int>(s.nodes.size());
   Node n;
   n.name = name;
-  n.parent = parent;
   s.nodes.push_back(std::move(n));  // may move every node: look the sibling list up again after it
   siblings().push_back(id);
   return id;
