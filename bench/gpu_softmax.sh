@@ -31,7 +31,7 @@ step tutorial-08-test timeout 120 "$build/tests/test_tutorials" --gtest_filter='
 san='SoftmaxCuda*:CudaSoftmax*-SoftmaxCuda.EveryRungForwardAgainstReference'
 sanitize_kernels "$san"
 
-step benchmark timeout 150 "$build/bench/softmax_bench"
+step benchmark timeout 200 "$build/bench/softmax_bench" --sweep
 if timeout 60 python3 -c 'import torch' >/dev/null 2>&1; then
   step pytorch timeout 150 python3 bench/pytorch/softmax.py
 else

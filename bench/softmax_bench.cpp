@@ -2,7 +2,10 @@
 // events after warm-up (median of many samples), next to the device copy bandwidth measured in the
 // same run, so every number is a ratio (DESIGN.md §6).
 //
-//   build/bench/softmax_bench [--samples N] [--quick]
+//   build/bench/softmax_bench [--samples N] [--quick] [--sweep]
+//
+// --sweep also times register_row with every launch plan its rule can choose for each shape (block
+// size x packs per thread, through the tuning hook in register_row_plan.h), to tune kPreferredThreads.
 //
 // Rows of >= 1024 columns are bandwidth-bound: GB/s = compulsory bytes / time, where the compulsory
 // bytes are the FP16 input read once and the FP16 output (probabilities, or the gradient for
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "bench/cuda_timing.h"
+#include "kernels/cuda/softmax/register_row_plan.h"
 #include "kernels/runtime.h"
 #include "kernels/softmax.h"
 
@@ -107,11 +111,12 @@ void row(const char* op, int64_t rows, int64_t cols, const char* dtypes, const s
          double bytes, double copy_gbs) {
   if (bytes > 0) {
     const double gbs = bytes / (us * 1e-6) / 1e9;
-    std::printf("%-10s %-12s %-10s %-18s %10.2f %9.1f %6.0f%%\n", op,
+    std::printf("%-10s %-12s %-10s %-22s %10.2f %9.1f %6.0f%%\n", op,
                 (std::to_string(rows) + "x" + std::to_string(cols)).c_str(), dtypes, variant.c_str(), us, gbs,
                 100.0 * gbs / copy_gbs);
   } else {
-    std::printf("%-10s %-12s %-10s %-18s %10.2f %9s %7s\n", op, (std::to_string(rows) + "x" + std::to_string(cols)).c_str(),
+    std::printf("%-10s %-12s %-10s %-22s %10.2f %9s %7s\n", op,
+                (std::to_string(rows) + "x" + std::to_string(cols)).c_str(),
                 dtypes, variant.c_str(), us, "-", "-");
   }
 }
@@ -121,10 +126,33 @@ void row(const char* op, int64_t rows, int64_t cols, const char* dtypes, const s
 bool declined(const std::string& rung, const k::SoftmaxArgs& a) {
   const auto* v = k::SoftmaxRegistry::instance().find(rung, DeviceType::cuda);
   if (v == nullptr || v->unsupported == nullptr || v->unsupported(a) == nullptr) return false;
-  std::printf("%-10s %-12s %-10s %-18s %10s %9s %7s\n", "softmax",
+  std::printf("%-10s %-12s %-10s %-22s %10s %9s %7s\n", "softmax",
               (std::to_string(a.rows) + "x" + std::to_string(a.cols)).c_str(), "f16->f16", rung.c_str(), "declines",
               "-", "-");
   return true;
+}
+
+// register_row with each plan its rule gives for preferred block sizes 32..1024 (each distinct plan
+// once), labelled "register_row TxP": T threads per block, P packs (or values) per thread.
+void sweep_register_row(int64_t rows, int64_t cols, const void* x, void* y, int samples, double copy_gbs) {
+  namespace rr = k::register_row;
+  const k::SoftmaxArgs a = softmax_args(rows, cols, x, y);
+  if (declined("register_row", a)) return;
+  const int width = cols % 8 == 0 ? 8 : 1;  // f16 rows in 256-byte aligned buffers
+  const rr::Plan chosen = rr::plan(cols, width);  // what the rule picks without the hook
+  std::vector<std::pair<int, int>> seen;
+  for (int preferred = 32; preferred <= rr::kMaxThreads; preferred *= 2) {
+    const rr::Plan p = rr::plan(cols, width, preferred);
+    if (p.threads == 0 || std::find(seen.begin(), seen.end(), std::make_pair(p.threads, p.per_thread)) != seen.end())
+      continue;
+    seen.push_back({p.threads, p.per_thread});
+    rr::preferred_threads_for_tuning().store(preferred);
+    const double us = median_us([&] { k::softmax(a, "register_row"); }, samples, 10);
+    rr::preferred_threads_for_tuning().store(0);
+    const std::string label = "register_row " + std::to_string(p.threads) + "x" + std::to_string(p.per_thread) +
+                              (p.threads == chosen.threads && p.per_thread == chosen.per_thread ? "*" : "");
+    row("softmax", rows, cols, "f16->f16", label, us, 4.0 * static_cast<double>(rows * cols), copy_gbs);
+  }
 }
 
 }  // namespace
@@ -132,16 +160,19 @@ bool declined(const std::string& rung, const k::SoftmaxArgs& a) {
 int main(int argc, char** argv) {
   CLI::App app{"softmax ladder benchmark"};
   int samples = 25;
-  bool quick = false;
+  bool quick = false, sweep = false;
   app.add_option("--samples", samples, "timed samples per entry (the median is shown)")->check(CLI::Range(3, 1000));
   app.add_flag("--quick", quick, "fewer shapes (a smoke run)");
+  app.add_flag("--sweep", sweep, "also time register_row with every launch plan (block size x packs per thread)");
   CLI11_PARSE(app, argc, argv);
 
   if (!bench::print_gpu_header("softmax_bench")) return 0;
   std::printf("# CUDA events, 3 warm-up calls, median of %d samples; GB/s = (bytes read + written) / time;\n"
               "# %%copy = GB/s / cudaMemcpyAsync D2D GB/s on the same bytes, measured in this run\n",
               samples);
-  std::printf("%-10s %-12s %-10s %-18s %10s %9s %7s\n", "op", "shape", "dtypes", "variant", "us/call", "GB/s", "%copy");
+  if (sweep)
+    std::printf("# --sweep: register_row TxP = T threads per block, P packs per thread; * = the rule's choice\n");
+  std::printf("%-10s %-12s %-10s %-22s %10s %9s %7s\n", "op", "shape", "dtypes", "variant", "us/call", "GB/s", "%copy");
 
   std::vector<std::string> rungs;
   for (const auto& v : k::SoftmaxRegistry::instance().all())
@@ -179,6 +210,8 @@ int main(int argc, char** argv) {
       const double us = median_us([&] { k::softmax(a, rung); }, smp, reps);
       row("softmax", rows, cols, "f16->f16", rung, us, 4.0 * static_cast<double>(n), copy_gbs);
     }
+
+    if (sweep) sweep_register_row(rows, cols, x.p, g.p, samples, copy_gbs);
 
     // Cross-entropy, loss + gradient: the fused kernel (one launch), its framework split (forward,
     // backward: two launches, the logits read twice) and the unfused path (log_softmax to f32, NLL,

@@ -53,14 +53,18 @@ int register_row_width(DType tx, int64_t cols, bool aligned_buffers) {
   return aligned_buffers && cols % pack == 0 ? pack : 1;
 }
 
-// register_row declines rows past its register capacity. The every-rung loops take the rungs that
-// accept the arguments, so check here that it accepted exactly the rows it should: a decline is an
-// expectation, never a silent skip.
+// register_row and register_warp decline rows past their register capacity. The every-rung loops
+// take the rungs that accept the arguments, so check here that each accepted exactly the rows it
+// should: a decline is an expectation, never a silent skip.
 void expect_register_row_listed(const k::SoftmaxArgs& a, const std::vector<std::string>& rungs, bool aligned_buffers) {
-  if (!registered_on_cuda("register_row")) return;
-  const bool fits = a.cols <= k::register_row::max_cols(register_row_width(a.x_type, a.cols, aligned_buffers));
-  const bool listed = std::find(rungs.begin(), rungs.end(), "register_row") != rungs.end();
-  EXPECT_EQ(listed, fits) << a.describe();
+  const auto listed = [&](const char* rung) { return std::find(rungs.begin(), rungs.end(), rung) != rungs.end(); };
+  if (registered_on_cuda("register_row")) {
+    const bool fits = a.cols <= k::register_row::max_cols(register_row_width(a.x_type, a.cols, aligned_buffers));
+    EXPECT_EQ(listed("register_row"), fits) << a.describe();
+  }
+  if (registered_on_cuda("register_warp")) {
+    EXPECT_EQ(listed("register_warp"), a.cols <= k::register_row::warp::kMaxCols) << a.describe();
+  }
 }
 
 // The longest chain of sequential FP32 additions one thread makes in a row sum: naive adds the whole
@@ -220,7 +224,10 @@ TEST(SoftmaxCuda, EveryRungLogSoftmaxBackward) {
   for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
            {1, 1}, {3, 7}, {128, 10}, {128, 33}, {3, 1024}, {5, 4097}, {3, 70000}, {70000, 10},
            // register_row's per-thread counts and capacities (register_row_plan.h)
-           {3, 2056}, {2, 8200}, {2, 16383}, {2, 16384}, {2, 16388}, {2, 32768}}) {
+           {3, 2056}, {2, 8200}, {2, 16383}, {2, 16384}, {2, 16388}, {2, 32768},
+           // register_warp's per-lane counts (register_row_plan.h, namespace warp), rows not a multiple
+           // of its 8 rows per block
+           {9, 64}, {9, 100}, {9, 255}, {9, 256}, {9, 512}, {9, 1000}, {9, 1025}}) {
     for (auto [ty, tgx] : std::vector<std::pair<DType, DType>>{
              {DType::f32, DType::f32}, {DType::f32, DType::f16}, {DType::f16, DType::f16}}) {
       const size_t n = static_cast<size_t>(rows * cols);
@@ -329,6 +336,97 @@ TEST(SoftmaxCuda, RegisterRowAtItsCapacityBoundaries) {
       }
 }
 
+// register_row with every plan that bench/softmax_bench --sweep times: the tuning hook moves the
+// block size (and so the per-thread count) for the same row, and every such plan must give the same
+// answers. The hook is reset on the way out, also when an assertion fails.
+TEST(SoftmaxCuda, RegisterRowEveryPlanTheSweepTimes) {
+  HL_REQUIRE_CUDA();
+  if (!registered_on_cuda("register_row")) GTEST_SKIP() << "register_row is not registered in this build";
+  namespace rr = k::register_row;
+  struct Reset {
+    ~Reset() { rr::preferred_threads_for_tuning().store(0); }
+  } reset;
+  uint64_t seed = hl::test::fresh_seed();
+  std::set<std::pair<int, int>> plans;  // (threads, per_thread) run, over all lengths
+  for (const int64_t cols : {1000, 1024, 4096, 4104, 8192}) {
+    const int64_t rows = 5;
+    const Expect e = reference(make_logits(rows, cols, 8.0, DType::f16, seed++), rows, cols);
+    const Tensor x = device_tensor(e.x, rows, cols, DType::f16);
+    for (int preferred : {32, 64, 128, 256, 512, 1024}) {
+      rr::preferred_threads_for_tuning().store(preferred);
+      const rr::Plan p = rr::plan(cols, register_row_width(DType::f16, cols, true), preferred);
+      ASSERT_GT(p.threads, 0) << cols;
+      plans.insert({p.threads, p.per_thread});
+      for (bool log : {false, true}) {
+        Tensor y = Tensor::full({rows, cols}, kNaN, DType::f16, Device::cuda);  // poisoned
+        const k::SoftmaxArgs a = forward_args(log, x, y);
+        k::softmax(a, "register_row");
+        const std::string what = "register_row, preferred " + std::to_string(preferred) + " threads: " + a.describe();
+        EXPECT_EQ(check_forward(e, y.to_double(), log, true, chain_for("register_row", cols), what), 0) << what;
+      }
+    }
+  }
+  EXPECT_GE(plans.size(), 8u) << "the sweep should reach several distinct plans";
+}
+
+// register_warp (kernels/cuda/softmax/register_warp.cu) at and around the edges of its per-lane counts
+// and its capacity (1024 columns), on both paths (whole 16-byte packs; rows that are not, which take
+// the scalar path), row counts that are not a multiple of its 8 rows per block, and more rows than
+// one grid covers (530000 rows: 66250 blocks of 8 warps > 65535, so warps step to further rows).
+// Rows 0..2 are the all -inf, masked and logit-12 rows of make_logits; small logits and large ones.
+TEST(SoftmaxCuda, RegisterWarpAtItsCapacityBoundaries) {
+  HL_REQUIRE_CUDA();
+  if (!registered_on_cuda("register_warp")) GTEST_SKIP() << "register_warp is not registered in this build";
+  namespace rw = k::register_row::warp;
+  uint64_t seed = hl::test::fresh_seed();
+  const std::vector<int64_t> lengths = {1,   7,   10,  31,  32,  33,  63,  64,   65,   100,  128,  255,
+                                        256, 257, 511, 512, 513, 1000, 1023, 1024, 1025, 1032, 2048};
+  std::set<std::pair<int, int>> used;  // (width, per_lane) plans run
+  std::vector<std::pair<int64_t, int64_t>> cases;
+  for (const int64_t cols : lengths) cases.push_back({9, cols});
+  cases.push_back({530000, 10});
+  for (const auto& [rows, cols] : cases) {
+    for (DType tx : {DType::f16, DType::f32}) {
+      const int width = register_row_width(tx, cols, true);
+      const int per_lane = rw::per_lane(cols, width);
+      for (double range : {8.0, tx == DType::f16 ? 60000.0 : 1e4}) {
+        if (rows > 9 && range > 8.0) continue;  // the many-rows case tests the row stepping, once per dtype
+        const Expect e = reference(make_logits(rows, cols, range, tx, seed++), rows, cols);
+        const Tensor x = device_tensor(e.x, rows, cols, tx);
+        for (DType ty : {DType::f16, DType::f32}) {
+          for (bool log : {false, true}) {
+            Tensor y = Tensor::full({rows, cols}, kNaN, ty, Device::cuda);  // poisoned
+            const k::SoftmaxArgs a = forward_args(log, x, y);
+            const auto& v = *k::SoftmaxRegistry::instance().find("register_warp", DeviceType::cuda);
+            const char* why = v.unsupported(a);
+            const std::string what = std::string("register_warp ") + a.describe();
+            if (per_lane == 0) {  // past the capacity: declined with the reason, never run
+              EXPECT_GT(cols, rw::kMaxCols) << what;
+              EXPECT_NE(why, nullptr) << what;
+              if (why != nullptr) {
+                EXPECT_NE(std::string(why).find("at most 1024 columns"), std::string::npos) << why;
+              }
+              EXPECT_THROW(k::softmax(a, "register_warp"), Error) << what;
+              continue;
+            }
+            ASSERT_EQ(why, nullptr) << what << ": " << why;
+            used.insert({width, per_lane});
+            k::softmax(a, "register_warp");
+            EXPECT_EQ(check_forward(e, y.to_double(), log, ty == DType::f16, chain_for("register_warp", cols), what), 0)
+                << what;
+          }
+        }
+      }
+    }
+  }
+  // Every kernel instantiation has run (the lengths above must reach each per-lane count).
+  for (int width : {8, 4, 1})
+    for (int p = 1; p <= 32; p *= 2)
+      if (rw::compiled_for(p, width)) {
+        EXPECT_EQ(used.count({width, p}), 1u) << width << "-wide packs x " << p;
+      }
+}
+
 // register_row's launch plan (plain C++, no GPU): every row length up to the capacity gets a block
 // of whole warps, 32..1024 threads, a per-thread count that has a kernel, enough values for the row
 // and no idle warp; the next length past the capacity gets no plan.
@@ -367,6 +465,112 @@ TEST(SoftmaxRegisterRowPlan, CoversEveryRowUpToItsCapacity) {
   EXPECT_EQ(rr::plan(32768, 8).threads, 1024);
   EXPECT_EQ(rr::plan(32768, 8).per_thread, 4);
   EXPECT_EQ(rr::plan(16384, 1).per_thread, 16);
+}
+
+// register_warp's plan (plain C++, no GPU): every row up to 1024 columns gets the smallest compiled
+// per-lane count whose 32 lanes cover it, every compiled count is chosen for some row, and longer rows
+// get none.
+TEST(SoftmaxRegisterWarpPlan, CoversEveryRowUpToItsCapacity) {
+  namespace rw = k::register_row::warp;
+  EXPECT_EQ(rw::kMaxCols, 1024);
+  for (int width : {8, 4, 1}) {
+    std::set<int> counts;
+    for (int64_t cols = width; cols <= rw::kMaxCols; cols += width) {
+      const int p = rw::per_lane(cols, width);
+      ASSERT_TRUE(rw::compiled_for(p, width)) << cols << " x " << width;
+      ASSERT_GE(int64_t{32} * p * width, cols) << cols;
+      for (int q = 1; q < p; ++q)  // no smaller compiled count covers the row
+        if (rw::compiled_for(q, width)) {
+          ASSERT_LT(int64_t{32} * q * width, cols) << cols << ": " << q << " would do";
+        }
+      counts.insert(p);
+    }
+    for (int p = 1; p <= 32; ++p)
+      if (rw::compiled_for(p, width)) {
+        EXPECT_EQ(counts.count(p), 1u) << "per-lane count " << p << " never chosen";
+      }
+    EXPECT_EQ(rw::per_lane(rw::kMaxCols + width, width), 0) << width;
+    EXPECT_EQ(rw::per_lane(0, width), 0) << width;
+  }
+  EXPECT_EQ(rw::per_lane(10, 1), 1);   // a 10-class head: one value per lane
+  EXPECT_EQ(rw::per_lane(1024, 8), 4);  // 4 FP16 packs per lane
+  EXPECT_EQ(rw::per_lane(1024, 4), 8);  // 8 FP32 packs
+  EXPECT_EQ(rw::per_lane(1023, 1), 32);
+}
+
+// The kernels keep a member's packs i < owned of its P (register_row.cuh), so a plan that left some
+// member owning more than P packs would drop values without a word. For every row length either rung
+// takes and both plans' group sizes: each member owns at most P packs, its packs lie inside the row,
+// and the members' packs add up to the row (each pack rank + i * size belongs to one member).
+TEST(SoftmaxRegisterRowPlan, EveryMemberOwnsAtMostItsPacksAndTheRowIsCovered) {
+  namespace rr = k::register_row;
+  const auto check = [](int64_t cols, int width, int size, int per_thread, const char* rung) {
+    const int packs = static_cast<int>((cols + width - 1) / width);
+    int64_t total = 0;
+    for (int rank = 0; rank < size; ++rank) {
+      const int owned = rr::packs_owned(packs, rank, size);
+      if (owned > per_thread || (owned > 0 && rank + (owned - 1) * size >= packs) || rank + owned * size < packs) {
+        ADD_FAILURE() << rung << " cols " << cols << " width " << width << ": member " << rank << " of " << size
+                      << " owns " << owned << " of its " << per_thread << " packs";
+        return false;
+      }
+      total += owned;
+    }
+    EXPECT_EQ(total, packs) << rung << " cols " << cols << " width " << width;
+    return total == packs;
+  };
+  for (int width : {8, 4, 1}) {
+    for (int64_t cols = width; cols <= rr::max_cols(width); cols += width) {
+      const rr::Plan p = rr::plan(cols, width);
+      ASSERT_TRUE(check(cols, width, p.threads, p.per_thread, "register_row"));
+    }
+    for (int64_t cols = width; cols <= rr::warp::kMaxCols; cols += width)
+      ASSERT_TRUE(check(cols, width, 32, rr::warp::per_lane(cols, width), "register_warp"));
+  }
+  // The scalar path takes any length, not only multiples of the pack width.
+  for (int64_t cols = 1; cols <= rr::warp::kMaxCols; ++cols)
+    ASSERT_TRUE(check(cols, 1, 32, rr::warp::per_lane(cols, 1), "register_warp"));
+}
+
+// The sweep's tuning hook (register_row_plan.h) is off unless the benchmark sets it, and the plan it
+// feeds moves the block size the way the rule says.
+TEST(SoftmaxRegisterRowPlan, TuningHookIsOffByDefaultAndMovesThePlan) {
+  namespace rr = k::register_row;
+  EXPECT_EQ(rr::preferred_threads_for_tuning().load(), 0);
+  EXPECT_EQ(rr::plan(4096, 8).threads, rr::plan(4096, 8, rr::kPreferredThreads).threads);
+  EXPECT_EQ(rr::plan(4096, 8, 128).threads, 128);  // 4 packs per thread
+  EXPECT_EQ(rr::plan(4096, 8, 128).per_thread, 4);
+  EXPECT_EQ(rr::plan(4096, 8, 512).threads, 512);  // 1 pack per thread
+  EXPECT_EQ(rr::plan(4096, 8, 32).threads, 128);   // nothing fits 32 threads: the fewest threads there are
+  EXPECT_EQ(rr::plan(32768, 8, 32).threads, 1024);
+}
+
+// register_warp is opt-in until it has run on a GPU: the chooser never picks it, a pinned
+// register_warp runs where it fits and says why where it does not. Needs a CUDA build, no GPU.
+TEST(SoftmaxCudaChooser, RegisterWarpIsOptInUntilMeasured) {
+  if (!registered_on_cuda("register_warp")) GTEST_SKIP() << "CPU-only build: no CUDA softmax rungs are registered";
+  const auto& v = *k::SoftmaxRegistry::instance().find("register_warp", DeviceType::cuda);
+  EXPECT_TRUE(v.opt_in) << "register_warp was promoted: update this test, docs/softmax.md and the softmax README";
+  k::SoftmaxArgs a;
+  a.device = DeviceType::cuda;
+  a.op = k::SoftmaxOp::softmax;
+  a.rows = 4096;
+  a.x_type = a.y_type = DType::f16;
+  for (int64_t cols : {10, 100, 1000, 1024}) {
+    a.cols = cols;
+    EXPECT_NE(k::softmax_variant_for(a), "register_warp") << cols;
+    EXPECT_EQ(k::SoftmaxRegistry::instance().select(a, "register_warp").name, "register_warp") << cols;
+  }
+  a.cols = 1025;
+  try {
+    k::SoftmaxRegistry::instance().select(a, "register_warp");
+    ADD_FAILURE() << "register_warp must decline 1025 columns";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 1024 columns"), std::string::npos) << e.what();
+  }
+  a.op = k::SoftmaxOp::xent_fused;
+  a.cols = 10;
+  EXPECT_THROW(k::SoftmaxRegistry::instance().select(a, "register_warp"), Error);
 }
 
 // The default chooser (kernels/softmax.cpp) around register_row, and its declines. Needs a CUDA build

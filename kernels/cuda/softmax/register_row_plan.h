@@ -8,6 +8,7 @@
 // compiled_for(). A 16-byte pack is 8 FP16 or 4 FP32 values; the scalar path (a row that is not a
 // whole number of packs, or a misaligned buffer) moves one value at a time ("width" 1).
 #pragma once
+#include <atomic>
 #include <cstdint>
 
 namespace hl::kernels::register_row {
@@ -27,8 +28,15 @@ constexpr int64_t max_cols(int width) { return static_cast<int64_t>(kMaxThreads)
 
 // Below this block size a row gets the fewest values per thread that still cover it (many threads,
 // many blocks resident per SM); longer rows get the most values per thread (fewest threads).
-// A first guess, to be tuned with bench/softmax_bench on a GPU.
+// A first guess, to be tuned with bench/softmax_bench on a GPU (its --sweep times every plan).
 constexpr int kPreferredThreads = 256;
+
+// The tuning hook of `bench/softmax_bench --sweep`: when above 0, register_row's launches use it in
+// place of kPreferredThreads. Process-wide and for measuring only; the tests and training leave it 0.
+inline std::atomic<int>& preferred_threads_for_tuning() {
+  static std::atomic<int> threads{0};
+  return threads;
+}
 
 // The per-thread counts (packs of `width` values, width 8, 4 or 1) that register_row.cu instantiates:
 // FP16 packs 1, 2, 4; FP32 packs 1, 2, 4; single values 2, 8, 16. Each is one kernel per dtype pair.
@@ -38,15 +46,20 @@ constexpr bool compiled_for(int per_thread, int width) {
   return per_thread >= 1 && per_thread * width <= max_values(width) && (per_thread & (per_thread - 1)) == 0;
 }
 
+// The packs member `rank` of a group of `size` threads owns in a row of `packs` packs: packs rank,
+// rank + size, rank + 2 * size, ... below `packs`. The kernels (register_row.cuh) keep a member's
+// packs i < owned of its P; a plan must therefore give every member owned <= P.
+constexpr int packs_owned(int packs, int rank, int size) { return packs > rank ? (packs - rank + size - 1) / size : 0; }
+
 struct Plan {
   int threads = 0;     // block size: a multiple of 32, 32..1024; 0 if the row does not fit
   int per_thread = 0;  // packs (or single values) per thread: a count compiled_for(.., width)
 };
 
 // The plan for a row of `cols` values moved `width` at a time (cols a multiple of width when width > 1).
-// Rule: the smallest compiled count whose block has at most kPreferredThreads threads; else the
-// largest compiled count (the fewest threads), if its block has at most kMaxThreads.
-constexpr Plan plan(int64_t cols, int width) {
+// Rule: the smallest compiled count whose block has at most `preferred` threads; else the largest
+// compiled count (the fewest threads), if its block has at most kMaxThreads.
+constexpr Plan plan(int64_t cols, int width, int preferred = kPreferredThreads) {
   if (cols < 1 || width < 1 || cols > max_cols(width)) return {};
   const int64_t units = (cols + width - 1) / width;  // packs (or values) in the row
   Plan fallback{};
@@ -54,10 +67,47 @@ constexpr Plan plan(int64_t cols, int width) {
     if (!compiled_for(p, width)) continue;
     const int64_t threads = ((units + p - 1) / p + 31) / 32 * 32;
     if (threads > kMaxThreads) continue;
-    if (threads <= kPreferredThreads) return {static_cast<int>(threads), p};
+    if (threads <= preferred) return {static_cast<int>(threads), p};
     fallback = {static_cast<int>(threads), p};  // larger p, fewer threads: the last one wins
   }
   return fallback;
 }
+
+// ---- register_warp: one warp per row (register_warp.cu) ---------------------------------------------
+// The same register-resident row, owned by one warp, several rows per block. A lane's share of the row
+// is the smallest compiled count that covers it (rows are short, so no count needs a choice between
+// more threads and more values).
+namespace warp {
+
+constexpr int kWarpsPerBlock = 8;  // 256 threads
+
+// FP32 values one lane keeps: 32, the same 4 FP16 packs (or 8 FP32 packs of 4, or 32 single values)
+// whatever the path, so the longest row is 32 lanes x 32 = 1024 columns. The kernels are compiled for 4
+// resident 256-thread blocks per SM (64 registers), 2 where the 32 values arrive as FP32 (128), and
+// none spills (register_warp.cu, min_blocks; check with -Xptxas -v). 64 FP16 values per lane spilled
+// at 128 registers, or took 204 registers and left one block per SM. Longer rows get a block:
+// register_row.
+constexpr int kMaxValues = 32;
+constexpr int64_t kMaxCols = static_cast<int64_t>(32) * kMaxValues;
+
+// The per-lane counts register_warp.cu instantiates: packs 1, 2, 4 (FP16) and 1, 2, 4, 8 (FP32);
+// single values 1, 2, 8, 32 (the scalar path: a 10-class head takes 1).
+constexpr bool compiled_for(int per_thread, int width) {
+  if (width == 1) return per_thread == 1 || per_thread == 2 || per_thread == 8 || per_thread == 32;
+  if (width != 4 && width != 8) return false;
+  return per_thread >= 1 && per_thread * width <= kMaxValues && (per_thread & (per_thread - 1)) == 0;
+}
+
+// The per-lane count for a row of `cols` values moved `width` at a time: the smallest compiled count
+// whose 32 lanes cover the row; 0 if the row is empty or longer than kMaxCols.
+constexpr int per_lane(int64_t cols, int width) {
+  if (cols < 1 || width < 1 || cols > kMaxCols) return 0;
+  const int64_t units = (cols + width - 1) / width;  // packs (or values) in the row
+  for (int p = 1; p <= 32; p *= 2)
+    if (compiled_for(p, width) && static_cast<int64_t>(32) * p >= units) return p;
+  return 0;
+}
+
+}  // namespace warp
 
 }  // namespace hl::kernels::register_row

@@ -1,0 +1,159 @@
+// The register-resident row: what `register_row` (one block per row) and `register_warp` (one warp per
+// row) share. A group of threads (softmax_common.cuh: BlockGroup or WarpGroup) reads its row once, as
+// FP32, into a register array of P packs of N values per thread, reduces the maximum and the sum of
+// exponentials from there, and writes the output from there: one read and one write per element, what
+// a copy moves. Paper §3.3: FP32 math on FP16 storage, rounded once, on the store.
+//
+// The array is indexed only with compile-time constants (every loop over it is fully unrolled), so it
+// stays in registers; P is a template parameter, chosen per row length by the rung's launch plan
+// (register_row_plan.h).
+#pragma once
+#include <type_traits>
+
+#include "kernels/cuda/softmax/register_row_plan.h"
+#include "kernels/cuda/softmax/softmax_common.cuh"
+
+namespace hl::kernels::cuda::softmax_detail {
+
+// packs_owned (register_row_plan.h, plain C++ so that a CPU test checks it against both plans): how
+// many of its P packs member `rank` of `size` owns. Pack i of the member is pack rank + i * size of
+// the row: consecutive members read consecutive packs, so every warp load is 32 contiguous 16-byte
+// packs. The count is computed once per kernel: a compare with a constant per pack instead of an
+// index per pack keeps the register count down.
+using register_row::packs_owned;
+
+// v[i][k] = element k of pack i, as FP32; -inf past the end of the row. Returns this thread's max.
+// Every load is issued before the first value is used: P loads of 16 bytes in flight per thread.
+template <int P, int N, class T>
+__device__ __forceinline__ float load_row(const T* row, int rank, int size, int owned, float (&v)[P][N]) {
+  const int stride = size * N, first = rank * N;
+  Pack<T, N> raw[P];
+#pragma unroll
+  for (int i = 0; i < P; ++i)
+    if (i < owned) raw[i] = *reinterpret_cast<const Pack<T, N>*>(row + first + i * stride);
+  float m = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      v[i][k] = i < owned ? to_f32(raw[i].v[k]) : -INFINITY;
+      m = fmaxf(m, v[i][k]);  // fmaxf ignores NaN; a NaN entry poisons the sum below instead
+    }
+  }
+  return m;
+}
+
+// out pack i = f(v[i][k]) for the packs inside the row.
+template <int P, int N, class T, class F>
+__device__ __forceinline__ void store_row(T* row, int rank, int size, int owned, const float (&v)[P][N], F&& f) {
+  const int stride = size * N, first = rank * N;
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    if (i < owned) {
+      Pack<T, N> q;
+#pragma unroll
+      for (int k = 0; k < N; ++k) q.v[k] = from_f32<T>(f(v[i][k]));
+      *reinterpret_cast<Pack<T, N>*>(row + first + i * stride) = q;
+    }
+  }
+}
+
+// Softmax or log-softmax of one row xr -> yr by group g; `owned` = packs_owned(cols / N, rank, size)
+// (rows of whole packs when N > 1).
+template <int P, int N, class Group, class TX, class TY>
+__device__ __forceinline__ void register_forward_row(const Group& g, const TX* xr, TY* yr, int owned, bool log) {
+  const int rank = g.rank(), size = g.size();
+  float v[P][N];
+  const float m = g.max(load_row<P, N>(xr, rank, size, owned, v));
+  // Sum of exp(x - max). Softmax keeps each exponential in v for the write; log-softmax keeps x.
+  // Masked (-inf) entries and the padding past the row give exp(-inf) = 0.
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const float e = expf(v[i][k] - m);
+      if (i < owned) s += e;
+      if (!log) v[i][k] = e;
+    }
+  }
+  s = g.sum(s);
+  // The NaN convention of finish_stats: no finite maximum, or a NaN entry (s is NaN), gives NaN
+  // everywhere in the row.
+  const RowStats st = finish_stats(m, s);
+  if (log) {
+    store_row<P, N>(yr, rank, size, owned, v, [&](float xv) { return log_prob(xv, st); });
+  } else {
+    const float inv = isnan(st.log_sum) ? NAN : 1.0f / s;
+    store_row<P, N>(yr, rank, size, owned, v, [&](float e) { return e * inv; });
+  }
+}
+
+// log-softmax backward of one row, gx = dy - exp(y) * sum(dy): dy is read once into registers for the
+// sum and kept for the write; y is read once, in the write. dy stays in its storage type in the
+// registers (widened to FP32 where it is used), so that y's loads have registers too.
+template <int P, int N, class Group, class TY, class TG>
+__device__ __forceinline__ void register_backward_row(const Group& g, const TY* yr, const TY* dyr, TG* gr, int owned) {
+  const int stride = g.size() * N, first = g.rank() * N;
+  Pack<TY, N> d[P];
+#pragma unroll
+  for (int i = 0; i < P; ++i)
+    if (i < owned) d[i] = *reinterpret_cast<const Pack<TY, N>*>(dyr + first + i * stride);
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < P; ++i)
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      if (i < owned) s += to_f32(d[i].v[k]);
+  s = g.sum(s);
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    if (i < owned) {
+      const Pack<TY, N> yv = *reinterpret_cast<const Pack<TY, N>*>(yr + first + i * stride);
+      Pack<TG, N> q;
+#pragma unroll
+      for (int k = 0; k < N; ++k) q.v[k] = from_f32<TG>(to_f32(d[i].v[k]) - expf(to_f32(yv.v[k])) * s);
+      *reinterpret_cast<Pack<TG, N>*>(gr + first + i * stride) = q;
+    }
+  }
+}
+
+// f(std::integral_constant<int, P>) for a per-thread count of the plan; only the counts for which
+// Compiled(P, N) holds are instantiated (one kernel per count and dtype pair), any other throws.
+template <bool (*Compiled)(int, int), int N, class F>
+void with_per_thread(const char* rung, int per_thread, F&& f) {
+  const auto call = [&](auto p) {
+    if constexpr (Compiled(decltype(p)::value, N)) {
+      f(p);
+    } else {
+      throw Error(detail::concat(rung, ": no kernel for ", decltype(p)::value, " packs of ", N));
+    }
+  };
+  switch (per_thread) {
+    case 1: call(std::integral_constant<int, 1>{}); return;
+    case 2: call(std::integral_constant<int, 2>{}); return;
+    case 4: call(std::integral_constant<int, 4>{}); return;
+    case 8: call(std::integral_constant<int, 8>{}); return;
+    case 16: call(std::integral_constant<int, 16>{}); return;
+    case 32: call(std::integral_constant<int, 32>{}); return;
+    default: throw Error(detail::concat(rung, ": no kernel for ", per_thread, " packs of ", N));
+  }
+}
+
+// Values per access for these arguments: a 16-byte pack (8 FP16 or 4 FP32 values) when every row is a
+// whole number of packs and the buffers are aligned, else 1 (the scalar path).
+inline int path_width(const SoftmaxArgs& a) {
+  int width = 1;
+  with_type(a.x_type, [&](auto tx) {
+    with_type(a.y_type, [&](auto ty) {
+      using TX = decltype(tx);
+      using TY = decltype(ty);
+      const bool vec = a.op == SoftmaxOp::log_softmax_backward ? can_vectorize<TX, TY>(a.cols, a.x, a.y, a.dy)
+                                                               : can_vectorize<TX, TY>(a.cols, a.x, a.y);
+      width = vec ? kVec<TX> : 1;
+    });
+  });
+  return width;
+}
+
+}  // namespace hl::kernels::cuda::softmax_detail
