@@ -22,7 +22,8 @@
 #   scripts/gpu_check.sh bench          # all four bench-* in one go: MORE than 10 minutes, so not for a
 #                                       # 600 s command (HALFLING_BUDGET defaults to 1800 here)
 #   scripts/gpu_check.sh train          # tutorials 05 and 07 on MNIST, bench/compare_train.sh (halfling
-#                                       # vs PyTorch, MLP-512 and LeNet), bench/loader_throughput
+#                                       # vs PyTorch, MLP-512 and LeNet), bench/seeds.sh (MLP-512 mixed
+#                                       # and fp32 over 5 seeds), bench/loader_throughput
 #   scripts/gpu_check.sh profile        # where a training step's time goes, halfling (bench/train
 #                                       # --profile) next to PyTorch (torch.profiler): LeNet and VGG-small
 #                                       # mixed, 100 steps per epoch (VGG-small needs CIFAR-10)
@@ -237,6 +238,9 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
       # compare_train.sh's OUT is a file name (ours is a folder): its table goes next to our file.
       step compare-train timeout 240 env OUT="$results/train_cuda_${slug}_${day}.txt" \
         "$root/bench/compare_train.sh" cuda mlp512,lenet 3
+      # Issue #5: MLP-512 `mixed` and `fp32` over seeds 0-4, 5 epochs each (one seed is one draw).
+      step seeds-mlp512 timeout 300 env OUT="$results/seeds_mlp512_cuda_${slug}_${day}.txt" \
+        "$root/bench/seeds.sh" cuda mlp512 5 5
     fi
     # CIFAR-10 skips itself when absent.
     step loader-throughput timeout 90 "$build/bench/loader_throughput" --device cuda --mnist "$mnist" \

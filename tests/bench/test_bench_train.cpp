@@ -1,6 +1,6 @@
 // bench/train (the halfling half of bench/compare_train.sh): the smoke run reports sane numbers and
 // a JSON line; --export writes .npy files that hold the data set and a true permutation per epoch;
-// bad flags are refused with the valid choices.
+// bad flags are refused with the valid choices. And bench/seeds.sh, which runs it over several seeds.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -180,6 +181,64 @@ TEST(BenchTrain, BadFlagsAreRefusedWithTheChoices) {
   EXPECT_NE(o3.find("--bn: no variant 'split' on cpu (known: none: this family has one implementation there)"),
             std::string::npos)
       << o3;
+}
+
+// bench/seeds.sh: accuracy over seeds from bench/train, one table row per precision, the mean and the
+// same-seed gap. A real run of the script on MNIST, kept to seconds by MAX_STEPS (so the accuracies
+// are not the recipe's: only the table's shape and its arithmetic are checked).
+std::string seeds_script() { return (std::filesystem::path(HALFLING_SOURCE_DIR) / "bench" / "seeds.sh").string(); }
+
+TEST(BenchSeeds, TableHasEverySeedTheMeanAndTheSameSeedGap) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const std::filesystem::path out = std::filesystem::temp_directory_path() / "halfling_seeds_test.txt";
+  std::filesystem::remove(out);
+  const std::string env = "HALFLING_BUILD=" + std::string(HALFLING_BINARY_DIR) +
+                          " HALFLING_DATA=" + std::filesystem::path(dir).parent_path().string() +
+                          " MAX_STEPS=3 OMP_NUM_THREADS=1 OUT=" + out.string() + " ";
+  const auto [status, log] = hl::test::run_command(env + seeds_script() + " cpu mlp512 1 2");
+  ASSERT_EQ(status, 0) << log;
+  std::ifstream f(out);
+  const std::string table((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(table.find("# bench/seeds.sh cpu mlp512 1 2"), std::string::npos) << table;
+  EXPECT_NE(table.find("MAX_STEPS=3"), std::string::npos) << table;
+  EXPECT_NE(table.find("| run | seed 0 | seed 1 | mean | min | max | seeds >= 98.0% |"), std::string::npos) << table;
+  // Each row: two accuracies, then their mean, min and max, which must agree with them.
+  for (const char* run : {"| mixed |", "| fp32 |"}) {
+    const size_t at = table.find(run);
+    ASSERT_NE(at, std::string::npos) << run << " missing from\n" << table;
+    std::vector<double> v;
+    std::string cell;
+    std::istringstream row(table.substr(at + std::strlen(run), table.find('\n', at) - at - std::strlen(run)));
+    while (std::getline(row, cell, '|'))
+      if (cell.find('%') != std::string::npos) v.push_back(std::stod(cell));
+    ASSERT_EQ(v.size(), 5u) << run << ": " << table;
+    EXPECT_NEAR(v[2], (v[0] + v[1]) / 2, 0.011) << table;
+    EXPECT_DOUBLE_EQ(v[3], std::min(v[0], v[1])) << table;
+    EXPECT_DOUBLE_EQ(v[4], std::max(v[0], v[1])) << table;
+    for (double a : v) {
+      EXPECT_GT(a, 10.0) << "3 steps of MLP-512 are already well above chance\n" << table;
+      EXPECT_LE(a, 100.0) << table;
+    }
+  }
+  EXPECT_NE(table.find("mixed - fp32 at the same seed (points): "), std::string::npos) << table;
+  std::filesystem::remove(out);
+}
+
+TEST(BenchSeeds, RefusesBadArgumentsWithTheUsage) {
+  const auto run = [](const std::string& args) { return hl::test::run_command(seeds_script() + " " + args); };
+  auto [s1, o1] = run("tpu mlp512");
+  EXPECT_EQ(s1, 2) << o1;
+  EXPECT_NE(o1.find("device must be cpu or cuda, got 'tpu'"), std::string::npos) << o1;
+  auto [s2, o2] = run("cpu resnet50");
+  EXPECT_NE(s2, 0);
+  EXPECT_NE(o2.find("unknown model 'resnet50'"), std::string::npos) << o2;
+  auto [s3, o3] = run("cpu mlp512 0");
+  EXPECT_NE(s3, 0);
+  EXPECT_NE(o3.find("EPOCHS and SEEDS must be positive integers"), std::string::npos) << o3;
+  auto [s4, o4] = hl::test::run_command("PRECISIONS=bf16 " + seeds_script() + " cpu mlp512");
+  EXPECT_NE(s4, 0);
+  EXPECT_NE(o4.find("unknown precision 'bf16'"), std::string::npos) << o4;
 }
 
 }  // namespace
