@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -282,58 +283,70 @@ TEST(SoftmaxCuda, EveryRungLogSoftmaxBackward) {
   }
 }
 
-// register_row (kernels/cuda/softmax/register_row.cu) at and around the edges of its register
-// capacity: every per-thread count it is compiled for, on both paths (whole 16-byte packs, and rows
-// that are not, which take the scalar path), the largest rows it takes and the first it declines.
-// Rows 0..2 are the all -inf, masked and logit-12 rows of make_logits; small logits and large ones.
-TEST(SoftmaxCuda, RegisterRowAtItsCapacityBoundaries) {
-  HL_REQUIRE_CUDA();
-  if (!registered_on_cuda("register_row")) GTEST_SKIP() << "register_row is not registered in this build";
-  namespace rr = k::register_row;
+// A register rung (register_row, register_warp) at and around the edges of its register capacity: for
+// each [rows, cols], FP16 and FP32 inputs (rows of whole 16-byte packs take the packed path, others the
+// scalar path), small and large logits (the many-rows cases, which test the row stepping, small ones
+// only), FP16 and FP32 outputs, softmax and log-softmax. Where per_thread(cols, width) > 0 the rung
+// runs and matches the reference; where it is 0 the rung is declined, with a reason that contains
+// `declined_says`, and never runs. Afterwards every per-thread count compiled_for() lists has run.
+// Rows 0..2 are the all -inf, masked and logit-12 rows of make_logits.
+void sweep_register_rung(const std::string& rung, const std::vector<std::pair<int64_t, int64_t>>& cases,
+                         const std::function<int(int64_t, int)>& per_thread, bool (*compiled_for)(int, int),
+                         const std::string& declined_says) {
+  const auto& v = *k::SoftmaxRegistry::instance().find(rung, DeviceType::cuda);
   uint64_t seed = hl::test::fresh_seed();
-  const std::vector<int64_t> lengths = {1,    7,    100,  1000, 1023, 1024,  1025,  2047,  2048,  2056,
-                                        4095, 4096, 4104, 8192, 8200, 16383, 16384, 16385, 16388, 20000,
-                                        32760, 32767, 32768, 32769};
-  std::set<std::pair<int, int>> used;  // (width, per_thread) plans run
-  for (const int64_t cols : lengths) {
-    const int64_t rows = 4;
+  std::set<std::pair<int, int>> used;  // (width, per-thread count) plans run
+  for (const auto& [rows, cols] : cases) {
     for (DType tx : {DType::f16, DType::f32}) {
       const int width = register_row_width(tx, cols, true);
-      const rr::Plan plan = rr::plan(cols, width);
+      const int count = per_thread(cols, width);
       for (double range : {8.0, tx == DType::f16 ? 60000.0 : 1e4}) {
+        if (rows > 64 && range > 8.0) continue;
         const Expect e = reference(make_logits(rows, cols, range, tx, seed++), rows, cols);
         const Tensor x = device_tensor(e.x, rows, cols, tx);
         for (DType ty : {DType::f16, DType::f32}) {
           for (bool log : {false, true}) {
             Tensor y = Tensor::full({rows, cols}, kNaN, ty, Device::cuda);  // poisoned
             const k::SoftmaxArgs a = forward_args(log, x, y);
-            const auto& v = *k::SoftmaxRegistry::instance().find("register_row", DeviceType::cuda);
             const char* why = v.unsupported(a);
-            const std::string what = std::string("register_row ") + a.describe();
-            if (plan.threads == 0) {  // past the capacity: declined with the reason, never run
+            const std::string what = rung + " " + a.describe();
+            if (count == 0) {  // past the capacity: declined with the reason, never run
               EXPECT_NE(why, nullptr) << what;
               if (why != nullptr) {
-                EXPECT_NE(std::string(why).find("at most 32768 columns"), std::string::npos) << why;
+                EXPECT_NE(std::string(why).find(declined_says), std::string::npos) << why;
               }
-              EXPECT_THROW(k::softmax(a, "register_row"), Error) << what;
+              EXPECT_THROW(k::softmax(a, rung), Error) << what;
               continue;
             }
             ASSERT_EQ(why, nullptr) << what << ": " << why;
-            used.insert({width, plan.per_thread});
-            k::softmax(a, "register_row");
-            EXPECT_EQ(check_forward(e, y.to_double(), log, ty == DType::f16, chain_for("register_row", cols), what), 0)
-                << what;
+            used.insert({width, count});
+            k::softmax(a, rung);
+            EXPECT_EQ(check_forward(e, y.to_double(), log, ty == DType::f16, chain_for(rung, cols), what), 0) << what;
           }
         }
       }
     }
   }
-  // Every kernel instantiation has run (the lengths above must reach each per-thread count).
+  // Every kernel instantiation has run (the cases must reach each per-thread count).
   for (int width : {8, 4, 1})
     for (int p = 1; p <= 32; p *= 2)
-      if (rr::compiled_for(p, width)) {
-        EXPECT_EQ(used.count({width, p}), 1u) << width << "-wide packs x " << p;
+      if (compiled_for(p, width)) {
+        EXPECT_EQ(used.count({width, p}), 1u) << rung << ": " << width << "-wide packs x " << p << " never ran";
       }
+}
+
+// register_row (kernels/cuda/softmax/register_row.cu): every per-thread count on both paths, the
+// largest rows it takes and the first it declines.
+TEST(SoftmaxCuda, RegisterRowAtItsCapacityBoundaries) {
+  HL_REQUIRE_CUDA();
+  if (!registered_on_cuda("register_row")) GTEST_SKIP() << "register_row is not registered in this build";
+  std::vector<std::pair<int64_t, int64_t>> cases;
+  for (int64_t cols : {1,    7,    100,  1000, 1023, 1024,  1025,  2047,  2048,  2056,  4095,  4096,
+                       4104, 8192, 8200, 16383, 16384, 16385, 16388, 20000, 32760, 32767, 32768, 32769})
+    cases.push_back({4, cols});
+  sweep_register_rung("register_row", cases,
+                      [](int64_t cols, int width) { return k::register_row::plan(cols, width).per_thread; },
+                      k::register_row::compiled_for, "at most 32768 columns");
 }
 
 // register_row with every plan that bench/softmax_bench --sweep times: the tuning hook moves the
@@ -369,62 +382,19 @@ TEST(SoftmaxCuda, RegisterRowEveryPlanTheSweepTimes) {
   EXPECT_GE(plans.size(), 8u) << "the sweep should reach several distinct plans";
 }
 
-// register_warp (kernels/cuda/softmax/register_warp.cu) at and around the edges of its per-lane counts
-// and its capacity (1024 columns), on both paths (whole 16-byte packs; rows that are not, which take
-// the scalar path), row counts that are not a multiple of its 8 rows per block, and more rows than
-// one grid covers (530000 rows: 66250 blocks of 8 warps > 65535, so warps step to further rows).
-// Rows 0..2 are the all -inf, masked and logit-12 rows of make_logits; small logits and large ones.
+// register_warp (kernels/cuda/softmax/register_warp.cu): every per-lane count on both paths, its
+// capacity (1024 columns), row counts that are not a multiple of its 8 rows per block, and more rows
+// than one grid covers (530000 rows: 66250 blocks of 8 warps > 65535, so warps step to further rows).
 TEST(SoftmaxCuda, RegisterWarpAtItsCapacityBoundaries) {
   HL_REQUIRE_CUDA();
   if (!registered_on_cuda("register_warp")) GTEST_SKIP() << "register_warp is not registered in this build";
-  namespace rw = k::register_row::warp;
-  uint64_t seed = hl::test::fresh_seed();
-  const std::vector<int64_t> lengths = {1,   7,   10,  31,  32,  33,  63,  64,   65,   100,  128,  255,
-                                        256, 257, 511, 512, 513, 1000, 1023, 1024, 1025, 1032, 2048};
-  std::set<std::pair<int, int>> used;  // (width, per_lane) plans run
   std::vector<std::pair<int64_t, int64_t>> cases;
-  for (const int64_t cols : lengths) cases.push_back({9, cols});
+  for (int64_t cols : {1, 7, 10, 31, 32, 33, 63, 64, 65, 100, 128, 255, 256, 257, 511, 512, 513, 1000, 1023, 1024,
+                       1025, 1032, 2048})
+    cases.push_back({9, cols});
   cases.push_back({530000, 10});
-  for (const auto& [rows, cols] : cases) {
-    for (DType tx : {DType::f16, DType::f32}) {
-      const int width = register_row_width(tx, cols, true);
-      const int per_lane = rw::per_lane(cols, width);
-      for (double range : {8.0, tx == DType::f16 ? 60000.0 : 1e4}) {
-        if (rows > 9 && range > 8.0) continue;  // the many-rows case tests the row stepping, once per dtype
-        const Expect e = reference(make_logits(rows, cols, range, tx, seed++), rows, cols);
-        const Tensor x = device_tensor(e.x, rows, cols, tx);
-        for (DType ty : {DType::f16, DType::f32}) {
-          for (bool log : {false, true}) {
-            Tensor y = Tensor::full({rows, cols}, kNaN, ty, Device::cuda);  // poisoned
-            const k::SoftmaxArgs a = forward_args(log, x, y);
-            const auto& v = *k::SoftmaxRegistry::instance().find("register_warp", DeviceType::cuda);
-            const char* why = v.unsupported(a);
-            const std::string what = std::string("register_warp ") + a.describe();
-            if (per_lane == 0) {  // past the capacity: declined with the reason, never run
-              EXPECT_GT(cols, rw::kMaxCols) << what;
-              EXPECT_NE(why, nullptr) << what;
-              if (why != nullptr) {
-                EXPECT_NE(std::string(why).find("at most 1024 columns"), std::string::npos) << why;
-              }
-              EXPECT_THROW(k::softmax(a, "register_warp"), Error) << what;
-              continue;
-            }
-            ASSERT_EQ(why, nullptr) << what << ": " << why;
-            used.insert({width, per_lane});
-            k::softmax(a, "register_warp");
-            EXPECT_EQ(check_forward(e, y.to_double(), log, ty == DType::f16, chain_for("register_warp", cols), what), 0)
-                << what;
-          }
-        }
-      }
-    }
-  }
-  // Every kernel instantiation has run (the lengths above must reach each per-lane count).
-  for (int width : {8, 4, 1})
-    for (int p = 1; p <= 32; p *= 2)
-      if (rw::compiled_for(p, width)) {
-        EXPECT_EQ(used.count({width, p}), 1u) << width << "-wide packs x " << p;
-      }
+  sweep_register_rung("register_warp", cases, k::register_row::warp::per_lane, k::register_row::warp::compiled_for,
+                      "at most 1024 columns");
 }
 
 // register_row's launch plan (plain C++, no GPU): every row length up to the capacity gets a block

@@ -156,4 +156,24 @@ inline int path_width(const SoftmaxArgs& a) {
   return width;
 }
 
+// The host side of both rungs: launch(std::integral_constant<int, N>{}, x, y) with the typed buffers
+// and N values per access (kVec<TX> on the packed path, 1 on the scalar path: path_width).
+template <class Launch>
+void run_by_width(const SoftmaxArgs& a, Launch&& launch) {
+  const int width = path_width(a);
+  with_type(a.x_type, [&](auto tx) {
+    with_type(a.y_type, [&](auto ty) {
+      using TX = decltype(tx);
+      using TY = decltype(ty);
+      const TX* x = static_cast<const TX*>(a.x);
+      TY* y = static_cast<TY*>(a.y);
+      if (width > 1) {
+        launch(std::integral_constant<int, kVec<TX>>{}, x, y);
+      } else {
+        launch(std::integral_constant<int, 1>{}, x, y);
+      }
+    });
+  });
+}
+
 }  // namespace hl::kernels::cuda::softmax_detail

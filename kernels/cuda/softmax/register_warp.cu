@@ -85,20 +85,7 @@ void launch(const SoftmaxArgs& a, const TX* x, TY* y) {
 }
 
 void run(const SoftmaxArgs& a) {
-  const int width = path_width(a);
-  with_type(a.x_type, [&](auto tx) {
-    with_type(a.y_type, [&](auto ty) {
-      using TX = decltype(tx);
-      using TY = decltype(ty);
-      const TX* x = static_cast<const TX*>(a.x);
-      TY* y = static_cast<TY*>(a.y);
-      if (width > 1) {
-        launch<kVec<TX>>(a, x, y);
-      } else {
-        launch<1>(a, x, y);
-      }
-    });
-  });
+  run_by_width(a, [&](auto n, const auto* x, auto* y) { launch<decltype(n)::value>(a, x, y); });
 }
 
 static_assert(plan_ns::kMaxCols == 1024, "update the message below");
