@@ -84,7 +84,7 @@ datasets_cuda+=':GatherRows.CudaMatchesCpu'
 # AllocationFailureNamesTheSize, whose cudaMalloc(2^52) fails on purpose and which memcheck reports.
 heavy='*CudaGemmSweep*/s128x784x512:*CudaGemmSweep*/s1000x1000x1000:*CudaGemmSweep*/s1024x4096x768'
 heavy+=':ConvCuda.LeNetLayers:ConvCuda.VggSmallLayers:CudaConv.EveryVariantAllPassesAgainstFloat64Reference'
-heavy+=':SoftmaxCuda.EveryRungForwardAgainstReference'
+heavy+=':SoftmaxCuda.EveryRungForwardAgainstReference:CudaBatchNorm.ChannelsPastOneGridOfThreads'
 heavy+=':CudaGemm.SplitKLongReductionsMatchFloat64'  # every rung at K up to 100352; SplitKEpilogues* covers the split kernels
 # racecheck: every kernel family that uses shared memory (GEMM tiles, softmax/BN/reduction trees,
 # implicit-GEMM conv tiles), on small shapes; a superset of bench/gpu_*.sh's racecheck filters.

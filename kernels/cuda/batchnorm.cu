@@ -187,30 +187,31 @@ __global__ void bn_split_reduce_kernel(BatchNormShape s, BatchNormSplit p, const
   if (threadIdx.x == 0) out[c * S + slice] = total;
 }
 
-// One thread per channel: the statistics from the partial sums, the running statistics, and the
-// per-channel scale and shift the normalize pass applies (y = x * scale + shift).
+// One thread per channel (grid-stride: grid_for caps the grid at 65535 blocks, and C may exceed
+// 65535 x 256): the statistics from the partial sums, the running statistics, and the per-channel
+// scale and shift the normalize pass applies (y = x * scale + shift).
 __global__ void bn_split_stats_kernel(BatchNormShape s, int64_t S, const float* sums, const float* ssds,
                                       const float* gamma, const float* beta, float* running_mean, float* running_var,
                                       float* save_mean, float* save_invstd, float* scale_shift, float momentum,
                                       float eps) {
-  const int64_t c = global_thread_index();
-  if (c >= s.C) return;
   const int64_t M = s.N * s.HW;
-  const float mean = split_mean(sums, c, S, M);
-  float ssd = 0.0f;
-  for (int64_t k = 0; k < S; ++k) ssd += ssds[c * S + k];
-  const float var = ssd / static_cast<float>(M);
-  const float inv = 1.0f / sqrtf(var + eps);
-  save_mean[c] = mean;
-  save_invstd[c] = inv;
-  if (running_mean != nullptr) {
-    const float unbiased = ssd / static_cast<float>(M - 1);
-    running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * mean;
-    running_var[c] = (1.0f - momentum) * running_var[c] + momentum * unbiased;
+  for (int64_t c = global_thread_index(); c < s.C; c += global_thread_count()) {
+    const float mean = split_mean(sums, c, S, M);
+    float ssd = 0.0f;
+    for (int64_t k = 0; k < S; ++k) ssd += ssds[c * S + k];
+    const float var = ssd / static_cast<float>(M);
+    const float inv = 1.0f / sqrtf(var + eps);
+    save_mean[c] = mean;
+    save_invstd[c] = inv;
+    if (running_mean != nullptr) {
+      const float unbiased = ssd / static_cast<float>(M - 1);
+      running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * mean;
+      running_var[c] = (1.0f - momentum) * running_var[c] + momentum * unbiased;
+    }
+    const float scale = gamma[c] * inv;
+    scale_shift[2 * c] = scale;
+    scale_shift[2 * c + 1] = beta[c] - mean * scale;
   }
-  const float scale = gamma[c] * inv;
-  scale_shift[2 * c] = scale;
-  scale_shift[2 * c + 1] = beta[c] - mean * scale;
 }
 
 // Over the whole tensor, vector k = element k*V (its channel: bn_vector_channel).
@@ -257,23 +258,24 @@ __global__ void bn_split_grad_reduce_kernel(BatchNormShape s, BatchNormSplit p, 
   }
 }
 
-// One thread per channel: dbeta, dgamma, and the three coefficients of dx.
+// One thread per channel (grid-stride, as bn_split_stats_kernel): dbeta, dgamma, and the three
+// coefficients of dx.
 __global__ void bn_split_grad_stats_kernel(BatchNormShape s, int64_t S, const float* sdys, const float* sdyxs,
                                            const float* gamma, const float* save_invstd, float* dgamma, float* dbeta,
                                            float* coef) {
-  const int64_t c = global_thread_index();
-  if (c >= s.C) return;
-  float sdy = 0.0f, sdyx = 0.0f;
-  for (int64_t k = 0; k < S; ++k) {
-    sdy += sdys[c * S + k];
-    sdyx += sdyxs[c * S + k];
-  }
-  dbeta[c] = sdy;
-  dgamma[c] = sdyx;
   const float M = static_cast<float>(s.N * s.HW);
-  coef[3 * c] = gamma[c] * save_invstd[c];
-  coef[3 * c + 1] = sdy / M;
-  coef[3 * c + 2] = sdyx / M;
+  for (int64_t c = global_thread_index(); c < s.C; c += global_thread_count()) {
+    float sdy = 0.0f, sdyx = 0.0f;
+    for (int64_t k = 0; k < S; ++k) {
+      sdy += sdys[c * S + k];
+      sdyx += sdyxs[c * S + k];
+    }
+    dbeta[c] = sdy;
+    dgamma[c] = sdyx;
+    coef[3 * c] = gamma[c] * save_invstd[c];
+    coef[3 * c + 1] = sdy / M;
+    coef[3 * c + 2] = sdyx / M;
+  }
 }
 
 template <class T, int V>

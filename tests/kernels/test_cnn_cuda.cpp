@@ -315,6 +315,16 @@ TEST(CudaBatchNorm, MisalignedTensorsFallBackToScalarLoads) {
     for (DType t : {DType::f32, DType::f16}) check_batch_norm(variant, t, BatchNormShape{16, 3, 64}, seed, 1);
 }
 
+// More channels than one capped grid of one-thread-per-channel blocks covers (65535 x 256 =
+// 16776960): split's statistics kernels must reach the last channels too (a grid-stride loop), or
+// their mean, invstd, scale and shift are never written. f16, 2 x 16777217 x 1 (64 MiB).
+TEST(CudaBatchNorm, ChannelsPastOneGridOfThreads) {
+  HL_REQUIRE_CUDA();
+  const uint64_t seed = test::fresh_seed();
+  for (const std::string& variant : BatchNormRegistry::instance().names(DeviceType::cuda))
+    check_batch_norm(variant, DType::f16, BatchNormShape{2, 16777217, 1}, seed);
+}
+
 TEST(CudaBatchNorm, EveryVariantIsRegisteredAndTheSplitIsOptIn) {
   // Runs without a GPU: the registry is filled when the library loads (CUDA builds only).
   if (!runtime::cuda_compiled()) GTEST_SKIP() << "halfling was built without CUDA";
