@@ -367,6 +367,23 @@ TEST(ConvCudaRegistry, TapTableRefusesTapsBeyond32BitOffsets) {
   const char* why = table->unsupported(a);
   ASSERT_NE(why, nullptr);
   EXPECT_NE(std::string(why).find("32-bit"), std::string::npos) << why;
+  // The same limit in backward_data (stride 1: the table gathers dy, taps reach back (R-1)*Q + S-1).
+  ConvArgs d = args_for({"wide", 1, 1, 1, int64_t{1} << 30, 1, 5, 1, 1, 1, 2, 0}, ConvPass::backward_data);
+  d.device = kCuda;
+  d.in_type = d.out_type = DType::f16;
+  EXPECT_EQ(plain->unsupported(d), nullptr) << "rung 3 computes its offsets in 64 bits";
+  why = table->unsupported(d);
+  ASSERT_NE(why, nullptr);
+  EXPECT_NE(std::string(why).find("32-bit"), std::string::npos) << why;
+  // A table of more than 2^24 entries (16 bytes each) is refused; rung 3 needs none. 3 x 3 kernels
+  // on 2^21 channels: C*R*S = 9 * 2^21 reduction indices, within every per-image limit.
+  ConvArgs big = args_for({"channels", 1, int64_t{1} << 21, 3, 3, 1, 3, 3, 1, 1, 1, 1}, ConvPass::forward);
+  big.device = kCuda;
+  big.in_type = big.out_type = DType::f16;
+  EXPECT_EQ(plain->unsupported(big), nullptr);
+  why = table->unsupported(big);
+  ASSERT_NE(why, nullptr);
+  EXPECT_NE(std::string(why).find("2^24 reduction indices"), std::string::npos) << why;
   // The VGG-small and LeNet layers are far from it.
   for (const Shape& s :
        {Shape{"vgg", 128, 256, 8, 8, 256, 3, 3, 1, 1, 1, 1}, Shape{"lenet1", 128, 1, 28, 28, 32, 5, 5, 1, 1, 2, 2}}) {
@@ -375,6 +392,29 @@ TEST(ConvCudaRegistry, TapTableRefusesTapsBeyond32BitOffsets) {
       b.device = kCuda;
       b.in_type = b.out_type = DType::f16;
       EXPECT_EQ(table->unsupported(b), nullptr) << s.name << " " << kernels::conv_pass_name(pass);
+    }
+  }
+}
+
+// Geometry keeps strides and padding in 32-bit ints: both implicit GEMM rungs refuse larger ones
+// (before, a stride and padding of 2^32 truncated to 0 and gathered x[0] where the reference has
+// padding zeros), and the registry's automatic choice passes the shape to a rung that takes it.
+TEST(ConvCudaRegistry, ImplicitGemmRefusesStridesAndPaddingPast32Bits) {
+  if (!runtime::cuda_compiled()) GTEST_SKIP() << "halfling was built without CUDA";
+  if (runtime::cuda_compute_capability() != 0 && runtime::cuda_compute_capability() < 70)
+    GTEST_SKIP() << "no FP16 Tensor Cores: both rungs refuse everything here";
+  const int64_t huge = int64_t{1} << 32;
+  for (const char* name : {"implicit_gemm_wmma", "implicit_gemm_table"}) {
+    const auto* v = ConvRegistry::instance().find(name, kCuda);
+    ASSERT_NE(v, nullptr) << name;
+    for (ConvPass pass : {ConvPass::forward, ConvPass::backward_data, ConvPass::backward_weight}) {
+      ConvArgs a = args_for({"far", 1, 1, 3, 1, 1, 1, 1, huge, 1, huge, 0}, pass);
+      a.device = kCuda;
+      a.in_type = a.out_type = DType::f16;
+      const char* why = v->unsupported(a);
+      ASSERT_NE(why, nullptr) << name << " " << kernels::conv_pass_name(pass);
+      EXPECT_NE(std::string(why).find("stride or padding above 2^31 - 1"), std::string::npos) << why;
+      EXPECT_NE(ConvRegistry::instance().select(a).name, "implicit_gemm_wmma") << kernels::conv_pass_name(pass);
     }
   }
 }

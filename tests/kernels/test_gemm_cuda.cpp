@@ -481,6 +481,33 @@ TEST(CudaGemm, SplitKEpiloguesApplyOnceToTheWholeSum) {
   }
 }
 
+TEST(CudaGemm, SplitKOverStridedAndMisalignedOperands) {
+  // The slices move A and B along K by whole tiles, so a slice inherits its operand's layout: strides
+  // wider than the rows (submatrices), pointers off the 16-byte grid (the scalar loads), an f16 bias
+  // and beta = 1, on a K long enough to split (NonDenseLeadingDimensions and MisalignedPointers use
+  // K <= 128, which never splits).
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const int64_t M = 70, N = 130, K = 1100;
+  expect_split_by_both_rungs(M, N, K);
+  for (const std::string variant : {"wmma_pipelined_split_k", "smem_tiled_split_k"}) {
+    for (auto [op_a, op_b] : kAllLayouts) {
+      for (DType c : {DType::f32, DType::f16}) {
+        GemmArgs g = problem(op_a, op_b, M, N, K, DType::f16, c);
+        g.lda += 3;
+        g.ldb += 5;
+        g.ldc += 7;
+        g.beta = 1.0f;
+        g.bias_type = DType::f16;
+        EXPECT_TRUE(run_case(variant, g, {.bias = true}, seed)) << variant << " " << g.describe();
+        GemmArgs h = problem(op_a, op_b, M, N, K, DType::f16, c);
+        EXPECT_TRUE(run_case(variant, h, {.bias = false, .a_offset = 1, .b_offset = 3}, seed))
+            << variant << " misaligned " << h.describe();
+      }
+    }
+  }
+}
+
 TEST(CudaGemm, SplitKIsDeterministic) {
   // The slices are added in a fixed order by one thread per element (no atomics): the same inputs give
   // the same bits on every run.

@@ -24,9 +24,10 @@
 // backward_weight has a small output and an N*P*Q-long reduction, so it splits the reduction across
 // blocks (split-K, with a deterministic second pass that adds the slices): see its kernel below.
 //
-// Not covered here (unsupported() says so, and the registry then runs im2col_gemm, the next variant):
-// f32 inputs (Tensor Cores multiply FP16; direct and im2col_gemm take f32), GPUs older than compute
-// capability 7.0 (no FP16 Tensor Cores), and tensors whose per-image index exceeds 32 bits.
+// Not covered here (unsupported() says so, and the registry's automatic choice then runs im2col_gemm,
+// the next variant; a pinned variant stops with the reason instead): f32 inputs (Tensor Cores
+// multiply FP16; direct and im2col_gemm take f32), GPUs older than compute capability 7.0 (no FP16
+// Tensor Cores), tensors whose per-image index exceeds 32 bits, and strides or padding above 2^31 - 1.
 //
 // The kernel, per block of 256 threads (8 warps):
 //   * a 64 x 128 output tile (64 output channels x 128 output positions); each warp owns 32 x 32 of it,
@@ -99,10 +100,12 @@ __device__ __forceinline__ TapEntry load_tap(const int4* __restrict__ table, int
 
 // kUnitStride: backward_data with stride 1 x 1, whose gather needs no integer division (gather_index).
 // kTable: the implicit_gemm_table rung: the loaders read the tap table `taps` (else unused, nullptr)
-// and the epilogue keeps one column per thread.
+// and the epilogue keeps one column per thread. Its kernels are compiled for 2 resident blocks per
+// SM: left free, ptxas gives them 132 registers on sm_90 (rung 3: 126), which leaves room for one
+// 256-thread block; capped at 128 they do not spill (-Xptxas -v). Rung 3 keeps its bounds.
 template <bool kBackwardData, bool kUnitStride, bool kTable>
-__global__ void __launch_bounds__(kThreads) conv_implicit_gemm_kernel(ConvArgs a, Geometry g,
-                                                                      const int4* __restrict__ taps) {
+__global__ void __launch_bounds__(kThreads, kTable ? 2 : 0)
+    conv_implicit_gemm_kernel(ConvArgs a, Geometry g, const int4* __restrict__ taps) {
   static_assert(!kTable || uses_tap_table(kBackwardData, kUnitStride), "no tap table for strided backward_data");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
   using namespace nvcuda;
@@ -452,8 +455,10 @@ const char* unsupported(const ConvArgs& a) {
   }
   const int cc = runtime::cuda_compute_capability();  // cached; 0 when no GPU is present
   if (cc != 0 && cc < 70) return "the implicit GEMM rungs need compute capability 7.0 or newer (FP16 Tensor Cores)";
-  // The loaders index within one image, and within the weights, in 32-bit integers.
+  // The loaders index within one image, and within the weights, in 32-bit integers (Geometry's
+  // strides and padding are ints too).
   constexpr int64_t kMax = std::numeric_limits<int>::max();
+  if (std::max({a.stride_h, a.stride_w, a.pad_h, a.pad_w}) > kMax) return "a stride or padding above 2^31 - 1";
   const int64_t P = a.P(), Q = a.Q();
   if (a.K * a.C * a.R * a.S > kMax || a.C * a.H * a.W > kMax || a.K * P * Q > kMax) {
     return "one image (or the weight tensor) has more than 2^31 - 1 elements";
@@ -469,10 +474,17 @@ const char* unsupported(const ConvArgs& a) {
 }
 
 // Rung 3b also needs every tap's offset to fit TapEntry's 32-bit fields (backward_weight and strided
-// backward_data use no table).
+// backward_data use no table), and a table of a sensible size: 16 bytes per reduction index, at most
+// 2^24 of them (256 MiB of workspace, which is never given back; a 3x3 layer of 512 channels needs
+// 4608).
+constexpr int64_t kMaxTapEntries = int64_t{1} << 24;
+
 const char* unsupported_table(const ConvArgs& a) {
   if (const char* why = unsupported(a)) return why;
   const bool unit_stride = a.stride_h == 1 && a.stride_w == 1;
+  const bool tabled = a.pass == ConvPass::forward || (a.pass == ConvPass::backward_data && unit_stride);
+  if (tabled && (a.pass == ConvPass::forward ? a.C : a.K) * a.R * a.S > kMaxTapEntries)
+    return "the tap table would hold more than 2^24 reduction indices (256 MiB); implicit_gemm_wmma needs no table";
   if (a.pass == ConvPass::forward && !tap_table_fits(a.C, a.H, a.W, a.R, a.S, false))
     return "a tap reaches more than 2^31 - 1 elements from its column (TapEntry's offsets are 32-bit)";
   if (a.pass == ConvPass::backward_data && unit_stride && !tap_table_fits(a.K, a.P(), a.Q(), a.R, a.S, true))

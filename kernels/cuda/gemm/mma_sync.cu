@@ -255,7 +255,8 @@ const char* unsupported(const GemmArgs& g) {
     return attr.ptxVersion;
   }();
   if (loaded_arch != 0 && loaded_arch < 80)
-    return "this build has no sm_80+ code for mma_sync (add 80 or newer to CMAKE_CUDA_ARCHITECTURES)";
+    return "this build has no code for compute capability 8.0 or newer, which mma_sync needs (add 80 or newer to "
+           "CMAKE_CUDA_ARCHITECTURES)";
   return nullptr;
 }
 
