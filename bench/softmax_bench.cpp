@@ -137,9 +137,15 @@ bool declined(const std::string& rung, const k::SoftmaxArgs& a) {
 void sweep_register_row(int64_t rows, int64_t cols, const void* x, void* y, int samples, double copy_gbs) {
   namespace rr = k::register_row;
   const k::SoftmaxArgs a = softmax_args(rows, cols, x, y);
-  if (declined("register_row", a)) return;
-  const int width = cols % 8 == 0 ? 8 : 1;  // f16 rows in 256-byte aligned buffers
+  const auto* v = k::SoftmaxRegistry::instance().find("register_row", DeviceType::cuda);
+  if (v == nullptr || (v->unsupported != nullptr && v->unsupported(a) != nullptr)) return;  // said above
+  // The packed path's width: the buffers come from cudaMalloc (256-byte aligned), so rows of whole
+  // 8-value packs take it (register_row.cuh path_width).
+  const int width = cols % 8 == 0 ? 8 : 1;
   const rr::Plan chosen = rr::plan(cols, width);  // what the rule picks without the hook
+  struct Reset {  // the hook goes back to the rule however the loop ends
+    ~Reset() { rr::preferred_threads_for_tuning().store(0); }
+  } reset;
   std::vector<std::pair<int, int>> seen;
   for (int preferred = 32; preferred <= rr::kMaxThreads; preferred *= 2) {
     const rr::Plan p = rr::plan(cols, width, preferred);
@@ -148,7 +154,6 @@ void sweep_register_row(int64_t rows, int64_t cols, const void* x, void* y, int 
     seen.push_back({p.threads, p.per_thread});
     rr::preferred_threads_for_tuning().store(preferred);
     const double us = median_us([&] { k::softmax(a, "register_row"); }, samples, 10);
-    rr::preferred_threads_for_tuning().store(0);
     const std::string label = "register_row " + std::to_string(p.threads) + "x" + std::to_string(p.per_thread) +
                               (p.threads == chosen.threads && p.per_thread == chosen.per_thread ? "*" : "");
     row("softmax", rows, cols, "f16->f16", label, us, 4.0 * static_cast<double>(rows * cols), copy_gbs);

@@ -77,8 +77,11 @@ Tensor device_tensor(const std::vector<double>& v, int64_t rows, int64_t cols, D
 }
 
 // Random logits for a [rows, cols] case; rows 0..2 (when present) are special: all -inf, every fifth
-// entry masked, and one logit of 12 (FP16's exp(12) overflows) among small ones.
-std::vector<double> make_logits(int64_t rows, int64_t cols, double range, DType t, uint64_t seed) {
+// entry masked, and one logit of 12 (FP16's exp(12) overflows) among small ones. With `nonfinite`,
+// rows 3 and 4 (when present) hold one +inf and one NaN entry: docs/softmax.md's NaN convention makes
+// every output of both rows NaN (no finite maximum; a NaN poisons the sum).
+std::vector<double> make_logits(int64_t rows, int64_t cols, double range, DType t, uint64_t seed,
+                                bool nonfinite = false) {
   auto x = hl::test::random_values(static_cast<size_t>(rows * cols), seed, -range, range, t);
   if (rows >= 3) {
     for (int64_t c = 0; c < cols; ++c) x[static_cast<size_t>(c)] = -kInf;
@@ -87,6 +90,10 @@ std::vector<double> make_logits(int64_t rows, int64_t cols, double range, DType 
     for (int64_t c = 0; c < cols; ++c)
       x[static_cast<size_t>(2 * cols + c)] = static_cast<double>(round_to_half(static_cast<float>(std::fmod(c * 0.37, 4.0))));
     x[static_cast<size_t>(2 * cols + cols / 2)] = 12.0;
+  }
+  if (nonfinite && rows >= 5) {
+    x[static_cast<size_t>(3 * cols + cols / 3)] = kInf;
+    x[static_cast<size_t>(4 * cols + (cols - 1))] = kNaN;
   }
   return x;
 }
@@ -158,7 +165,7 @@ TEST(SoftmaxCuda, EveryRungForwardAgainstReference) {
       // Ordinary logits, and large ones (FP16 up to 60000, FP32 up to 1e4) whose exp() overflows
       // unless the maximum is subtracted first.
       for (double range : {8.0, tx == DType::f16 ? 60000.0 : 1e4}) {
-        const Expect e = reference(make_logits(rows, cols, range, tx, seed++), rows, cols);
+        const Expect e = reference(make_logits(rows, cols, range, tx, seed++, /*nonfinite=*/true), rows, cols);
         const Tensor x = device_tensor(e.x, rows, cols, tx);
         for (DType ty : {DType::f32, DType::f16}) {
           for (bool log : {false, true}) {
@@ -219,6 +226,10 @@ TEST(SoftmaxCuda, ScalarPathForMisalignedBuffers) {
   }
 }
 
+// Every rung's log-softmax backward against float64, for every dtype pair (f16 y with f32 gx writes
+// 32-byte output packs), with dy aligned and then one element off the 16-byte grid (x and the output
+// aligned: the rungs must check dy's alignment too and take their scalar paths). {530000, 10}: more
+// rows than one grid of warps covers (register_warp, warp_row step to further rows), f16 only.
 TEST(SoftmaxCuda, EveryRungLogSoftmaxBackward) {
   HL_REQUIRE_CUDA();
   uint64_t seed = hl::test::fresh_seed();
@@ -228,9 +239,10 @@ TEST(SoftmaxCuda, EveryRungLogSoftmaxBackward) {
            {3, 2056}, {2, 8200}, {2, 16383}, {2, 16384}, {2, 16388}, {2, 32768},
            // register_warp's per-lane counts (register_row_plan.h, namespace warp), rows not a multiple
            // of its 8 rows per block
-           {9, 64}, {9, 100}, {9, 255}, {9, 256}, {9, 512}, {9, 1000}, {9, 1025}}) {
+           {9, 64}, {9, 100}, {9, 255}, {9, 256}, {9, 512}, {9, 1000}, {9, 1025}, {530000, 10}}) {
     for (auto [ty, tgx] : std::vector<std::pair<DType, DType>>{
-             {DType::f32, DType::f32}, {DType::f32, DType::f16}, {DType::f16, DType::f16}}) {
+             {DType::f32, DType::f32}, {DType::f32, DType::f16}, {DType::f16, DType::f16}, {DType::f16, DType::f32}}) {
+      if (rows > 100000 && (ty != DType::f16 || tgx != DType::f16)) continue;
       const size_t n = static_cast<size_t>(rows * cols);
       const Expect e = reference(hl::test::random_values(n, seed++, -6, 6, DType::f32), rows, cols);
       std::vector<double> y = e.lp;
@@ -249,35 +261,42 @@ TEST(SoftmaxCuda, EveryRungLogSoftmaxBackward) {
           scale[i] = std::fabs(gy[i]) + std::exp(y[i]) * s_abs;  // the size of the terms involved
         }
       }
+      std::vector<double> gy_shifted(gy);
+      gy_shifted.insert(gy_shifted.begin(), 0.0);
       const Tensor dy = device_tensor(y, rows, cols, ty), dgy = device_tensor(gy, rows, cols, ty);
+      const Tensor dgy_shifted = Tensor::from_vector(gy_shifted, {rows * cols + 1}, ty, Device::cuda);
       Tensor gx = Tensor::full({rows, cols}, kNaN, tgx, Device::cuda);
-      k::SoftmaxArgs a;
-      a.device = DeviceType::cuda;
-      a.op = k::SoftmaxOp::log_softmax_backward;
-      a.rows = rows;
-      a.cols = cols;
-      a.x = dy.data_ptr();
-      a.x_type = ty;
-      a.dy = dgy.data_ptr();
-      a.y = gx.data_ptr();
-      a.y_type = tgx;
-      expect_register_row_listed(a, rungs_for(a), true);
-      for (const std::string& rung : rungs_for(a)) {
-        gx.fill_(kNaN);
-        k::softmax(a, rung);
-        const auto out = gx.to_double();
-        // The row sum is a chain of FP32 additions (bounded by chain * u * sum|gy|), expf is within 2
-        // ulps, and an FP16 output rounds once more.
-        const double acc = (3.0 * static_cast<double>(chain_for(rung, cols)) + 20) * ref::kU32;
-        int64_t bad = 0;
-        for (size_t i = 0; i < n; ++i) {
-          const double tol = acc * scale[i] + ref::out_rel(tgx == DType::f16) * std::fabs(want[i]) +
-                             ref::out_abs(tgx == DType::f16);
-          if (!(std::fabs(out[i] - want[i]) <= tol) && ++bad <= 5)
-            ADD_FAILURE() << rung << " backward " << rows << "x" << cols << " element " << i << " = " << out[i]
-                          << ", want " << want[i];
+      for (bool shift_dy : {false, true}) {
+        if (shift_dy && rows > 100000) continue;
+        k::SoftmaxArgs a;
+        a.device = DeviceType::cuda;
+        a.op = k::SoftmaxOp::log_softmax_backward;
+        a.rows = rows;
+        a.cols = cols;
+        a.x = dy.data_ptr();
+        a.x_type = ty;
+        a.dy = shift_dy ? static_cast<const char*>(dgy_shifted.data_ptr()) + dtype_size(ty) : dgy.data_ptr();
+        a.y = gx.data_ptr();
+        a.y_type = tgx;
+        expect_register_row_listed(a, rungs_for(a), !shift_dy);
+        for (const std::string& rung : rungs_for(a)) {
+          gx.fill_(kNaN);
+          k::softmax(a, rung);
+          const auto out = gx.to_double();
+          // The row sum is a chain of FP32 additions (bounded by chain * u * sum|gy|), expf is within 2
+          // ulps, and an FP16 output rounds once more.
+          const double acc = (3.0 * static_cast<double>(chain_for(rung, cols)) + 20) * ref::kU32;
+          int64_t bad = 0;
+          for (size_t i = 0; i < n; ++i) {
+            const double tol = acc * scale[i] + ref::out_rel(tgx == DType::f16) * std::fabs(want[i]) +
+                               ref::out_abs(tgx == DType::f16);
+            if (!(std::fabs(out[i] - want[i]) <= tol) && ++bad <= 5)
+              ADD_FAILURE() << rung << " backward " << rows << "x" << cols << (shift_dy ? " (dy misaligned)" : "")
+                            << " element " << i << " = " << out[i] << ", want " << want[i];
+          }
+          EXPECT_EQ(bad, 0) << rung << " " << dtype_name(ty) << "->" << dtype_name(tgx)
+                            << (shift_dy ? " dy misaligned" : "");
         }
-        EXPECT_EQ(bad, 0) << rung << " " << dtype_name(ty) << "->" << dtype_name(tgx);
       }
     }
   }
@@ -289,7 +308,7 @@ TEST(SoftmaxCuda, EveryRungLogSoftmaxBackward) {
 // only), FP16 and FP32 outputs, softmax and log-softmax. Where per_thread(cols, width) > 0 the rung
 // runs and matches the reference; where it is 0 the rung is declined, with a reason that contains
 // `declined_says`, and never runs. Afterwards every per-thread count compiled_for() lists has run.
-// Rows 0..2 are the all -inf, masked and logit-12 rows of make_logits.
+// Rows 0..4 are the all -inf, masked, logit-12, +inf and NaN rows of make_logits.
 void sweep_register_rung(const std::string& rung, const std::vector<std::pair<int64_t, int64_t>>& cases,
                          const std::function<int(int64_t, int)>& per_thread, bool (*compiled_for)(int, int),
                          const std::string& declined_says) {
@@ -302,7 +321,7 @@ void sweep_register_rung(const std::string& rung, const std::vector<std::pair<in
       const int count = per_thread(cols, width);
       for (double range : {8.0, tx == DType::f16 ? 60000.0 : 1e4}) {
         if (rows > 64 && range > 8.0) continue;
-        const Expect e = reference(make_logits(rows, cols, range, tx, seed++), rows, cols);
+        const Expect e = reference(make_logits(rows, cols, range, tx, seed++, /*nonfinite=*/true), rows, cols);
         const Tensor x = device_tensor(e.x, rows, cols, tx);
         for (DType ty : {DType::f16, DType::f32}) {
           for (bool log : {false, true}) {
@@ -343,7 +362,7 @@ TEST(SoftmaxCuda, RegisterRowAtItsCapacityBoundaries) {
   std::vector<std::pair<int64_t, int64_t>> cases;
   for (int64_t cols : {1,    7,    100,  1000, 1023, 1024,  1025,  2047,  2048,  2056,  4095,  4096,
                        4104, 8192, 8200, 16383, 16384, 16385, 16388, 20000, 32760, 32767, 32768, 32769})
-    cases.push_back({4, cols});
+    cases.push_back({5, cols});
   sweep_register_rung("register_row", cases,
                       [](int64_t cols, int width) { return k::register_row::plan(cols, width).per_thread; },
                       k::register_row::compiled_for, "at most 32768 columns");
@@ -507,6 +526,16 @@ TEST(SoftmaxRegisterRowPlan, EveryMemberOwnsAtMostItsPacksAndTheRowIsCovered) {
 TEST(SoftmaxRegisterRowPlan, TuningHookIsOffByDefaultAndMovesThePlan) {
   namespace rr = k::register_row;
   EXPECT_EQ(rr::preferred_threads_for_tuning().load(), 0);
+  // launch_plan (what register_row.cu launches) follows the hook, and the rule again once it is reset.
+  struct Reset {
+    ~Reset() { rr::preferred_threads_for_tuning().store(0); }
+  } reset;
+  EXPECT_EQ(rr::launch_plan(1024, 8).threads, 128);
+  rr::preferred_threads_for_tuning().store(32);
+  EXPECT_EQ(rr::launch_plan(1024, 8).threads, 32);  // 4 packs per thread
+  EXPECT_EQ(rr::launch_plan(1024, 8).per_thread, 4);
+  rr::preferred_threads_for_tuning().store(0);
+  EXPECT_EQ(rr::launch_plan(1024, 8).threads, 128);
   EXPECT_EQ(rr::plan(4096, 8).threads, rr::plan(4096, 8, rr::kPreferredThreads).threads);
   EXPECT_EQ(rr::plan(4096, 8, 128).threads, 128);  // 4 packs per thread
   EXPECT_EQ(rr::plan(4096, 8, 128).per_thread, 4);

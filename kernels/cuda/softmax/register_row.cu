@@ -65,8 +65,7 @@ __global__ void __launch_bounds__(kMaxThreads) register_row_backward_kernel(int6
 // Launch with N values per access (kVec<TX> on the packed path, 1 on the scalar path).
 template <int N, class TX, class TY>
 void launch(const SoftmaxArgs& a, const TX* x, TY* y) {
-  const int tuned = plan_ns::preferred_threads_for_tuning().load(std::memory_order_relaxed);
-  const plan_ns::Plan p = plan_ns::plan(a.cols, N, tuned > 0 ? tuned : plan_ns::kPreferredThreads);
+  const plan_ns::Plan p = plan_ns::launch_plan(a.cols, N);
   HL_CHECK(p.threads > 0, "register_row: no plan for ", a.describe());  // unsupported() rules this out
   const unsigned grid = grid_of(a.rows);
   const int cols = static_cast<int>(a.cols);

@@ -73,6 +73,12 @@ constexpr Plan plan(int64_t cols, int width, int preferred = kPreferredThreads) 
   return fallback;
 }
 
+// The plan register_row.cu launches: the rule above, with the tuning hook's block size when it is set.
+inline Plan launch_plan(int64_t cols, int width) {
+  const int tuned = preferred_threads_for_tuning().load(std::memory_order_relaxed);
+  return plan(cols, width, tuned > 0 ? tuned : kPreferredThreads);
+}
+
 // ---- register_warp: one warp per row (register_warp.cu) ---------------------------------------------
 // The same register-resident row, owned by one warp, several rows per block. A lane's share of the row
 // is the smallest compiled count that covers it (rows are short, so no count needs a choice between

@@ -11,9 +11,10 @@
 // Why: at 4096x1024 the H200 run (bench/results/softmax_register_row_nvidia_h200_2026-11-23.txt)
 // had its best rung at 55% of the copy bandwidth: `warp_row` (8.2 us) reads each row three times,
 // and `register_row` (8.7 us) reads it once but gives a 1024-column row a 128-thread block with two
-// block-wide barriers. With a warp per row the 4096 rows are 4096 warps: on 132 SMs at up to 64
-// resident warps each, every row is in flight at once, each lane with 4 loads of 16 bytes issued
-// before the first is used, and no warp waits at a barrier for another. Prediction, to be measured:
+// block-wide barriers. With a warp per row the 4096 rows are 4096 warps: on 132 SMs at 32 resident
+// warps each (4 blocks of 8, the kernels' __launch_bounds__), every row is in flight at once, each
+// lane with 4 loads of 16 bytes issued before the first is used, and no warp waits at a barrier for
+// another. Prediction, to be measured:
 // faster than both at 1024 columns (towards the 80% of copy of issue #6), and than `warp_row` on the
 // 10-class heads by a little (one read instead of three of a row that is one load per lane). Until a
 // GPU has run it, it is opt-in (chosen only by name: --softmax register_warp or HALFLING_SOFTMAX).
@@ -38,10 +39,12 @@ constexpr int kThreads = 32 * kWarps;
 __device__ __forceinline__ int64_t first_row() { return static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; }
 __device__ __forceinline__ int64_t row_step() { return static_cast<int64_t>(gridDim.x) * kWarps; }
 
-// Resident blocks per SM that a kernel with P x N values per lane is compiled for (__launch_bounds__):
-// 4, which caps it at 64 registers per thread and gives 32 warps per SM, so that 4096 rows of 1024
-// FP16 values are all in flight at once on 132 SMs. Where the 32 values arrive as FP32 packs or as
-// single values, 64 registers spill (ptxas -v: 64 to 92 bytes), so those take 2 blocks (128 registers).
+// Resident blocks per SM that a forward kernel with P x N values per lane is compiled for
+// (__launch_bounds__): 4, which caps it at 64 registers per thread and gives 32 warps per SM, so that
+// 4096 rows of 1024 FP16 values are all in flight at once on 132 SMs. Where the 32 values arrive as
+// FP32 packs or as single values, 64 registers spill (ptxas -v: 64 to 92 bytes), so those take 2
+// blocks (128 registers). The backward kernels keep dy in its storage type and fit 64 registers
+// without spilling in every instantiation: 4 blocks.
 constexpr int min_blocks(int P, int N) { return P * N >= 32 && N != 8 ? 2 : 4; }
 
 // P packs of N values per lane (N = 8 or 4 on the packed path, 1 on the scalar path).
@@ -55,7 +58,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks(P, N))
 }
 
 template <int P, int N, class TY, class TG>
-__global__ void __launch_bounds__(kThreads, min_blocks(P, N))
+__global__ void __launch_bounds__(kThreads, 4)
     register_warp_backward_kernel(int64_t rows, int cols, const TY* y, const TY* dy, TG* gx) {
   const WarpGroup g;
   const int owned = packs_owned(cols / N, g.rank(), g.size());
