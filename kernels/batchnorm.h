@@ -57,8 +57,11 @@ void batch_norm_backward(DeviceType dev, const BatchNormShape& s, const void* x,
 //   per_channel  one block per channel does everything. Readable, but C blocks (64 for VGG-small's
 //                first layers) leave half of a 132-SM GPU idle, and one block streams 131,072 values.
 //   split        S blocks per channel (BatchNormSplit below) each reduce a slice; a small kernel per
-//                channel combines the S partial sums in a fixed order (deterministic); the elementwise
-//                pass runs over the whole tensor; 16-byte loads where H*W allows.
+//                channel combines the S partial sums in a fixed order (deterministic: the same
+//                bits on every run of the same call on the same GPU; S depends on the SM count and
+//                the slices on whether the pointers allow 16-byte loads, so another GPU or a
+//                misaligned copy of the data may round differently); the elementwise pass runs over
+//                the whole tensor; 16-byte loads where H*W allows.
 // Both keep the two-pass statistics of the header comment. The evaluation forward is one elementwise
 // kernel, the same for both. Choose with HALFLING_BN=NAME or --bn NAME; --list-variants lists them.
 struct BatchNormArgs {
