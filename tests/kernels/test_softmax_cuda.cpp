@@ -19,6 +19,7 @@
 #include "framework/ops.h"
 #include "kernels/cuda/softmax/register_row_plan.h"
 #include "kernels/half.h"
+#include "kernels/runtime.h"
 #include "kernels/softmax.h"
 #include "tests/kernels/softmax_reference.h"
 #include "tests/kernels/xent_runs.h"
@@ -65,6 +66,12 @@ void expect_register_row_listed(const k::SoftmaxArgs& a, const std::vector<std::
   }
   if (registered_on_cuda("register_warp")) {
     EXPECT_EQ(listed("register_warp"), a.cols <= k::register_row::warp::kMaxCols) << a.describe();
+  }
+  // cluster_row needs thread-block clusters (compute capability 9.0); on older GPUs it refuses all.
+  const int cc = runtime::cuda_compute_capability();
+  if (registered_on_cuda("cluster_row") && (cc == 0 || cc >= 90)) {
+    const int width = register_row_width(a.x_type, a.cols, aligned_buffers);
+    EXPECT_EQ(listed("cluster_row"), k::register_row::cluster::plan(a.cols, width).blocks > 0) << a.describe();
   }
 }
 
@@ -302,7 +309,7 @@ TEST(SoftmaxCuda, EveryRungLogSoftmaxBackward) {
   }
 }
 
-// A register rung (register_row, register_warp) at and around the edges of its register capacity: for
+// A register rung (register_row, register_warp, cluster_row) at and around the edges of its capacity: for
 // each [rows, cols], FP16 and FP32 inputs (rows of whole 16-byte packs take the packed path, others the
 // scalar path), small and large logits (the many-rows cases, which test the row stepping, small ones
 // only), FP16 and FP32 outputs, softmax and log-softmax. Where per_thread(cols, width) > 0 the rung
@@ -414,6 +421,65 @@ TEST(SoftmaxCuda, RegisterWarpAtItsCapacityBoundaries) {
   cases.push_back({530000, 10});
   sweep_register_rung("register_warp", cases, k::register_row::warp::per_lane, k::register_row::warp::compiled_for,
                       "at most 1024 columns");
+}
+
+// cluster_row (kernels/cuda/softmax/cluster_row.cu): every per-thread count of its blocks on both
+// paths, clusters of 2, 4 and 8 blocks, chunks that leave the last blocks of a cluster with no columns
+// (1, 7 and 100 columns), its capacity (131072 FP16 columns in whole packs, 65536 otherwise), and more
+// rows than one grid of clusters covers (40000 rows of 16: 32767 clusters of 2, so clusters step).
+TEST(SoftmaxCuda, ClusterRowAtItsCapacityBoundaries) {
+  HL_REQUIRE_CUDA();
+  if (!registered_on_cuda("cluster_row")) GTEST_SKIP() << "cluster_row is not registered in this build";
+  if (runtime::cuda_compute_capability() < 90) GTEST_SKIP() << "cluster_row needs compute capability 9.0";
+  std::vector<std::pair<int64_t, int64_t>> cases;
+  for (int64_t cols : {1,     7,     100,   1000,  1023,  1024,  2047,  4096,   4097,   8192,   8193,
+                       16384, 16385, 32768, 32769, 65536, 65537, 65540, 131072, 131073, 131080})
+    cases.push_back({5, cols});
+  cases.push_back({40000, 16});
+  const auto per_thread = [](int64_t cols, int width) {
+    return k::register_row::cluster::plan(cols, width).block.per_thread;
+  };
+  sweep_register_rung("cluster_row", cases, per_thread, k::register_row::compiled_for, "at most 131072 columns");
+}
+
+// cluster_row's plan (plain C++, no GPU): for every row length up to the capacity, a cluster of 2, 4
+// or 8 blocks of at most 512 threads whose chunks are whole packs and cover the row, each block's
+// plan covering its chunk with no member owning more packs than its kernel keeps; no plan past it.
+TEST(SoftmaxClusterRowPlan, CoversEveryRowUpToItsCapacity) {
+  namespace rr = k::register_row;
+  namespace cl = k::register_row::cluster;
+  EXPECT_EQ(cl::max_cols(8), 131072);
+  EXPECT_EQ(cl::max_cols(4), 65536);
+  EXPECT_EQ(cl::max_cols(1), 65536);
+  for (int width : {8, 4, 1}) {
+    std::set<int> sizes;
+    for (int64_t cols = width; cols <= cl::max_cols(width); cols += width) {
+      const cl::Plan p = cl::plan(cols, width);
+      ASSERT_TRUE(p.blocks == 2 || p.blocks == 4 || p.blocks == 8) << cols << " x " << width;
+      ASSERT_EQ(p.chunk % width, 0) << cols;
+      ASSERT_GE(int64_t{p.blocks} * p.chunk, cols) << cols;
+      ASSERT_LE(p.block.threads, cl::kMaxThreads) << cols;
+      ASSERT_TRUE(rr::compiled_for(p.block.per_thread, width)) << cols;
+      // Every block's chunk (the last ones may be short, or empty) within its members' packs.
+      for (int b = 0; b < p.blocks; ++b) {
+        const int64_t begin = int64_t{b} * p.chunk;
+        const int64_t len = std::max<int64_t>(0, std::min<int64_t>(p.chunk, cols - begin));
+        const int packs = static_cast<int>(len / width);
+        // Member 0 owns the most packs (packs_owned does not grow with the rank).
+        ASSERT_LE(rr::packs_owned(packs, 0, p.block.threads), p.block.per_thread) << cols << " block " << b;
+        ASSERT_GE(int64_t{p.block.threads} * p.block.per_thread, packs) << cols << " block " << b;
+      }
+      sizes.insert(p.blocks);
+    }
+    EXPECT_EQ(sizes, (std::set<int>{2, 4, 8})) << width;
+    EXPECT_EQ(cl::plan(cl::max_cols(width) + width, width).blocks, 0) << width;
+    EXPECT_EQ(cl::plan(0, width).blocks, 0) << width;
+  }
+  // The shapes it is for: 4 blocks of 256 threads x 4 packs for 1024x32768; 8 for 128x65536.
+  EXPECT_EQ(cl::plan(32768, 8).blocks, 4);
+  EXPECT_EQ(cl::plan(32768, 8).block.threads, 256);
+  EXPECT_EQ(cl::plan(65536, 8).blocks, 8);
+  EXPECT_EQ(cl::plan(65536, 8).block.per_thread, 4);
 }
 
 // register_row's launch plan (plain C++, no GPU): every row length up to the capacity gets a block
@@ -542,6 +608,35 @@ TEST(SoftmaxRegisterRowPlan, TuningHookIsOffByDefaultAndMovesThePlan) {
   EXPECT_EQ(rr::plan(4096, 8, 512).threads, 512);  // 1 pack per thread
   EXPECT_EQ(rr::plan(4096, 8, 32).threads, 128);   // nothing fits 32 threads: the fewest threads there are
   EXPECT_EQ(rr::plan(32768, 8, 32).threads, 1024);
+}
+
+// cluster_row is opt-in until it has run on a GPU, like register_warp below. Needs a CUDA build, no GPU.
+TEST(SoftmaxCudaChooser, ClusterRowIsOptInUntilMeasured) {
+  if (!registered_on_cuda("cluster_row")) GTEST_SKIP() << "CPU-only build: no CUDA softmax rungs are registered";
+  const int cc = runtime::cuda_compute_capability();
+  if (cc != 0 && cc < 90) GTEST_SKIP() << "cluster_row refuses every shape below compute capability 9.0";
+  const auto& v = *k::SoftmaxRegistry::instance().find("cluster_row", DeviceType::cuda);
+  EXPECT_TRUE(v.opt_in) << "cluster_row was promoted: update this test, docs/softmax.md and the softmax README";
+  k::SoftmaxArgs a;
+  a.device = DeviceType::cuda;
+  a.op = k::SoftmaxOp::softmax;
+  a.rows = 128;
+  a.x_type = a.y_type = DType::f16;
+  for (int64_t cols : {100, 32768, 65536, 131072}) {
+    a.cols = cols;
+    EXPECT_NE(k::softmax_variant_for(a), "cluster_row") << cols;
+    EXPECT_EQ(k::SoftmaxRegistry::instance().select(a, "cluster_row").name, "cluster_row") << cols;
+  }
+  a.cols = 131080;
+  try {
+    k::SoftmaxRegistry::instance().select(a, "cluster_row");
+    ADD_FAILURE() << "cluster_row must decline 131080 columns";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 131072 columns"), std::string::npos) << e.what();
+  }
+  a.op = k::SoftmaxOp::xent_fused;
+  a.cols = 10;
+  EXPECT_THROW(k::SoftmaxRegistry::instance().select(a, "cluster_row"), Error);
 }
 
 // register_warp is opt-in until it has run on a GPU: the chooser never picks it, a pinned

@@ -116,4 +116,49 @@ constexpr int per_lane(int64_t cols, int width) {
 
 }  // namespace warp
 
+// ---- cluster_row: one row over a cluster of blocks (cluster_row.cu, Hopper) -------------------------
+// A row too long for one block's registers, or rows too few to fill the GPU one block each, is cut
+// into G contiguous chunks, one per block of a thread-block cluster (G = 2, 4 or 8: 8 is the portable
+// cluster size). Each block keeps its chunk in registers with register_row's plan, and the G blocks
+// combine their maxima and sums through distributed shared memory.
+namespace cluster {
+
+constexpr int kMaxBlocks = 8;  // the portable cluster size (sm_90)
+
+// Threads per block at most (the kernels' __launch_bounds__): 512 leaves 128 registers per thread.
+// At register_row's 1024 (64 registers) the cluster kernels, which keep a little more state per row,
+// spilled up to 96 bytes (ptxas -v, sm_90); at 512 none does.
+constexpr int kMaxThreads = 512;
+
+// Columns one block of the cluster aims to hold: 256 threads x 4 FP16 packs, so that a block leaves
+// room for several more on its SM while the cluster's G blocks keep the whole row in flight.
+constexpr int64_t kBlockCols = 8192;
+
+struct Plan {
+  int blocks = 0;  // G, the cluster size: 2, 4 or 8; 0 if the row does not fit
+  int chunk = 0;   // columns per block (a multiple of the width; the last block may have fewer, or none)
+  register_row::Plan block;  // threads and packs per thread of each block, for `chunk` columns
+};
+
+// The longest row: 8 blocks x 512 threads x 32 values = 131072 FP16 columns in whole packs; 8 x 512 x 16
+// = 65536 for FP32 rows and on the scalar path.
+constexpr int64_t max_cols(int width) {
+  return static_cast<int64_t>(kMaxBlocks) * kMaxThreads * register_row::max_values(width);
+}
+
+// The smallest G in {2, 4, 8} whose chunks are at most kBlockCols columns (8 for longer rows); each
+// block then takes register_row's plan for its chunk, which must need at most kMaxThreads threads.
+constexpr Plan plan(int64_t cols, int width) {
+  if (cols < 1 || width < 1 || cols > max_cols(width)) return {};
+  int g = 2;
+  while (g < kMaxBlocks && (cols + g - 1) / g > kBlockCols) g *= 2;
+  const int64_t units = (cols + width - 1) / width;                         // packs (or values) in the row
+  const int64_t chunk = (units + g - 1) / g * static_cast<int64_t>(width);  // whole packs per block
+  const register_row::Plan block = register_row::plan(chunk, width);
+  if (block.threads == 0 || block.threads > kMaxThreads) return {};
+  return {g, static_cast<int>(chunk), block};
+}
+
+}  // namespace cluster
+
 }  // namespace hl::kernels::register_row

@@ -1,0 +1,240 @@
+// Softmax ladder, rung 2e: "cluster_row" — one row over a cluster of blocks, read once into registers.
+//
+// What changes from `register_row`: a row is cut into G contiguous chunks (G = 2, 4 or 8), one per
+// block of a thread-block cluster (Hopper, compute capability 9.0). Each block keeps its chunk in
+// registers exactly as register_row keeps a whole row (register_row.cuh: load once as FP32, write
+// from the registers), reduces its chunk's maximum and sum of exponentials, and publishes them in
+// its shared memory; every block of the cluster then reads the G values from the others' shared
+// memory (distributed shared memory: cluster.map_shared_rank) and adds them in rank order, so all
+// blocks hold the same row statistics, bit for bit, without a trip through global memory. The row
+// is still read once and written once, as a copy moves it.
+//
+// Why: two shapes of the H200 run (bench/results/softmax_register_row_nvidia_h200_2026-11-23.txt)
+// miss issue #6's 80% of the copy bandwidth for want of parallelism, not of bytes. At 128x65536 a
+// row is too long for one block's registers, so block_row reads it three times with 128 blocks on
+// 132 SMs (46% of copy); here 128 clusters of 8 blocks of 256 threads keep the whole 16 MiB in
+// flight at once. At 1024x32768 register_row gives each row one 1024-thread block that waits at two
+// 32-warp barriers (64%); here 4 blocks of 256 threads share a row and each waits only for its own 8
+// warps and the cluster's handful of blocks. Prediction, to be measured: both shapes nearer the
+// copy; for rows that register_row or register_warp already cover well (4096 columns and fewer) the
+// cluster's three barriers per row cost more than they give, so they are left to those rungs. Until
+// a GPU has run it, it is opt-in (chosen only by name: --softmax cluster_row or HALFLING_SOFTMAX).
+//
+// The cluster's barriers: after the maxima are published, after the sums are published, and at the
+// end of each row, so that no block overwrites its published values (next row) or leaves (its shared
+// memory would vanish) while another block may still read them. Every block of a cluster takes the
+// same rows (they follow the cluster's index), so all reach every barrier.
+//
+// Paper §3.3: FP32 math on FP16 storage: every value is widened to FP32 on load; max, sum, exp and
+// the normalization are FP32; the result is rounded once, on the store.
+#include <cooperative_groups.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/softmax/register_row.cuh"
+#include "kernels/cuda/softmax/register_row_plan.h"
+
+namespace hl::kernels::cuda {
+
+namespace {
+
+using namespace softmax_detail;
+namespace plan_ns = hl::kernels::register_row;
+namespace cg = cooperative_groups;
+
+constexpr int kMaxThreads = plan_ns::cluster::kMaxThreads;
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // cooperative_groups has clusters from sm_90 on
+// This block's chunk of the row: columns [begin, begin + len), len possibly 0 for the last blocks.
+struct Chunk {
+  int begin, len;
+};
+__device__ __forceinline__ Chunk chunk_of(int cols, int chunk, int rank) {
+  const int begin = rank * chunk;
+  return {begin, begin >= cols ? 0 : min(chunk, cols - begin)};
+}
+
+// The cluster's combination of one value per block (published by thread 0 of each block in `slot`),
+// in rank order: every block computes the same result from the same values in the same order.
+// The caller separates the publish from this read with cluster.sync().
+template <class Op>
+__device__ __forceinline__ float cluster_combine(cg::cluster_group& cluster, float* slot, float init, Op op) {
+  float acc = init;
+  for (unsigned k = 0; k < cluster.num_blocks(); ++k) acc = op(acc, *cluster.map_shared_rank(slot, k));
+  return acc;
+}
+#endif
+
+template <int P, int N, class TX, class TY>
+__global__ void __launch_bounds__(kMaxThreads) cluster_row_forward_kernel(int64_t rows, int cols, int chunk,
+                                                                          const TX* x, TY* y, bool log) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cg::cluster_group cluster = cg::this_cluster();
+  __shared__ float published_max, published_sum;
+  const BlockGroup g;
+  const int rank = g.rank(), size = g.size();
+  const Chunk c = chunk_of(cols, chunk, static_cast<int>(cluster.block_rank()));
+  const int owned = packs_owned(c.len / N, rank, size);  // the packed path needs cols, chunk % N == 0
+  const int64_t blocks = cluster.num_blocks();
+  for (int64_t r = blockIdx.x / blocks; r < rows; r += gridDim.x / blocks) {
+    const TX* xr = x + r * cols + c.begin;
+    float v[P][N];
+    const float block_max = g.max(load_row<P, N>(xr, rank, size, owned, v));
+    if (threadIdx.x == 0) published_max = block_max;
+    cluster.sync();
+    // fmaxf ignores NaN, as in register_row; a NaN entry poisons its block's sum below.
+    const float m = cluster_combine(cluster, &published_max, -INFINITY, [](float a, float b) { return fmaxf(a, b); });
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const float e = expf(v[i][k] - m);
+        if (i < owned) s += e;
+        if (!log) v[i][k] = e;
+      }
+    }
+    const float block_sum = g.sum(s);
+    if (threadIdx.x == 0) published_sum = block_sum;
+    cluster.sync();
+    s = cluster_combine(cluster, &published_sum, 0.0f, [](float a, float b) { return a + b; });
+    // The NaN convention of finish_stats: no finite maximum, or a NaN entry (s is NaN), gives NaN
+    // everywhere in the row.
+    const RowStats st = finish_stats(m, s);
+    TY* yr = y + r * cols + c.begin;
+    if (log) {
+      store_row<P, N>(yr, rank, size, owned, v, [&](float xv) { return log_prob(xv, st); });
+    } else {
+      const float inv = isnan(st.log_sum) ? NAN : 1.0f / s;
+      store_row<P, N>(yr, rank, size, owned, v, [&](float e) { return e * inv; });
+    }
+    cluster.sync();  // the published values are read; they may now change, and the block may exit
+  }
+#endif
+}
+
+// log-softmax backward, gx = dy - exp(y) * sum(dy): the chunk of dy stays in registers for the sum
+// and the write; y is read once, in the write (register_backward_row's scheme, the sum over the cluster).
+template <int P, int N, class TY, class TG>
+__global__ void __launch_bounds__(kMaxThreads) cluster_row_backward_kernel(int64_t rows, int cols, int chunk,
+                                                                           const TY* y, const TY* dy, TG* gx) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cg::cluster_group cluster = cg::this_cluster();
+  __shared__ float published_sum;
+  const BlockGroup g;
+  const int rank = g.rank(), size = g.size();
+  const Chunk c = chunk_of(cols, chunk, static_cast<int>(cluster.block_rank()));
+  const int owned = packs_owned(c.len / N, rank, size);
+  const int stride = size * N, first = rank * N;
+  const int64_t blocks = cluster.num_blocks();
+  for (int64_t r = blockIdx.x / blocks; r < rows; r += gridDim.x / blocks) {
+    const int64_t base = r * cols + c.begin;
+    Pack<TY, N> d[P];
+#pragma unroll
+    for (int i = 0; i < P; ++i)
+      if (i < owned) d[i] = *reinterpret_cast<const Pack<TY, N>*>(dy + base + first + i * stride);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < P; ++i)
+#pragma unroll
+      for (int k = 0; k < N; ++k)
+        if (i < owned) s += to_f32(d[i].v[k]);
+    const float block_sum = g.sum(s);
+    if (threadIdx.x == 0) published_sum = block_sum;
+    cluster.sync();
+    s = cluster_combine(cluster, &published_sum, 0.0f, [](float a, float b) { return a + b; });
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      if (i < owned) {
+        const Pack<TY, N> yv = *reinterpret_cast<const Pack<TY, N>*>(y + base + first + i * stride);
+        Pack<TG, N> q;
+#pragma unroll
+        for (int k = 0; k < N; ++k) q.v[k] = from_f32<TG>(to_f32(d[i].v[k]) - expf(to_f32(yv.v[k])) * s);
+        *reinterpret_cast<Pack<TG, N>*>(gx + base + first + i * stride) = q;
+      }
+    }
+    cluster.sync();  // as in the forward kernel
+  }
+#endif
+}
+
+// Launch with N values per access (kVec<TX> on the packed path, 1 on the scalar path): a grid of
+// whole clusters of p.blocks blocks, one cluster per row (stepping over further rows past 65535
+// blocks), through cudaLaunchKernelEx, which takes the cluster size at run time.
+template <int N, class TX, class TY>
+void launch(const SoftmaxArgs& a, const TX* x, TY* y) {
+  const plan_ns::cluster::Plan p = plan_ns::cluster::plan(a.cols, N);
+  HL_CHECK(p.blocks > 0, "cluster_row: no plan for ", a.describe());  // unsupported() rules this out
+  const int64_t clusters = std::min<int64_t>(a.rows, kMaxGrid / p.blocks);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(clusters * p.blocks));
+  config.blockDim = dim3(static_cast<unsigned>(p.block.threads));
+  config.dynamicSmemBytes = 0;
+  config.stream = stream();
+  cudaLaunchAttribute cluster_dims[1];
+  cluster_dims[0].id = cudaLaunchAttributeClusterDimension;
+  cluster_dims[0].val.clusterDim.x = static_cast<unsigned>(p.blocks);
+  cluster_dims[0].val.clusterDim.y = 1;
+  cluster_dims[0].val.clusterDim.z = 1;
+  config.attrs = cluster_dims;
+  config.numAttrs = 1;
+  const int cols = static_cast<int>(a.cols);
+  with_per_thread<plan_ns::compiled_for, N>("cluster_row", p.block.per_thread, [&](auto pc) {
+    constexpr int P = decltype(pc)::value;
+    if (a.op == SoftmaxOp::log_softmax_backward) {
+      HL_CUDA_CHECK(cudaLaunchKernelEx(&config, cluster_row_backward_kernel<P, N, TX, TY>, a.rows, cols, p.chunk, x,
+                                       static_cast<const TX*>(a.dy), y));
+      HL_LAUNCH_CHECK("cluster_row_backward_kernel");
+    } else {
+      HL_CUDA_CHECK(cudaLaunchKernelEx(&config, cluster_row_forward_kernel<P, N, TX, TY>, a.rows, cols, p.chunk, x, y,
+                                       a.op == SoftmaxOp::log_softmax));
+      HL_LAUNCH_CHECK("cluster_row_forward_kernel");
+    }
+  });
+}
+
+void run(const SoftmaxArgs& a) {
+  run_by_width(a, [&](auto n, const auto* x, auto* y) { launch<decltype(n)::value>(a, x, y); });
+}
+
+static_assert(plan_ns::cluster::max_cols(8) == 131072 && plan_ns::cluster::max_cols(4) == 65536 &&
+                  plan_ns::cluster::max_cols(1) == 65536,
+              "update the message below");
+
+const char* unsupported(const SoftmaxArgs& a) {
+  if (a.op != SoftmaxOp::softmax && a.op != SoftmaxOp::log_softmax && a.op != SoftmaxOp::log_softmax_backward)
+    return "cluster_row computes softmax and log-softmax (cross-entropy: fused_xent)";
+  if (const char* why = unsupported_types(a)) return why;
+  if (plan_ns::cluster::plan(a.cols, path_width(a)).blocks == 0)
+    return "cluster_row keeps a row in the registers of a cluster of up to 8 blocks: at most 131072 columns for "
+           "FP16 rows of whole 16-byte packs, 65536 for FP32 rows and for the scalar path (rows not a whole "
+           "number of packs, misaligned buffers); longer rows run in online";
+  const int cc = runtime::cuda_compute_capability();  // cached; 0 without a GPU
+  if (cc != 0 && cc < 90) return "cluster_row needs compute capability 9.0 or newer (thread-block clusters)";
+  // The kernels' bodies exist only where they were compiled for sm_90 or newer; a build without such
+  // code would run their empty versions by JIT and leave the output unwritten (as mma_sync checks).
+  if (cc == 0) return nullptr;  // no GPU: nothing is loaded, nothing would run
+  static const int loaded_arch = [] {
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, cluster_row_forward_kernel<1, 8, __half, __half>) != cudaSuccess) {
+      cudaGetLastError();  // no loadable image: the launch will report it
+      return 0;
+    }
+    return attr.ptxVersion;
+  }();
+  if (loaded_arch != 0 && loaded_arch < 90)
+    return "this build has no code for compute capability 9.0 or newer, which cluster_row needs (add 90 to "
+           "CMAKE_CUDA_ARCHITECTURES)";
+  return nullptr;
+}
+
+}  // namespace
+
+// opt_in: not yet run on a GPU. Promote it (clear opt_in, add it to the chooser in kernels/softmax.cpp
+// for the shapes where bench/softmax_bench shows it faster) once the GPU tests pass.
+HL_REGISTER_VARIANT(SoftmaxArgs, {"cluster_row", DeviceType::cuda, 33,
+                                  "a cluster of 2-8 blocks per row (Hopper), the row read once into registers, "
+                                  "statistics combined in distributed shared memory",
+                                  run, unsupported, /*opt_in=*/true});
+
+}  // namespace hl::kernels::cuda
