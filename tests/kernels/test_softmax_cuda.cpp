@@ -67,11 +67,18 @@ void expect_register_row_listed(const k::SoftmaxArgs& a, const std::vector<std::
   if (registered_on_cuda("register_warp")) {
     EXPECT_EQ(listed("register_warp"), a.cols <= k::register_row::warp::kMaxCols) << a.describe();
   }
-  // cluster_row needs thread-block clusters (compute capability 9.0); on older GPUs it refuses all.
-  const int cc = runtime::cuda_compute_capability();
-  if (registered_on_cuda("cluster_row") && (cc == 0 || cc >= 90)) {
+  // cluster_row needs thread-block clusters: on a GPU below compute capability 9.0, or with a build
+  // that has no sm_90 code, it refuses every row, and says so.
+  if (registered_on_cuda("cluster_row")) {
     const int width = register_row_width(a.x_type, a.cols, aligned_buffers);
-    EXPECT_EQ(listed("cluster_row"), k::register_row::cluster::plan(a.cols, width).blocks > 0) << a.describe();
+    const bool fits = k::register_row::cluster::plan(a.cols, width).blocks > 0;
+    if (listed("cluster_row") || !fits) {
+      EXPECT_EQ(listed("cluster_row"), fits) << a.describe();
+    } else {
+      const char* why = k::SoftmaxRegistry::instance().find("cluster_row", DeviceType::cuda)->unsupported(a);
+      EXPECT_NE(std::string(why != nullptr ? why : "").find("compute capability 9.0"), std::string::npos)
+          << "cluster_row refused a row it fits: " << (why != nullptr ? why : "(no reason)") << " " << a.describe();
+    }
   }
 }
 
@@ -246,7 +253,10 @@ TEST(SoftmaxCuda, EveryRungLogSoftmaxBackward) {
            {3, 2056}, {2, 8200}, {2, 16383}, {2, 16384}, {2, 16388}, {2, 32768},
            // register_warp's per-lane counts (register_row_plan.h, namespace warp), rows not a multiple
            // of its 8 rows per block
-           {9, 64}, {9, 100}, {9, 255}, {9, 256}, {9, 512}, {9, 1000}, {9, 1025}, {530000, 10}}) {
+           {9, 64}, {9, 100}, {9, 255}, {9, 256}, {9, 512}, {9, 1000}, {9, 1025},
+           // cluster_row's blocks: 2 x 256 threads x 2 packs, 8 x 256 x 4 (f32 packs, f16 packs, and the
+           // scalar path with dy misaligned), 8 x 512 x 4
+           {2, 8192}, {2, 65536}, {2, 131072}, {530000, 10}}) {
     for (auto [ty, tgx] : std::vector<std::pair<DType, DType>>{
              {DType::f32, DType::f32}, {DType::f32, DType::f16}, {DType::f16, DType::f16}, {DType::f16, DType::f32}}) {
       if (rows > 100000 && (ty != DType::f16 || tgx != DType::f16)) continue;
@@ -424,16 +434,17 @@ TEST(SoftmaxCuda, RegisterWarpAtItsCapacityBoundaries) {
 }
 
 // cluster_row (kernels/cuda/softmax/cluster_row.cu): every per-thread count of its blocks on both
-// paths, clusters of 2, 4 and 8 blocks, chunks that leave the last blocks of a cluster with no columns
-// (1, 7 and 100 columns), its capacity (131072 FP16 columns in whole packs, 65536 otherwise), and more
-// rows than one grid of clusters covers (40000 rows of 16: 32767 clusters of 2, so clusters step).
+// paths, clusters of 2, 4 and 8 blocks, chunks that leave the second block of a cluster with no
+// columns (a row of one pack: 1 column on the scalar path, 4 FP32 or 8 FP16 columns on the packed
+// path), its capacity (131072 FP16 columns in whole packs, 65536 otherwise), and more rows than one
+// grid of clusters covers (40000 rows of 16: 32767 clusters of 2, so clusters step).
 TEST(SoftmaxCuda, ClusterRowAtItsCapacityBoundaries) {
   HL_REQUIRE_CUDA();
   if (!registered_on_cuda("cluster_row")) GTEST_SKIP() << "cluster_row is not registered in this build";
   if (runtime::cuda_compute_capability() < 90) GTEST_SKIP() << "cluster_row needs compute capability 9.0";
   std::vector<std::pair<int64_t, int64_t>> cases;
-  for (int64_t cols : {1,     7,     100,   1000,  1023,  1024,  2047,  4096,   4097,   8192,   8193,
-                       16384, 16385, 32768, 32769, 65536, 65537, 65540, 131072, 131073, 131080})
+  for (int64_t cols : {1,    4,     7,     8,     100,   1000,  1023,  1024,  2047,   4096,   4097,  8192,
+                       8193, 16384, 16385, 32768, 32769, 65536, 65537, 65540, 131072, 131073, 131080})
     cases.push_back({5, cols});
   cases.push_back({40000, 16});
   const auto per_thread = [](int64_t cols, int width) {

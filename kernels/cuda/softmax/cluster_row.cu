@@ -10,12 +10,14 @@
 // is still read once and written once, as a copy moves it.
 //
 // Why: two shapes of the H200 run (bench/results/softmax_register_row_nvidia_h200_2026-11-23.txt)
-// miss issue #6's 80% of the copy bandwidth for want of parallelism, not of bytes. At 128x65536 a
-// row is too long for one block's registers, so block_row reads it three times with 128 blocks on
-// 132 SMs (46% of copy); here 128 clusters of 8 blocks of 256 threads keep the whole 16 MiB in
-// flight at once. At 1024x32768 register_row gives each row one 1024-thread block that waits at two
-// 32-warp barriers (64%); here 4 blocks of 256 threads share a row and each waits only for its own 8
-// warps and the cluster's handful of blocks. Prediction, to be measured: both shapes nearer the
+// miss issue #6's 80% of the copy bandwidth. At 128x65536 a row is too long for one block's
+// registers, so block_row reads it three times, with 128 blocks for 132 SMs: one block of 512
+// threads per SM (46% of copy). Here the same rows are 128 clusters of 8 blocks of 256 threads,
+// which read each value once; the registers hold at most about two such blocks per SM at a time
+// (ptxas: up to 124 registers per thread), so the 1024 blocks run in about four waves. At 1024x32768
+// register_row gives each row one 1024-thread block that waits at two 32-warp barriers (64%); here 4
+// blocks of 256 threads share a row and each waits only for its own 8 warps and the cluster's
+// barriers. Prediction, to be measured: both shapes nearer the
 // copy; for rows that register_row or register_warp already cover well (4096 columns and fewer) the
 // cluster's three barriers per row cost more than they give, so they are left to those rungs. Until
 // a GPU has run it, it is opt-in (chosen only by name: --softmax cluster_row or HALFLING_SOFTMAX).
