@@ -67,6 +67,19 @@ __device__ __forceinline__ float cluster_combine(cg::cluster_group& cluster, flo
 }
 #endif
 
+// The cluster's reductions for register_forward_row / register_backward_row (register_row.cuh): the
+// block reduces its members' values, thread 0 publishes the block's value in `slot`, and after the
+// cluster barrier every block combines the G published values in rank order.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+template <class Op>
+__device__ __forceinline__ float cluster_reduce(cg::cluster_group& cluster, float block_value, float* slot, float init,
+                                                Op op) {
+  if (threadIdx.x == 0) *slot = block_value;
+  cluster.sync();
+  return cluster_combine(cluster, slot, init, op);
+}
+#endif
+
 template <int P, int N, class TX, class TY>
 __global__ void __launch_bounds__(kMaxThreads) cluster_row_forward_kernel(int64_t rows, int cols, int chunk,
                                                                           const TX* x, TY* y, bool log) {
@@ -74,49 +87,25 @@ __global__ void __launch_bounds__(kMaxThreads) cluster_row_forward_kernel(int64_
   cg::cluster_group cluster = cg::this_cluster();
   __shared__ float published_max, published_sum;
   const BlockGroup g;
-  const int rank = g.rank(), size = g.size();
   const Chunk c = chunk_of(cols, chunk, static_cast<int>(cluster.block_rank()));
-  const int owned = packs_owned(c.len / N, rank, size);  // the packed path needs cols, chunk % N == 0
+  const int owned = packs_owned(c.len / N, g.rank(), g.size());  // the packed path needs cols, chunk % N == 0
+  // fmaxf ignores NaN, as in register_row; a NaN entry poisons its block's sum, and so the row's.
+  const auto row_max = [&](float v) {
+    return cluster_reduce(cluster, g.max(v), &published_max, -INFINITY, [](float a, float b) { return fmaxf(a, b); });
+  };
+  const auto row_sum = [&](float v) {
+    return cluster_reduce(cluster, g.sum(v), &published_sum, 0.0f, [](float a, float b) { return a + b; });
+  };
   const int64_t blocks = cluster.num_blocks();
   for (int64_t r = blockIdx.x / blocks; r < rows; r += gridDim.x / blocks) {
-    const TX* xr = x + r * cols + c.begin;
-    float v[P][N];
-    const float block_max = g.max(load_row<P, N>(xr, rank, size, owned, v));
-    if (threadIdx.x == 0) published_max = block_max;
-    cluster.sync();
-    // fmaxf ignores NaN, as in register_row; a NaN entry poisons its block's sum below.
-    const float m = cluster_combine(cluster, &published_max, -INFINITY, [](float a, float b) { return fmaxf(a, b); });
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < P; ++i) {
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        const float e = expf(v[i][k] - m);
-        if (i < owned) s += e;
-        if (!log) v[i][k] = e;
-      }
-    }
-    const float block_sum = g.sum(s);
-    if (threadIdx.x == 0) published_sum = block_sum;
-    cluster.sync();
-    s = cluster_combine(cluster, &published_sum, 0.0f, [](float a, float b) { return a + b; });
-    // The NaN convention of finish_stats: no finite maximum, or a NaN entry (s is NaN), gives NaN
-    // everywhere in the row.
-    const RowStats st = finish_stats(m, s);
-    TY* yr = y + r * cols + c.begin;
-    if (log) {
-      store_row<P, N>(yr, rank, size, owned, v, [&](float xv) { return log_prob(xv, st); });
-    } else {
-      const float inv = isnan(st.log_sum) ? NAN : 1.0f / s;
-      store_row<P, N>(yr, rank, size, owned, v, [&](float e) { return e * inv; });
-    }
+    register_forward_row<P, N>(g, x + r * cols + c.begin, y + r * cols + c.begin, owned, log, row_max, row_sum);
     cluster.sync();  // the published values are read; they may now change, and the block may exit
   }
 #endif
 }
 
-// log-softmax backward, gx = dy - exp(y) * sum(dy): the chunk of dy stays in registers for the sum
-// and the write; y is read once, in the write (register_backward_row's scheme, the sum over the cluster).
+// log-softmax backward, gx = dy - exp(y) * sum(dy): register_backward_row's scheme (the chunk of dy
+// kept in registers for the sum and the write, y read once), the sum over the cluster.
 template <int P, int N, class TY, class TG>
 __global__ void __launch_bounds__(kMaxThreads) cluster_row_backward_kernel(int64_t rows, int cols, int chunk,
                                                                            const TY* y, const TY* dy, TG* gx) {
@@ -124,37 +113,15 @@ __global__ void __launch_bounds__(kMaxThreads) cluster_row_backward_kernel(int64
   cg::cluster_group cluster = cg::this_cluster();
   __shared__ float published_sum;
   const BlockGroup g;
-  const int rank = g.rank(), size = g.size();
   const Chunk c = chunk_of(cols, chunk, static_cast<int>(cluster.block_rank()));
-  const int owned = packs_owned(c.len / N, rank, size);
-  const int stride = size * N, first = rank * N;
+  const int owned = packs_owned(c.len / N, g.rank(), g.size());
+  const auto row_sum = [&](float v) {
+    return cluster_reduce(cluster, g.sum(v), &published_sum, 0.0f, [](float a, float b) { return a + b; });
+  };
   const int64_t blocks = cluster.num_blocks();
   for (int64_t r = blockIdx.x / blocks; r < rows; r += gridDim.x / blocks) {
     const int64_t base = r * cols + c.begin;
-    Pack<TY, N> d[P];
-#pragma unroll
-    for (int i = 0; i < P; ++i)
-      if (i < owned) d[i] = *reinterpret_cast<const Pack<TY, N>*>(dy + base + first + i * stride);
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < P; ++i)
-#pragma unroll
-      for (int k = 0; k < N; ++k)
-        if (i < owned) s += to_f32(d[i].v[k]);
-    const float block_sum = g.sum(s);
-    if (threadIdx.x == 0) published_sum = block_sum;
-    cluster.sync();
-    s = cluster_combine(cluster, &published_sum, 0.0f, [](float a, float b) { return a + b; });
-#pragma unroll
-    for (int i = 0; i < P; ++i) {
-      if (i < owned) {
-        const Pack<TY, N> yv = *reinterpret_cast<const Pack<TY, N>*>(y + base + first + i * stride);
-        Pack<TG, N> q;
-#pragma unroll
-        for (int k = 0; k < N; ++k) q.v[k] = from_f32<TG>(to_f32(d[i].v[k]) - expf(to_f32(yv.v[k])) * s);
-        *reinterpret_cast<Pack<TG, N>*>(gx + base + first + i * stride) = q;
-      }
-    }
+    register_backward_row<P, N>(g, y + base, dy + base, gx + base, owned, row_sum);
     cluster.sync();  // as in the forward kernel
   }
 #endif

@@ -59,12 +59,14 @@ __device__ __forceinline__ void store_row(T* row, int rank, int size, int owned,
 }
 
 // Softmax or log-softmax of one row xr -> yr by group g; `owned` = packs_owned(cols / N, rank, size)
-// (rows of whole packs when N > 1).
-template <int P, int N, class Group, class TX, class TY>
-__device__ __forceinline__ void register_forward_row(const Group& g, const TX* xr, TY* yr, int owned, bool log) {
+// (rows of whole packs when N > 1). row_max and row_sum turn a member's partial maximum and sum into
+// the row's: the group's reductions, or (cluster_row) the group's followed by the other blocks'.
+template <int P, int N, class Group, class TX, class TY, class RowMax, class RowSum>
+__device__ __forceinline__ void register_forward_row(const Group& g, const TX* xr, TY* yr, int owned, bool log,
+                                                     RowMax&& row_max, RowSum&& row_sum) {
   const int rank = g.rank(), size = g.size();
   float v[P][N];
-  const float m = g.max(load_row<P, N>(xr, rank, size, owned, v));
+  const float m = row_max(load_row<P, N>(xr, rank, size, owned, v));
   // Sum of exp(x - max). Softmax keeps each exponential in v for the write; log-softmax keeps x.
   // Masked (-inf) entries and the padding past the row give exp(-inf) = 0.
   float s = 0.0f;
@@ -77,7 +79,7 @@ __device__ __forceinline__ void register_forward_row(const Group& g, const TX* x
       if (!log) v[i][k] = e;
     }
   }
-  s = g.sum(s);
+  s = row_sum(s);
   // The NaN convention of finish_stats: no finite maximum, or a NaN entry (s is NaN), gives NaN
   // everywhere in the row.
   const RowStats st = finish_stats(m, s);
@@ -89,11 +91,19 @@ __device__ __forceinline__ void register_forward_row(const Group& g, const TX* x
   }
 }
 
+// The same, with the group's own reductions (register_row, register_warp).
+template <int P, int N, class Group, class TX, class TY>
+__device__ __forceinline__ void register_forward_row(const Group& g, const TX* xr, TY* yr, int owned, bool log) {
+  register_forward_row<P, N>(
+      g, xr, yr, owned, log, [&](float v) { return g.max(v); }, [&](float v) { return g.sum(v); });
+}
+
 // log-softmax backward of one row, gx = dy - exp(y) * sum(dy): dy is read once into registers for the
 // sum and kept for the write; y is read once, in the write. dy stays in its storage type in the
 // registers (widened to FP32 where it is used), so that y's loads have registers too.
-template <int P, int N, class Group, class TY, class TG>
-__device__ __forceinline__ void register_backward_row(const Group& g, const TY* yr, const TY* dyr, TG* gr, int owned) {
+template <int P, int N, class Group, class TY, class TG, class RowSum>
+__device__ __forceinline__ void register_backward_row(const Group& g, const TY* yr, const TY* dyr, TG* gr, int owned,
+                                                      RowSum&& row_sum) {
   const int stride = g.size() * N, first = g.rank() * N;
   Pack<TY, N> d[P];
 #pragma unroll
@@ -105,7 +115,7 @@ __device__ __forceinline__ void register_backward_row(const Group& g, const TY* 
 #pragma unroll
     for (int k = 0; k < N; ++k)
       if (i < owned) s += to_f32(d[i].v[k]);
-  s = g.sum(s);
+  s = row_sum(s);
 #pragma unroll
   for (int i = 0; i < P; ++i) {
     if (i < owned) {
@@ -116,6 +126,12 @@ __device__ __forceinline__ void register_backward_row(const Group& g, const TY* 
       *reinterpret_cast<Pack<TG, N>*>(gr + first + i * stride) = q;
     }
   }
+}
+
+// The same, with the group's own sum (register_row, register_warp).
+template <int P, int N, class Group, class TY, class TG>
+__device__ __forceinline__ void register_backward_row(const Group& g, const TY* yr, const TY* dyr, TG* gr, int owned) {
+  register_backward_row<P, N>(g, yr, dyr, gr, owned, [&](float v) { return g.sum(v); });
 }
 
 // f(std::integral_constant<int, P>) for a per-thread count of the plan; only the counts for which
