@@ -38,6 +38,26 @@ __device__ __forceinline__ int64_t channel_index(const BatchNormShape& s, int64_
   return (n * s.C + c) * s.HW + i;
 }
 
+// A channel's statistics from its mean and its sum of squared deviations `ssd` over M values, the
+// same in both variants: the biased variance normalizes (channel_invstd); the unbiased one,
+// ssd / (M - 1), goes into the running variance, as in PyTorch (save_channel_stats).
+__device__ __forceinline__ float channel_invstd(float ssd, int64_t M, float eps) {
+  const float var = ssd / static_cast<float>(M);
+  return 1.0f / sqrtf(var + eps);
+}
+
+__device__ __forceinline__ void save_channel_stats(int64_t c, float mean, float inv, float ssd, int64_t M,
+                                                   float* running_mean, float* running_var, float* save_mean,
+                                                   float* save_invstd, float momentum) {
+  save_mean[c] = mean;
+  save_invstd[c] = inv;
+  if (running_mean != nullptr) {
+    const float unbiased = ssd / static_cast<float>(M - 1);
+    running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * mean;
+    running_var[c] = (1.0f - momentum) * running_var[c] + momentum * unbiased;
+  }
+}
+
 __global__ void bn_forward_train_kernel(BatchNormShape s, const void* x, void* y, DType t, const float* gamma,
                                         const float* beta, float* running_mean, float* running_var,
                                         float* save_mean, float* save_invstd, float momentum, float eps) {
@@ -52,17 +72,8 @@ __global__ void bn_forward_train_kernel(BatchNormShape s, const void* x, void* y
     sq = fmaf(d, d, sq);
   }
   const float ssd = block_reduce(sq, SumOp{}, 0.0f, scratch);
-  const float var = ssd / static_cast<float>(M);
-  const float inv = 1.0f / sqrtf(var + eps);
-  if (threadIdx.x == 0) {
-    save_mean[c] = mean;
-    save_invstd[c] = inv;
-    if (running_mean != nullptr) {
-      const float unbiased = ssd / static_cast<float>(M - 1);
-      running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * mean;
-      running_var[c] = (1.0f - momentum) * running_var[c] + momentum * unbiased;
-    }
-  }
+  const float inv = channel_invstd(ssd, M, eps);
+  if (threadIdx.x == 0) save_channel_stats(c, mean, inv, ssd, M, running_mean, running_var, save_mean, save_invstd, momentum);
   const float scale = gamma[c] * inv, shift = beta[c] - mean * scale;
   for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
     const int64_t o = channel_index(s, c, j);
@@ -199,15 +210,8 @@ __global__ void bn_split_stats_kernel(BatchNormShape s, int64_t S, const float* 
     const float mean = split_mean(sums, c, S, M);
     float ssd = 0.0f;
     for (int64_t k = 0; k < S; ++k) ssd += ssds[c * S + k];
-    const float var = ssd / static_cast<float>(M);
-    const float inv = 1.0f / sqrtf(var + eps);
-    save_mean[c] = mean;
-    save_invstd[c] = inv;
-    if (running_mean != nullptr) {
-      const float unbiased = ssd / static_cast<float>(M - 1);
-      running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * mean;
-      running_var[c] = (1.0f - momentum) * running_var[c] + momentum * unbiased;
-    }
+    const float inv = channel_invstd(ssd, M, eps);
+    save_channel_stats(c, mean, inv, ssd, M, running_mean, running_var, save_mean, save_invstd, momentum);
     const float scale = gamma[c] * inv;
     scale_shift[2 * c] = scale;
     scale_shift[2 * c + 1] = beta[c] - mean * scale;

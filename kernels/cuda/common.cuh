@@ -66,6 +66,20 @@ inline int sm_count() {
 }
 
 // First index and stride of a 1-D grid-stride loop, in 64 bits (tensors may exceed 2^31 elements).
+// The virtual architecture (ptxVersion: 80, 90, ...) of the code the driver loaded for `kernel` on
+// this GPU; 0 when unknown (no GPU, or no loadable image, which the launch then reports). A rung whose
+// body is compiled only for newer architectures checks it: a build without such code would run the
+// empty version by JIT and leave its output unwritten.
+template <class Kernel>
+int loaded_ptx_version(Kernel* kernel) {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
+    cudaGetLastError();  // clear it: the launch, if any, will report the problem
+    return 0;
+  }
+  return attr.ptxVersion;
+}
+
 __device__ __forceinline__ int64_t global_thread_index() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }

@@ -621,61 +621,45 @@ TEST(SoftmaxRegisterRowPlan, TuningHookIsOffByDefaultAndMovesThePlan) {
   EXPECT_EQ(rr::plan(32768, 8, 32).threads, 1024);
 }
 
-// cluster_row is opt-in until it has run on a GPU, like register_warp below. Needs a CUDA build, no GPU.
+// An opt-in rung (not yet run on a GPU): the chooser never picks it, a pinned one runs where it fits
+// and says why where it does not (`declined_cols`, whose reason contains `declined_says`), and it
+// computes no cross-entropy. Needs a CUDA build, no GPU.
+void expect_opt_in_rung(const std::string& rung, int64_t rows, const std::vector<int64_t>& fitting_cols,
+                        int64_t declined_cols, const std::string& declined_says) {
+  const auto& v = *k::SoftmaxRegistry::instance().find(rung, DeviceType::cuda);
+  EXPECT_TRUE(v.opt_in) << rung << " was promoted: update this test, docs/softmax.md and the softmax README";
+  k::SoftmaxArgs a;
+  a.device = DeviceType::cuda;
+  a.op = k::SoftmaxOp::softmax;
+  a.rows = rows;
+  a.x_type = a.y_type = DType::f16;
+  for (int64_t cols : fitting_cols) {
+    a.cols = cols;
+    EXPECT_NE(k::softmax_variant_for(a), rung) << cols;
+    EXPECT_EQ(k::SoftmaxRegistry::instance().select(a, rung).name, rung) << cols;
+  }
+  a.cols = declined_cols;
+  try {
+    k::SoftmaxRegistry::instance().select(a, rung);
+    ADD_FAILURE() << rung << " must decline " << declined_cols << " columns";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(declined_says), std::string::npos) << e.what();
+  }
+  a.op = k::SoftmaxOp::xent_fused;
+  a.cols = 10;
+  EXPECT_THROW(k::SoftmaxRegistry::instance().select(a, rung), Error);
+}
+
+TEST(SoftmaxCudaChooser, RegisterWarpIsOptInUntilMeasured) {
+  if (!registered_on_cuda("register_warp")) GTEST_SKIP() << "CPU-only build: no CUDA softmax rungs are registered";
+  expect_opt_in_rung("register_warp", 4096, {10, 100, 1000, 1024}, 1025, "at most 1024 columns");
+}
+
 TEST(SoftmaxCudaChooser, ClusterRowIsOptInUntilMeasured) {
   if (!registered_on_cuda("cluster_row")) GTEST_SKIP() << "CPU-only build: no CUDA softmax rungs are registered";
   const int cc = runtime::cuda_compute_capability();
   if (cc != 0 && cc < 90) GTEST_SKIP() << "cluster_row refuses every shape below compute capability 9.0";
-  const auto& v = *k::SoftmaxRegistry::instance().find("cluster_row", DeviceType::cuda);
-  EXPECT_TRUE(v.opt_in) << "cluster_row was promoted: update this test, docs/softmax.md and the softmax README";
-  k::SoftmaxArgs a;
-  a.device = DeviceType::cuda;
-  a.op = k::SoftmaxOp::softmax;
-  a.rows = 128;
-  a.x_type = a.y_type = DType::f16;
-  for (int64_t cols : {100, 32768, 65536, 131072}) {
-    a.cols = cols;
-    EXPECT_NE(k::softmax_variant_for(a), "cluster_row") << cols;
-    EXPECT_EQ(k::SoftmaxRegistry::instance().select(a, "cluster_row").name, "cluster_row") << cols;
-  }
-  a.cols = 131080;
-  try {
-    k::SoftmaxRegistry::instance().select(a, "cluster_row");
-    ADD_FAILURE() << "cluster_row must decline 131080 columns";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("at most 131072 columns"), std::string::npos) << e.what();
-  }
-  a.op = k::SoftmaxOp::xent_fused;
-  a.cols = 10;
-  EXPECT_THROW(k::SoftmaxRegistry::instance().select(a, "cluster_row"), Error);
-}
-
-// register_warp is opt-in until it has run on a GPU: the chooser never picks it, a pinned
-// register_warp runs where it fits and says why where it does not. Needs a CUDA build, no GPU.
-TEST(SoftmaxCudaChooser, RegisterWarpIsOptInUntilMeasured) {
-  if (!registered_on_cuda("register_warp")) GTEST_SKIP() << "CPU-only build: no CUDA softmax rungs are registered";
-  const auto& v = *k::SoftmaxRegistry::instance().find("register_warp", DeviceType::cuda);
-  EXPECT_TRUE(v.opt_in) << "register_warp was promoted: update this test, docs/softmax.md and the softmax README";
-  k::SoftmaxArgs a;
-  a.device = DeviceType::cuda;
-  a.op = k::SoftmaxOp::softmax;
-  a.rows = 4096;
-  a.x_type = a.y_type = DType::f16;
-  for (int64_t cols : {10, 100, 1000, 1024}) {
-    a.cols = cols;
-    EXPECT_NE(k::softmax_variant_for(a), "register_warp") << cols;
-    EXPECT_EQ(k::SoftmaxRegistry::instance().select(a, "register_warp").name, "register_warp") << cols;
-  }
-  a.cols = 1025;
-  try {
-    k::SoftmaxRegistry::instance().select(a, "register_warp");
-    ADD_FAILURE() << "register_warp must decline 1025 columns";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("at most 1024 columns"), std::string::npos) << e.what();
-  }
-  a.op = k::SoftmaxOp::xent_fused;
-  a.cols = 10;
-  EXPECT_THROW(k::SoftmaxRegistry::instance().select(a, "register_warp"), Error);
+  expect_opt_in_rung("cluster_row", 128, {100, 32768, 65536, 131072}, 131080, "at most 131072 columns");
 }
 
 // The default chooser (kernels/softmax.cpp) around register_row, and its declines. Needs a CUDA build

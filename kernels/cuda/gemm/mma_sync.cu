@@ -246,14 +246,7 @@ const char* unsupported(const GemmArgs& g) {
   // Ampere GPU by JIT, and leave C unwritten: refuse instead. ptxVersion is the virtual architecture
   // of the code the driver loaded for this GPU (0 when unknown, e.g. without a GPU).
   if (cc == 0) return nullptr;  // no GPU: nothing is loaded, nothing would run
-  static const int loaded_arch = [] {
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, gemm_mma_sync_kernel<Op::N, Op::N>) != cudaSuccess) {
-      cudaGetLastError();  // no loadable image: the launch will report it
-      return 0;
-    }
-    return attr.ptxVersion;
-  }();
+  static const int loaded_arch = loaded_ptx_version(gemm_mma_sync_kernel<Op::N, Op::N>);
   if (loaded_arch != 0 && loaded_arch < 80)
     return "this build has no code for compute capability 8.0 or newer, which mma_sync needs (add 80 or newer to "
            "CMAKE_CUDA_ARCHITECTURES)";

@@ -183,14 +183,7 @@ const char* unsupported(const SoftmaxArgs& a) {
   // The kernels' bodies exist only where they were compiled for sm_90 or newer; a build without such
   // code would run their empty versions by JIT and leave the output unwritten (as mma_sync checks).
   if (cc == 0) return nullptr;  // no GPU: nothing is loaded, nothing would run
-  static const int loaded_arch = [] {
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, cluster_row_forward_kernel<1, 8, __half, __half>) != cudaSuccess) {
-      cudaGetLastError();  // no loadable image: the launch will report it
-      return 0;
-    }
-    return attr.ptxVersion;
-  }();
+  static const int loaded_arch = loaded_ptx_version(cluster_row_forward_kernel<1, 8, __half, __half>);
   if (loaded_arch != 0 && loaded_arch < 90)
     return "this build has no code for compute capability 9.0 or newer, which cluster_row needs (add 90 to "
            "CMAKE_CUDA_ARCHITECTURES)";
