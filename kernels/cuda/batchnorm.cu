@@ -73,7 +73,8 @@ __global__ void bn_forward_train_kernel(BatchNormShape s, const void* x, void* y
   }
   const float ssd = block_reduce(sq, SumOp{}, 0.0f, scratch);
   const float inv = channel_invstd(ssd, M, eps);
-  if (threadIdx.x == 0) save_channel_stats(c, mean, inv, ssd, M, running_mean, running_var, save_mean, save_invstd, momentum);
+  if (threadIdx.x == 0)
+    save_channel_stats(c, mean, inv, ssd, M, running_mean, running_var, save_mean, save_invstd, momentum);
   const float scale = gamma[c] * inv, shift = beta[c] - mean * scale;
   for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
     const int64_t o = channel_index(s, c, j);
