@@ -34,10 +34,7 @@ namespace plan_ns = hl::kernels::register_row::warp;
 constexpr int kWarps = plan_ns::kWarpsPerBlock;
 constexpr int kThreads = 32 * kWarps;
 
-// Row r of warp w of block b: r = b * kWarps + w, stepping by all warps of the grid. Every lane of a
-// warp has the same r, so the whole warp enters and leaves the loop together (the shuffles need all 32).
-__device__ __forceinline__ int64_t first_row() { return static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; }
-__device__ __forceinline__ int64_t row_step() { return static_cast<int64_t>(gridDim.x) * kWarps; }
+using Rows = WarpRows<kWarps>;  // a warp per row (softmax_common.cuh)
 
 // Resident blocks per SM that a forward kernel with P x N values per lane is compiled for
 // (__launch_bounds__): 4, which caps it at 64 registers per thread and gives 32 warps per SM, so that
@@ -53,7 +50,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks(P, N))
     register_warp_forward_kernel(int64_t rows, int cols, const TX* x, TY* y, bool log) {
   const WarpGroup g;
   const int owned = packs_owned(cols / N, g.rank(), g.size());  // the packed path needs cols % N == 0
-  for (int64_t r = first_row(); r < rows; r += row_step())
+  for (int64_t r = Rows::first(); r < rows; r += Rows::step())
     register_forward_row<P, N>(g, x + r * cols, y + r * cols, owned, log);
 }
 
@@ -62,7 +59,7 @@ __global__ void __launch_bounds__(kThreads, 4)
     register_warp_backward_kernel(int64_t rows, int cols, const TY* y, const TY* dy, TG* gx) {
   const WarpGroup g;
   const int owned = packs_owned(cols / N, g.rank(), g.size());
-  for (int64_t r = first_row(); r < rows; r += row_step())
+  for (int64_t r = Rows::first(); r < rows; r += Rows::step())
     register_backward_row<P, N>(g, y + r * cols, dy + r * cols, gx + r * cols, owned);
 }
 

@@ -185,6 +185,15 @@ struct WarpGroup {
   __device__ MaxSum merge(MaxSum s) const { return warp_merge(s); }
 };
 
+// Rows owned by warps, kWarps to a block (warp_row, register_warp): warp w of block b takes row
+// b * kWarps + w, stepping by all warps of the grid. Every lane of a warp has the same row, so the whole
+// warp enters and leaves the loop together (the shuffles need all 32).
+template <int kWarps>
+struct WarpRows {
+  __device__ static int64_t first() { return static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; }
+  __device__ static int64_t step() { return static_cast<int64_t>(gridDim.x) * kWarps; }
+};
+
 // ---- the three-pass row body, for any group (block_row and warp_row differ only in the group) --------
 
 // pass 1: max; pass 2: sum of exp(x - max); pass 3: write. Passes 2 and 3 re-read the row, which the

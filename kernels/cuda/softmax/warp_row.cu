@@ -21,23 +21,18 @@ using namespace softmax_detail;
 
 constexpr int kWarpsPerBlock = 8;
 
-// Row r of warp w of block b: r = b * 8 + w, stepping by all warps of the grid. Every lane of a warp
-// has the same r, so the whole warp enters and leaves the loop together (the shuffles need all 32).
-__device__ __forceinline__ int64_t first_row() {
-  return static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-}
-__device__ __forceinline__ int64_t row_step() { return static_cast<int64_t>(gridDim.x) * kWarpsPerBlock; }
+using Rows = WarpRows<kWarpsPerBlock>;
 
 template <bool VEC, class TX, class TY>
 __global__ void warp_row_forward_kernel(int64_t rows, int64_t cols, const TX* x, TY* y, bool log) {
   const WarpGroup g;
-  for (int64_t r = first_row(); r < rows; r += row_step()) three_pass_row<VEC>(g, x + r * cols, y + r * cols, cols, log);
+  for (int64_t r = Rows::first(); r < rows; r += Rows::step()) three_pass_row<VEC>(g, x + r * cols, y + r * cols, cols, log);
 }
 
 template <bool VEC, class TY, class TG>
 __global__ void warp_row_backward_kernel(int64_t rows, int64_t cols, const TY* y, const TY* dy, TG* gx) {
   const WarpGroup g;
-  for (int64_t r = first_row(); r < rows; r += row_step())
+  for (int64_t r = Rows::first(); r < rows; r += Rows::step())
     backward_row<VEC>(g, y + r * cols, dy + r * cols, gx + r * cols, cols);
 }
 
