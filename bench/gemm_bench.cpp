@@ -4,13 +4,16 @@
 // weight gradient (TN) of every MLP-512 and LeNet layer, the convolutions as their im2col GEMMs.
 //
 //   build/bench/gemm_bench [--sizes 512,1024,...] [--variants a,b,...] [--runs N] [--out f16|f32]
-//                          [--no-models]
+//                          [--no-models] [--sweep]
 //
 // Inputs are FP16 (random values in [-1, 1)), C is --out (default f16), FP32 accumulation everywhere
 // (paper §3.3). Each row shows the median time, TFLOP/s (2MNK / time) and the ratio to cuBLAS in the
 // same run, plus the norm-wise difference from cuBLAS's result as a sanity check (a wrong kernel is
 // not a fast kernel). The naive rung is skipped above 2048^3 multiply-adds unless named in
-// --variants. Without a GPU it prints "no CUDA device" and exits 0.
+// --variants. --sweep also times wmma_pipelined with each candidate block tile of
+// kernels/cuda/gemm/wmma_pipelined_tiles.h on the square sizes (its tuning hook; sm_80+), one row per
+// tile, labelled "wmma_pipelined #I" (the tiles are described under the table; #0 is the rung's own).
+// Without a GPU it prints "no CUDA device" and exits 0.
 #include <CLI/CLI.hpp>
 #include <cuda_runtime.h>
 
@@ -24,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/gemm/wmma_pipelined_tiles.h"
 #include "kernels/error.h"
 #include "kernels/gemm.h"
 #include "kernels/half.h"
@@ -32,6 +36,7 @@
 using namespace hl;
 using kernels::GemmArgs;
 using kernels::Op;
+namespace tiles = kernels::wmma_pipelined;
 
 namespace {
 
@@ -158,13 +163,14 @@ int main(int argc, char** argv) {
   std::vector<std::string> variants;
   int runs = 20, warmup = 3;
   std::string out_name = "f16";
-  bool no_models = false;
+  bool no_models = false, sweep = false;
   app.add_option("--sizes", sizes, "square sizes M = N = K")->delimiter(',');
   app.add_option("--variants", variants, "variants to time (default: every CUDA variant)")->delimiter(',');
   app.add_option("--runs", runs, "timed runs per case (the median is shown)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed runs before timing")->check(CLI::NonNegativeNumber);
   app.add_option("--out", out_name, "dtype of C")->check(CLI::IsMember({"f16", "f32"}));
   app.add_flag("--no-models", no_models, "skip the MLP-512 / LeNet training shapes");
+  app.add_flag("--sweep", sweep, "also time wmma_pipelined with each candidate block tile on the square sizes");
   CLI11_PARSE(app, argc, argv);
 
   if (!runtime::cuda_available()) {
@@ -195,10 +201,16 @@ int main(int argc, char** argv) {
               << warmup << " warm-up; TFLOP/s = 2MNK / time\n# command:";
     for (int i = 0; i < argc; ++i) std::cout << ' ' << argv[i];
     std::cout << "\n\n";
-    std::printf("%-26s %-3s %7s %6s %6s  %-15s %10s %9s %8s %10s\n", "shape", "op", "M", "N", "K", "variant",
+    std::printf("%-26s %-3s %7s %6s %6s  %-17s %10s %9s %8s %10s\n", "shape", "op", "M", "N", "K", "variant",
                 "ms", "TFLOP/s", "%cuBLAS", "vs cuBLAS");
 
+    // The sweep's tiles are sm_80+ (the hook leaves older GPUs on their own tile) and need wmma_pipelined.
+    const bool can_sweep = runtime::cuda_compute_capability() >= 80 &&
+                           registry.find("wmma_pipelined", DeviceType::cuda) != nullptr;
+    if (sweep && !can_sweep) std::cout << "# --sweep: needs wmma_pipelined on an sm_80+ GPU; not run\n\n";
+
     for (const Shape& s : shapes) {
+      const bool sweep_here = sweep && can_sweep && s.name.rfind("square ", 0) == 0;
       GemmArgs g;
       g.device = DeviceType::cuda;
       g.op_a = s.op_a;
@@ -218,38 +230,60 @@ int main(int argc, char** argv) {
       const double flops = 2.0 * static_cast<double>(s.M) * static_cast<double>(s.N) * static_cast<double>(s.K);
       double cublas_ms = 0;
       std::vector<double> cublas_out;
-      for (const std::string& v : variants) {
-        std::printf("%-26s %-3s %7lld %6lld %6lld  %-15s ", s.name.c_str(), layout(s), static_cast<long long>(s.M),
-                    static_cast<long long>(s.N), static_cast<long long>(s.K), v.c_str());
+      // One row: `label` in the variant column, timed with `variant` (the tuning hook set by the caller).
+      const auto time_row = [&](const std::string& v, const std::string& label) {
+        std::printf("%-26s %-3s %7lld %6lld %6lld  %-17s ", s.name.c_str(), layout(s), static_cast<long long>(s.M),
+                    static_cast<long long>(s.N), static_cast<long long>(s.K), label.c_str());
         const auto* var = registry.find(v, DeviceType::cuda);
         const char* why = var->unsupported != nullptr ? var->unsupported(g) : nullptr;
         if (why != nullptr) {
           std::printf("unsupported: %s\n", why);
-          continue;
+          return;
         }
         if (v == "naive" && !explicit_variants && flops > 2.0 * 2048.0 * 2048.0 * 2048.0) {
           std::printf("skipped (slow rung above 2048^3; name it in --variants to time it)\n");
-          continue;
+          return;
         }
-        const double ms = time_ms(g, v, warmup, runs);
+        double ms = 0;
+        try {
+          ms = time_ms(g, v, warmup, runs);
+        } catch (const Error& e) {  // a tuning tile that does not fit this GPU: say so, go on
+          if (label == v) throw;
+          std::printf("refused: %s\n", e.what());
+          return;
+        }
         const double tflops = flops / (ms * 1e-3) / 1e12;
         const std::vector<double> out = download(C, static_cast<size_t>(s.M * s.N), c_type);
         if (v == "cublas") {
           cublas_ms = ms;
           cublas_out = out;
           std::printf("%10.4f %9.2f %7.0f%% %10s\n", ms, tflops, 100.0, "-");
+        } else if (cublas_out.empty()) {
+          std::printf("%10.4f %9.2f %8s %10s\n", ms, tflops, "-", "-");
         } else {
-          if (cublas_out.empty()) {
-            std::printf("%10.4f %9.2f %8s %10s\n", ms, tflops, "-", "-");
-          } else {
-            std::printf("%10.4f %9.2f %7.0f%% %10.1e\n", ms, tflops, 100.0 * cublas_ms / ms, rel_diff(out, cublas_out));
-          }
+          std::printf("%10.4f %9.2f %7.0f%% %10.1e\n", ms, tflops, 100.0 * cublas_ms / ms, rel_diff(out, cublas_out));
         }
         std::fflush(stdout);
+      };
+      for (const std::string& v : variants) time_row(v, v);
+      if (sweep_here) {
+        struct Reset {  // the hook goes back to the rung's own choice however the loop ends
+          ~Reset() { tiles::big_tile_for_tuning().store(-1); }
+        } reset;
+        for (int i = 0; i < tiles::kBigTileCount; ++i) {
+          tiles::big_tile_for_tuning().store(i);
+          time_row("wmma_pipelined", "wmma_pipelined #" + std::to_string(i));
+        }
       }
       runtime::cuda_free(A);
       runtime::cuda_free(B);
       runtime::cuda_free(C);
+    }
+    if (sweep && can_sweep) {
+      std::cout << "\n# --sweep: wmma_pipelined with block tile #I for every problem "
+                   "(kernels/cuda/gemm/wmma_pipelined_tiles.h; #0 is the tile the rung uses for big problems):\n";
+      for (int i = 0; i < tiles::kBigTileCount; ++i)
+        std::cout << "#   #" << i << ": " << tiles::describe(tiles::kBigTiles[i]) << "\n";
     }
     std::cout << "\n# %cuBLAS = cuBLAS time / variant time (higher is better); 'vs cuBLAS' = ||C - C_cublas|| / "
                  "||C_cublas|| (expect ~1e-3 for an f16 C: both round to f16, ~1e-6 for f32)\n";

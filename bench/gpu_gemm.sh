@@ -27,9 +27,11 @@ step tutorial-04-test timeout 120 "$build/tests/test_tutorials" --gtest_filter='
 small='Shapes/CudaGemmSweep.*/s1x1x1:Shapes/CudaGemmSweep.*/s7x13x5:Shapes/CudaGemmSweep.*/s17x33x65'
 small+=':CudaGemm.NaNPassesThroughBiasAndRelu:CudaGemm.MisalignedPointers*'
 small+=':CudaGemm.SplitKEpiloguesApplyOnceToTheWholeSum'  # split-K: the sliced kernels and the second pass
+small+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps'  # wmma_pipelined's tuning tiles (--sweep)
 sanitize_kernels "$small:CudaGemm.AccumulatesInFp32:CudaGemm.NonDenseLeadingDimensions" "$small"
 
-step benchmark timeout 180 "$build/bench/gemm_bench" --runs 20
+# --sweep: also wmma_pipelined with each candidate tile (kernels/cuda/gemm/wmma_pipelined_tiles.h).
+step benchmark timeout 240 "$build/bench/gemm_bench" --runs 20 --sweep
 step tutorial-04 timeout 120 "$build/tutorials/04_gemm_ladder" --device cuda
 finish
 exit

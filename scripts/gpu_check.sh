@@ -92,6 +92,7 @@ heavy+=':CudaGemm.SplitKLongReductionsMatchFloat64'  # every rung at K up to 100
 # without finishing (2026-11-23), while the small sweep shapes race-check the same tile code in seconds.
 race='Shapes/CudaGemmSweep.*/s1x1x1:Shapes/CudaGemmSweep.*/s7x13x5:Shapes/CudaGemmSweep.*/s17x33x65'
 race+=':CudaGemm.NaNPassesThroughBiasAndRelu:CudaGemm.MisalignedPointers*:CudaGemm.SplitKEpilogues*'
+race+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps'  # the tuning tiles of gemm_bench --sweep
 race+=':SoftmaxCuda.*:CudaSoftmax.*:CudaReduce.*:CudaOptim.*:CudaBatchNorm.*:CudaPool.*'
 race+=':ConvCuda.SmallShapes*:ConvCuda.BetaAccumulates*:ConvCuda.BiasRelu*:ConvCuda.Im2colGemmChunks*'
 

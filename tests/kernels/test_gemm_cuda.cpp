@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cuda/gemm/wmma_pipelined_tiles.h"
 #include "kernels/dtype.h"
 #include "kernels/error.h"
 #include "kernels/gemm.h"
@@ -537,6 +538,107 @@ TEST(CudaGemm, SplitKIsDeterministic) {
           expect_all_equal(out, first, variant + " " + g.describe() + ": run " + std::to_string(run) + " vs run 0");
         }
       }
+    }
+  }
+}
+
+// wmma_pipelined with each block tile that bench/gemm_bench --sweep times (wmma_pipelined_tiles.h), so
+// that whichever one the measurements pick is already checked. The tuning hook forces the tile for
+// every problem, small or not, so small shapes cross every edge of a big tile. Every layout and C
+// dtype with the whole epilogue (alpha, beta, bias, ReLU) on each shape; with `strided`, also wide
+// leading dimensions and misaligned operands (the copies' scalar path) on the first shape.
+void check_every_tuning_tile(const std::vector<std::vector<int64_t>>& shapes, bool strided) {
+  HL_REQUIRE_CUDA();
+  if (runtime::cuda_compute_capability() < 80) GTEST_SKIP() << "the tuning tiles are for sm_80+; older GPUs keep their tile";
+  namespace tiles = kernels::wmma_pipelined;
+  struct Reset {  // back to the rung's own choice, also when an assertion fails
+    ~Reset() { tiles::big_tile_for_tuning().store(-1); }
+  } reset;
+  uint64_t seed = test::fresh_seed();
+  for (int i = 0; i < tiles::kBigTileCount; ++i) {
+    tiles::big_tile_for_tuning().store(i);
+    const std::string tile = "tile #" + std::to_string(i) + " (" + tiles::describe(tiles::kBigTiles[i]) + ")";
+    for (auto [op_a, op_b] : kAllLayouts) {
+      for (DType c : {DType::f32, DType::f16}) {
+        for (const auto& s : shapes) {
+          GemmArgs g = problem(op_a, op_b, s[0], s[1], s[2], DType::f16, c);
+          g.alpha = 0.5f;
+          g.beta = 0.75f;
+          g.relu = true;
+          g.bias_type = DType::f32;
+          EXPECT_TRUE(run_case("wmma_pipelined", g, {.bias = true}, seed)) << tile << " " << g.describe();
+        }
+        if (!strided) continue;
+        GemmArgs h = problem(op_a, op_b, shapes[0][0], shapes[0][1], shapes[0][2], DType::f16, c);
+        h.lda += 3;
+        h.ldb += 5;
+        h.ldc += 7;
+        EXPECT_TRUE(run_case("wmma_pipelined", h, {.bias = false, .a_offset = 1, .b_offset = 3}, seed))
+            << tile << " strided and misaligned " << h.describe();
+      }
+    }
+  }
+}
+
+TEST(CudaGemm, WmmaPipelinedEveryTileTheSweepTimes) {
+  // M and N below, across and not a multiple of one tile; K neither a multiple of 32 nor of 64, and long
+  // enough (300: 10 steps of 32) that the ring of every tile wraps around; and 1 x 1 x 1.
+  check_every_tuning_tile({{300, 270, 300}, {257, 513, 77}, {1, 1, 1}}, true);
+}
+
+TEST(CudaGemm, WmmaPipelinedEveryTileOneBlockRingWraps) {
+  // One block per tile, K = 300 (the ring wraps): small enough for compute-sanitizer racecheck, which
+  // watches the ring's refills against the fragment loads (scripts/gpu_check.sh, bench/gpu_gemm.sh).
+  check_every_tuning_tile({{70, 40, 300}}, false);
+}
+
+TEST(CudaGemm, WmmaPipelinedTuningHookRefusesAnIndexPastTheTable) {
+  // The hook is read at every launch (the tests above cannot tell the tiles apart by their results): an
+  // index past the table is refused, naming the file that lists the tiles.
+  HL_REQUIRE_CUDA();
+  if (runtime::cuda_compute_capability() < 80) GTEST_SKIP() << "the tuning tiles are for sm_80+; older GPUs keep their tile";
+  namespace tiles = kernels::wmma_pipelined;
+  struct Reset {
+    ~Reset() { tiles::big_tile_for_tuning().store(-1); }
+  } reset;
+  tiles::big_tile_for_tuning().store(tiles::kBigTileCount);
+  DeviceBuffer a(std::vector<double>(64, 1.0), DType::f16), b(std::vector<double>(64, 1.0), DType::f16);
+  DeviceBuffer c(std::vector<double>(64, 0.0), DType::f32);
+  GemmArgs g = problem(Op::N, Op::N, 8, 8, 8, DType::f16, DType::f32);
+  g.device = kCuda;
+  g.A = a.get();
+  g.B = b.get();
+  g.C = c.get();
+  for (const std::string variant : {"wmma_pipelined", "wmma_pipelined_split_k"}) {
+    try {
+      kernels::gemm(g, variant);
+      ADD_FAILURE() << variant << " ran with tuning tile " << tiles::kBigTileCount;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("wmma_pipelined_tiles.h"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The tuning hook is off unless the benchmark sets it, and the table's entry 0 is the tile the rung
+// uses for big problems (no GPU needed).
+TEST(CudaGemmTiles, HookOffByDefaultAndEveryTileWellFormed) {
+  namespace tiles = kernels::wmma_pipelined;
+  EXPECT_EQ(tiles::big_tile_for_tuning().load(), -1);
+  ASSERT_GE(tiles::kBigTileCount, 2);
+  const tiles::Tile t0 = tiles::kBigTiles[0];
+  EXPECT_EQ(tiles::describe(t0), "128x128x32, 2x4 warps of 64x32, 4 stages");
+  for (int i = 0; i < tiles::kBigTileCount; ++i) {
+    const tiles::Tile t = tiles::kBigTiles[i];
+    SCOPED_TRACE(tiles::describe(t));
+    EXPECT_EQ(t.bm % (16 * t.warps_m), 0);  // warp tiles of whole 16 x 16 fragments
+    EXPECT_EQ(t.bn % (16 * t.warps_n), 0);
+    EXPECT_EQ(t.bk % 16, 0);
+    EXPECT_GE(t.stages, 2);                     // a ring: one buffer filling while one is read
+    EXPECT_LE(32 * t.warps_m * t.warps_n, 1024);  // one block
+    for (int j = 0; j < i; ++j) {                 // no tile timed twice
+      const tiles::Tile u = tiles::kBigTiles[j];
+      EXPECT_FALSE(u.bm == t.bm && u.bn == t.bn && u.bk == t.bk && u.warps_m == t.warps_m && u.warps_n == t.warps_n &&
+                   u.stages == t.stages);
     }
   }
 }

@@ -24,6 +24,8 @@
 //      blockIdx.z takes a slice of K, and a second pass (split_k.cu) adds the slices' FP32 partial
 //      tiles and applies the epilogue. It is registered opt-in: it was written in a session without
 //      a GPU, and runs by default only once its tests and benchmark have run on one.
+//      Which big tile is best on a GPU is measured, not guessed: wmma_pipelined_tiles.h lists the
+//      candidates (entry 0 is the one used here) and `bench/gemm_bench --sweep` times each of them.
 //
 // Everything else is as in wmma_smem: padded shared-memory rows, predicated edges with zero fill,
 // 128-bit copies with a scalar fallback inside the kernel for misaligned matrices (so this rung too
@@ -36,7 +38,9 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm/gemm_common.cuh"
+#include "kernels/cuda/gemm/wmma_pipelined_tiles.h"
 #include "kernels/cuda/gemm/wmma_tile.cuh"
+#include "kernels/error.h"
 #include "kernels/gemm.h"
 
 namespace hl::kernels::cuda {
@@ -57,7 +61,13 @@ struct Config {
   static_assert(WM % 16 == 0 && WN % 16 == 0 && BK % 16 == 0, "warp tiles are made of 16x16x16 steps");
 };
 
-using BigAmpere = Config<128, 128, 32, 2, 4, 4>;  // sm_80+: 4 stages, 74 KiB of shared memory
+// Entry I of the big tiles for sm_80+ (wmma_pipelined_tiles.h): entry 0 is the rung's, 4 stages and
+// 68 to 80 KiB of shared memory; the others are the candidates that gemm_bench --sweep times.
+template <int I>
+using BigTile = Config<wmma_pipelined::kBigTiles[I].bm, wmma_pipelined::kBigTiles[I].bn, wmma_pipelined::kBigTiles[I].bk,
+                       wmma_pipelined::kBigTiles[I].warps_m, wmma_pipelined::kBigTiles[I].warps_n,
+                       wmma_pipelined::kBigTiles[I].stages>;
+using BigAmpere = BigTile<0>;                     // sm_80+
 using BigTuring = Config<128, 128, 32, 2, 4, 2>;  // sm_75: synchronous copies, 2 buffers suffice
 using Small = Config<64, 64, 32, 2, 2, 3>;        // small GEMMs: 4x the blocks of the big tile
 
@@ -166,6 +176,16 @@ void launch(const GemmArgs& g, const SplitK& split = {}, int64_t slices = 1) {
   const auto kernel = gemm_wmma_pipelined_kernel<op_a, op_b, Cfg, kSplit>;
   constexpr size_t bytes = Smem<op_a, op_b, Cfg>::kBytes;
   // More than 48 KiB of dynamic shared memory must be allowed explicitly, once per kernel.
+  // (The tiles the rung chooses fit every GPU it runs on; a tile forced by the tuning hook may not.)
+  static const int allowed = [] {
+    int device = 0, optin = 0;
+    HL_CUDA_CHECK(cudaGetDevice(&device));
+    HL_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return optin;
+  }();
+  HL_CHECK(bytes <= static_cast<size_t>(allowed), "wmma_pipelined: a ", Cfg::BM, "x", Cfg::BN, "x", Cfg::BK,
+           " tile with ", Cfg::STAGES, " stages needs ", bytes, " bytes of shared memory per block; this GPU allows ",
+           allowed);
   static std::once_flag opted_in;
   std::call_once(opted_in, [&] {
     HL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -178,10 +198,30 @@ void launch(const GemmArgs& g, const SplitK& split = {}, int64_t slices = 1) {
   HL_LAUNCH_CHECK("gemm_wmma_pipelined_kernel");
 }
 
+// Big tile `index` of the table (the tuning hook's choice), through a compile-time index.
+template <Op op_a, Op op_b, int I = 0>
+void launch_big_tile(const GemmArgs& g, int index) {
+  if constexpr (I < wmma_pipelined::kBigTileCount) {
+    if (index == I) {
+      launch<op_a, op_b, BigTile<I>>(g);
+    } else {
+      launch_big_tile<op_a, op_b, I + 1>(g, index);
+    }
+  }
+}
+
 // The tile for this problem on this GPU (see point 3 above); kSplitK: the wmma_pipelined_split_k
 // variant, which may also split K.
 template <Op op_a, Op op_b, bool kSplitK>
 void launch_for_device(const GemmArgs& g) {
+  // bench/gemm_bench --sweep: one big tile for every problem (sm_80+; the T4 keeps its own tile).
+  const int tuned = wmma_pipelined::big_tile_for_tuning().load(std::memory_order_relaxed);
+  if (tuned >= 0 && runtime::cuda_compute_capability() >= 80) {
+    HL_CHECK(tuned < wmma_pipelined::kBigTileCount, "wmma_pipelined: tuning tile ", tuned, " is not one of the ",
+             wmma_pipelined::kBigTileCount, " in wmma_pipelined_tiles.h");
+    launch_big_tile<op_a, op_b>(g, tuned);
+    return;
+  }
   const int64_t big_blocks = static_cast<int64_t>(blocks_for(g.M, 128)) * blocks_for(g.N, 128);
   if (big_blocks < sm_count()) {
     const int64_t small_blocks = static_cast<int64_t>(blocks_for(g.M, Small::BM)) * blocks_for(g.N, Small::BN);

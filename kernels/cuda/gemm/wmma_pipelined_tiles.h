@@ -1,0 +1,53 @@
+// The block tiles of the `wmma_pipelined` GEMM rung (wmma_pipelined.cu) for large problems on sm_80+,
+// and the tuning hook through which `bench/gemm_bench --sweep` times each of them. Plain C++ with no
+// CUDA in it, so that the benchmark and the tests name the same tiles as the kernels.
+//
+// Why a sweep: at 4096^3 on an H200 the rung's tile (entry 0) ran at 29% of cuBLAS
+// (bench/results/gemm_nvidia_h200_2026-11-23.txt) against issue #4's 50%. Its warps own 64 x 32 of C,
+// so each 16-deep step loads 6 fragments from shared memory for 8 mma_syncs; a 64 x 64 warp tile loads
+// 8 for 16, and a 64-deep K step halves the barriers per multiply-add. Which of these wins on a given
+// GPU is a measurement, not a guess: the entries below are the candidates, each instantiated for every
+// layout and checked by the tests (CudaGemm.WmmaPipelinedEveryTileTheSweepTimes) like the rung itself.
+#pragma once
+#include <atomic>
+#include <string>
+
+namespace hl::kernels::wmma_pipelined {
+
+struct Tile {
+  int bm, bn, bk;        // block tile M x N, K step
+  int warps_m, warps_n;  // warps per block along M and N: each owns (bm / warps_m) x (bn / warps_n) of C
+  int stages;            // cp.async buffers in the shared-memory ring
+};
+
+// Noted for each entry: registers per thread on sm_90 (ptxas -v, the same within 4 in every layout, no
+// spills in any) and shared memory per block (its range over the four layouts: the padding of a tile
+// depends on which dimension is contiguous). An H100/H200 SM has 64K registers and 227 KiB of shared
+// memory, which sets the resident blocks per SM.
+inline constexpr Tile kBigTiles[] = {
+    {128, 128, 32, 2, 4, 4},  // 0: the rung's tile, 8 warps of 64 x 32; 120 regs, 68-80 KiB: 2 blocks/SM
+    {128, 128, 64, 2, 4, 3},  // 1: K step 64, half the barriers per multiply-add; 116 regs, 102-108 KiB: 2/SM
+    {128, 256, 32, 2, 4, 3},  // 2: 8 warps of 64 x 64; 170 regs, 75-90 KiB: 1 block/SM
+    {256, 128, 32, 4, 2, 3},  // 3: the same warps, the block tall instead of wide; 170 regs, 75-90 KiB: 1/SM
+    {128, 128, 32, 2, 2, 4},  // 4: 4 warps of 64 x 64; 196 regs, 68-80 KiB: 2 blocks/SM
+    {128, 256, 32, 2, 4, 4},  // 5: as 2 with one more stage in flight; 170 regs, 100-120 KiB: 1/SM
+};
+inline constexpr int kBigTileCount = static_cast<int>(sizeof(kBigTiles) / sizeof(kBigTiles[0]));
+
+// "128x256x32, 2x4 warps of 64x64, 3 stages"
+inline std::string describe(const Tile& t) {
+  return std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" + std::to_string(t.bk) + ", " +
+         std::to_string(t.warps_m) + "x" + std::to_string(t.warps_n) + " warps of " + std::to_string(t.bm / t.warps_m) +
+         "x" + std::to_string(t.bn / t.warps_n) + ", " + std::to_string(t.stages) + " stages";
+}
+
+// The tuning hook of `bench/gemm_bench --sweep`: when 0 or above, wmma_pipelined (and
+// wmma_pipelined_split_k) on an sm_80+ GPU runs every problem with kBigTiles[index], whatever its
+// size, instead of choosing its tile (no small tile, no split-K). Process-wide and for measuring only;
+// training and the tests' default runs leave it at -1. An index past the table is refused at launch.
+inline std::atomic<int>& big_tile_for_tuning() {
+  static std::atomic<int> index{-1};
+  return index;
+}
+
+}  // namespace hl::kernels::wmma_pipelined
