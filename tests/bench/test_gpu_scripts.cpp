@@ -3,8 +3,15 @@
 // message that says what to do, and every shell script of the project passes shellcheck.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "tests/test_util.h"
 
@@ -60,6 +67,89 @@ TEST(GpuScripts, CheckNamesItsStages) {
   auto [s2, o2] = hl::test::run_command(script("gpu_check.sh") + " benchmark");
   EXPECT_NE(s2, 0);
   EXPECT_TRUE(contains(o2, "unknown stage 'benchmark'")) << o2;
+}
+
+// Every test name of every test program, as "Suite.Test" ("Shapes/CudaGemmSweep.Every.../s1x1x1" for
+// parameterized ones), from --gtest_list_tests.
+std::vector<std::string> all_test_names() {
+  std::vector<std::string> names;
+  for (const char* program : {"kernels", "framework", "datasets", "tutorials", "bench"}) {
+    const fs::path exe = fs::path(HALFLING_BINARY_DIR) / "tests" / (std::string("test_") + program);
+    // append(), not "'" + ... + "'": g++ 12 reports a false -Wrestrict on the latter.
+    std::string command = "'";
+    command.append(exe.string()).append("' --gtest_list_tests");
+    auto [status, out] = hl::test::run_command(command);
+    EXPECT_EQ(status, 0) << exe << ": " << out;
+    std::istringstream lines(out);
+    std::string line, suite;
+    while (std::getline(lines, line)) {
+      const std::string word = line.substr(0, line.find("  #", 2));  // drop "  # GetParam() = ..."
+      if (word.empty()) continue;
+      if (word[0] != ' ') {
+        suite = word;  // "Suite." (its own "  # TypeParam" comment already dropped)
+      } else if (word.rfind("  ", 0) == 0) {
+        names.push_back(suite + word.substr(2));
+      }
+    }
+  }
+  return names;
+}
+
+// A GoogleTest filter pattern ('*' any run, '?' one character) as a regular expression.
+std::regex glob_regex(const std::string& pattern) {
+  std::string re;
+  for (char c : pattern) {
+    if (c == '*') {
+      re += ".*";
+    } else if (c == '?') {
+      re += '.';
+    } else {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') re += '\\';  // '.', '/': literal
+      re += c;
+    }
+  }
+  return std::regex(re);
+}
+
+// The GPU scripts choose tests by name (--gtest_filter, and gpu_check.sh's cpu_only list for ctest -E).
+// A name that matches nothing is silent there: a mistyped test would simply not run under the
+// sanitizers. So every literal pattern in their filters (the quoted strings of filter assignments,
+// --gtest_filter= and sanitize_kernels arguments, split at ':' and '-', shell variables left out)
+// must match at least one test of the test programs.
+TEST(GpuScripts, FiltersNameTestsThatExist) {
+  const std::vector<std::string> names = all_test_names();
+  ASSERT_GT(names.size(), 100u);
+  const std::regex filter_line(R"re(^\s*[a-z_]+\+?=['"]|--gtest_filter=|sanitize_kernels ['"])re");
+  const std::regex quoted(R"re('([^']*)'|"([^"]*)")re");
+  const std::regex pattern_chars(R"([A-Za-z0-9_./*?]+)");
+  int checked = 0;
+  for (const char* file : {"scripts/gpu_check.sh", "bench/gpu_gemm.sh", "bench/gpu_conv.sh", "bench/gpu_softmax.sh",
+                           "bench/gpu_bn.sh"}) {
+    std::ifstream in(fs::path(HALFLING_SOURCE_DIR) / file);
+    ASSERT_TRUE(in) << file;
+    std::string line;
+    for (int number = 1; std::getline(in, line); ++number) {
+      const std::string code = line.substr(0, line.find("  #"));  // not the comment after the code
+      if (code.find_first_not_of(" ") == std::string::npos || code[code.find_first_not_of(" ")] == '#') continue;
+      if (!std::regex_search(code, filter_line)) continue;
+      for (std::sregex_iterator q(code.begin(), code.end(), quoted), end; q != end; ++q) {
+        const std::string text = (*q)[1].matched ? (*q)[1].str() : (*q)[2].str();
+        std::string piece;
+        std::istringstream pieces(std::regex_replace(text, std::regex("-"), ":"));
+        while (std::getline(pieces, piece, ':')) {
+          // Shell variables and words are not test patterns: a pattern has a suite's "." or a '*'.
+          const bool is_pattern = std::regex_match(piece, pattern_chars) &&
+                                  (piece.find('.') != std::string::npos || piece.find('*') != std::string::npos);
+          if (!is_pattern) continue;
+          const std::regex re = glob_regex(piece);
+          const bool found = std::any_of(names.begin(), names.end(), [&](const std::string& n) { return std::regex_match(n, re); });
+          EXPECT_TRUE(found) << file << ":" << number << ": '" << piece << "' matches no test";
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 40) << "the scripts' filters were not found: has their form changed?";
 }
 
 // shellcheck (scripts/setup.sh installs it) on every shell script of the project, run from the
