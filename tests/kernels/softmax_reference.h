@@ -20,6 +20,7 @@ struct Row {
 
 inline std::vector<Row> row_stats(int64_t rows, int64_t cols, const std::vector<double>& x) {
   std::vector<Row> out(static_cast<size_t>(rows));
+#pragma omp parallel for schedule(static)  // rows are independent; the sum within a row stays in order
   for (int64_t r = 0; r < rows; ++r) {
     const double* row = x.data() + r * cols;
     long double mx = -kInf;

@@ -6,6 +6,7 @@
 // the scalar (misaligned) path, and the framework's cross_entropy on CUDA against the CPU.
 // Skips without a GPU (HL_REQUIRE_CUDA).
 #include <gtest/gtest.h>
+#include <gtest/gtest-spi.h>
 
 #include <algorithm>
 #include <functional>
@@ -122,36 +123,68 @@ Expect reference(std::vector<double> x, int64_t rows, int64_t cols) {
   Expect e{std::move(x), {}, {}, rows, cols};
   e.stats = ref::row_stats(rows, cols, e.x);
   e.lp.resize(e.x.size());
-  for (size_t i = 0; i < e.x.size(); ++i) e.lp[i] = ref::log_prob(e.x[i], e.stats[i / static_cast<size_t>(cols)]);
+  const int64_t n = static_cast<int64_t>(e.x.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) e.lp[static_cast<size_t>(i)] = ref::log_prob(e.x[static_cast<size_t>(i)], e.stats[static_cast<size_t>(i / cols)]);
   return e;
 }
 
-// Checks every element; returns the number of failures (the first few are reported).
+// Checks every element; returns the number of failures (the first few are reported). The elements are
+// checked in parallel (EveryRungForwardAgainstReference checks over a billion: minutes on one core),
+// then, only if some failed, once more in order to report the first ones.
 int64_t check_forward(const Expect& e, const std::vector<double>& out, bool log, bool f16_out, int64_t chain,
                       const std::string& what) {
-  int64_t bad = 0;
-  for (size_t i = 0; i < out.size(); ++i) {
+  const auto want_at = [&](size_t i) { return log ? e.lp[i] : std::exp(e.lp[i]); };
+  const auto element_ok = [&](size_t i) {
     const double xi = e.x[i], o = out[i];
     const auto& s = e.stats[i / static_cast<size_t>(e.cols)];
-    const double want = log ? e.lp[i] : std::exp(e.lp[i]);
-    bool ok;
-    if (std::isnan(want)) {
-      ok = std::isnan(o);
-    } else if (xi == -kInf) {
-      ok = o == want;  // exactly 0 / -inf
-    } else if (f16_out && std::fabs(want) > 65504) {
-      ok = std::signbit(o) == std::signbit(want) && (std::isinf(o) || std::fabs(o) == 65504);
-    } else {
-      const double lt = ref::logprob_tol(xi, s, chain);
-      const double tol = log ? lt + ref::out_rel(f16_out) * std::fabs(want) + ref::out_abs(f16_out)
-                             : want * (lt + 4 * ref::kU32) + ref::out_rel(f16_out) * want + ref::out_abs(f16_out);
-      ok = std::fabs(o - want) <= tol;
-    }
-    if (!ok && ++bad <= 5)
-      ADD_FAILURE() << what << ": element " << i << " (row " << i / static_cast<size_t>(e.cols) << ") = " << o
-                    << ", want " << want << " (x = " << xi << ")";
+    const double want = want_at(i);
+    if (std::isnan(want)) return std::isnan(o);
+    if (xi == -kInf) return o == want;  // exactly 0 / -inf
+    if (f16_out && std::fabs(want) > 65504)
+      return std::signbit(o) == std::signbit(want) && (std::isinf(o) || std::fabs(o) == 65504);
+    const double lt = ref::logprob_tol(xi, s, chain);
+    const double tol = log ? lt + ref::out_rel(f16_out) * std::fabs(want) + ref::out_abs(f16_out)
+                           : want * (lt + 4 * ref::kU32) + ref::out_rel(f16_out) * want + ref::out_abs(f16_out);
+    return std::fabs(o - want) <= tol;
+  };
+  const int64_t n = static_cast<int64_t>(out.size());
+  int64_t bad = 0;
+#pragma omp parallel for reduction(+ : bad) schedule(static)
+  for (int64_t i = 0; i < n; ++i) bad += element_ok(static_cast<size_t>(i)) ? 0 : 1;
+  for (int64_t i = 0, reported = 0; bad > 0 && i < n && reported < 5; ++i) {
+    if (element_ok(static_cast<size_t>(i))) continue;
+    ++reported;
+    ADD_FAILURE() << what << ": element " << i << " (row " << i / e.cols << ") = " << out[static_cast<size_t>(i)]
+                  << ", want " << want_at(static_cast<size_t>(i)) << " (x = " << e.x[static_cast<size_t>(i)] << ")";
   }
   return bad;
+}
+
+// The checker itself (no GPU needed): the exact answers pass, and a slightly wrong value, a NaN where a
+// probability is due and a number where NaN is due are each counted and reported (with the element),
+// whichever thread of the parallel count found them.
+TEST(SoftmaxCheck, CountsAndReportsEachWrongElement) {
+  uint64_t seed = hl::test::fresh_seed();
+  const int64_t rows = 6, cols = 1000;  // rows 0-2: all -inf, masked, a 12; row 3: +inf; row 4: NaN
+  const Expect e = reference(make_logits(rows, cols, 8.0, DType::f32, seed, /*nonfinite=*/true), rows, cols);
+  const size_t finite = static_cast<size_t>(5 * cols + 7), nan_due = static_cast<size_t>(4 * cols + 3);
+  for (bool log : {false, true}) {
+    std::vector<double> exact(e.lp.size());
+    for (size_t i = 0; i < exact.size(); ++i) exact[i] = log ? e.lp[i] : std::exp(e.lp[i]);
+    ASSERT_TRUE(std::isfinite(exact[finite]) && std::isnan(exact[nan_due]));
+    EXPECT_EQ(check_forward(e, exact, log, false, cols, "exact"), 0);
+    const auto expect_one_bad = [&](size_t i, double value, const std::string& element) {
+      std::vector<double> out = exact;
+      out[i] = value;
+      int64_t bad = -1;
+      EXPECT_NONFATAL_FAILURE(bad = check_forward(e, out, log, false, cols, "corrupted"), "corrupted: element " + element);
+      EXPECT_EQ(bad, 1) << element;
+    };
+    expect_one_bad(finite, exact[finite] * (1 + 1e-3), std::to_string(finite));
+    expect_one_bad(finite, kNaN, std::to_string(finite));
+    expect_one_bad(nan_due, 0.5, std::to_string(nan_due));
+  }
 }
 
 k::SoftmaxArgs forward_args(bool log, const Tensor& x, const Tensor& y) {
