@@ -152,6 +152,29 @@ TEST(GpuScripts, FiltersNameTestsThatExist) {
   EXPECT_GT(checked, 40) << "the scripts' filters were not found: has their form changed?";
 }
 
+// scripts/ptx_changed.sh: a file compared with the commit it was last changed in reports every kernel
+// the same; a bad commit is refused. (Needs nvcc and a git checkout; no GPU.)
+TEST(GpuScripts, PtxChangedComparesKernelByKernel) {
+  const std::string repo = HALFLING_SOURCE_DIR;
+  if (hl::test::run_command("git -C '" + repo + "' rev-parse HEAD").first != 0) GTEST_SKIP() << "not a git checkout";
+  if (hl::test::run_command("command -v nvcc || test -x /usr/local/cuda/bin/nvcc").first != 0) GTEST_SKIP() << "no nvcc";
+  const std::string file = "kernels/cuda/gemm/naive.cu";
+  auto [ls, last] = hl::test::run_command("git -C '" + repo + "' log -1 --format=%h -- " + file);
+  ASSERT_EQ(ls, 0) << last;
+  last = last.substr(0, last.find_first_of("\r\n"));
+  if (hl::test::run_command("git -C '" + repo + "' diff --quiet " + last + " -- " + file).first != 0)
+    GTEST_SKIP() << file << " has uncommitted changes";
+  auto [s, o] = hl::test::run_command(script("ptx_changed.sh") + " " + last + " " + file);
+  EXPECT_EQ(s, 0) << o;
+  EXPECT_TRUE(contains(o, file + ": unchanged: 2 same, 0 changed, 0 new, 0 gone")) << o;
+  auto [s2, o2] = hl::test::run_command(script("ptx_changed.sh") + " no-such-commit");
+  EXPECT_EQ(s2, 2) << o2;
+  EXPECT_TRUE(contains(o2, "'no-such-commit' is not a commit")) << o2;
+  auto [s3, o3] = hl::test::run_command(script("ptx_changed.sh"));
+  EXPECT_EQ(s3, 2) << o3;
+  EXPECT_TRUE(contains(o3, "usage: scripts/ptx_changed.sh REV")) << o3;
+}
+
 // shellcheck (scripts/setup.sh installs it) on every shell script of the project, run from the
 // repository root: the scripts' `# shellcheck source=scripts/...` directives are relative to it, and
 // a sourced file is only followed when it is one of the inputs.

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Which CUDA kernels generate different code now than at an earlier commit (the last one that ran on a
+# GPU): a kernel whose PTX is unchanged keeps its GPU verification; a changed one needs its tests,
+# compute-sanitizer and benchmark again (docs/gpu_status.md). Needs nvcc and python3, no GPU.
+#
+#   scripts/ptx_changed.sh REV [FILE...]     e.g. scripts/ptx_changed.sh d105cb3
+#   scripts/ptx_changed.sh d105cb3 kernels/cuda/softmax/warp_row.cu
+#
+# For every kernels/cuda/**/*.cu (or the FILEs named), the PTX for compute_90 at REV (a temporary git
+# worktree) and in the working tree, compared kernel by kernel (.entry), with the hashes nvcc puts in
+# anonymous-namespace names taken out and parameter names normalized. Prints one line per file (same /
+# changed / new / gone kernels) and the names of the changed ones. Exit status 0 either way (a report,
+# not a verdict); 2 on a usage or build error.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+rev=${1:-}
+if [[ -z $rev ]]; then
+  echo "usage: scripts/ptx_changed.sh REV [FILE...]   (REV: the commit to compare with)" >&2
+  exit 2
+fi
+shift
+git -C "$root" rev-parse --verify --quiet "$rev^{commit}" >/dev/null || {
+  echo "ptx_changed.sh: '$rev' is not a commit of this repository" >&2
+  exit 2
+}
+nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+[[ -x $nvcc ]] || {
+  echo "ptx_changed.sh: nvcc not found (set NVCC)" >&2
+  exit 2
+}
+
+work=$(mktemp -d)
+cleanup() {
+  git -C "$root" worktree remove --force "$work/old" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+git -C "$root" worktree add --detach --quiet "$work/old" "$rev"
+
+files=("$@")
+if ((${#files[@]} == 0)); then
+  mapfile -t files < <(cd "$root" && { ls kernels/cuda/*.cu kernels/cuda/*/*.cu; git -C "$work/old" ls-files 'kernels/cuda/*.cu'; } | sort -u)
+fi
+
+# ptx TREE FILE OUT: the PTX of one file of a tree, or nothing when the tree lacks the file.
+ptx() {
+  [[ -f $1/$2 ]] || return 0
+  "$nvcc" -DHALFLING_WITH_CUDA=1 -I"$1" -isystem=/usr/include/stb -O3 -DNDEBUG -arch=compute_90 -ptx \
+    --expt-relaxed-constexpr -std=c++17 -x cu -o "$3" "$1/$2"
+}
+
+mkdir -p "$work/ptx"
+for f in "${files[@]}"; do
+  n=${f//\//_}
+  ptx "$work/old" "$f" "$work/ptx/$n.old" || exit 2
+  ptx "$root" "$f" "$work/ptx/$n.new" || exit 2
+done
+
+echo "# PTX (compute_90) per kernel: $rev vs the working tree of $(git -C "$root" rev-parse --short HEAD)"
+python3 - "$work/ptx" "${files[@]}" <<'PY'
+import os, re, sys
+
+def kernels(path):
+    """name -> body of every .entry, with nvcc's per-compilation hashes and parameter names normalized."""
+    if not os.path.exists(path):
+        return None
+    text = open(path).read()
+    # The anonymous namespace's mangled name, <length>_GLOBAL__N__<hash>_..._cu_<hash>_<id>, differs from
+    # one compilation to the next: cut exactly <length> characters (two digits: the names are 40 to 99
+    # characters long), so that what follows it (the kernel's own name) is kept.
+    text = re.sub(r"(\d\d)(_GLOBAL__N__[A-Za-z0-9_]+)",
+                  lambda m: "4ANON" + m.group(2)[int(m.group(1)):], text)
+    text = re.sub(r"^\s*//.*$", "", text, flags=re.M)
+    out = {}
+    for part in re.split(r"\n(?=(?:\.visible |\.weak )?\.(?:entry|func) )", text):
+        m = re.match(r"(?:\.visible |\.weak )?\.entry\s+([A-Za-z0-9_$]+)", part)
+        if m:
+            body = part[part.find("{"):].rstrip()  # the split leaves the blank line before the next
+            out[m.group(1)] = re.sub(r"[A-Za-z0-9_$]+_param_(\d+)", r"PARAM_\1", body)
+    return out
+
+folder, files = sys.argv[1], sys.argv[2:]
+for f in files:
+    n = f.replace("/", "_")
+    old, new = kernels(os.path.join(folder, n + ".old")), kernels(os.path.join(folder, n + ".new"))
+    if old is None and new is None:
+        print(f"{f}: in neither tree")
+        continue
+    if old is None:
+        print(f"{f}: new file, {len(new)} kernels")
+        continue
+    if new is None:
+        print(f"{f}: removed ({len(old)} kernels)")
+        continue
+    same = [k for k in new if k in old and old[k] == new[k]]
+    changed = [k for k in new if k in old and old[k] != new[k]]
+    added = [k for k in new if k not in old]
+    gone = [k for k in old if k not in new]
+    verdict = "CHANGED" if changed or gone else ("unchanged, and new kernels" if added else "unchanged")
+    print(f"{f}: {verdict}: {len(same)} same, {len(changed)} changed, {len(added)} new, {len(gone)} gone "
+          "(a kernel whose signature changed counts as gone + new)")
+    for k in changed:
+        print(f"    changed: {k}")
+    for k in gone:
+        print(f"    gone:    {k}")
+PY
