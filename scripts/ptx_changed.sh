@@ -8,8 +8,9 @@
 #
 # For every kernels/cuda/**/*.cu (or the FILEs named), the PTX for compute_90 at REV (a temporary git
 # worktree) and in the working tree, compared kernel by kernel (.entry), with the hashes nvcc puts in
-# anonymous-namespace names taken out and parameter names normalized. Prints one line per file (same /
-# changed / new / gone kernels) and the names of the changed ones. Exit status 0 either way (a report,
+# anonymous-namespace names, branch labels and the names derived from a kernel's own normalized. Prints
+# one line per file (same / same code under a new signature / changed / new / gone kernels) and the names
+# of the changed and gone ones. Exit status 0 either way (a report,
 # not a verdict); 2 on a usage or build error.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -71,12 +72,20 @@ def kernels(path):
     text = re.sub(r"(\d\d)(_GLOBAL__N__[A-Za-z0-9_]+)",
                   lambda m: "4ANON" + m.group(2)[int(m.group(1)):], text)
     text = re.sub(r"^\s*//.*$", "", text, flags=re.M)
+    # Branch labels are numbered by the function's place in the file ($L__BB<function>_<block>): a
+    # kernel added before another renumbers the other's labels without changing its code.
+    text = re.sub(r"\$L__BB\d+_", "$L__BB_", text)
     out = {}
     for part in re.split(r"\n(?=(?:\.visible |\.weak )?\.(?:entry|func) )", text):
         m = re.match(r"(?:\.visible |\.weak )?\.entry\s+([A-Za-z0-9_$]+)", part)
         if m:
+            name = m.group(1)
             body = part[part.find("{"):].rstrip()  # the split leaves the blank line before the next
-            out[m.group(1)] = re.sub(r"[A-Za-z0-9_$]+_param_(\d+)", r"PARAM_\1", body)
+            # Names derived from the kernel's own: its parameters, its static shared arrays
+            # (_ZZ<name>E<array>) and its local-memory depot (numbered like the labels).
+            body = re.sub(r"[A-Za-z0-9_$]+_param_(\d+)", r"PARAM_\1", body)
+            body = body.replace("_ZZ" + name[2:] + "E", "_ZZ<self>E")
+            out[name] = re.sub(r"__local_depot\d+", "__local_depot", body)
     return out
 
 folder, files = sys.argv[1], sys.argv[2:]
@@ -96,11 +105,17 @@ for f in files:
     changed = [k for k in new if k in old and old[k] != new[k]]
     added = [k for k in new if k not in old]
     gone = [k for k in old if k not in new]
+    # A kernel whose signature changed (a template or function parameter added) but whose code did
+    # not: the same body under a new name.
+    renamed = {k: next((a for a in added if new[a] == old[k]), None) for k in gone}
+    renamed = {k: a for k, a in renamed.items() if a is not None}
+    gone = [k for k in gone if k not in renamed]
+    added = [k for k in added if k not in renamed.values()]
     verdict = "CHANGED" if changed or gone else ("unchanged, and new kernels" if added else "unchanged")
-    print(f"{f}: {verdict}: {len(same)} same, {len(changed)} changed, {len(added)} new, {len(gone)} gone "
-          "(a kernel whose signature changed counts as gone + new)")
+    print(f"{f}: {verdict}: {len(same)} same, {len(renamed)} same code under a new signature, "
+          f"{len(changed)} changed, {len(added)} new, {len(gone)} gone")
     for k in changed:
         print(f"    changed: {k}")
     for k in gone:
-        print(f"    gone:    {k}")
+        print(f"    gone:    {k} (its code is in none of the new kernels)")
 PY
