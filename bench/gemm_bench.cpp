@@ -267,11 +267,8 @@ int main(int argc, char** argv) {
       };
       for (const std::string& v : variants) time_row(v, v);
       if (sweep_here) {
-        struct Reset {  // the hook goes back to the rung's own choice however the loop ends
-          ~Reset() { tiles::big_tile_for_tuning().store(-1); }
-        } reset;
         for (int i = 0; i < tiles::kBigTileCount; ++i) {
-          tiles::big_tile_for_tuning().store(i);
+          const tiles::ScopedBigTile tile(i);
           time_row("wmma_pipelined", "wmma_pipelined #" + std::to_string(i));
         }
       }

@@ -551,12 +551,9 @@ void check_every_tuning_tile(const std::vector<std::vector<int64_t>>& shapes, bo
   HL_REQUIRE_CUDA();
   if (runtime::cuda_compute_capability() < 80) GTEST_SKIP() << "the tuning tiles are for sm_80+; older GPUs keep their tile";
   namespace tiles = kernels::wmma_pipelined;
-  struct Reset {  // back to the rung's own choice, also when an assertion fails
-    ~Reset() { tiles::big_tile_for_tuning().store(-1); }
-  } reset;
   uint64_t seed = test::fresh_seed();
   for (int i = 0; i < tiles::kBigTileCount; ++i) {
-    tiles::big_tile_for_tuning().store(i);
+    const tiles::ScopedBigTile forced(i);  // back to the rung's own choice, also when an assertion fails
     const std::string tile = "tile #" + std::to_string(i) + " (" + tiles::describe(tiles::kBigTiles[i]) + ")";
     for (auto [op_a, op_b] : kAllLayouts) {
       for (DType c : {DType::f32, DType::f16}) {
@@ -598,10 +595,7 @@ TEST(CudaGemm, WmmaPipelinedTuningHookRefusesAnIndexPastTheTable) {
   HL_REQUIRE_CUDA();
   if (runtime::cuda_compute_capability() < 80) GTEST_SKIP() << "the tuning tiles are for sm_80+; older GPUs keep their tile";
   namespace tiles = kernels::wmma_pipelined;
-  struct Reset {
-    ~Reset() { tiles::big_tile_for_tuning().store(-1); }
-  } reset;
-  tiles::big_tile_for_tuning().store(tiles::kBigTileCount);
+  const tiles::ScopedBigTile past_the_table(tiles::kBigTileCount);
   DeviceBuffer a(std::vector<double>(64, 1.0), DType::f16), b(std::vector<double>(64, 1.0), DType::f16);
   DeviceBuffer c(std::vector<double>(64, 0.0), DType::f32);
   GemmArgs g = problem(Op::N, Op::N, 8, 8, 8, DType::f16, DType::f32);

@@ -50,4 +50,14 @@ inline std::atomic<int>& big_tile_for_tuning() {
   return index;
 }
 
+// The hook set to `index` for one scope, and back to -1 however the scope ends (an exception, a failed
+// test assertion): what the benchmark and the tests use.
+class ScopedBigTile {
+ public:
+  explicit ScopedBigTile(int index) { big_tile_for_tuning().store(index); }
+  ~ScopedBigTile() { big_tile_for_tuning().store(-1); }
+  ScopedBigTile(const ScopedBigTile&) = delete;
+  ScopedBigTile& operator=(const ScopedBigTile&) = delete;
+};
+
 }  // namespace hl::kernels::wmma_pipelined
