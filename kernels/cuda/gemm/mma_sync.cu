@@ -25,6 +25,10 @@
 // scalar fallback), every epilogue, as every rung. Not split along K (wmma_pipelined_split_k does
 // that for the small outputs with long reductions).
 //
+// The lane arithmetic (which row each lane hands to ldmatrix, which registers feed which mma, where each
+// accumulator goes) lives in mma_sync_lanes.h, where a CPU test plays a whole block through it against
+// models of the two instructions written from the PTX ISA (tests/kernels/test_mma_sync_lanes.cpp).
+//
 // Status: written in a session without a GPU; registered opt-in (registry.h), so it runs only when
 // asked for by name (--gemm mma_sync, HALFLING_GEMM=mma_sync), in the tests (every variant) and in
 // gemm_bench, until a GPU run verifies and measures it.
@@ -35,6 +39,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm/gemm_common.cuh"
+#include "kernels/cuda/gemm/mma_sync_lanes.h"
 #include "kernels/cuda/gemm/wmma_tile.cuh"
 #include "kernels/gemm.h"
 
@@ -43,10 +48,7 @@ namespace hl::kernels::cuda {
 namespace {
 
 using namespace gemm_detail;
-
-constexpr int kBM = 128, kBN = 128, kBK = 32, kStages = 4;
-constexpr int kWarpsM = 2, kWarpsN = 2, kThreads = 32 * kWarpsM * kWarpsN;
-constexpr int kLdC = kBN + 8;                            // the epilogue's FP32 staging tile, padded
+using namespace mma_lanes;  // the tile sizes and the lane arithmetic (mma_sync_lanes.h)
 
 template <Op op_a, Op op_b>
 struct Smem {
@@ -57,6 +59,10 @@ struct Smem {
   static_assert((sizeof(__half) * TA::kElems) % 128 == 0 && (sizeof(__half) * kStageElems) % 128 == 0,
                 "stage buffers stay 128-byte aligned (ldmatrix rows need 16)");
   static_assert(sizeof(float) * kBM * kLdC <= kBytes, "the epilogue's staging tile fits in the ring");
+  // The lane arithmetic (and its CPU test) assumes this storage.
+  static_assert(TA::kRows == stored_tile(op_a == Op::N, kBM).rows && TA::kLd == stored_tile(op_a == Op::N, kBM).ld &&
+                    TB::kRows == stored_tile(op_b == Op::T, kBN).rows && TB::kLd == stored_tile(op_b == Op::T, kBN).ld,
+                "mma_sync_lanes.h's stored_tile describes the tiles as wmma_tile.cuh stores them");
 };
 
 // The device helpers exist where the kernel has a body: sm_80 and newer (and the host pass).
@@ -94,35 +100,22 @@ __device__ __forceinline__ void mma_16816(float (&acc)[4], const unsigned (&a)[4
 #endif
 }
 
-// The A fragment of mma tile rows [m, m + 16) x K [kk, kk + 16) of this stage's A tile. mma.sync wants
-// its registers as the blocks (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15),
-// (rows 8-15, k 8-15). Stored [m][k] (op N): lane l points at row m + l % 16, column kk + 8 (l / 16).
-// Stored [k][m] (op T): the blocks are read transposed; lane l points at k row kk + 8 (q / 2) + l % 8,
-// column m + 8 (q % 2), q = l / 8.
+// The A fragment of mma tile rows [m, m + 16) x K [kk, kk + 16), and the B fragments of the two mma
+// tiles of columns [n, n + 16): one ldmatrix.x4 each, from the rows mma_sync_lanes.h computes.
 template <Op op_a>
 __device__ __forceinline__ void load_a(unsigned (&a)[4], const __half* tile, int m, int kk, int lane) {
   using TA = ATile<op_a, kBM, kBK>;
-  if constexpr (op_a == Op::N) {
-    ldmatrix_x4<false>(a, tile + (m + lane % 16) * TA::kLd + kk + 8 * (lane / 16));
-  } else {
-    const int q = lane / 8;
-    ldmatrix_x4<true>(a, tile + (kk + 8 * (q / 2) + lane % 8) * TA::kLd + m + 8 * (q % 2));
-  }
+  constexpr bool kKContiguous = op_a == Op::N;
+  const TilePos p = a_ldmatrix_row<kKContiguous>(m, kk, lane);
+  ldmatrix_x4<ldmatrix_trans(kKContiguous)>(a, tile + p.row * TA::kLd + p.col);
 }
 
-// The B fragments of two neighbouring mma tiles, columns [n, n + 8) and [n + 8, n + 16), K [kk, kk + 16):
-// b[0], b[1] for the first (k 0-7, k 8-15), b[2], b[3] for the second. Stored [n][k] (op T): lane l
-// points at n row n + 8 (q / 2) + l % 8, column kk + 8 (q % 2). Stored [k][n] (op N): transposed;
-// lane l points at k row kk + 8 (q % 2) + l % 8, column n + 8 (q / 2).
 template <Op op_b>
 __device__ __forceinline__ void load_b(unsigned (&b)[4], const __half* tile, int n, int kk, int lane) {
   using TB = BTile<op_b, kBN, kBK>;
-  const int q = lane / 8;
-  if constexpr (op_b == Op::T) {
-    ldmatrix_x4<false>(b, tile + (n + 8 * (q / 2) + lane % 8) * TB::kLd + kk + 8 * (q % 2));
-  } else {
-    ldmatrix_x4<true>(b, tile + (kk + 8 * (q % 2) + lane % 8) * TB::kLd + n + 8 * (q / 2));
-  }
+  constexpr bool kKContiguous = op_b == Op::T;
+  const TilePos p = b_ldmatrix_row<kKContiguous>(n, kk, lane);
+  ldmatrix_x4<ldmatrix_trans(kKContiguous)>(b, tile + p.row * TB::kLd + p.col);
 }
 
 #endif  // sm_80+
@@ -130,8 +123,6 @@ __device__ __forceinline__ void load_b(unsigned (&b)[4], const __half* tile, int
 template <Op op_a, Op op_b>
 __global__ void __launch_bounds__(kThreads) gemm_mma_sync_kernel(GemmArgs g, bool a_vec, bool b_vec) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  constexpr int kWM = kBM / kWarpsM, kWN = kBN / kWarpsN;  // 64 x 64 warp tile
-  constexpr int kMT = kWM / 16, kNT = kWN / 8;             // 4 x 8 mma tiles of 16 x 8 per warp
   using S = Smem<op_a, op_b>;
   using TA = typename S::TA;
   using TB = typename S::TB;
@@ -143,7 +134,8 @@ __global__ void __launch_bounds__(kThreads) gemm_mma_sync_kernel(GemmArgs g, boo
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kBM, n0 = static_cast<int64_t>(blockIdx.x) * kBN;
-  const int wm = (warp / kWarpsN) * kWM, wn = (warp % kWarpsN) * kWN;
+  const TilePos w0 = warp_origin(warp);
+  const int wm = w0.row, wn = w0.col;
 
   const int64_t k_tiles = (g.K + kBK - 1) / kBK;
 
@@ -183,7 +175,10 @@ __global__ void __launch_bounds__(kThreads) gemm_mma_sync_kernel(GemmArgs g, boo
 #pragma unroll
       for (int i = 0; i < kMT; ++i)
 #pragma unroll
-        for (int j = 0; j < kNT; ++j) mma_16816(acc[i][j], a[i], b[j / 2][2 * (j % 2)], b[j / 2][2 * (j % 2) + 1]);
+        for (int j = 0; j < kNT; ++j) {
+          const BRegs br = b_regs_of_tile(j);
+          mma_16816(acc[i][j], a[i], b[br.pair][br.first], b[br.pair][br.first + 1]);
+        }
     }
   }
   cp_async_wait<0>();
@@ -196,14 +191,14 @@ __global__ void __launch_bounds__(kThreads) gemm_mma_sync_kernel(GemmArgs g, boo
   // columns: coalesced writes of C through the common epilogue. (Calling the epilogue straight from
   // the registers, 128 times per lane, made the compiler keep the accumulators in local memory.)
   float* Cs = reinterpret_cast<float*>(smem_raw);
-  const int r = lane / 4, c = 2 * (lane % 4);
+  const TilePos p01 = accumulator_pos(lane, 0), p23 = accumulator_pos(lane, 2);  // the two pairs
 #pragma unroll
   for (int i = 0; i < kMT; ++i) {
 #pragma unroll
     for (int j = 0; j < kNT; ++j) {
-      float* p = Cs + (wm + 16 * i + r) * kLdC + wn + 8 * j + c;
-      *reinterpret_cast<float2*>(p) = make_float2(acc[i][j][0], acc[i][j][1]);
-      *reinterpret_cast<float2*>(p + 8 * kLdC) = make_float2(acc[i][j][2], acc[i][j][3]);
+      float* tile = Cs + (wm + 16 * i) * kLdC + wn + 8 * j;
+      *reinterpret_cast<float2*>(tile + p01.row * kLdC + p01.col) = make_float2(acc[i][j][0], acc[i][j][1]);
+      *reinterpret_cast<float2*>(tile + p23.row * kLdC + p23.col) = make_float2(acc[i][j][2], acc[i][j][3]);
     }
   }
   __syncthreads();
