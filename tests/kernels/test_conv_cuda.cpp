@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -501,6 +502,39 @@ TEST(ConvCuda, BiasReluEpilogueLetsNaNThrough) {
   ASSERT_EQ(nan_refs, static_cast<size_t>(s.K * 9)) << "3x3 window, pad 1: 9 positions per channel";
   ASSERT_GT(zero_refs, p.ref.size() / 4) << "ReLU should clamp a good share of random outputs";
   run_all_variants(p, s);
+}
+
+// Rung 3b (implicit_gemm_table) changes only the address arithmetic of rung 3: its loaders put the same
+// values into the same shared-memory tiles, K step by K step, the warps run the same WMMA sequence on
+// them, and the epilogue does the same arithmetic per element (kernels/cuda/conv/implicit_gemm_wmma.cu).
+// So its output must equal rung 3's bit for bit, a much tighter check than the rung tolerance above:
+// a table entry pointing one element off shows here even where the norm-wise error would hide it.
+// backward_weight and strided backward_data run rung 3's own kernels in both variants.
+TEST(ConvCuda, TapTableIsBitIdenticalToRung3) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  std::vector<Shape> shapes = kSmallShapes;
+  shapes.push_back({"vgg_64_64_16x16", 8, 64, 16, 16, 64, 3, 3, 1, 1, 1, 1});
+  shapes.push_back({"lenet_conv2", 8, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2});
+  for (const Shape& s : shapes) {
+    for (ConvPass pass : kPasses) {
+      for (float beta : {0.0f, 1.0f}) {
+        const Problem p = make_problem(s, pass, DType::f16, pass == ConvPass::forward, beta, seed += 10);
+        for (DType out : {DType::f16, DType::f32}) {
+          const std::string what = describe(s, pass, DType::f16, out, "implicit_gemm_table") + (beta != 0.0f ? " beta" : "");
+          const std::vector<double> rung3 = run_cuda(p, "implicit_gemm_wmma", out);
+          const std::vector<double> table = run_cuda(p, "implicit_gemm_table", out);
+          ASSERT_EQ(table.size(), rung3.size()) << what;
+          size_t differ = 0, first = 0;
+          for (size_t i = 0; i < table.size(); ++i)
+            if (std::memcmp(&table[i], &rung3[i], sizeof(double)) != 0 && differ++ == 0) first = i;
+          EXPECT_EQ(differ, 0u) << what << ": " << differ << " of " << table.size()
+                                << " elements differ from implicit_gemm_wmma's, the first [" << first << "]: "
+                                << std::setprecision(10) << table[first] << " vs " << rung3[first];
+        }
+      }
+    }
+  }
 }
 
 // im2col_gemm processes the batch in chunks when X_col would exceed its workspace budget; a small
