@@ -542,6 +542,64 @@ TEST(CudaGemm, SplitKIsDeterministic) {
   }
 }
 
+// Where the plan does not split, a split-K variant launches its rung's own kernel with its rung's tile
+// (wmma_pipelined.cu, smem_tiled.cu), which is what lets promotion swap one for the other: the output
+// must be bit for bit the rung's, with the whole epilogue, in every layout and C dtype. The shapes are
+// chosen so that no plan splits on any GPU: K below kMinSplitK, or more output tiles than a split
+// would fill (asserted below).
+TEST(CudaGemm, SplitKVariantsEqualTheirRungWhereTheyDoNotSplit) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const int64_t sms = runtime::cuda_sm_count();
+  struct Pair {
+    const char* split;
+    const char* rung;
+    int64_t tile, k_step;  // the split variant's tile and K step (expect_split_by_both_rungs)
+  };
+  const Pair pairs[] = {{"wmma_pipelined_split_k", "wmma_pipelined", 64, 32}, {"smem_tiled_split_k", "smem_tiled", 128, 8}};
+  const SweepShape shapes[] = {{300, 270, kernels::kMinSplitK - 1}, {1024, 1024, 2048}, {7, 13, 77}};
+  for (const Pair& pr : pairs) {
+    for (const SweepShape& s : shapes) {
+      const int64_t tiles = ((s.M + pr.tile - 1) / pr.tile) * ((s.N + pr.tile - 1) / pr.tile);
+      ASSERT_EQ(kernels::plan_split_k(tiles, s.K, sms, pr.k_step).slices, 1) << pr.split << " would split " << s.M
+                                                                             << "x" << s.N << "x" << s.K;
+      for (auto [op_a, op_b] : kAllLayouts) {
+        for (DType ab : {DType::f16, DType::f32}) {
+          for (DType c : {DType::f32, DType::f16}) {
+            GemmArgs g = problem(op_a, op_b, s.M, s.N, s.K, ab, c);
+            const auto* v = GemmRegistry::instance().find(pr.rung, kCuda);
+            ASSERT_NE(v, nullptr) << pr.rung;
+            if (v->unsupported != nullptr && v->unsupported(g) != nullptr) continue;  // wmma rungs: f16 inputs
+            const int64_t a_rows = op_a == Op::N ? s.M : s.K, b_rows = op_b == Op::N ? s.K : s.N;
+            const auto a = test::random_values(static_cast<size_t>(a_rows * g.lda), seed++, -1, 1, ab);
+            const auto b = test::random_values(static_cast<size_t>(b_rows * g.ldb), seed++, -1, 1, ab);
+            const auto bias = test::random_values(static_cast<size_t>(s.N), seed++, -1, 1, DType::f32);
+            const auto c0 = test::random_values(static_cast<size_t>(s.M * g.ldc), seed++, -1, 1, c);
+            DeviceBuffer da(a, ab), db(b, ab), dbias(bias, DType::f32);
+            g.A = da.get();
+            g.B = db.get();
+            g.bias = dbias.get();
+            g.bias_type = DType::f32;
+            g.alpha = -0.75f;
+            g.beta = 0.5f;
+            g.relu = true;
+            g.device = kCuda;
+            std::vector<double> out[2];
+            const char* variants[2] = {pr.rung, pr.split};
+            for (int i = 0; i < 2; ++i) {
+              DeviceBuffer dc(c0, c);
+              g.C = dc.get();
+              kernels::gemm(g, variants[i]);
+              out[i] = dc.download();
+            }
+            expect_all_equal(out[1], out[0], std::string(pr.split) + " vs " + pr.rung + " " + g.describe());
+          }
+        }
+      }
+    }
+  }
+}
+
 // wmma_pipelined with each block tile that bench/gemm_bench --sweep times (wmma_pipelined_tiles.h), so
 // that whichever one the measurements pick is already checked. The tuning hook forces the tile for
 // every problem, small or not, so small shapes cross every edge of a big tile. Every layout and C
