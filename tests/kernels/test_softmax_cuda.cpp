@@ -695,6 +695,33 @@ TEST(SoftmaxCudaChooser, ClusterRowIsOptInUntilMeasured) {
   expect_opt_in_rung("cluster_row", 128, {100, 32768, 65536, 131072}, 131080, "at most 131072 columns");
 }
 
+// softmax() returns before running anything when a row is empty (rows x 0), but it selects the variant
+// first, so a pinned rung that takes a row of 8 must also take a row of 0 (cluster_row once refused it:
+// no cluster plan for 0 columns). Needs a CUDA build, no GPU: nothing is launched.
+TEST(SoftmaxCudaChooser, EveryRungThatTakesARowTakesAnEmptyOne) {
+  if (!registered_on_cuda("cluster_row")) GTEST_SKIP() << "CPU-only build: no CUDA softmax rungs are registered";
+  const auto& reg = k::SoftmaxRegistry::instance();
+  for (const std::string& name : reg.names(DeviceType::cuda)) {
+    for (k::SoftmaxOp op : {k::SoftmaxOp::softmax, k::SoftmaxOp::log_softmax, k::SoftmaxOp::log_softmax_backward}) {
+      for (DType t : {DType::f16, DType::f32}) {
+        k::SoftmaxArgs a;
+        a.device = DeviceType::cuda;
+        a.op = op;
+        a.rows = 4;
+        a.cols = 8;
+        a.x_type = a.y_type = t;
+        const auto* v = reg.find(name, DeviceType::cuda);
+        ASSERT_NE(v, nullptr) << name;
+        if (v->unsupported != nullptr && v->unsupported(a) != nullptr) continue;
+        a.cols = 0;
+        const char* why = v->unsupported != nullptr ? v->unsupported(a) : nullptr;
+        EXPECT_EQ(why, nullptr) << name << " refuses " << a.describe() << ": " << why;
+        EXPECT_NO_THROW(reg.select(a, name)) << name << " " << a.describe();
+      }
+    }
+  }
+}
+
 // The default chooser (kernels/softmax.cpp) around register_row, and its declines. Needs a CUDA build
 // (the rungs are registered there) but no GPU: nothing is launched.
 TEST(SoftmaxCudaChooser, RegisterRowBetweenWarpRowAndBlockRow) {

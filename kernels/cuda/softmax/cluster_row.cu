@@ -151,12 +151,15 @@ void launch(const SoftmaxArgs& a, const TX* x, TY* y) {
   with_per_thread<plan_ns::compiled_for, N>("cluster_row", p.block.per_thread, [&](auto pc) {
     constexpr int P = decltype(pc)::value;
     if (a.op == SoftmaxOp::log_softmax_backward) {
-      HL_CUDA_CHECK(cudaLaunchKernelEx(&config, cluster_row_backward_kernel<P, N, TX, TY>, a.rows, cols, p.chunk, x,
-                                       static_cast<const TX*>(a.dy), y));
+      // The launch's status is left for HL_LAUNCH_CHECK, which also clears it: thrown straight from
+      // here, a refused cluster launch would stay behind as CUDA's last error and be reported later
+      // against some other kernel, after a caller caught this one.
+      (void)cudaLaunchKernelEx(&config, cluster_row_backward_kernel<P, N, TX, TY>, a.rows, cols, p.chunk, x,
+                               static_cast<const TX*>(a.dy), y);
       HL_LAUNCH_CHECK("cluster_row_backward_kernel");
     } else {
-      HL_CUDA_CHECK(cudaLaunchKernelEx(&config, cluster_row_forward_kernel<P, N, TX, TY>, a.rows, cols, p.chunk, x, y,
-                                       a.op == SoftmaxOp::log_softmax));
+      (void)cudaLaunchKernelEx(&config, cluster_row_forward_kernel<P, N, TX, TY>, a.rows, cols, p.chunk, x, y,
+                               a.op == SoftmaxOp::log_softmax);
       HL_LAUNCH_CHECK("cluster_row_forward_kernel");
     }
   });
@@ -174,7 +177,9 @@ const char* unsupported(const SoftmaxArgs& a) {
   if (a.op != SoftmaxOp::softmax && a.op != SoftmaxOp::log_softmax && a.op != SoftmaxOp::log_softmax_backward)
     return "cluster_row computes softmax and log-softmax (cross-entropy: fused_xent)";
   if (const char* why = unsupported_types(a)) return why;
-  if (plan_ns::cluster::plan(a.cols, path_width(a)).blocks == 0)
+  // An empty row (cols == 0) has no plan but nothing to do either: softmax() returns before running
+  // any variant, and this one must not refuse it where every other rung accepts it.
+  if (a.cols > 0 && plan_ns::cluster::plan(a.cols, path_width(a)).blocks == 0)
     return "cluster_row keeps a row in the registers of a cluster of up to 8 blocks: at most 131072 columns for "
            "FP16 rows of whole 16-byte packs, 65536 for FP32 rows and for the scalar path (rows not a whole "
            "number of packs, misaligned buffers); longer rows run in online";
