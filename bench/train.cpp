@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
   f.epochs = 3;
   tutorial::add_common_flags(app, f, {"fp32", "fp16", "mixed"});
   std::string model_name = "mlp512", export_dir, dump_dir;
-  bool json = false, fuse = true, profile = false;
+  bool json = false, fuse = true, profile = false, sync_each_step = false;
   int64_t max_steps = -1;
   app.add_option("--model", model_name, "the model: " + model_names());
   app.add_option("--max-steps", max_steps, "stop each epoch after this many steps");
@@ -142,6 +142,10 @@ int main(int argc, char** argv) {
   app.add_flag("--profile", profile,
                "print where a step's time goes (framework/profiler.h): per layer, per backward op, optimizer; "
                "from epoch 2 on when there are several. Slows the run: take speed numbers from a run without it");
+  app.add_flag("--sync-each-step", sync_each_step,
+               "read back after every step whether the loss scaler applied it (one host synchronization per "
+               "step, what PyTorch's GradScaler does): to measure what halfling's synchronization-free step saves "
+               "(docs/performance.md)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -217,6 +221,9 @@ int main(int argc, char** argv) {
     tutorial::TrainOptions opts;
     opts.scaler = &scaler;
     opts.max_steps = f.smoke && max_steps < 0 ? 4 : max_steps;
+    // An installed after_step callback makes the trainer read the step's outcome back to the host
+    // (tutorials/common/trainer.h): the per-step wait halfling's step otherwise avoids.
+    if (sync_each_step) opts.after_step = [](int64_t, bool) {};
 
     std::printf("halfling bench/train: %s on %s, %s, batch %lld, device %s%s, OMP threads %d\n", model_name.c_str(),
                 spec.dataset.c_str(), f.precision.c_str(), static_cast<long long>(f.batch), device_name(dev),
@@ -226,11 +233,15 @@ int main(int argc, char** argv) {
     int64_t images_per_epoch = 0;
     int64_t skipped = 0;
     int64_t profiled_steps = 0;
+    int64_t steps = 0, host_reads = 0;  // reads back to the host during the training epochs
     for (int64_t e = 0; e < f.epochs; ++e) {
       // The profile leaves out the first epoch's warm-up, as the summary does, when there are more.
       const bool profiled = profile && (e > 0 || f.epochs == 1);
       if (profiled && !profiler::enabled()) profiler::start(dev == Device::cuda);
+      const int64_t reads_before = debug::host_reads();
       const tutorial::EpochResult r = tutorial::train_epoch(*model, sgd, train_loader, e, opts);
+      host_reads += debug::host_reads() - reads_before;
+      steps += r.steps;
       if (profiled) profiled_steps += r.steps;
       seconds.push_back(r.seconds);
       images_per_epoch = r.images;
@@ -259,12 +270,18 @@ int main(int argc, char** argv) {
     std::printf("summary: %.3f s/epoch (median of %zu), %.0f img/s, test accuracy %.2f%%, peak memory %.1f MiB, "
                 "skipped steps %lld\n",
                 median, timed.size(), ips, 100 * accuracy, peak_mib, static_cast<long long>(skipped));
+    // Each is a wait for the device on CUDA: a few per epoch (its loss, accuracy and skipped count),
+    // plus one per step with --sync-each-step.
+    std::printf("host reads while training: %lld in %lld steps%s\n", static_cast<long long>(host_reads),
+                static_cast<long long>(steps), sync_each_step ? " (--sync-each-step)" : "");
     if (json) {
       std::printf("{\"framework\": \"halfling\", \"model\": \"%s\", \"precision\": \"%s\", \"device\": \"%s\", "
                   "\"seconds_per_epoch\": %.4f, \"images_per_second\": %.1f, \"test_accuracy\": %.4f, "
-                  "\"peak_mib\": %.1f, \"epochs\": %lld}\n",
+                  "\"peak_mib\": %.1f, \"epochs\": %lld, \"steps\": %lld, \"host_reads\": %lld, "
+                  "\"sync_each_step\": %s}\n",
                   model_name.c_str(), f.precision.c_str(), device_name(dev), median, ips, accuracy, peak_mib,
-                  static_cast<long long>(f.epochs));
+                  static_cast<long long>(f.epochs), static_cast<long long>(steps), static_cast<long long>(host_reads),
+                  sync_each_step ? "true" : "false");
     }
     return 0;
   } catch (const std::exception& e) {

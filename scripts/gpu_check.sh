@@ -254,6 +254,17 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
       # compare_train.sh's OUT is a file name (ours is a folder): its table goes next to our file.
       step compare-train timeout 240 env OUT="$results/train_cuda_${slug}_${day}.txt" \
         "$root/bench/compare_train.sh" cuda mlp512,lenet 3
+      # Issue #10: what the synchronization-free step saves (docs/performance.md): the small models,
+      # where the host's queueing sets the pace, with and without one host read per step, interleaved.
+      for round in 1 2; do
+        for model in mlp512 lenet; do
+          for sync in no-sync sync-each-step; do
+            flags=(--model "$model" --precision mixed --device cuda --epochs 4)
+            [[ $sync == sync-each-step ]] && flags+=(--sync-each-step)
+            step "$sync-$model-$round" timeout 90 "$build/bench/train" "${flags[@]}"
+          done
+        done
+      done
       # Issue #5: MLP-512 `mixed` and `fp32` over seeds 0-4, 5 epochs each (one seed is one draw).
       step seeds-mlp512 timeout 300 env OUT="$results/seeds_mlp512_cuda_${slug}_${day}.txt" \
         "$root/bench/seeds.sh" cuda mlp512 5 5

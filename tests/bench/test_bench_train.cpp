@@ -85,6 +85,31 @@ TEST(BenchTrain, SmokeRunReportsTimesAccuracyAndJson) {
   EXPECT_GT(j["peak_mib"].get<double>(), 0.0);
 }
 
+// --sync-each-step puts back the per-step host read that halfling's training step avoids (docs/
+// performance.md, "No host synchronization in a step"), so that a GPU run can time both. It must add
+// at least one read per step and change nothing else: the same arithmetic, the same result.
+TEST(BenchTrain, SyncEachStepAddsOneHostReadPerStepAndChangesNothingElse) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  nlohmann::json j[2];
+  for (int sync = 0; sync < 2; ++sync) {
+    // 8 steps per epoch (the smoke subset's 1024 images): more than the reads an epoch makes anyway.
+    const std::string flags = "--smoke --max-steps 8 --epochs 2 --device cpu --precision mixed --json ";
+    const auto [status, out] = run_train(flags + (sync ? "--sync-each-step " : "") + "--data " + dir);
+    ASSERT_EQ(status, 0) << out;
+    EXPECT_NE(out.find("host reads while training: "), std::string::npos) << out;
+    j[sync] = nlohmann::json::parse(out.substr(out.rfind('{')));
+    EXPECT_EQ(j[sync]["sync_each_step"].get<bool>(), sync == 1) << out;
+  }
+  const int64_t steps = j[0]["steps"].get<int64_t>();
+  EXPECT_EQ(steps, 16) << "2 epochs of 8 steps";
+  EXPECT_EQ(j[1]["steps"].get<int64_t>(), steps);
+  // Without the flag: a few reads per epoch (its loss, accuracy and skipped count), none per step.
+  EXPECT_LT(j[0]["host_reads"].get<int64_t>(), steps) << j[0].dump();
+  EXPECT_GE(j[1]["host_reads"].get<int64_t>() - j[0]["host_reads"].get<int64_t>(), steps) << j[1].dump();
+  EXPECT_EQ(j[1]["test_accuracy"], j[0]["test_accuracy"]) << "the same steps, so the same model";
+}
+
 TEST(BenchTrain, ExportWritesTheDataAndOnePermutationPerEpoch) {
   const std::string dir = hl::test::data_dir("mnist");
   if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
