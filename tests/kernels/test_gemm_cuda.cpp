@@ -544,9 +544,9 @@ TEST(CudaGemm, SplitKIsDeterministic) {
 
 // Where the plan does not split, a split-K variant launches its rung's own kernel with its rung's tile
 // (wmma_pipelined.cu, smem_tiled.cu), which is what lets promotion swap one for the other: the output
-// must be bit for bit the rung's, with the whole epilogue, in every layout and C dtype. The shapes are
-// chosen so that no plan splits on any GPU: K below kMinSplitK, or more output tiles than a split
-// would fill (asserted below).
+// must be bit for bit the rung's, with the whole epilogue, in every layout and C dtype. Every K is
+// below kMinSplitK, so that no plan splits on any GPU (asserted below); 2048 x 2048 takes
+// wmma_pipelined's big tile, 300 x 270 its small one.
 TEST(CudaGemm, SplitKVariantsEqualTheirRungWhereTheyDoNotSplit) {
   HL_REQUIRE_CUDA();
   uint64_t seed = test::fresh_seed();
@@ -557,7 +557,7 @@ TEST(CudaGemm, SplitKVariantsEqualTheirRungWhereTheyDoNotSplit) {
     int64_t tile, k_step;  // the split variant's tile and K step (expect_split_by_both_rungs)
   };
   const Pair pairs[] = {{"wmma_pipelined_split_k", "wmma_pipelined", 64, 32}, {"smem_tiled_split_k", "smem_tiled", 128, 8}};
-  const SweepShape shapes[] = {{300, 270, kernels::kMinSplitK - 1}, {1024, 1024, 2048}, {7, 13, 77}};
+  const SweepShape shapes[] = {{300, 270, kernels::kMinSplitK - 1}, {2048, 2048, 512}, {7, 13, 77}};
   for (const Pair& pr : pairs) {
     for (const SweepShape& s : shapes) {
       const int64_t tiles = ((s.M + pr.tile - 1) / pr.tile) * ((s.N + pr.tile - 1) / pr.tile);
@@ -613,6 +613,19 @@ void check_every_tuning_tile(const std::vector<std::vector<int64_t>>& shapes, bo
   for (int i = 0; i < tiles::kBigTileCount; ++i) {
     const tiles::ScopedBigTile forced(i);  // back to the rung's own choice, also when an assertion fails
     const std::string tile = "tile #" + std::to_string(i) + " (" + tiles::describe(tiles::kBigTiles[i]) + ")";
+    // A candidate tile may need more shared memory than this GPU allows a block (two of them need up to
+    // 120 KiB: fine on an A100 or H100, not on an sm_86/89 GPU's 99 KiB). The rung refuses it at launch
+    // with the numbers, as gemm_bench --sweep reports; that refusal is the right answer there, not a
+    // failure. Entry 0, the tile the rung itself chooses, must fit every GPU it runs on.
+    const auto run = [&](const GemmArgs& g, const CaseOptions& o, const std::string& what) {
+      try {
+        EXPECT_TRUE(run_case("wmma_pipelined", g, o, seed)) << tile << " " << what << g.describe();
+      } catch (const Error& e) {
+        const bool too_big = std::string(e.what()).find("bytes of shared memory per block") != std::string::npos;
+        EXPECT_TRUE(too_big && i != 0) << tile << " " << what << g.describe() << ": " << e.what();
+        if (too_big) std::cout << "[ info     ] " << tile << " refused on this GPU: " << e.what() << "\n";
+      }
+    };
     for (auto [op_a, op_b] : kAllLayouts) {
       for (DType c : {DType::f32, DType::f16}) {
         for (const auto& s : shapes) {
@@ -621,15 +634,14 @@ void check_every_tuning_tile(const std::vector<std::vector<int64_t>>& shapes, bo
           g.beta = 0.75f;
           g.relu = true;
           g.bias_type = DType::f32;
-          EXPECT_TRUE(run_case("wmma_pipelined", g, {.bias = true}, seed)) << tile << " " << g.describe();
+          run(g, {.bias = true}, "");
         }
         if (!strided) continue;
         GemmArgs h = problem(op_a, op_b, shapes[0][0], shapes[0][1], shapes[0][2], DType::f16, c);
         h.lda += 3;
         h.ldb += 5;
         h.ldc += 7;
-        EXPECT_TRUE(run_case("wmma_pipelined", h, {.bias = false, .a_offset = 1, .b_offset = 3}, seed))
-            << tile << " strided and misaligned " << h.describe();
+        run(h, {.bias = false, .a_offset = 1, .b_offset = 3}, "strided and misaligned ");
       }
     }
   }
