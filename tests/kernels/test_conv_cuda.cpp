@@ -54,9 +54,11 @@ constexpr DeviceType kCuda = DeviceType::cuda;
 using test::gpu::DeviceBuffer;
 using test::gpu::kNaN;
 
-// The rungs of this ladder, fastest first, as the registry must rank them. implicit_gemm_table is
-// opt-in (registry.h) until it has run on a GPU: ranked first, chosen only by name.
-const std::vector<std::string> kCudaConvRungs = {"implicit_gemm_table", "implicit_gemm_wmma", "im2col_gemm", "direct"};
+// The rungs of this ladder, fastest first, as the registry must rank them. implicit_gemm_nhwc and
+// implicit_gemm_table are opt-in (registry.h) until they have run on a GPU: ranked first, chosen only
+// by name.
+const std::vector<std::string> kCudaConvRungs = {"implicit_gemm_nhwc", "implicit_gemm_table", "implicit_gemm_wmma",
+                                                 "im2col_gemm", "direct"};
 
 // Norm-wise tolerance of each rung, relative to ||absref|| (see the header), for an f32 output; an
 // f16 output adds its rounding, 2^-11.
@@ -296,6 +298,7 @@ TEST(ConvCudaRegistry, EveryRungIsRegisteredInLadderOrder) {
     EXPECT_GT(reg.find(kCudaConvRungs[i], kCuda)->priority, reg.find(kCudaConvRungs[i + 1], kCuda)->priority)
         << kCudaConvRungs[i] << " vs " << kCudaConvRungs[i + 1];
   // Not yet run on a GPU: by name only. Promoting it means changing this line.
+  EXPECT_TRUE(reg.find("implicit_gemm_nhwc", kCuda)->opt_in);
   EXPECT_TRUE(reg.find("implicit_gemm_table", kCuda)->opt_in);
   EXPECT_FALSE(reg.find("implicit_gemm_wmma", kCuda)->opt_in);
 }
@@ -324,7 +327,7 @@ TEST(ConvCudaRegistry, DefaultIsTheFastestVariantThatCoversTheCall) {
 
 TEST(ConvCudaRegistry, ImplicitGemmSaysWhyItRefuses) {
   if (!runtime::cuda_compiled()) GTEST_SKIP() << "halfling was built without CUDA";
-  for (const std::string name : {"implicit_gemm_wmma", "implicit_gemm_table"}) {
+  for (const std::string name : {"implicit_gemm_wmma", "implicit_gemm_table", "implicit_gemm_nhwc"}) {
     SCOPED_TRACE(name);
     const auto* v = ConvRegistry::instance().find(name, kCuda);
     ASSERT_NE(v, nullptr);
@@ -405,7 +408,7 @@ TEST(ConvCudaRegistry, ImplicitGemmRefusesStridesAndPaddingPast32Bits) {
   if (runtime::cuda_compute_capability() != 0 && runtime::cuda_compute_capability() < 70)
     GTEST_SKIP() << "no FP16 Tensor Cores: both rungs refuse everything here";
   const int64_t huge = int64_t{1} << 32;
-  for (const char* name : {"implicit_gemm_wmma", "implicit_gemm_table"}) {
+  for (const char* name : {"implicit_gemm_wmma", "implicit_gemm_table", "implicit_gemm_nhwc"}) {
     const auto* v = ConvRegistry::instance().find(name, kCuda);
     ASSERT_NE(v, nullptr) << name;
     for (ConvPass pass : {ConvPass::forward, ConvPass::backward_data, ConvPass::backward_weight}) {
@@ -502,6 +505,33 @@ TEST(ConvCuda, BiasReluEpilogueLetsNaNThrough) {
   ASSERT_EQ(nan_refs, static_cast<size_t>(s.K * 9)) << "3x3 window, pad 1: 9 positions per channel";
   ASSERT_GT(zero_refs, p.ref.size() / 4) << "ReLU should clamp a good share of random outputs";
   run_all_variants(p, s);
+}
+
+// Rung 4 (implicit_gemm_nhwc) computes itself only where the gathered channel count is a multiple of
+// 32 (and backward_data has stride 1); the small shapes above mostly send it to rung 3. These are its
+// own: several row tiles (K or C above 128), several column tiles with a partial last one, odd H/W,
+// padding 0/1/2, strides 1 and 2 forward, kernels 1/3/5 and 3x5, with beta, the bias + ReLU epilogue
+// and both output dtypes (the shapes of its CPU emulation, tests/kernels/test_conv_nhwc_index.cpp).
+TEST(ConvCuda, NhwcRungOnTheShapesItComputesItself) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const Shape shapes[] = {{"c32_7x9_k32_3x3_p1", 2, 32, 7, 9, 32, 3, 3, 1, 1, 1, 1},
+                          {"c64_9x7_k160_3x3_p0", 1, 64, 9, 7, 160, 3, 3, 1, 1, 0, 0},
+                          {"c32_11x6_k64_5x5_p2", 2, 32, 11, 6, 64, 5, 5, 1, 1, 2, 2},
+                          {"c96_5x5_k32_1x1_p0", 3, 96, 5, 5, 32, 1, 1, 1, 1, 0, 0},
+                          {"c32_9x8_k96_3x5_p1x2", 2, 32, 9, 8, 96, 3, 5, 1, 1, 1, 2},
+                          {"c160_6x6_k64_3x3_p1", 2, 160, 6, 6, 64, 3, 3, 1, 1, 1, 1},
+                          {"c32_13x13_k64_3x3_s2_p1", 2, 32, 13, 13, 64, 3, 3, 2, 2, 1, 1}};
+  for (const Shape& s : shapes) {
+    for (ConvPass pass : {ConvPass::forward, ConvPass::backward_data}) {
+      for (float beta : {0.0f, 1.0f}) {
+        const Problem p = make_problem(s, pass, DType::f16, pass == ConvPass::forward, beta, seed += 10);
+        for (DType out : {DType::f16, DType::f32})
+          check(p, run_cuda(p, "implicit_gemm_nhwc", out), "implicit_gemm_nhwc", out,
+                describe(s, pass, DType::f16, out, "implicit_gemm_nhwc") + (beta != 0.0f ? " beta" : ""));
+      }
+    }
+  }
 }
 
 // Rung 3b (implicit_gemm_table) changes only the address arithmetic of rung 3: its loaders put the same

@@ -1,0 +1,164 @@
+// The address arithmetic of implicit_gemm_nhwc.cu (rung 4 of the convolution ladder): where each
+// 8-channel vector of the gathered operand comes from, where each weight row starts, where each
+// output element goes, and the two layout changes that feed the kernel. Plain C++ with host/device
+// functions (HL_HOST_DEVICE), so that the kernels call exactly this code and a CPU test
+// (tests/kernels/test_conv_nhwc_index.cpp) walks the same tiles without a GPU.
+//
+// The rung computes one kind of problem, a forward convolution over an NHWC input,
+//   out[n, m, p, q] (NCHW) = sum over r, s, c of in[n, p*sh + r - ph, q*sw + s - pw, c] * wt[m, r, s, c],
+// and both passes it takes are that problem:
+//   forward         in = x as NHWC, wt = w as KRSC (w is KCRS), m = output channel k.
+//   backward_data   (stride 1) dx = the convolution of dy with the weights flipped and transposed:
+//                   in = dy as NHWC ([N, P, Q, K]), wt[c, r, s, k] = w[k, c, R-1-r, S-1-s], m = c,
+//                   padding R-1-ph and S-1-pw, and the output's P x Q is H x W.
+#pragma once
+#include <cstdint>
+
+#include "kernels/conv.h"
+#include "kernels/half.h"  // HL_HOST_DEVICE
+
+namespace hl::kernels::cuda::nhwc {
+
+// Tile sizes (the kernel file says why): 128 output channels x 128 output positions per block, the
+// reduction in steps of 32 (one filter tap's 32 channels), 8 warps of 64 x 32, a 4-stage cp.async ring.
+inline constexpr int kBM = 128, kBN = 128, kBK = 32, kStages = 4, kThreads = 256;
+inline constexpr int kWarpsM = 2, kWarpsN = 4;
+inline constexpr int kLdA = kBK + 8;  // A stage: [kBM][kLdA] weights, K contiguous (16-byte padded rows)
+inline constexpr int kLdB = kBK + 8;  // B stage: [kBN][kLdB] gathered inputs, K contiguous
+inline constexpr int kLdC = kBN + 4;  // the epilogue's FP32 staging tile [kBM][kLdC], in the dead ring
+inline constexpr int kStageElems = kBM * kLdA + kBN * kLdB;
+inline constexpr int kRingBytes = kStages * kStageElems * 2;
+inline constexpr int kCBytes = kBM * kLdC * 4;
+inline constexpr int kSmemBytes = kRingBytes > kCBytes ? kRingBytes : kCBytes;
+inline constexpr int kVecsPerRow = kBK / 8;  // 16-byte vectors per tile row
+static_assert((kBM * kVecsPerRow) % kThreads == 0 && (kBN * kVecsPerRow) % kThreads == 0,
+              "every thread copies the same number of vectors of each tile");
+inline constexpr int kAVecs = kBM * kVecsPerRow / kThreads, kBVecs = kBN * kVecsPerRow / kThreads;
+
+// The convolution the kernel computes (see the top of the file), all sizes per call.
+struct Problem {
+  int N, H, W, C;  // the gathered input, NHWC
+  int M;           // output channels
+  int R, S, sh, sw, ph, pw;
+  int P, Q;        // output positions
+  HL_HOST_DEVICE int64_t cols() const { return static_cast<int64_t>(N) * P * Q; }  // GEMM columns: (n, p, q)
+  HL_HOST_DEVICE int kred() const { return R * S * C; }  // GEMM reduction: (r, s, c), c fastest
+};
+
+// The problem of a pass (forward, or backward_data with stride 1; unsupported() checks).
+inline Problem problem_for(const ConvArgs& a) {
+  Problem g;
+  const bool bwd = a.pass == ConvPass::backward_data;
+  g.N = static_cast<int>(a.N);
+  g.H = static_cast<int>(bwd ? a.P() : a.H);
+  g.W = static_cast<int>(bwd ? a.Q() : a.W);
+  g.C = static_cast<int>(bwd ? a.K : a.C);
+  g.M = static_cast<int>(bwd ? a.C : a.K);
+  g.R = static_cast<int>(a.R);
+  g.S = static_cast<int>(a.S);
+  g.sh = bwd ? 1 : static_cast<int>(a.stride_h);
+  g.sw = bwd ? 1 : static_cast<int>(a.stride_w);
+  g.ph = static_cast<int>(bwd ? a.R - 1 - a.pad_h : a.pad_h);
+  g.pw = static_cast<int>(bwd ? a.S - 1 - a.pad_w : a.pad_w);
+  g.P = static_cast<int>(bwd ? a.H : a.P());
+  g.Q = static_cast<int>(bwd ? a.W : a.Q());
+  return g;
+}
+
+// ---- the layout changes (one thread per destination element) -------------------------------------------
+
+// Element i of the NHWC copy of an NCHW tensor [N, C, H, W]: its index in the NCHW source.
+HL_HOST_DEVICE int64_t nhwc_source(int64_t i, int C, int H, int W) {
+  const int c = static_cast<int>(i % C);
+  const int64_t pix = i / C;  // n * H * W + h * W + w
+  const int64_t hw = static_cast<int64_t>(H) * W;
+  const int64_t n = pix / hw, yx = pix % hw;
+  return (n * C + c) * hw + yx;
+}
+
+// Element i of wt ([M][R][S][C], c fastest): its index in the weight tensor w [K][C][R][S].
+//   forward:        wt[k, r, s, c] = w[k, c, r, s]               (M = K, C = C)
+//   backward_data:  wt[c, r, s, k] = w[k, c, R-1-r, S-1-s]       (M = C, "C" = K)
+template <bool kBackwardData>
+HL_HOST_DEVICE int64_t weight_source(int64_t i, const Problem& g) {
+  const int ch = static_cast<int>(i % g.C);  // the reduction channel: c forward, k backward_data
+  const int64_t rest = i / g.C;
+  const int s = static_cast<int>(rest % g.S);
+  const int64_t rest2 = rest / g.S;
+  const int r = static_cast<int>(rest2 % g.R);
+  const int64_t m = rest2 / g.R;  // the output channel: k forward, c backward_data
+  const int64_t RS = static_cast<int64_t>(g.R) * g.S;
+  if constexpr (kBackwardData) {
+    // w[ch = k][m = c][R-1-r][S-1-s]; w has g.M (= C) channels per filter
+    return ((static_cast<int64_t>(ch) * g.M + m) * g.R + (g.R - 1 - r)) * g.S + (g.S - 1 - s);
+  } else {
+    return (m * g.C + ch) * RS + static_cast<int64_t>(r) * g.S + s;
+  }
+}
+
+// ---- the kernel's gathers ------------------------------------------------------------------------------
+
+// One GEMM column (an output position), decomposed once per kernel: where its image starts in the
+// NHWC input, the first input row and column of its window, and where it goes in the NCHW output.
+struct Column {
+  int64_t in_base;   // n * H * W * C
+  int y0, x0;        // p * sh - ph, q * sw - pw
+  int64_t out_base;  // n * M * P * Q + p * Q + q; output channel m adds m * P * Q
+  bool ok;           // a column past N * P * Q (the last tile's padding) gathers and writes nothing
+};
+
+HL_HOST_DEVICE Column make_column(const Problem& g, int64_t col) {
+  Column c{0, 0, 0, 0, false};
+  if (col >= g.cols()) return c;
+  const int64_t pq = static_cast<int64_t>(g.P) * g.Q;
+  const int64_t n = col / pq, rem = col % pq;
+  const int p = static_cast<int>(rem / g.Q), q = static_cast<int>(rem % g.Q);
+  c.in_base = n * g.H * g.W * g.C;
+  c.y0 = p * g.sh - g.ph;
+  c.x0 = q * g.sw - g.pw;
+  c.out_base = n * g.M * pq + rem;
+  c.ok = true;
+  return c;
+}
+
+// The filter tap and first channel of the K step that starts at reduction index k0 (a multiple of
+// kBK; C is a multiple of kBK, so the whole step lies in one tap): the same for every thread.
+struct Step {
+  int r, s, c0;
+};
+HL_HOST_DEVICE Step make_step(const Problem& g, int k0) {
+  const int tap = k0 / g.C;
+  return Step{tap / g.S, tap % g.S, k0 - tap * g.C};
+}
+
+// Where the 8 channels [c0 + 8v, c0 + 8v + 8) of column `col` for step `st` start in the NHWC input,
+// or -1 where the tap falls in the padding (or the column past the end): the vector is 8 zeros.
+HL_HOST_DEVICE int64_t gather_index(const Problem& g, const Column& col, const Step& st, int v) {
+  const int y = col.y0 + st.r, x = col.x0 + st.s;
+  if (!col.ok || y < 0 || y >= g.H || x < 0 || x >= g.W) return -1;
+  return col.in_base + (static_cast<int64_t>(y) * g.W + x) * g.C + st.c0 + 8 * v;
+}
+
+// Where the 8 weights [k0 + 8v, k0 + 8v + 8) of output channel m start in wt, or -1 past M.
+HL_HOST_DEVICE int64_t weight_index(const Problem& g, int m, int k0, int v) {
+  if (m >= g.M) return -1;
+  return static_cast<int64_t>(m) * g.kred() + k0 + 8 * v;
+}
+
+// Which rows (A: output channels) or columns (B: output positions) of the tile, and which 8-channel
+// vector of the K step, thread t copies in its j-th copy: consecutive threads take consecutive
+// vectors of a row, so a warp moves 8 whole 64-byte rows.
+struct TileVec {
+  int row, vec;
+};
+HL_HOST_DEVICE TileVec tile_vec(int thread, int j) {
+  const int e = thread + j * kThreads;
+  return TileVec{e / kVecsPerRow, e % kVecsPerRow};
+}
+
+// Where output element (m, column) goes in the NCHW output: column's out_base + m * P * Q.
+HL_HOST_DEVICE int64_t output_index(const Problem& g, const Column& col, int m) {
+  return col.out_base + static_cast<int64_t>(m) * g.P * g.Q;
+}
+
+}  // namespace hl::kernels::cuda::nhwc

@@ -1,0 +1,243 @@
+// The address arithmetic of the NHWC implicit-GEMM convolution (kernels/cuda/conv/implicit_gemm_nhwc.h),
+// checked on the CPU, so it is exercised on every build, with or without a GPU.
+//
+// The kernels in implicit_gemm_nhwc.cu copy the gathered tensor to NHWC (nhwc_source) and the weights
+// to [M][R][S][C] (weight_source), then fill each stage of their ring with tile_vec's thread-to-vector
+// map, weight_index and gather_index, and write the output through make_column / output_index. Here
+// the same functions fill the same tiles, block by block, K step by K step and thread by thread, and
+// float64 products stand in for the Tensor Cores. The result must equal the float64 CPU reference of
+// the pass (forward, and backward_data as a convolution of dy with the flipped, transposed weights),
+// every output element must be written exactly once, every 16-byte copy must start on a 16-byte
+// boundary and stay inside its tensor (std::vector::at throws otherwise), and every slot of a tile
+// must be filled (they start as NaN). What this cannot check is the cp.async ring, the WMMA
+// fragments and the barriers: tests/kernels/test_conv_cuda.cpp does that on a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/conv.h"
+#include "kernels/cuda/conv/implicit_gemm_nhwc.h"
+
+namespace hl {
+namespace {
+
+using kernels::ConvArgs;
+using kernels::ConvPass;
+namespace nh = kernels::cuda::nhwc;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+struct Shape {
+  const char* name;
+  int64_t N, C, H, W, K, R, S, sh, sw, ph, pw;
+};
+
+// The rung's own shapes: the gathered channel count (C forward, K backward_data) a multiple of 32.
+// Several row tiles (K or C > 128), several column tiles with a partial last one, odd H/W, padding
+// 0/1/2, strides 1 and 2 (forward), kernels 1/3/5 and 3x5, and the VGG-small and LeNet layers.
+const std::vector<Shape> kShapes = {
+    {"c32_7x9_k32_3x3_p1", 2, 32, 7, 9, 32, 3, 3, 1, 1, 1, 1},
+    {"c64_9x7_k160_3x3_p0", 1, 64, 9, 7, 160, 3, 3, 1, 1, 0, 0},
+    {"c32_11x6_k64_5x5_p2", 2, 32, 11, 6, 64, 5, 5, 1, 1, 2, 2},
+    {"c96_5x5_k32_1x1_p0", 3, 96, 5, 5, 32, 1, 1, 1, 1, 0, 0},
+    {"c32_9x8_k96_3x5_p1x2", 2, 32, 9, 8, 96, 3, 5, 1, 1, 1, 2},
+    {"c160_6x6_k64_3x3_p1", 2, 160, 6, 6, 64, 3, 3, 1, 1, 1, 1},
+    {"c32_13x13_k64_3x3_s2_p1", 2, 32, 13, 13, 64, 3, 3, 2, 2, 1, 1},
+    {"c64_10x9_k32_5x5_s2x1_p2x0", 1, 64, 10, 9, 32, 5, 5, 2, 1, 2, 0},
+    {"vgg_128_128_8x8_n3", 3, 128, 8, 8, 128, 3, 3, 1, 1, 1, 1},
+    {"lenet_conv2_n2", 2, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2},
+};
+
+ConvArgs args_for(const Shape& s, ConvPass pass) {
+  ConvArgs a;
+  a.pass = pass;
+  a.N = s.N, a.C = s.C, a.H = s.H, a.W = s.W, a.K = s.K, a.R = s.R, a.S = s.S;
+  a.stride_h = s.sh, a.stride_w = s.sw, a.pad_h = s.ph, a.pad_w = s.pw;
+  return a;
+}
+
+std::vector<double> random_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> v(-4, 4);  // small integers: every product and sum is exact
+  std::vector<double> out(n);
+  for (double& x : out) x = v(rng);
+  return out;
+}
+
+// The float64 CPU reference of one pass: forward on (x, w), backward_data on (dy, w).
+std::vector<double> reference(ConvArgs a, const std::vector<double>& in, const std::vector<double>& w) {
+  a.device = DeviceType::cpu;
+  a.in_type = a.out_type = DType::f64;
+  std::vector<double> out(static_cast<size_t>(a.out_numel()));
+  a.w = w.data();
+  if (a.pass == ConvPass::forward) {
+    a.x = in.data(), a.y = out.data();
+  } else {
+    a.dy = in.data(), a.dx = out.data();
+  }
+  kernels::conv2d(a, "reference");
+  return out;
+}
+
+// One 16-byte copy of the emulated kernel: 8 consecutive values from `src` at `idx` (checked for
+// alignment and bounds), or zeros at -1.
+void copy8(double* dst, const std::vector<double>& src, int64_t idx, const std::string& what) {
+  if (idx < 0) {
+    for (int e = 0; e < 8; ++e) dst[e] = 0.0;
+    return;
+  }
+  EXPECT_EQ(idx % 8, 0) << what << ": a 16-byte copy from element " << idx << " is misaligned";
+  for (int e = 0; e < 8; ++e) dst[e] = src.at(static_cast<size_t>(idx + e));
+}
+
+// The rung on one pass: the layout changes, then conv_nhwc_kernel block by block. Returns the output
+// (NaN where nothing was written) and counts the writes per element.
+template <bool kBackwardData>
+std::vector<double> emulate(const ConvArgs& a, const std::vector<double>& src, const std::vector<double>& w,
+                            std::vector<int>& writes) {
+  const nh::Problem g = nh::problem_for(a);
+  const int64_t in_elems = static_cast<int64_t>(g.N) * g.H * g.W * g.C;
+  const int64_t w_elems = static_cast<int64_t>(g.M) * g.kred();
+  // nchw_to_nhwc_kernel and weights_to_krsc_kernel.
+  std::vector<double> in(static_cast<size_t>(in_elems)), wt(static_cast<size_t>(w_elems));
+  for (int64_t i = 0; i < in_elems; ++i) in[static_cast<size_t>(i)] = src.at(static_cast<size_t>(nh::nhwc_source(i, g.C, g.H, g.W)));
+  for (int64_t i = 0; i < w_elems; ++i)
+    wt[static_cast<size_t>(i)] = w.at(static_cast<size_t>(nh::weight_source<kBackwardData>(i, g)));
+
+  std::vector<double> out(static_cast<size_t>(a.out_numel()), kNaN);
+  writes.assign(out.size(), 0);
+  std::vector<double> As(nh::kBM * nh::kLdA), Bs(nh::kBN * nh::kLdB), acc(nh::kBM * nh::kBN);
+  const int64_t col_tiles = (g.cols() + nh::kBN - 1) / nh::kBN, row_tiles = (g.M + nh::kBM - 1) / nh::kBM;
+  for (int64_t by = 0; by < row_tiles; ++by) {
+    for (int64_t bx = 0; bx < col_tiles; ++bx) {
+      const int m0 = static_cast<int>(by * nh::kBM);
+      const int64_t n0 = bx * nh::kBN;
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int k0 = 0; k0 < g.kred(); k0 += nh::kBK) {
+        std::fill(As.begin(), As.end(), kNaN);  // a slot no thread fills poisons its products
+        std::fill(Bs.begin(), Bs.end(), kNaN);
+        const nh::Step st = nh::make_step(g, k0);
+        for (int tid = 0; tid < nh::kThreads; ++tid) {
+          for (int j = 0; j < nh::kAVecs; ++j) {
+            const nh::TileVec t = nh::tile_vec(tid, j);
+            copy8(&As[static_cast<size_t>(t.row * nh::kLdA + 8 * t.vec)], wt,
+                  nh::weight_index(g, m0 + t.row, k0, t.vec), "A");
+          }
+          for (int j = 0; j < nh::kBVecs; ++j) {
+            const nh::TileVec t = nh::tile_vec(tid, j);
+            const nh::Column col = nh::make_column(g, n0 + t.row);
+            copy8(&Bs[static_cast<size_t>(t.row * nh::kLdB + 8 * t.vec)], in, nh::gather_index(g, col, st, t.vec), "B");
+          }
+        }
+        // The warps' WMMA products: A [m][k] times B stored [n][k].
+        for (int mi = 0; mi < nh::kBM; ++mi)
+          for (int ni = 0; ni < nh::kBN; ++ni) {
+            double sum = 0.0;
+            for (int k = 0; k < nh::kBK; ++k) sum += As[mi * nh::kLdA + k] * Bs[ni * nh::kLdB + k];
+            acc[static_cast<size_t>(mi * nh::kBN + ni)] += sum;
+          }
+      }
+      // The epilogue: thread t keeps column t % kBN and walks the rows t / kBN, + kThreads / kBN, ...
+      for (int tid = 0; tid < nh::kThreads; ++tid) {
+        const int ni = tid % nh::kBN;
+        const nh::Column col = nh::make_column(g, n0 + ni);
+        if (!col.ok) continue;
+        for (int mi = tid / nh::kBN; mi < nh::kBM; mi += nh::kThreads / nh::kBN) {
+          const int m = m0 + mi;
+          if (m >= g.M) break;
+          const int64_t idx = nh::output_index(g, col, m);
+          out.at(static_cast<size_t>(idx)) = acc[static_cast<size_t>(mi * nh::kBN + ni)];
+          ++writes.at(static_cast<size_t>(idx));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+void check_pass(const Shape& s, ConvPass pass, uint32_t seed) {
+  const ConvArgs a = args_for(s, pass);
+  const bool bwd = pass == ConvPass::backward_data;
+  const int64_t src_n = bwd ? a.N * a.K * a.P() * a.Q() : a.N * a.C * a.H * a.W;
+  const std::vector<double> src = random_values(static_cast<size_t>(src_n), seed);
+  const std::vector<double> w = random_values(static_cast<size_t>(a.K * a.C * a.R * a.S), seed + 1);
+  std::vector<int> writes;
+  const std::vector<double> got = bwd ? emulate<true>(a, src, w, writes) : emulate<false>(a, src, w, writes);
+  const std::vector<double> want = reference(a, src, w);
+  ASSERT_EQ(got.size(), want.size());
+  size_t bad = 0, twice = 0;
+  std::ostringstream first;  // not chained operator+: g++ 12 raises a false -Wrestrict on it
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (writes[i] != 1) ++twice;
+    if (!(got[i] == want[i]) && bad++ == 0) first << "[" << i << "] = " << got[i] << ", want " << want[i];
+  }
+  const std::string what = std::string(s.name) + " " + kernels::conv_pass_name(pass);
+  EXPECT_EQ(twice, 0u) << what << ": elements not written exactly once";
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " wrong, the first " << first.str();
+}
+
+TEST(ConvNhwcIndex, ForwardEqualsTheReference) {
+  uint32_t seed = 1;
+  for (const Shape& s : kShapes) check_pass(s, ConvPass::forward, seed += 2);
+}
+
+TEST(ConvNhwcIndex, StrideOneBackwardDataIsTheFlippedConvolution) {
+  uint32_t seed = 100;
+  for (const Shape& s : kShapes) {
+    if (s.sh != 1 || s.sw != 1) continue;  // the rung hands strided backward_data to implicit_gemm_wmma
+    check_pass(s, ConvPass::backward_data, seed += 2);
+  }
+}
+
+// The problem of backward_data is a convolution with the same output size as x: P x Q of the problem
+// is H x W, and the padding R-1-ph keeps every tap of dy that reaches x.
+TEST(ConvNhwcIndex, BackwardDataProblemHasTheInputsSize) {
+  for (const Shape& s : kShapes) {
+    if (s.sh != 1 || s.sw != 1) continue;
+    const nh::Problem g = nh::problem_for(args_for(s, ConvPass::backward_data));
+    EXPECT_EQ((g.H + 2 * g.ph - g.R) / g.sh + 1, g.P) << s.name;
+    EXPECT_EQ((g.W + 2 * g.pw - g.S) / g.sw + 1, g.Q) << s.name;
+    EXPECT_EQ(g.P, s.H) << s.name;
+    EXPECT_EQ(g.Q, s.W) << s.name;
+    EXPECT_EQ(g.C, s.K) << s.name;
+    EXPECT_EQ(g.M, s.C) << s.name;
+  }
+}
+
+// The tile map: every (row, vector) of a stage is copied by exactly one (thread, copy).
+TEST(ConvNhwcIndex, EveryTileVectorIsCopiedOnce) {
+  std::vector<int> seen(nh::kBM * nh::kVecsPerRow, 0);
+  for (int tid = 0; tid < nh::kThreads; ++tid)
+    for (int j = 0; j < nh::kAVecs; ++j) {
+      const nh::TileVec t = nh::tile_vec(tid, j);
+      ASSERT_TRUE(t.row >= 0 && t.row < nh::kBM && t.vec >= 0 && t.vec < nh::kVecsPerRow) << tid << " " << j;
+      ++seen[static_cast<size_t>(t.row * nh::kVecsPerRow + t.vec)];
+    }
+  for (int c : seen) EXPECT_EQ(c, 1);
+  EXPECT_EQ(nh::kAVecs, nh::kBVecs) << "the B tile has as many rows as the A tile";
+  EXPECT_GE(nh::kRingBytes, nh::kCBytes) << "the epilogue's staging tile fits in the ring";
+}
+
+// The emulation can fail: backward_data run with the forward pass's weight layout (no flip, no
+// transposition; the kind of slip weight_source<true> exists to avoid) is caught.
+TEST(ConvNhwcIndex, EmulationCatchesTheForwardWeightLayoutInBackwardData) {
+  const Shape s = kShapes[0];  // C = K = 32, so both layouts have the same size
+  const ConvArgs a = args_for(s, ConvPass::backward_data);
+  const std::vector<double> dy = random_values(static_cast<size_t>(a.N * a.K * a.P() * a.Q()), 7);
+  const std::vector<double> w = random_values(static_cast<size_t>(a.K * a.C * a.R * a.S), 8);
+  std::vector<int> writes;
+  const std::vector<double> want = reference(a, dy, w);
+  const std::vector<double> got = emulate<false>(a, dy, w, writes);  // wrong on purpose
+  size_t differ = 0;
+  for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
+  EXPECT_GT(differ, got.size() / 2);
+}
+
+}  // namespace
+}  // namespace hl
