@@ -27,7 +27,9 @@
 #                                       # and fp32 over 5 seeds), bench/loader_throughput
 #   scripts/gpu_check.sh profile        # where a training step's time goes, halfling (bench/train
 #                                       # --profile) next to PyTorch (torch.profiler): LeNet and VGG-small
-#                                       # mixed, 100 steps per epoch (VGG-small needs CIFAR-10)
+#                                       # mixed, 100 steps per epoch (VGG-small needs CIFAR-10); then
+#                                       # the opt-in variants end to end (HALFLING_CONV=implicit_gemm_nhwc,
+#                                       # HALFLING_BN=split)
 #
 # The recommended sequence, one stage per command (each command builds again on a fresh machine):
 #   1) preflight  2) test  3) sanitize  4) bench-gemm  5) bench-conv  6) bench-softmax  7) train
@@ -284,7 +286,14 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
       OUT="$results/profile_cuda_${slug}_${day}.txt" "$root/bench/compare_train.sh" cuda "$models" 2
     # The opt-in batch-norm variant on the same run: its profile, then full epochs without the
     # profiler next to the default's, for the promotion decision (kernels/batchnorm.h).
+    # The opt-in convolution rung 4 (kernels/cuda/conv/README.md) end to end: its forward and
+    # backward_data passes on every layer but the first, next to the default's epochs (LeNet: the
+    # train stage's compare-train; VGG-small: below).
+    step lenet-epochs-conv-nhwc timeout 120 env HALFLING_CONV=implicit_gemm_nhwc "$build/bench/train" \
+      --model lenet --precision mixed --device cuda --epochs 3
     if [[ $models == *vgg_small* ]]; then
+      step vgg-epochs-conv-nhwc timeout 120 env HALFLING_CONV=implicit_gemm_nhwc "$build/bench/train" \
+        --model vgg_small --precision mixed --device cuda --epochs 3
       for bn in split per_channel; do
         step "vgg-profile-bn-$bn" timeout 120 env HALFLING_BN=$bn "$build/bench/train" --model vgg_small \
           --precision mixed --device cuda --epochs 2 --max-steps 100 --profile
