@@ -23,6 +23,7 @@
 
 #include "kernels/conv.h"
 #include "kernels/cuda/conv/implicit_gemm_nhwc.h"
+#include "tests/kernels/conv_reference.h"
 
 namespace hl {
 namespace {
@@ -33,32 +34,23 @@ namespace nh = kernels::cuda::nhwc;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-struct Shape {
-  const char* name;
-  int64_t N, C, H, W, K, R, S, sh, sw, ph, pw;
-};
+using test::ConvShape;
 
 // The rung's own shapes: the gathered channel count (C forward, K backward_data) a multiple of 32.
 // Several row tiles (K or C > 128), several column tiles with a partial last one, odd H/W, padding
 // 0/1/2, strides 1 and 2 (forward), kernels 1/3/5 and 3x5, and the VGG-small and LeNet layers.
-const std::vector<Shape> kShapes = {
-    {"c32_7x9_k32_3x3_p1", 2, 32, 7, 9, 32, 3, 3, 1, 1, 1, 1},
-    {"c64_9x7_k160_3x3_p0", 1, 64, 9, 7, 160, 3, 3, 1, 1, 0, 0},
-    {"c32_11x6_k64_5x5_p2", 2, 32, 11, 6, 64, 5, 5, 1, 1, 2, 2},
-    {"c96_5x5_k32_1x1_p0", 3, 96, 5, 5, 32, 1, 1, 1, 1, 0, 0},
-    {"c32_9x8_k96_3x5_p1x2", 2, 32, 9, 8, 96, 3, 5, 1, 1, 1, 2},
-    {"c160_6x6_k64_3x3_p1", 2, 160, 6, 6, 64, 3, 3, 1, 1, 1, 1},
-    {"c32_13x13_k64_3x3_s2_p1", 2, 32, 13, 13, 64, 3, 3, 2, 2, 1, 1},
-    {"c64_10x9_k32_5x5_s2x1_p2x0", 1, 64, 10, 9, 32, 5, 5, 2, 1, 2, 0},
-    {"vgg_128_128_8x8_n3", 3, 128, 8, 8, 128, 3, 3, 1, 1, 1, 1},
-    {"lenet_conv2_n2", 2, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2},
+const std::vector<ConvShape> kShapes = {
+    {2, 32, 7, 9, 32, 3, 3, 1, 1, 1, 1},     {1, 64, 9, 7, 160, 3, 3, 1, 1, 0, 0},
+    {2, 32, 11, 6, 64, 5, 5, 1, 1, 2, 2},    {3, 96, 5, 5, 32, 1, 1, 1, 1, 0, 0},
+    {2, 32, 9, 8, 96, 3, 5, 1, 1, 1, 2},     {2, 160, 6, 6, 64, 3, 3, 1, 1, 1, 1},
+    {2, 32, 13, 13, 64, 3, 3, 2, 2, 1, 1},   {1, 64, 10, 9, 32, 5, 5, 2, 1, 2, 0},
+    {3, 128, 8, 8, 128, 3, 3, 1, 1, 1, 1},   // VGG-small's 128-channel layer (at 8 x 8)
+    {2, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2},   // LeNet's second layer
 };
 
-ConvArgs args_for(const Shape& s, ConvPass pass) {
-  ConvArgs a;
+ConvArgs args_for(const ConvShape& s, ConvPass pass) {
+  ConvArgs a = s.args();
   a.pass = pass;
-  a.N = s.N, a.C = s.C, a.H = s.H, a.W = s.W, a.K = s.K, a.R = s.R, a.S = s.S;
-  a.stride_h = s.sh, a.stride_w = s.sw, a.pad_h = s.ph, a.pad_w = s.pw;
   return a;
 }
 
@@ -71,18 +63,9 @@ std::vector<double> random_values(size_t n, uint32_t seed) {
 }
 
 // The float64 CPU reference of one pass: forward on (x, w), backward_data on (dy, w).
-std::vector<double> reference(ConvArgs a, const std::vector<double>& in, const std::vector<double>& w) {
-  a.device = DeviceType::cpu;
-  a.in_type = a.out_type = DType::f64;
-  std::vector<double> out(static_cast<size_t>(a.out_numel()));
-  a.w = w.data();
-  if (a.pass == ConvPass::forward) {
-    a.x = in.data(), a.y = out.data();
-  } else {
-    a.dy = in.data(), a.dx = out.data();
-  }
-  kernels::conv2d(a, "reference");
-  return out;
+std::vector<double> reference(const ConvArgs& a, const std::vector<double>& in, const std::vector<double>& w) {
+  const bool bwd = a.pass == ConvPass::backward_data;
+  return test::conv_reference(a, a.pass, bwd ? std::vector<double>{} : in, w, bwd ? in : std::vector<double>{}).value;
 }
 
 // One 16-byte copy of the emulated kernel: 8 consecutive values from `src` at `idx` (checked for
@@ -161,7 +144,7 @@ std::vector<double> emulate(const ConvArgs& a, const std::vector<double>& src, c
   return out;
 }
 
-void check_pass(const Shape& s, ConvPass pass, uint32_t seed) {
+void check_pass(const ConvShape& s, ConvPass pass, uint32_t seed) {
   const ConvArgs a = args_for(s, pass);
   const bool bwd = pass == ConvPass::backward_data;
   const int64_t src_n = bwd ? a.N * a.K * a.P() * a.Q() : a.N * a.C * a.H * a.W;
@@ -177,19 +160,19 @@ void check_pass(const Shape& s, ConvPass pass, uint32_t seed) {
     if (writes[i] != 1) ++twice;
     if (!(got[i] == want[i]) && bad++ == 0) first << "[" << i << "] = " << got[i] << ", want " << want[i];
   }
-  const std::string what = std::string(s.name) + " " + kernels::conv_pass_name(pass);
+  const std::string what = s.str() + " " + kernels::conv_pass_name(pass);
   EXPECT_EQ(twice, 0u) << what << ": elements not written exactly once";
   EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " wrong, the first " << first.str();
 }
 
 TEST(ConvNhwcIndex, ForwardEqualsTheReference) {
   uint32_t seed = 1;
-  for (const Shape& s : kShapes) check_pass(s, ConvPass::forward, seed += 2);
+  for (const ConvShape& s : kShapes) check_pass(s, ConvPass::forward, seed += 2);
 }
 
 TEST(ConvNhwcIndex, StrideOneBackwardDataIsTheFlippedConvolution) {
   uint32_t seed = 100;
-  for (const Shape& s : kShapes) {
+  for (const ConvShape& s : kShapes) {
     if (s.sh != 1 || s.sw != 1) continue;  // the rung hands strided backward_data to implicit_gemm_wmma
     check_pass(s, ConvPass::backward_data, seed += 2);
   }
@@ -198,15 +181,15 @@ TEST(ConvNhwcIndex, StrideOneBackwardDataIsTheFlippedConvolution) {
 // The problem of backward_data is a convolution with the same output size as x: P x Q of the problem
 // is H x W, and the padding R-1-ph keeps every tap of dy that reaches x.
 TEST(ConvNhwcIndex, BackwardDataProblemHasTheInputsSize) {
-  for (const Shape& s : kShapes) {
+  for (const ConvShape& s : kShapes) {
     if (s.sh != 1 || s.sw != 1) continue;
     const nh::Problem g = nh::problem_for(args_for(s, ConvPass::backward_data));
-    EXPECT_EQ((g.H + 2 * g.ph - g.R) / g.sh + 1, g.P) << s.name;
-    EXPECT_EQ((g.W + 2 * g.pw - g.S) / g.sw + 1, g.Q) << s.name;
-    EXPECT_EQ(g.P, s.H) << s.name;
-    EXPECT_EQ(g.Q, s.W) << s.name;
-    EXPECT_EQ(g.C, s.K) << s.name;
-    EXPECT_EQ(g.M, s.C) << s.name;
+    EXPECT_EQ((g.H + 2 * g.ph - g.R) / g.sh + 1, g.P) << s.str();
+    EXPECT_EQ((g.W + 2 * g.pw - g.S) / g.sw + 1, g.Q) << s.str();
+    EXPECT_EQ(g.P, s.H) << s.str();
+    EXPECT_EQ(g.Q, s.W) << s.str();
+    EXPECT_EQ(g.C, s.K) << s.str();
+    EXPECT_EQ(g.M, s.C) << s.str();
   }
 }
 
@@ -227,7 +210,7 @@ TEST(ConvNhwcIndex, EveryTileVectorIsCopiedOnce) {
 // The emulation can fail: backward_data run with the forward pass's weight layout (no flip, no
 // transposition; the kind of slip weight_source<true> exists to avoid) is caught.
 TEST(ConvNhwcIndex, EmulationCatchesTheForwardWeightLayoutInBackwardData) {
-  const Shape s = kShapes[0];  // C = K = 32, so both layouts have the same size
+  const ConvShape s = kShapes[0];  // C = K = 32, so both layouts have the same size
   const ConvArgs a = args_for(s, ConvPass::backward_data);
   const std::vector<double> dy = random_values(static_cast<size_t>(a.N * a.K * a.P() * a.Q()), 7);
   const std::vector<double> w = random_values(static_cast<size_t>(a.K * a.C * a.R * a.S), 8);
