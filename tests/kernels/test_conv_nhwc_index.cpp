@@ -193,6 +193,41 @@ TEST(ConvNhwcIndex, BackwardDataProblemHasTheInputsSize) {
   }
 }
 
+// Which calls rung 4 computes itself and which it hands to rung 3 (hand_off_reason): every forward
+// pass of VGG-small and LeNet after the first layer and every backward_data pass of theirs (stride 1)
+// here on an sm_80+ GPU; never backward_weight, a first layer, a strided backward_data, an older GPU
+// or a build without sm_80 code.
+TEST(ConvNhwcIndex, HandsOnExactlyWhatItDoesNotCompute) {
+  const ConvShape vgg{128, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1}, vgg256{128, 256, 8, 8, 256, 3, 3, 1, 1, 1, 1};
+  const ConvShape lenet2{128, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2}, first{128, 3, 32, 32, 64, 3, 3, 1, 1, 1, 1};
+  for (const ConvShape& s : {vgg, vgg256, lenet2}) {
+    for (ConvPass pass : {ConvPass::forward, ConvPass::backward_data}) {
+      const ConvArgs a = args_for(s, pass);
+      EXPECT_EQ(nh::hand_off_reason(a, 90, 90), nullptr) << s.str() << " " << kernels::conv_pass_name(pass);
+      EXPECT_EQ(nh::hand_off_reason(a, 80, 80), nullptr) << s.str();
+      EXPECT_EQ(nh::hand_off_reason(a, 0, 0), nullptr) << s.str() << ": no GPU, nothing known against it";
+      EXPECT_NE(nh::hand_off_reason(a, 75, 75), nullptr) << s.str();
+      EXPECT_NE(nh::hand_off_reason(a, 90, 75), nullptr) << s.str() << ": an sm_75-only build on an H100";
+    }
+    EXPECT_NE(nh::hand_off_reason(args_for(s, ConvPass::backward_weight), 90, 90), nullptr) << s.str();
+  }
+  // The first layer: C = 3 forward is handed on; its backward_data gathers dy's K = 64 channels, but
+  // the framework never asks for it (the images need no gradient), and the rung could compute it.
+  EXPECT_NE(nh::hand_off_reason(args_for(first, ConvPass::forward), 90, 90), nullptr);
+  EXPECT_EQ(nh::hand_off_reason(args_for(first, ConvPass::backward_data), 90, 90), nullptr);
+  // Strided backward_data, and padding past the filter (no flipped convolution of the same size).
+  EXPECT_NE(nh::hand_off_reason(args_for({2, 32, 13, 13, 64, 3, 3, 2, 2, 1, 1}, ConvPass::backward_data), 90, 90),
+            nullptr);
+  EXPECT_EQ(nh::hand_off_reason(args_for({2, 32, 13, 13, 64, 3, 3, 2, 2, 1, 1}, ConvPass::forward), 90, 90), nullptr);
+  EXPECT_NE(nh::hand_off_reason(args_for({2, 32, 5, 5, 64, 3, 3, 1, 1, 3, 3}, ConvPass::backward_data), 90, 90),
+            nullptr);
+  // The workspace cap: 2 * (N*C*H*W + K*C*R*S) bytes above 256 MiB.
+  const ConvShape big{1024, 256, 32, 32, 256, 3, 3, 1, 1, 1, 1};  // 2 * 268M + ... bytes
+  const char* why = nh::hand_off_reason(args_for(big, ConvPass::forward), 90, 90);
+  ASSERT_NE(why, nullptr);
+  EXPECT_NE(std::string(why).find("256 MiB"), std::string::npos) << why;
+}
+
 // The tile map: every (row, vector) of a stage is copied by exactly one (thread, copy).
 TEST(ConvNhwcIndex, EveryTileVectorIsCopiedOnce) {
   std::vector<int> seen(nh::kBM * nh::kVecsPerRow, 0);

@@ -27,8 +27,8 @@
 // --conv implicit_gemm_nhwc still trains a whole network): backward_weight; backward_data with a stride
 // above 1 or a padding past R-1 / S-1; a gathered channel count that is not a multiple of 32 (the first
 // layers: C = 1 or 3); GPUs below compute capability 8.0 (cp.async, and the ring's 80 KiB of shared
-// memory); and tensors too large for its 32-bit per-image sizes. What it refuses, as rung 3 does: f32
-// inputs.
+// memory); tensors too large for its 32-bit per-image sizes, or whose NHWC copies would take more
+// than 256 MiB (hand_off_reason in the header decides). What it refuses, as rung 3 does: f32 inputs.
 //
 // Status: written in a session without a GPU; registered opt-in (registry.h), so it runs only when
 // named (--conv implicit_gemm_nhwc, HALFLING_CONV=implicit_gemm_nhwc), in the CUDA tests (every
@@ -69,7 +69,8 @@ __global__ void nchw_to_nhwc_kernel(const __half* __restrict__ src, __half* __re
 
 template <bool kBackwardData>
 __global__ void weights_to_krsc_kernel(const __half* __restrict__ w, __half* __restrict__ wt, int64_t n, Problem g) {
-  for (int64_t i = global_thread_index(); i < n; i += global_thread_count()) wt[i] = w[weight_source<kBackwardData>(i, g)];
+  for (int64_t i = global_thread_index(); i < n; i += global_thread_count())
+    wt[i] = w[weight_source<kBackwardData>(i, g)];
 }
 
 // ---- the implicit GEMM ----------------------------------------------------------------------------------
@@ -193,31 +194,12 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- host ------------------------------------------------------------------------------------------------
 
-// Why this rung hands the call to rung 3 (nullptr: it runs it itself).
+// Why this call goes to rung 3 (nullptr: this rung computes it): hand_off_reason with this GPU.
 const char* handed_to_rung3(const ConvArgs& a) {
-  if (a.pass == ConvPass::backward_weight) return "backward_weight";
-  const bool bwd = a.pass == ConvPass::backward_data;
-  if (bwd && (a.stride_h != 1 || a.stride_w != 1)) return "backward_data with a stride above 1";
-  if (bwd && (a.pad_h > a.R - 1 || a.pad_w > a.S - 1)) return "backward_data with a padding past the filter";
-  if ((bwd ? a.K : a.C) % kBK != 0) return "a channel count that is not a multiple of 32";
-  const int cc = runtime::cuda_compute_capability();
-  if (cc != 0 && cc < 80) return "a GPU below compute capability 8.0";
-  // The kernel's body exists only where it was compiled for sm_80 or newer: a build for older
-  // architectures alone would run its empty version by JIT on an Ampere GPU and leave the output
-  // unwritten (mma_sync.cu checks the same). ptxVersion: the code the driver loaded (0 without a GPU).
-  if (cc != 0) {
-    static const int loaded_arch = loaded_ptx_version(conv_nhwc_kernel);
-    if (loaded_arch != 0 && loaded_arch < 80) return "a build without code for compute capability 8.0 or newer";
-  }
-  // 32-bit per-image sizes and tile counts (Problem's fields are ints), the same bounds as rung 3's.
-  constexpr int64_t kMax = std::numeric_limits<int>::max();
-  const int64_t P = a.P(), Q = a.Q();
-  if (std::max({a.N, a.K, a.C, a.H, a.W, P, Q, a.R, a.S, a.stride_h, a.stride_w, a.pad_h, a.pad_w}) > kMax ||
-      a.K * a.C * a.R * a.S > kMax || a.C * a.H * a.W > kMax || a.K * P * Q > kMax)
-    return "tensors past 32-bit per-image sizes";
-  if ((std::max(a.K, a.C) + kBM - 1) / kBM > 65535) return "more than 65535 row tiles";
-  if ((a.N * std::max(P * Q, a.H * a.W) + kBN - 1) / kBN > kMax) return "more than 2^31 - 1 column tiles";
-  return nullptr;
+  const int cc = runtime::cuda_compute_capability();  // cached; 0 without a GPU
+  // ptxVersion of the code the driver loaded for this GPU (0 when unknown), asked once.
+  static const int loaded_arch = cc != 0 ? loaded_ptx_version(conv_nhwc_kernel) : 0;
+  return hand_off_reason(a, cc, loaded_arch);
 }
 
 void run(const ConvArgs& a) {
@@ -256,6 +238,7 @@ void run(const ConvArgs& a) {
   const dim3 grid(static_cast<unsigned>((g.cols() + kBN - 1) / kBN), static_cast<unsigned>((g.M + kBM - 1) / kBM));
   conv_nhwc_kernel<<<grid, kThreads, kSmemBytes, stream()>>>(a, g, in, wt, bwd ? a.dx : a.y);
   HL_LAUNCH_CHECK("conv_nhwc_kernel");
+  calls_computed().fetch_add(1, std::memory_order_relaxed);
 }
 
 // Every call this rung takes runs here or in implicit_gemm_wmma, and rung 3's conditions (f16 or f32

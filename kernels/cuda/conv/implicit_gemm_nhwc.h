@@ -12,7 +12,10 @@
 //                   in = dy as NHWC ([N, P, Q, K]), wt[c, r, s, k] = w[k, c, R-1-r, S-1-s], m = c,
 //                   padding R-1-ph and S-1-pw, and the output's P x Q is H x W.
 #pragma once
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <limits>
 
 #include "kernels/conv.h"
 #include "kernels/half.h"  // HL_HOST_DEVICE
@@ -44,6 +47,45 @@ struct Problem {
   HL_HOST_DEVICE int64_t cols() const { return static_cast<int64_t>(N) * P * Q; }  // GEMM columns: (n, p, q)
   HL_HOST_DEVICE int kred() const { return R * S * C; }  // GEMM reduction: (r, s, c), c fastest
 };
+
+// The most workspace the NHWC copies may take (N*H*W*C + K*C*R*S halves; VGG-small at batch 128 needs
+// 17 MB): the buffer is grow-only and never given back, so a larger call is handed on instead.
+inline constexpr int64_t kMaxWorkspaceBytes = int64_t{256} << 20;
+
+// Why rung 4 hands a call to rung 3, implicit_gemm_wmma (nullptr: it computes the call itself). cc is
+// the GPU's compute capability and loaded_arch the virtual architecture of the kernel code the driver
+// loaded for it (both 0 when unknown, e.g. without a GPU). A pure function, so that a CPU test pins
+// which calls the rung computes (tests/kernels/test_conv_nhwc_index.cpp).
+inline const char* hand_off_reason(const ConvArgs& a, int cc, int loaded_arch) {
+  if (a.pass == ConvPass::backward_weight) return "backward_weight";
+  const bool bwd = a.pass == ConvPass::backward_data;
+  if (bwd && (a.stride_h != 1 || a.stride_w != 1)) return "backward_data with a stride above 1";
+  if (bwd && (a.pad_h > a.R - 1 || a.pad_w > a.S - 1)) return "backward_data with a padding past the filter";
+  if ((bwd ? a.K : a.C) % kBK != 0) return "a channel count that is not a multiple of 32";
+  if (cc != 0 && cc < 80) return "a GPU below compute capability 8.0 (cp.async, 80 KiB of shared memory)";
+  // The kernel's body exists only where it was compiled for sm_80 or newer: a build for older
+  // architectures alone would run its empty version by JIT on an Ampere GPU and leave the output
+  // unwritten (mma_sync.cu checks the same).
+  if (loaded_arch != 0 && loaded_arch < 80) return "a build without code for compute capability 8.0 or newer";
+  // 32-bit per-image sizes and tile counts (Problem's fields are ints), the same bounds as rung 3's.
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  const int64_t P = a.P(), Q = a.Q();
+  if (std::max({a.N, a.K, a.C, a.H, a.W, P, Q, a.R, a.S, a.stride_h, a.stride_w, a.pad_h, a.pad_w}) > kMax ||
+      a.K * a.C * a.R * a.S > kMax || a.C * a.H * a.W > kMax || a.K * P * Q > kMax)
+    return "tensors past 32-bit per-image sizes";
+  if ((std::max(a.K, a.C) + kBM - 1) / kBM > 65535) return "more than 65535 row tiles";
+  if ((a.N * std::max(P * Q, a.H * a.W) + kBN - 1) / kBN > kMax) return "more than 2^31 - 1 column tiles";
+  const int64_t gathered = bwd ? a.N * a.K * P * Q : a.N * a.C * a.H * a.W;
+  if ((gathered + a.K * a.C * a.R * a.S) * 2 > kMaxWorkspaceBytes) return "NHWC copies above 256 MiB";
+  return nullptr;
+}
+
+// How many calls rung 4 has computed itself (not handed on), for the GPU tests: a hand-off is not
+// wrong, only not this rung, so a test of the rung checks that it really ran.
+inline std::atomic<int64_t>& calls_computed() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
 
 // The problem of a pass (forward, or backward_data with stride 1; unsupported() checks).
 inline Problem problem_for(const ConvArgs& a) {
@@ -114,8 +156,9 @@ HL_HOST_DEVICE Column make_column(const Problem& g, int64_t col) {
   const int64_t n = col / pq, rem = col % pq;
   const int p = static_cast<int>(rem / g.Q), q = static_cast<int>(rem % g.Q);
   c.in_base = n * g.H * g.W * g.C;
-  c.y0 = p * g.sh - g.ph;
-  c.x0 = q * g.sw - g.pw;
+  // In 64 bits: p * sh can pass 2^31 even where p * sh - ph (what is kept) fits in an int.
+  c.y0 = static_cast<int>(static_cast<int64_t>(p) * g.sh - g.ph);
+  c.x0 = static_cast<int>(static_cast<int64_t>(q) * g.sw - g.pw);
   c.out_base = n * g.M * pq + rem;
   c.ok = true;
   return c;
