@@ -4,7 +4,7 @@
 // Layout: NCHW for activations, KCRS for weights (PyTorch's layout; docs/conv.md explains the
 // choice and what it costs next to NHWC on Tensor Cores).
 //
-//   forward          y[n,k,p,q]  = act( sum_{c,r,s} x[n,c,h,w] * w[k,c,r,s] + bias[k] ) (+ beta*y)
+//   forward          y[n,k,p,q]  = act( sum_{c,r,s} x[n,c,h,w] * w[k,c,r,s] (+ beta*y) + bias[k] )
 //   backward_data    dx[n,c,h,w] = sum_{k,r,s} dy[n,k,p,q] * w[k,c,r,s]                 (+ beta*dx)
 //   backward_weight  dw[k,c,r,s] = sum_{n,p,q} dy[n,k,p,q] * x[n,c,h,w]                 (+ beta*dw)
 //
