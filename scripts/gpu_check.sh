@@ -32,8 +32,9 @@
 #                                       # HALFLING_BN=split)
 #
 # The recommended sequence, one stage per command (each command builds again on a fresh machine):
-#   1) preflight  2) test  3) sanitize  4) bench-gemm  5) bench-conv  6) bench-softmax  7) train
-# (bench-bn and profile: a few minutes each, for the opt-in batch-norm variant and the step profile)
+#   1) preflight  2) test  3) sanitize  4) bench-conv  5) bench-gemm  6) profile  7) train
+#   8) bench-softmax  9) bench-bn   (docs/gpu_status.md says why in this order: the likeliest to close an
+#   issue first)
 # At up to ~9 minutes a stage, 30 minutes of GPU time per session covers about three of them; when a
 # session has less than 600 s left, pass a smaller HALFLING_BUDGET (e.g. HALFLING_BUDGET=300).
 # Data: pass carry ["data/mnist"] (~54 MB; the tutorial tests, the train stage and the loader benchmark
