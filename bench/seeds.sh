@@ -12,7 +12,9 @@
 # each seed. Writes OUT (default bench/results/seeds_MODEL_DEVICE_DATE.txt) with the header (machine,
 # GPU, commit, command). HALFLING_BUILD (default build/), HALFLING_DATA (read by bench/train itself),
 # MAX_STEPS=N (each epoch stops after N steps: a check of the script, not a measurement) and
-# HALFLING_COMMIT (the commit named in the header) as in bench/compare_train.sh.
+# HALFLING_COMMIT (the commit named in the header) as in bench/compare_train.sh. SCHEDULE (constant,
+# cosine or step; default constant, DESIGN.md §4's rate) and WARMUP_EPOCHS pass bench/train's
+# --schedule and --warmup-epochs (peak lr 0.05).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${HALFLING_BUILD:-$root/build}
@@ -31,9 +33,14 @@ precisions=${PRECISIONS:-mixed fp32}
 for p in $precisions; do
   case $p in fp32 | fp16 | mixed) ;; *) echo "bench/seeds.sh: PRECISIONS: unknown precision '$p'" >&2; exit 2 ;; esac
 done
+schedule=${SCHEDULE:-constant}
+warmup=${WARMUP_EPOCHS:-0}
+case $schedule in constant | cosine | step) ;; *)
+  echo "bench/seeds.sh: SCHEDULE must be constant, cosine or step, got '$schedule'" >&2; exit 2 ;;
+esac
 prog="$build/bench/train"
 [[ -x $prog ]] || { echo "bench/seeds.sh: $prog is missing; build first (scripts/build.sh)" >&2; exit 1; }
-extra=()
+extra=(--schedule "$schedule" --warmup-epochs "$warmup")
 [[ -n ${MAX_STEPS:-} ]] && extra+=(--max-steps "$MAX_STEPS")
 
 mkdir -p "$root/bench/results"
@@ -48,7 +55,8 @@ trap 'rm -rf "$work"' EXIT
   [[ $device == cuda ]] && echo "# gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo unknown)"
   [[ -n ${MAX_STEPS:-} ]] && echo "# MAX_STEPS=$MAX_STEPS: every epoch stops after $MAX_STEPS steps; not the recipe's accuracy"
   echo "# per run: $prog --model $model --device $device --precision P --epochs $epochs --seed S --json ${extra[*]}"
-  echo "# $model, $epochs epochs, batch 128, SGD momentum 0.9, lr 0.05 (DESIGN.md §4); target $target%"
+  echo "# $model, $epochs epochs, batch 128, SGD momentum 0.9, lr 0.05 (DESIGN.md §4), schedule $schedule" \
+    "(warm-up $warmup epochs); target $target%"
 } > "$work/header"
 cat "$work/header" >&2
 

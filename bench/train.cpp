@@ -35,6 +35,7 @@
 #include "framework/profiler.h"
 #include "kernels/runtime.h"
 #include "tutorials/common/cli.h"
+#include "tutorials/common/schedule.h"
 #include "tutorials/common/trainer.h"
 
 using namespace hl;
@@ -130,6 +131,7 @@ int main(int argc, char** argv) {
   tutorial::CommonFlags f;
   f.epochs = 3;
   tutorial::add_common_flags(app, f, {"fp32", "fp16", "mixed"});
+  tutorial::add_schedule_flags(app, f);  // default constant: DESIGN.md §4 as it stands, as the PyTorch script
   std::string model_name = "mlp512", export_dir, dump_dir;
   bool json = false, fuse = true, profile = false, sync_each_step = false;
   int64_t max_steps = -1;
@@ -224,11 +226,13 @@ int main(int argc, char** argv) {
     // An installed after_step callback makes the trainer read the step's outcome back to the host
     // (tutorials/common/trainer.h): the per-step wait halfling's step otherwise avoids.
     if (sync_each_step) opts.after_step = [](int64_t, bool) {};
+    const tutorial::LrSchedule lrs = tutorial::follow_schedule_flags(opts, sgd, f, train_loader, f.epochs);
 
     std::printf("halfling bench/train: %s on %s, %s, batch %lld, device %s%s, OMP threads %d\n", model_name.c_str(),
                 spec.dataset.c_str(), f.precision.c_str(), static_cast<long long>(f.batch), device_name(dev),
                 dev == Device::cuda ? (" (" + runtime::cuda_device_description() + ")").c_str() : "",
                 omp_get_max_threads());
+    std::printf("learning rate: %s\n", lrs.str().c_str());
     std::vector<double> seconds;
     int64_t images_per_epoch = 0;
     int64_t skipped = 0;
@@ -278,10 +282,10 @@ int main(int argc, char** argv) {
       std::printf("{\"framework\": \"halfling\", \"model\": \"%s\", \"precision\": \"%s\", \"device\": \"%s\", "
                   "\"seconds_per_epoch\": %.4f, \"images_per_second\": %.1f, \"test_accuracy\": %.4f, "
                   "\"peak_mib\": %.1f, \"epochs\": %lld, \"steps\": %lld, \"host_reads\": %lld, "
-                  "\"sync_each_step\": %s}\n",
+                  "\"sync_each_step\": %s, \"schedule\": \"%s\", \"warmup_epochs\": %g}\n",
                   model_name.c_str(), f.precision.c_str(), device_name(dev), median, ips, accuracy, peak_mib,
                   static_cast<long long>(f.epochs), static_cast<long long>(steps), static_cast<long long>(host_reads),
-                  sync_each_step ? "true" : "false");
+                  sync_each_step ? "true" : "false", f.schedule.c_str(), f.warmup_epochs);
     }
     return 0;
   } catch (const std::exception& e) {

@@ -19,6 +19,7 @@ float32 runs are measured against (tests/python/pytorch_trajectory.py).
 import argparse
 import contextlib
 import json
+import math
 import os
 import sys
 import time
@@ -34,6 +35,22 @@ except ImportError as e:  # a clear message instead of a traceback
 
 # Same constants as halfling's tutorials/common/cli.h defaults and bench/train.cpp.
 WEIGHT_DECAY = {"mlp512": 0.0, "lenet": 0.0, "vgg_small": 5e-4}
+
+
+def lr_at(step, kind, peak, warmup_steps, total_steps):
+    """The learning rate of optimizer step `step` (0-based): halfling's LrSchedule::at
+    (tutorials/common/schedule.cpp) with final_lr 0, line for line, so that both frameworks follow the
+    same rates (tests/python/pytorch_trajectory.py checks it through the trained weights)."""
+    step = min(step, total_steps - 1)
+    if step < warmup_steps:
+        return peak * (step + 1) / warmup_steps
+    decay_steps = total_steps - warmup_steps
+    t = (step - warmup_steps) / (decay_steps - 1) if decay_steps > 1 else 0.0
+    if kind == "cosine":
+        return 0.5 * peak * (1.0 + math.cos(math.pi * t))
+    if kind == "step":
+        return peak * (1.0 if t < 0.5 else (0.1 if t < 0.75 else 0.01))
+    return peak
 
 
 def mlp512():
@@ -130,6 +147,10 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--schedule", choices=["constant", "cosine", "step"], default="constant",
+                    help="learning-rate schedule, peak --lr, per step as bench/train --schedule")
+    ap.add_argument("--warmup-epochs", type=float, default=0.0,
+                    help="linear warm-up over this many epochs first, as bench/train --warmup-epochs")
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", os.cpu_count())))
@@ -201,6 +222,13 @@ def main():
           f"threads {torch.get_num_threads()}")
     seconds, images = [], 0
     n = train_x.shape[0]
+    steps_per_epoch = (n + a.batch - 1) // a.batch
+    if a.max_steps >= 0:
+        steps_per_epoch = min(steps_per_epoch, a.max_steps)
+    # As tutorials/common/schedule.cpp's schedule_from_flags: at least one step, warm-up in whole steps.
+    total_steps = max(1, steps_per_epoch) * a.epochs
+    warmup_steps = min(total_steps, int(a.warmup_epochs * max(1, steps_per_epoch)))
+    global_step = 0
     prof, profiled_steps = None, 0
     for epoch in range(a.epochs):
         if a.profile and prof is None and (epoch > 0 or a.epochs == 1):  # leave out the warm-up epoch
@@ -211,9 +239,7 @@ def main():
             prof.start()
         model.train()
         perm = order[epoch]
-        steps = (n + a.batch - 1) // a.batch
-        if a.max_steps >= 0:
-            steps = min(steps, a.max_steps)
+        steps = steps_per_epoch
         images = 0
         loss_sum = torch.zeros((), device=dev)
         t0 = time.perf_counter()
@@ -222,6 +248,9 @@ def main():
             x, y = train_x[idx], train_y[idx]
             if a.model == "vgg_small":
                 x = augment(x, pad_value, gen)
+            for group in opt.param_groups:
+                group["lr"] = lr_at(global_step, a.schedule, a.lr, warmup_steps, total_steps)
+            global_step += 1
             opt.zero_grad(set_to_none=True)
             with autocast():
                 loss = F.cross_entropy(model(x), y)

@@ -156,6 +156,43 @@ std::vector<std::string> numbered(const std::filesystem::path& dir, const std::s
   return names;
 }
 
+// --schedule sets every step's rate, not only the first: a cosine over two steps runs its second
+// at rate 0, so the weights after it equal those after the first step alone, bit for bit, and differ
+// from two constant-rate steps. The JSON line records the schedule.
+TEST(BenchTrain, ScheduleSetsEveryStepsRate) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const std::filesystem::path tmp =
+      std::filesystem::temp_directory_path() / ("halfling_schedule_" + std::to_string(hl::test::fresh_seed()));
+  const auto train_and_dump = [&](const std::string& name, const std::string& flags) {
+    const std::string dump = (tmp / name).string();
+    const auto [status, out] =
+        run_train("--smoke --epochs 1 --device cpu --precision fp32 --json --dump-weights " + dump + " " + flags +
+                  " --data " + dir);
+    EXPECT_EQ(status, 0) << out;
+    std::vector<std::vector<char>> bytes;
+    for (const std::string& f : numbered(dump, "final"))
+      bytes.push_back(read_npy((std::filesystem::path(dump) / f).string()).data);
+    return std::make_pair(out, bytes);
+  };
+  const auto [cos_out, cosine2] = train_and_dump("cosine2", "--max-steps 2 --schedule cosine");
+  const auto [one_out, const1] = train_and_dump("const1", "--max-steps 1");
+  const auto [two_out, const2] = train_and_dump("const2", "--max-steps 2");
+  EXPECT_NE(cos_out.find("learning rate: cosine, peak 0.05 -> 0, warm-up 0 steps, 2 steps in all"), std::string::npos)
+      << cos_out;
+  ASSERT_EQ(cosine2.size(), 6u);
+  EXPECT_TRUE(cosine2 == const1) << "the cosine's second step (rate 0) moved the weights";
+  EXPECT_TRUE(cosine2 != const2) << "the cosine ran its second step at the constant rate";
+  const nlohmann::json j = nlohmann::json::parse(cos_out.substr(cos_out.rfind('{')));
+  EXPECT_EQ(j["schedule"], "cosine");
+  EXPECT_EQ(j["warmup_epochs"].get<double>(), 0.0);
+  EXPECT_EQ(nlohmann::json::parse(one_out.substr(one_out.rfind('{')))["schedule"], "constant");
+  auto [s1, o1] = run_train("--schedule linear");
+  EXPECT_NE(s1, 0);
+  EXPECT_NE(o1.find("--schedule"), std::string::npos) << o1;
+  std::filesystem::remove_all(tmp);
+}
+
 TEST(BenchTrain, ExportWritesInitialWeightsAndDumpWritesTrainedOnes) {
   const std::string dir = hl::test::data_dir("mnist");
   if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
@@ -220,13 +257,15 @@ TEST(BenchSeeds, TableHasEverySeedTheMeanAndTheSameSeedGap) {
   std::filesystem::remove(out);
   const std::string env = "HALFLING_BUILD=" + std::string(HALFLING_BINARY_DIR) +
                           " HALFLING_DATA=" + std::filesystem::path(dir).parent_path().string() +
-                          " MAX_STEPS=3 OMP_NUM_THREADS=1 OUT=" + out.string() + " ";
+                          " MAX_STEPS=3 SCHEDULE=cosine OMP_NUM_THREADS=1 OUT=" + out.string() + " ";
   const auto [status, log] = hl::test::run_command(env + seeds_script() + " cpu mlp512 1 2");
   ASSERT_EQ(status, 0) << log;
   std::ifstream f(out);
   const std::string table((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   EXPECT_NE(table.find("# bench/seeds.sh cpu mlp512 1 2"), std::string::npos) << table;
   EXPECT_NE(table.find("MAX_STEPS=3"), std::string::npos) << table;
+  EXPECT_NE(table.find("lr 0.05 (DESIGN.md §4), schedule cosine (warm-up 0 epochs)"), std::string::npos) << table;
+  EXPECT_NE(table.find("--schedule cosine --warmup-epochs 0"), std::string::npos) << table;
   EXPECT_NE(table.find("| run | seed 0 | seed 1 | mean | min | max | seeds >= 98.0% |"), std::string::npos) << table;
   // Each row: two accuracies, then their mean, min and max, which must agree with them.
   for (const char* run : {"| mixed |", "| fp32 |"}) {
@@ -258,6 +297,9 @@ TEST(BenchSeeds, RefusesBadArgumentsWithTheUsage) {
   auto [s2, o2] = run("cpu resnet50");
   EXPECT_NE(s2, 0);
   EXPECT_NE(o2.find("unknown model 'resnet50'"), std::string::npos) << o2;
+  auto [s9, o9] = hl::test::run_command("SCHEDULE=linear " + seeds_script() + " cpu mlp512");
+  EXPECT_EQ(s9, 2) << o9;
+  EXPECT_NE(o9.find("SCHEDULE must be constant, cosine or step, got 'linear'"), std::string::npos) << o9;
   auto [s3, o3] = run("cpu mlp512 0");
   EXPECT_NE(s3, 0);
   EXPECT_NE(o3.find("EPOCHS and SEEDS must be positive integers"), std::string::npos) << o3;

@@ -50,9 +50,12 @@ import numpy as np  # noqa: E402 (present: parse_or_skip checked)
 
 BOUND = 1e-2
 LR, LR_OFF = 0.01, 0.0105
-# (model, epochs, steps per epoch): MLP-512 crosses an epoch boundary (the second epoch's order);
-# LeNet (slower) takes two steps, enough for the momentum.
-RUNS = [("mlp512", 2, 4), ("lenet", 1, 2)]
+# (model, epochs, steps per epoch, flags for both frameworks): MLP-512 crosses an epoch boundary (the
+# second epoch's order); LeNet (slower) takes two steps, enough for the momentum. The third run follows
+# a schedule (an epoch of linear warm-up, then the cosine), whose rate changes every step: the two
+# frameworks' schedules must agree step by step (bench/pytorch/train.py's lr_at).
+RUNS = [("mlp512", 2, 4, []), ("lenet", 1, 2, []),
+        ("mlp512", 2, 4, ["--schedule", "cosine", "--warmup-epochs", "1"])]
 
 seed = int(os.environ.get("HALFLING_TEST_SEED", random.randrange(1_000_000_007)))
 print(f"[ seed     ] HALFLING_TEST_SEED={seed}")
@@ -104,29 +107,31 @@ failures = []
 with tempfile.TemporaryDirectory() as d:
     mnist = os.path.join(d, "mnist")
     write_noisy_subset(a.mnist, mnist, np.random.default_rng(seed))
-    for model, epochs, steps in RUNS:
-        exp, ours, theirs, off = (os.path.join(d, model, x) for x in ("export", "halfling", "torch", "torch_lr_off"))
+    for run_index, (model, epochs, steps, flags) in enumerate(RUNS):
+        exp, ours, theirs, off = (os.path.join(d, f"{run_index}_{model}", x)
+                                  for x in ("export", "halfling", "torch", "torch_lr_off"))
         common = ["--model", model, "--smoke", "--epochs", str(epochs), "--seed", str(seed), "--data", mnist,
                   "--lr", str(LR)]
         run([a.train, *common, "--export", exp])
-        run([a.train, *common, "--max-steps", str(steps), "--device", "cpu", "--precision", "fp32",
+        run([a.train, *common, *flags, "--max-steps", str(steps), "--device", "cpu", "--precision", "fp32",
              "--dump-weights", ours])
         torch_cmd = [sys.executable, a.script, "--data", exp, "--model", model, "--device", "cpu", "--epochs",
-                     str(epochs), "--max-steps", str(steps), "--threads", "1", "--init", "--dtype", "float64"]
+                     str(epochs), "--max-steps", str(steps), "--threads", "1", "--init", "--dtype", "float64", *flags]
         run([*torch_cmd, "--lr", str(LR), "--dump-weights", theirs])
         run([*torch_cmd, "--lr", str(LR_OFF), "--dump-weights", off])
         init = load(os.path.join(exp, "init_*.npy"))
         same = relative_difference(load(os.path.join(ours, "final_*.npy")), load(os.path.join(theirs, "final_*.npy")), init)
         lr_off = relative_difference(load(os.path.join(ours, "final_*.npy")), load(os.path.join(off, "final_*.npy")), init)
-        print(f"{model}: {epochs} epoch(s) x {steps} steps, {len(init)} tensors: relative difference to float64 {same:.2e} "
+        name = " ".join([model, *flags])
+        print(f"{name}: {epochs} epoch(s) x {steps} steps, {len(init)} tensors: relative difference to float64 {same:.2e} "
               f"(bound {BOUND:.0e}); to float64 with lr 5% off: {lr_off:.2e} (must exceed the bound)")
         if not same <= BOUND:
-            failures.append(f"{model}: halfling and PyTorch (float64) differ by {same:.2e} > {BOUND:.0e}")
+            failures.append(f"{name}: halfling and PyTorch (float64) differ by {same:.2e} > {BOUND:.0e}")
         if not lr_off > BOUND:
-            failures.append(f"{model}: a 5% learning-rate change gives only {lr_off:.2e}: the check cannot see it")
+            failures.append(f"{name}: a 5% learning-rate change gives only {lr_off:.2e}: the check cannot see it")
 
     # An export for one model must not be taken as the start of another.
-    bad = subprocess.run([sys.executable, a.script, "--data", os.path.join(d, "lenet", "export"), "--model", "mlp512",
+    bad = subprocess.run([sys.executable, a.script, "--data", os.path.join(d, "1_lenet", "export"), "--model", "mlp512",
                           "--device", "cpu", "--epochs", "1", "--max-steps", "1", "--init"],
                          capture_output=True, text=True)
     if bad.returncode == 0 or "--init" not in bad.stderr:

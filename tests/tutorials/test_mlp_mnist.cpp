@@ -60,6 +60,11 @@ TEST(MlpMnist, TutorialSmokeRun) {
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("epoch 1/1"), std::string::npos) << out;
   EXPECT_NE(out.find("final test accuracy"), std::string::npos) << out;
+  EXPECT_NE(out.find("learning rate: constant, peak 0.05, warm-up 0 steps, 16 steps in all"), std::string::npos) << out;
+  const auto [s2, o2] = run_command(kProgram + " --smoke --device cpu --schedule step --warmup-epochs 0.5 --data " +
+                                    hl::test::data_dir("mnist"));
+  EXPECT_EQ(s2, 0) << o2;
+  EXPECT_NE(o2.find("learning rate: step, peak 0.05, warm-up 8 steps, 16 steps in all"), std::string::npos) << o2;
 }
 
 TEST(MlpMnist, TutorialRejectsBadInputClearly) {

@@ -26,6 +26,11 @@ TEST(Tutorial05, SmokeRunPrintsTheComparisonTable) {
   // activation MLP-512 keeps for backward is FP16 in `mixed`, half the bytes of FP32, so the ratio
   // cannot fall below 0.5 by more than the allocator's 512-byte rounding; the loss and the softmax
   // statistics stay FP32 but are a few hundred bytes next to the 128 KiB hidden layers.
+  // Each run follows the same schedule (2048 smoke images: 16 steps).
+  size_t schedules = 0;
+  const std::string sched = "learning rate: constant, peak 0.05, warm-up 0 steps, 16 steps in all";
+  for (size_t at = out.find(sched); at != std::string::npos; at = out.find(sched, at + 1)) ++schedules;
+  EXPECT_EQ(schedules, 4u) << out;
   EXPECT_NE(out.find("| activations (MiB) |"), std::string::npos) << out;
   const std::string key = "activation memory, mixed + dynamic / fp32: ";
   const size_t at = out.find(key);
@@ -62,6 +67,9 @@ TEST(Tutorial05, SingleConfigurationAndBadFlags) {
   const auto [status, out] = run05("--smoke --device cpu --single --precision mixed --loss-scale static:1024 --data " + dir);
   ASSERT_EQ(status, 0) << out;
   EXPECT_NE(out.find("| mixed static:1024 | FP16 | FP32 masters | static:1024 |"), std::string::npos) << out;
+  const auto [s0, o0] = run05("--smoke --device cpu --single --schedule cosine --max-steps 3 --data " + dir);
+  ASSERT_EQ(s0, 0) << o0;
+  EXPECT_NE(o0.find("learning rate: cosine, peak 0.05 -> 0, warm-up 0 steps, 3 steps in all"), std::string::npos) << o0;
   auto [s1, o1] = run05("--loss-scale dynamic:bogus=1");
   EXPECT_NE(s1, 0);
   EXPECT_NE(o1.find("--loss-scale"), std::string::npos) << o1;
@@ -69,6 +77,12 @@ TEST(Tutorial05, SingleConfigurationAndBadFlags) {
   auto [s2, o2] = run05("--precision bf16");
   EXPECT_NE(s2, 0);
   EXPECT_NE(o2.find("--precision"), std::string::npos) << o2;
+  auto [s3, o3] = run05("--schedule linear");
+  EXPECT_NE(s3, 0);
+  EXPECT_NE(o3.find("--schedule"), std::string::npos) << o3;
+  auto [s4, o4] = run05("--warmup-epochs -1");
+  EXPECT_NE(s4, 0);
+  EXPECT_NE(o4.find("--warmup-epochs"), std::string::npos) << o4;
 }
 
 }  // namespace

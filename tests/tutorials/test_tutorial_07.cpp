@@ -21,6 +21,8 @@ TEST(Tutorial07, LenetSmokeRunInMixedPrecision) {
   EXPECT_NE(out.find("lenet on MNIST, 512 train / 500 test images"), std::string::npos) << out;
   EXPECT_NE(out.find("Conv2d(32 -> 64, 5x5, stride 1x1, pad 2x2)  51264"), std::string::npos) << out;
   EXPECT_NE(out.find("convolution variant: im2col"), std::string::npos) << out;
+  // DESIGN.md section 4's constant rate unless --schedule says otherwise (512 smoke images: 4 steps).
+  EXPECT_NE(out.find("learning rate: constant, peak 0.05, warm-up 0 steps, 4 steps in all"), std::string::npos) << out;
   EXPECT_NE(out.find("final test accuracy"), std::string::npos) << out;
 }
 

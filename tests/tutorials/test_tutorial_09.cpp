@@ -1,5 +1,4 @@
-// Tutorial 09 (VGG-small on CIFAR-10): the learning-rate schedule's values; the smoke run trains in
-// mixed precision with batch norm in FP32, follows the schedule, writes its CSV and its grid of
+// Tutorial 09 (VGG-small on CIFAR-10): the smoke run trains in mixed precision with batch norm in FP32, follows the schedule, writes its CSV and its grid of
 // augmented images; fp32 keeps everything in FP32 without masters; bad flags and a folder without
 // CIFAR-10 give clear errors.
 #include <gtest/gtest.h>
@@ -7,7 +6,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <numbers>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -15,84 +13,15 @@
 #include "datasets/image.h"
 #include "tests/test_util.h"
 #include "tutorials/common/models.h"
-#include "tutorials/common/schedule.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-using hl::tutorial::LrSchedule;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 std::pair<int, std::string> run09(const std::string& args) {
   return hl::test::run_command(hl::test::tutorial_program("09_cifar10_vgg") + " " + args);
-}
-
-TEST(LrSchedule, WarmupThenCosine) {
-  LrSchedule s;
-  s.kind = LrSchedule::Kind::cosine;
-  s.peak = 0.1;
-  s.final_lr = 0.001;
-  s.warmup_steps = 4;
-  s.total_steps = 14;
-  // Linear warm-up: peak * (step+1) / warmup, never 0.
-  for (int64_t i = 0; i < 4; ++i) EXPECT_DOUBLE_EQ(s.at(i), 0.1 * static_cast<double>(i + 1) / 4.0) << i;
-  // Cosine over steps 4..13: the peak at the first, final_lr at the last, the midpoint halfway.
-  EXPECT_DOUBLE_EQ(s.at(4), 0.1);
-  EXPECT_NEAR(s.at(13), 0.001, 1e-15);
-  for (int64_t i = 4; i < 14; ++i) {
-    const double t = static_cast<double>(i - 4) / 9.0;
-    EXPECT_NEAR(s.at(i), 0.001 + 0.5 * (0.1 - 0.001) * (1 + std::cos(std::numbers::pi * t)), 1e-15) << i;
-    if (i > 4) {
-      EXPECT_LT(s.at(i), s.at(i - 1)) << "the cosine decays monotonically";
-    }
-  }
-  EXPECT_DOUBLE_EQ(s.at(100), s.at(13));  // past the end: the last value
-  EXPECT_TRUE(contains(s.str(), "cosine, peak 0.1 -> 0.001, warm-up 4 steps, 14 steps in all")) << s.str();
-}
-
-TEST(LrSchedule, StepDecayAndConstant) {
-  LrSchedule s;
-  s.kind = LrSchedule::Kind::step;
-  s.peak = 0.2;
-  s.warmup_steps = 0;
-  s.total_steps = 101;  // t = step / 100
-  EXPECT_DOUBLE_EQ(s.at(0), 0.2);
-  EXPECT_DOUBLE_EQ(s.at(49), 0.2);
-  EXPECT_NEAR(s.at(50), 0.02, 1e-17);
-  EXPECT_NEAR(s.at(74), 0.02, 1e-17);
-  EXPECT_NEAR(s.at(75), 0.002, 1e-18);
-  EXPECT_NEAR(s.at(100), 0.002, 1e-18);
-  s.kind = LrSchedule::Kind::constant;
-  s.warmup_steps = 10;
-  EXPECT_DOUBLE_EQ(s.at(0), 0.02);
-  EXPECT_DOUBLE_EQ(s.at(9), 0.2);
-  EXPECT_DOUBLE_EQ(s.at(60), 0.2);
-}
-
-TEST(LrSchedule, BadSettingsAreRefused) {
-  EXPECT_THROW(LrSchedule::parse_kind("linear"), hl::Error);
-  try {
-    LrSchedule::parse_kind("linear");
-  } catch (const hl::Error& e) {
-    EXPECT_TRUE(contains(e.what(), "--schedule: unknown schedule 'linear' (known: constant, cosine, step)")) << e.what();
-  }
-  LrSchedule s;
-  s.total_steps = 10;
-  s.warmup_steps = 11;
-  EXPECT_THROW(s.at(0), hl::Error);
-  s.warmup_steps = 2;
-  s.total_steps = 0;
-  EXPECT_THROW(s.at(0), hl::Error);
-  s.total_steps = 10;
-  s.final_lr = 0.5;  // above the peak
-  EXPECT_THROW(s.at(0), hl::Error);
-  s.final_lr = 0;
-  s.peak = std::nan("");
-  EXPECT_THROW(s.at(0), hl::Error);
-  s.peak = 0.1;
-  EXPECT_THROW(s.at(-1), hl::Error);
-  EXPECT_NO_THROW(s.at(0));
 }
 
 class Tutorial09 : public ::testing::Test {

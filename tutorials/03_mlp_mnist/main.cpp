@@ -13,6 +13,7 @@
 #include "kernels/runtime.h"
 #include "tutorials/common/cli.h"
 #include "tutorials/common/models.h"
+#include "tutorials/common/schedule.h"
 #include "tutorials/common/trainer.h"
 
 using namespace hl;
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
   CLI::App app{"halfling tutorial 03: MLP-512 on MNIST in FP32"};
   tutorial::CommonFlags f;
   tutorial::add_common_flags(app, f, {"fp32"});  // fp16 and mixed arrive in tutorial 05
+  tutorial::add_schedule_flags(app, f);
   std::string dataset = "mnist";
   int64_t train_subset = 0;
   app.add_option("--dataset", dataset, "mnist or fashion-mnist")
@@ -74,9 +76,12 @@ int main(int argc, char** argv) {
       HL_CHECK(csv.good(), "--csv: cannot write ", f.csv);
       csv << "epoch,train_loss,train_acc,test_acc,seconds,images_per_second\n";
     }
+    tutorial::TrainOptions opts;
+    const tutorial::LrSchedule lrs = tutorial::follow_schedule_flags(opts, sgd, f, train_loader, epochs);
+    std::printf("learning rate: %s\n", lrs.str().c_str());
     double total_seconds = 0.0, test_acc = 0.0;
     for (int64_t e = 1; e <= epochs; ++e) {
-      const tutorial::EpochResult r = tutorial::train_epoch(*model, sgd, train_loader, e);
+      const tutorial::EpochResult r = tutorial::train_epoch(*model, sgd, train_loader, e, opts);
       test_acc = tutorial::evaluate(*model, test_loader);
       total_seconds += r.seconds;
       std::printf("epoch %lld/%lld  loss %.4f  train acc %.2f%%  test acc %.2f%%  %.1f s  (%.0f img/s)\n",

@@ -18,6 +18,7 @@
 #include "framework/optim.h"
 #include "kernels/runtime.h"
 #include "tutorials/common/cli.h"
+#include "tutorials/common/schedule.h"
 #include "tutorials/common/trainer.h"
 
 using namespace hl;
@@ -81,6 +82,10 @@ RunResult train_one(const RunConfig& rc, const data::Dataset& train, const data:
   tutorial::TrainOptions opts;
   opts.scaler = &scaler;
   opts.max_steps = max_steps;
+  // Every run follows the same rates, step by step (applied or skipped), so that the table compares
+  // precisions and nothing else.
+  const tutorial::LrSchedule lrs = tutorial::follow_schedule_flags(opts, sgd, f, train_loader, epochs);
+  std::printf("  learning rate: %s\n", lrs.str().c_str());
   RunResult r{rc};
   double seconds = 0.0;
   for (int64_t e = 1; e <= epochs; ++e) {
@@ -111,6 +116,7 @@ int main(int argc, char** argv) {
   tutorial::CommonFlags f;
   f.epochs = 5;
   tutorial::add_common_flags(app, f, {"fp32", "fp16", "mixed"});
+  tutorial::add_schedule_flags(app, f);
   bool single = false;
   std::string model_name = "mlp512";
   int64_t max_steps = -1;

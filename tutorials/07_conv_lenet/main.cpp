@@ -19,6 +19,7 @@
 #include "kernels/runtime.h"
 #include "tutorials/common/cli.h"
 #include "tutorials/common/models.h"
+#include "tutorials/common/schedule.h"
 #include "tutorials/common/trainer.h"
 
 using namespace hl;
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
   f.epochs = 5;
   f.precision = "mixed";
   tutorial::add_common_flags(app, f, {"fp32", "fp16", "mixed"});
+  tutorial::add_schedule_flags(app, f);
   std::string model_name = "lenet";
   bool no_fuse = false;
   int64_t max_steps = -1;
@@ -99,6 +101,8 @@ int main(int argc, char** argv) {
     tutorial::TrainOptions opts;
     opts.scaler = &scaler;
     opts.max_steps = f.smoke && !lenet ? 2 : max_steps;
+    const tutorial::LrSchedule lrs = tutorial::follow_schedule_flags(opts, sgd, f, train_loader, epochs);
+    std::printf("learning rate: %s\n", lrs.str().c_str());
 
     std::ofstream csv;
     if (!f.csv.empty()) {

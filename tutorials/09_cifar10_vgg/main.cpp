@@ -95,22 +95,17 @@ int main(int argc, char** argv) {
   f.epochs = 30;
   f.precision = "mixed";
   f.lr = 0.1;
+  f.schedule = "cosine";
+  f.warmup_epochs = 2;
   tutorial::add_common_flags(app, f, {"fp32", "fp16", "mixed"});
+  tutorial::add_schedule_flags(app, f);
   double weight_decay = 5e-4;
-  double warmup_epochs = 2;
-  std::string schedule = "cosine";
   std::string samples = "09_augmentation.png";
   int64_t max_steps = -1;
   bool no_augment = false;
   std::string save_path;
   app.add_option("--weight-decay", weight_decay, "L2 weight decay added to the gradients (SGD)")
       ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
-  app.add_option("--schedule", schedule, "learning-rate schedule after the warm-up: cosine, step (x0.1 at 50% and 75%) or constant")
-      ->check(CLI::IsMember({"cosine", "step", "constant"}))
-      ->capture_default_str();
-  app.add_option("--warmup-epochs", warmup_epochs, "linear learning-rate warm-up over this many epochs")
-      ->check(CLI::Range(0.0, 1000.0))
       ->capture_default_str();
   app.add_option("--samples", samples, "write a PNG grid of augmented training images here (\"\": none)")
       ->capture_default_str();
@@ -138,7 +133,7 @@ int main(int argc, char** argv) {
       epochs = 2;
       batch = std::min<int64_t>(batch, 16);
       if (max_steps < 0) max_steps = 3;
-      warmup_epochs = std::min(warmup_epochs, 1.0);  // so that the short run shows the warm-up and the decay
+      f.warmup_epochs = std::min(f.warmup_epochs, 1.0);  // so that the short run shows the warm-up and the decay
     }
     const amp::Precision precision = amp::parse_precision(f.precision);
     const DType dt = amp::compute_dtype(precision);
@@ -202,24 +197,12 @@ int main(int argc, char** argv) {
     data::DataLoader train_loader(train, train_opts);
     data::DataLoader test_loader(test, {.batch_size = 500, .shuffle = false, .device = dev, .dtype = dt});
 
-    const int64_t steps_per_epoch =
-        max_steps >= 0 ? std::min(max_steps, train_loader.num_batches()) : train_loader.num_batches();
-    tutorial::LrSchedule lrs;
-    lrs.kind = tutorial::LrSchedule::parse_kind(schedule);
-    lrs.peak = f.lr;
-    lrs.total_steps = std::max<int64_t>(1, steps_per_epoch * epochs);
-    lrs.warmup_steps = std::min(lrs.total_steps, static_cast<int64_t>(warmup_epochs * static_cast<double>(steps_per_epoch)));
-    lrs.at(0);  // checks the schedule before any training
-    std::printf("learning rate: %s\n", lrs.str().c_str());
-
-    int64_t global_step = 0;
-    sgd.set_lr(lrs.at(0));
     tutorial::TrainOptions opts;
     opts.scaler = &scaler;
     opts.max_steps = max_steps;
-    // After each step (applied or skipped), the rate of the next one.
-    // on_step_end, not after_step: the schedule needs no "was it applied", so no sync per step.
-    opts.on_step_end = [&](int64_t) { sgd.set_lr(lrs.at(++global_step)); };
+    // After each step (applied or skipped), the rate of the next one; no host synchronization.
+    const tutorial::LrSchedule lrs = tutorial::follow_schedule_flags(opts, sgd, f, train_loader, epochs);
+    std::printf("learning rate: %s\n", lrs.str().c_str());
 
     std::ofstream csv;
     if (!f.csv.empty()) {

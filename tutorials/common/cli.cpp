@@ -64,6 +64,17 @@ void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::stri
   app.add_flag("--list-variants", f.list_variants, "list the registered kernel variants and exit");
 }
 
+void add_schedule_flags(CLI::App& app, CommonFlags& f) {
+  app.add_option("--schedule", f.schedule,
+                 "learning-rate schedule, peak --lr: constant, cosine (to 0 at the last step) or step (x0.1 at "
+                 "50% and 75% of the run), after the warm-up")
+      ->check(CLI::IsMember({"constant", "cosine", "step"}))
+      ->capture_default_str();
+  app.add_option("--warmup-epochs", f.warmup_epochs, "linear learning-rate warm-up over this many epochs first")
+      ->check(kFinite & CLI::Range(0.0, 1000.0))
+      ->capture_default_str();
+}
+
 Device apply_common_flags(const CommonFlags& f) {
   const Device dev = parse_device(f.device);
   set_detect_anomaly(f.detect_anomaly);

@@ -28,10 +28,17 @@ struct CommonFlags {
   bool smoke = false;               // a tiny subset, seconds on the CPU (what CI runs)
   bool detect_anomaly = false;      // stop at the first NaN/inf tensor, naming it (slow: debugging)
   bool list_variants = false;
+  // The learning-rate schedule (add_schedule_flags; tutorials/common/schedule.h), peak `lr`.
+  std::string schedule = "constant";  // constant | cosine | step
+  double warmup_epochs = 0.0;         // a linear warm-up over this many epochs first
 };
 
 // Register the shared flags on app. `precisions` lists the modes this tutorial supports.
 void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::string>& precisions);
+
+// Register --schedule and --warmup-epochs (on the programs that train; f's values are the defaults
+// shown). tutorial::schedule_from_flags turns them into the per-step rates.
+void add_schedule_flags(CLI::App& app, CommonFlags& f);
 
 // Resolve --device (with the CPU fallback notice), --gemm, --softmax, --conv and --bn (pinning each
 // registry's default, after checking the name exists on the device). Throws hl::Error with the valid

@@ -10,6 +10,10 @@
 #include <cstdint>
 #include <string>
 
+#include "framework/optim.h"
+#include "tutorials/common/cli.h"
+#include "tutorials/common/trainer.h"
+
 namespace hl::tutorial {
 
 struct LrSchedule {
@@ -29,5 +33,21 @@ struct LrSchedule {
   // "cosine, peak 0.1, warm-up 782 steps, 11730 steps in all"
   std::string str() const;
 };
+
+// The schedule --schedule / --warmup-epochs ask for (tutorial::add_schedule_flags): peak f.lr over
+// `epochs` epochs of `steps_per_epoch` optimizer steps, the warm-up rounded down to whole steps.
+// Checked here, before any training: hl::Error names what is wrong.
+LrSchedule schedule_from_flags(const CommonFlags& f, int64_t steps_per_epoch, int64_t epochs);
+
+// Make a training run follow `s`: sets opt's rate to step 0's now, and after every step (applied or
+// skipped by the loss scaler: the schedule counts steps, not updates) sets the next step's, through
+// opts.on_step_end, which needs no host synchronization. A callback already there runs first. `opt`
+// must outlive the training that uses opts.
+void follow_schedule(TrainOptions& opts, optim::Optimizer& opt, const LrSchedule& s);
+
+// Both: the flags' schedule over `epochs` epochs of the steps train_epoch runs on `loader` with opts
+// (set opts.max_steps first), followed by opt. Returns it, for the programs to print.
+LrSchedule follow_schedule_flags(TrainOptions& opts, optim::Optimizer& opt, const CommonFlags& f,
+                                 const data::DataLoader& loader, int64_t epochs);
 
 }  // namespace hl::tutorial

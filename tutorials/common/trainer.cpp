@@ -41,12 +41,16 @@ std::string format_seconds(double s) {
   return buf;
 }
 
+int64_t steps_per_epoch(const data::DataLoader& loader, const TrainOptions& options) {
+  return options.max_steps >= 0 ? std::min(options.max_steps, loader.num_batches()) : loader.num_batches();
+}
+
 EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoader& loader, int64_t epoch,
                         const TrainOptions& options) {
   model.train();
   loader.start_epoch(epoch);
   const bool show = options.progress && isatty(STDERR_FILENO);
-  const int64_t steps = options.max_steps >= 0 ? std::min(options.max_steps, loader.num_batches()) : loader.num_batches();
+  const int64_t steps = steps_per_epoch(loader, options);
   const Device dev = loader.options().device;
   Tensor loss_sum = Tensor::zeros({}, DType::f32, dev);  // stays on the device
   Tensor correct = Tensor::zeros({}, DType::f32, dev);

@@ -42,6 +42,9 @@ struct TrainOptions {
   std::function<void(int64_t step)> on_step_end;
 };
 
+// The optimizer steps train_epoch runs per epoch on `loader`: its batches, or options.max_steps when fewer.
+int64_t steps_per_epoch(const data::DataLoader& loader, const TrainOptions& options);
+
 // One pass over the loader: forward, cross-entropy, backward, optimizer step.
 EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoader& loader, int64_t epoch,
                         const TrainOptions& options = {});
