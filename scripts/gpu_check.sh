@@ -24,7 +24,8 @@
 #                                       # 600 s command (HALFLING_BUDGET defaults to 1800 here)
 #   scripts/gpu_check.sh train          # tutorials 05 and 07 on MNIST, bench/compare_train.sh (halfling
 #                                       # vs PyTorch, MLP-512 and LeNet), bench/seeds.sh (MLP-512 mixed
-#                                       # and fp32 over 5 seeds), bench/loader_throughput
+#                                       # and fp32 over 5 seeds, cosine and constant rate),
+#                                       # bench/loader_throughput
 #   scripts/gpu_check.sh profile        # where a training step's time goes, halfling (bench/train
 #                                       # --profile) next to PyTorch (torch.profiler): LeNet and VGG-small
 #                                       # mixed, 100 steps per epoch (VGG-small needs CIFAR-10); then
@@ -269,9 +270,12 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
           done
         done
       done
-      # Issue #5: MLP-512 `mixed` and `fp32` over seeds 0-4, 5 epochs each (one seed is one draw).
-      step seeds-mlp512 timeout 300 env OUT="$results/seeds_mlp512_cuda_${slug}_${day}.txt" \
-        "$root/bench/seeds.sh" cuda mlp512 5 5
+      # Issue #5: MLP-512 `mixed` and `fp32` over seeds 0-4, 5 epochs each (one seed is one draw), with
+      # tutorial 05's cosine schedule and at DESIGN.md §4's constant rate (tutorials/05_mixed_precision).
+      for schedule in cosine constant; do
+        step "seeds-mlp512-$schedule" timeout 300 env SCHEDULE=$schedule \
+          OUT="$results/seeds_mlp512_${schedule}_cuda_${slug}_${day}.txt" "$root/bench/seeds.sh" cuda mlp512 5 5
+      done
     fi
     # CIFAR-10 skips itself when absent.
     step loader-throughput timeout 90 "$build/bench/loader_throughput" --device cuda --mnist "$mnist" \

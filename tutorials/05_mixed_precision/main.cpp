@@ -115,6 +115,11 @@ int main(int argc, char** argv) {
   CLI::App app{"halfling tutorial 05: fp32 vs fp16 vs mixed precision (with and without loss scaling)"};
   tutorial::CommonFlags f;
   f.epochs = 5;
+  // DESIGN.md §4's rate (0.05) as the peak of a cosine decay to 0 over the run. At the constant rate
+  // the test accuracy still swings by a few tenths from epoch to epoch, so where a 5-epoch run ends is
+  // the seed's doing (seeds 0-4: 97.86% to 98.19% mixed); the decay settles the weights (98.39% to
+  // 98.52%). The chapter has both tables; --schedule constant gives the constant rate back.
+  f.schedule = "cosine";
   tutorial::add_common_flags(app, f, {"fp32", "fp16", "mixed"});
   tutorial::add_schedule_flags(app, f);
   bool single = false;
