@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
     } else if (train_subset > 0) {
       train = train.subset(0, train_subset);
     }
+    tutorial::keep_on_device(train, test, dev);  // on a GPU: each batch is one gather there
 
     std::printf("halfling 03_mlp_mnist: %s, %lld train / %lld test images, device %s%s, precision %s\n",
                 dataset.c_str(), static_cast<long long>(train.size()), static_cast<long long>(test.size()),

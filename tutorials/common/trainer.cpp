@@ -41,6 +41,12 @@ std::string format_seconds(double s) {
   return buf;
 }
 
+void keep_on_device(data::Dataset& train, data::Dataset& test, Device dev) {
+  if (dev == Device::cpu) return;
+  train = train.to(dev);
+  test = test.to(dev);
+}
+
 int64_t steps_per_epoch(const data::DataLoader& loader, const TrainOptions& options) {
   return options.max_steps >= 0 ? std::min(options.max_steps, loader.num_batches()) : loader.num_batches();
 }
