@@ -44,7 +44,9 @@ extra=(--schedule "$schedule" --warmup-epochs "$warmup")
 [[ -n ${MAX_STEPS:-} ]] && extra+=(--max-steps "$MAX_STEPS")
 
 mkdir -p "$root/bench/results"
-out=${OUT:-$root/bench/results/seeds_${model}_${device}_$(date +%F).txt}
+# The schedule is in the default name when it is not DESIGN.md's constant rate (runs of both on one day).
+suffix=$([[ $schedule == constant ]] || echo "_$schedule")
+out=${OUT:-$root/bench/results/seeds_${model}${suffix}_${device}_$(date +%F).txt}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

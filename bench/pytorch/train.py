@@ -165,6 +165,8 @@ def main():
                     help="after training, write the weights as DIR/final_NNN.npy (halfling's --dump-weights format)")
     a = ap.parse_args()
 
+    if not (math.isfinite(a.warmup_epochs) and a.warmup_epochs >= 0):
+        sys.exit(f"bench/pytorch/train.py: --warmup-epochs must be a finite number >= 0, got {a.warmup_epochs}")
     if a.device == "cuda" and not torch.cuda.is_available():
         sys.exit("bench/pytorch/train.py: --device cuda but torch.cuda.is_available() is False")
     if a.device == "cpu" and a.precision == "mixed":
@@ -291,7 +293,8 @@ def main():
         print(json.dumps({"framework": "pytorch", "model": a.model, "precision": a.precision, "device": a.device,
                           "seconds_per_epoch": round(median, 4), "images_per_second": round(images / median, 1),
                           "test_accuracy": round(accuracy, 4),
-                          "peak_mib": None if peak_mib != peak_mib else round(peak_mib, 1), "epochs": a.epochs}))
+                          "peak_mib": None if peak_mib != peak_mib else round(peak_mib, 1), "epochs": a.epochs,
+                          "schedule": a.schedule, "warmup_epochs": a.warmup_epochs}))
 
 
 if __name__ == "__main__":

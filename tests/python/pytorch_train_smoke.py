@@ -26,11 +26,16 @@ with tempfile.TemporaryDirectory() as d:
         assert r["framework"] == "pytorch" and r["model"] == model, r
         assert r["seconds_per_epoch"] > 0 and r["images_per_second"] > 0, r
         assert 0.0 <= r["test_accuracy"] <= 1.0, r
+        assert r["schedule"] == "constant" and r["warmup_epochs"] == 0.0, r
         print(f"{model}: {r}")
     bad = subprocess.run([sys.executable, a.script, "--data", d, "--model", "vgg_small", "--device", "cpu",
                           "--epochs", "2"],
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "vgg_small needs CIFAR-10" in bad.stderr, bad.stderr
+    for warmup in ("-1", "nan"):
+        bad = subprocess.run([sys.executable, a.script, "--data", d, "--device", "cpu", "--warmup-epochs", warmup],
+                             capture_output=True, text=True)
+        assert bad.returncode != 0 and "--warmup-epochs must be a finite number >= 0" in bad.stderr, bad.stderr
     missing = subprocess.run([sys.executable, a.script, "--data", d + "/nowhere", "--device", "cpu"],
                              capture_output=True, text=True)
     assert missing.returncode != 0 and "is missing" in missing.stderr, missing.stderr

@@ -4,12 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <numbers>
 #include <string>
 #include <vector>
 
 #include "datasets/dataloader.h"
+#include "framework/amp.h"
+#include "framework/nn.h"
 #include "framework/optim.h"
 #include "framework/tensor.h"
 #include "tests/test_util.h"
@@ -179,6 +182,52 @@ TEST(LrSchedule, FollowScheduleSetsEachStepsRateAndChainsTheCallbackBefore) {
   EXPECT_EQ(seen.size(), 12u);
   EXPECT_EQ(seen.back(), 3);
   EXPECT_EQ(sgd.lr(), s.at(11)) << "past the end: the last value";
+}
+
+// The schedule counts steps, not updates: a step the loss scaler skips on an overflow still moves it
+// on, so a skipped step costs its rate (as PyTorch's per-step scheduler does), and the run ends on the
+// schedule's last rate. Through the real trainer: an inf injected into a gradient at step 1.
+TEST(LrSchedule, ASkippedStepStillAdvancesTheSchedule) {
+  hl::data::Dataset ds;
+  ds.images = hl::Tensor::from_vector(std::vector<float>(8 * 4, 0.5f), {8, 1, 2, 2});
+  ds.labels = hl::Tensor::from_vector(std::vector<float>{0, 1, 0, 1, 0, 1, 0, 1}, {8}).to(hl::DType::i32);
+  ds.num_classes = 2;
+  hl::data::DataLoader loader(ds, {.batch_size = 2});  // 4 steps per epoch
+  hl::Generator gen(1);
+  hl::nn::Sequential model;
+  model.add(std::make_shared<hl::nn::Flatten>());
+  model.add(std::make_shared<hl::nn::Linear>(4, 2, gen));
+  hl::optim::SGD sgd(model.parameters(), {.lr = 1.0, .momentum = 0.9});
+  hl::amp::LossScaler scaler(hl::amp::ScalerConfig::parse("dynamic"));
+  hl::tutorial::CommonFlags f;
+  f.lr = 0.1;
+  f.schedule = "cosine";
+  hl::tutorial::TrainOptions opts;
+  opts.progress = false;
+  opts.scaler = &scaler;
+  opts.after_backward = [&](int64_t step) {
+    if (step != 1) return;
+    hl::Tensor g = model.parameters()[0].grad();
+    std::vector<float> v = g.to_vector();
+    v[0] = std::numeric_limits<float>::infinity();
+    g.copy_(hl::Tensor::from_vector(v, g.shape()));
+  };
+  std::vector<double> rates;  // the rate each step ran at, read before the schedule moves it on
+  int64_t skipped = 0;
+  opts.after_step = [&](int64_t, bool applied) { skipped += applied ? 0 : 1; };
+  const LrSchedule s = hl::tutorial::follow_schedule_flags(opts, sgd, f, loader, 2);
+  const auto schedule_step = opts.on_step_end;
+  opts.on_step_end = [&](int64_t step) {
+    rates.push_back(sgd.lr());
+    schedule_step(step);
+  };
+  int64_t total_skipped = 0;
+  for (int64_t e = 0; e < 2; ++e) total_skipped += hl::tutorial::train_epoch(model, sgd, loader, e, opts).skipped_steps;
+  EXPECT_EQ(skipped, 2) << "one injected overflow per epoch";
+  EXPECT_EQ(total_skipped, 2);
+  ASSERT_EQ(rates.size(), 8u);
+  for (size_t i = 0; i < rates.size(); ++i) EXPECT_EQ(rates[i], s.at(static_cast<int64_t>(i))) << "step " << i;
+  EXPECT_EQ(sgd.lr(), s.at(7)) << "after the run: the last step's rate (0)";
 }
 
 // The flags' schedule sized by the loader: its batches, or --max-steps when fewer.
