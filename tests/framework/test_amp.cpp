@@ -358,6 +358,8 @@ TEST(Amp, T9_ResumeIsExact) {
   for (size_t i = 0; i < cp.size(); ++i) Tensor(cp[i]).copy_(params[i]);
   c.opt->load_state(ost);
   c.scaler.load_state(sst);
+  EXPECT_EQ(c.scaler.state(), sst);  // every counter restored, the step count included
+  EXPECT_EQ(c.scaler.steps(), 9);
   steps(c, 11, lb, sb);
   EXPECT_EQ(lb, la);
   EXPECT_EQ(sb, sa);
@@ -462,10 +464,75 @@ TEST(Amp, ScalerSpecsParseAndRejectNonsense) {
   EXPECT_EQ(d.hysteresis, 3);
   EXPECT_TRUE(d.consecutive_hysteresis);
   EXPECT_EQ(d.max_scale, 4096.0);
-  for (const char* bad : {"static", "static:-1", "static:abc", "dynamic:foo=1", "dynamic:init", "auto",
-                          "dynamic:backoff=2", "dynamic:hysteresis=0", "static:1e40"}) {
+  // Each bound of each check, just past it (the values at it are accepted below).
+  for (const char* bad : {"static", "static:-1", "static:0", "static:abc", "static:1e40", "auto", "none:1",
+                          "dynamic:foo=1", "dynamic:init", "dynamic:init=0", "dynamic:growth=1",
+                          "dynamic:backoff=0", "dynamic:backoff=1", "dynamic:backoff=2", "dynamic:interval=0",
+                          "dynamic:hysteresis=0", "dynamic:min=-1", "dynamic:min=8,max=4"}) {
     EXPECT_THROW(ScalerConfig::parse(bad), Error) << bad;
   }
+  for (const char* good : {"static:1e-30", "dynamic:growth=1.0001", "dynamic:backoff=0.999", "dynamic:interval=1",
+                           "dynamic:hysteresis=1", "dynamic:min=0", "dynamic:min=4,max=4"}) {
+    EXPECT_NO_THROW(ScalerConfig::parse(good)) << good;
+  }
+}
+
+TEST(Amp, ScalerConfigStrNamesExactlyTheSettingsThatDifferFromTheDefaults) {
+  // load_state compares str(): a setting str() left out would let another rule's state in, and a
+  // default written out would make the same rule look different across versions.
+  EXPECT_EQ(ScalerConfig::parse("none").str(), "none");
+  EXPECT_EQ(ScalerConfig::parse("static:1024").str(), "static:1024");
+  EXPECT_EQ(ScalerConfig::parse("dynamic").str(), "dynamic:init=65536,interval=2000");
+  EXPECT_EQ(ScalerConfig::parse("dynamic:hysteresis=1,growth=2,backoff=0.5").str(), "dynamic:init=65536,interval=2000");
+  EXPECT_EQ(ScalerConfig::parse("dynamic:hysteresis=2").str(), "dynamic:init=65536,interval=2000,hysteresis=2");
+  EXPECT_EQ(ScalerConfig::parse("dynamic:consecutive,hysteresis=3,interval=7,init=8").str(),
+            "dynamic:init=8,interval=7,hysteresis=3,consecutive");
+  for (const char* spec : {"static:0.125", "dynamic:growth=4,backoff=0.25,min=1,max=1e6",
+                           "dynamic:init=3,interval=1,hysteresis=2,consecutive"}) {
+    const std::string once = ScalerConfig::parse(spec).str();
+    EXPECT_EQ(ScalerConfig::parse(once).str(), once) << spec;  // str() parses back to itself
+  }
+}
+
+TEST(Amp, GrowthAndBackoffFactorsOtherThanTheDefaultsDriveTheScale) {
+  Probe p;
+  LossScaler s(ScalerConfig::parse("dynamic:init=1024,growth=4,backoff=0.25,interval=2"));
+  EXPECT_FALSE(p.step(s, INFINITY));
+  EXPECT_EQ(s.get_scale(), 256.0);  // x 0.25
+  EXPECT_TRUE(p.step(s));
+  EXPECT_EQ(s.get_scale(), 256.0);  // one clean step of two
+  EXPECT_TRUE(p.step(s));
+  EXPECT_EQ(s.get_scale(), 1024.0);  // x 4
+  EXPECT_EQ(s.scale_history(), (std::vector<double>{1024.0, 256.0, 256.0}));
+}
+
+TEST(Amp, ScaledLossKeepsTheLossDtype) {
+  // f16 loss * f32 scale computes in f32 (the precision policy), then rounds back to f16, as a
+  // scalar multiply of an f16 would store it: backward then starts from an f16 seed.
+  LossScaler s(ScalerConfig::parse("static:1024"));
+  const Tensor l16 = Tensor::from_vector(std::vector<float>{0.1f}, {}, DType::f16);
+  const Tensor scaled16 = s.scale(l16);
+  EXPECT_EQ(scaled16.dtype(), DType::f16);
+  EXPECT_EQ(scaled16.item(), static_cast<double>(round_to_half(static_cast<float>(l16.item()) * 1024.0f)));
+  const Tensor l32 = Tensor::from_vector(std::vector<float>{0.1f}, {});
+  const Tensor scaled32 = s.scale(l32);
+  EXPECT_EQ(scaled32.dtype(), DType::f32);
+  EXPECT_EQ(scaled32.item(), static_cast<double>(0.1f * 1024.0f));
+}
+
+TEST(Amp, LoadStateBetweenUnscaleAndStepStartsAFreshStep) {
+  // A restored scaler is between steps, whatever this one was doing: its pending unscale is dropped.
+  Probe p;
+  LossScaler s(ScalerConfig::parse("dynamic"));
+  const auto saved = s.state();
+  p.sgd.zero_grad();
+  s.scale(sum(p.w)).backward();
+  s.unscale(p.sgd);
+  s.load_state(saved);
+  EXPECT_EQ(s.state(), saved);  // state() is only allowed between steps
+  Probe fresh;                  // (p's optimizer still holds unscaled gradients: it refuses a second unscale)
+  EXPECT_TRUE(fresh.step(s));   // a whole step runs: no "already unscaled" from the scaler
+  EXPECT_EQ(s.steps(), 1);
 }
 
 TEST(Amp, MinAndMaxScaleBoundTheDynamicScale) {
