@@ -108,6 +108,32 @@ TEST(Optim, SgdMatchesPyTorchSemantics) {
   EXPECT_NEAR(q.item(), 2.0 - 0.5 * (1.0 + 0.5 * 1.0), 1e-15);
 }
 
+TEST(Optim, SgdDampeningAndNesterovMatchPyTorchOverSeveralSteps) {
+  // Four steps with a gradient that changes every step, so that the momentum buffer's history
+  // matters (at the first step buf = d: Nesterov's and dampening's terms are not yet visible).
+  // PyTorch: buf = m * buf + (1 - dampening) * d after the first step; Nesterov: d + m * buf.
+  for (const bool nesterov : {false, true}) {
+    const double lr = 0.1, m = 0.8, wd = 0.05, damp = nesterov ? 0.0 : 0.3;
+    Tensor p = Tensor::from_vector(std::vector<double>{1.0, -3.0}, {2}).requires_grad_();
+    optim::SGD sgd({p}, {.lr = lr, .momentum = m, .weight_decay = wd, .dampening = damp, .nesterov = nesterov});
+    std::vector<double> w{1.0, -3.0}, buf(2, 0.0);
+    for (int t = 0; t < 4; ++t) {
+      const std::vector<double> g{0.5 + t, -2.0 / (t + 1)};
+      sgd.zero_grad();
+      sum(mul(p, Tensor::from_vector(g, {2}))).backward();
+      sgd.step();
+      for (size_t i = 0; i < 2; ++i) {
+        const double d = g[i] + wd * w[i];
+        buf[i] = t == 0 ? d : m * buf[i] + (1.0 - damp) * d;
+        w[i] -= lr * (nesterov ? d + m * buf[i] : buf[i]);
+      }
+      const auto got = p.to_double();
+      EXPECT_NEAR(got[0], w[0], 1e-14) << "nesterov " << nesterov << ", step " << t;
+      EXPECT_NEAR(got[1], w[1], 1e-14) << "nesterov " << nesterov << ", step " << t;
+    }
+  }
+}
+
 TEST(Optim, SgdStateRoundTripResumesExactly) {
   // Run A: 6 steps straight. Run B: 3 steps, state() into a fresh optimizer, 3 more steps.
   Generator g(hl::test::fresh_seed());
