@@ -60,14 +60,10 @@ Optimizer::Optimizer(std::vector<Tensor> params, bool master_weights)
 
 DType Optimizer::state_dtype(size_t i) const { return params_[i].dtype() == DType::f64 ? DType::f64 : DType::f32; }
 
-Tensor& Optimizer::buffer(const std::string& name, size_t i, bool* created) {
+Tensor& Optimizer::buffer(const std::string& name, size_t i) {
   auto& list = buffers_[name];
   list.resize(params_.size());
-  if (created) *created = false;
-  if (!list[i].defined()) {
-    list[i] = Tensor::zeros(params_[i].shape(), state_dtype(i), params_[i].device());
-    if (created) *created = true;
-  }
+  if (!list[i].defined()) list[i] = Tensor::zeros(params_[i].shape(), state_dtype(i), params_[i].device());
   return list[i];
 }
 

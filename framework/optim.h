@@ -95,7 +95,7 @@ class Optimizer {
   // Per-parameter i32 flags in device memory (SGD: "momentum buffer initialized").
   int32_t* started_flag(size_t i);
   // The FP32 (f64 for f64 parameters) buffer `name` of parameter i, created zero-filled on first use.
-  Tensor& buffer(const std::string& name, size_t i, bool* created = nullptr);
+  Tensor& buffer(const std::string& name, size_t i);
   DType state_dtype(size_t i) const;
 
   std::vector<Tensor> params_;

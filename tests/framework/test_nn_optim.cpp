@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
+#include <utility>
 
 #include "framework/autograd.h"
 #include "framework/nn.h"
@@ -183,10 +185,67 @@ TEST(Optim, SgdStateRoundTripResumesExactly) {
   }
 }
 
+TEST(Optim, ResumeKeepsAMomentumBufferThatHasNotStarted) {
+  // Parameter 1 gets no gradient before the save, so the state has no momentum buffer for it: after
+  // the restore its first update must start the buffer as the gradient itself (buf = d), not as
+  // momentum * 0 + (1 - dampening) * d, exactly as in the run that was never interrupted.
+  auto run = [](bool resume) {
+    Tensor p0 = Tensor::from_vector(std::vector<double>{1.0, 2.0}, {2}).requires_grad_();
+    Tensor p1 = Tensor::from_vector(std::vector<double>{-1.0}, {1}).requires_grad_();
+    const optim::SGD::Options o{.lr = 0.1, .momentum = 0.9, .dampening = 0.5};
+    auto sgd = std::make_unique<optim::SGD>(std::vector<Tensor>{p0, p1}, o);
+    for (int t = 0; t < 4; ++t) {
+      if (t == 2 && resume) {
+        const optim::Optimizer::State st = sgd->state();
+        for (const auto& [name, tensor] : st.tensors) EXPECT_NE(name, "momentum.1");  // the case under test
+        EXPECT_EQ(st.tensors.size(), 1u);                                         // momentum.0 only
+        sgd = std::make_unique<optim::SGD>(std::vector<Tensor>{p0, p1}, o);
+        sgd->load_state(st);
+      }
+      sgd->zero_grad();
+      Tensor loss = sum(mul(p0, p0));
+      if (t >= 2) loss = loss + sum(mul(p1, p1)) * 3.0;  // p1 joins after the save
+      loss.backward();
+      sgd->step();
+    }
+    return std::make_pair(p0.to_double(), p1.to_double());
+  };
+  const auto straight = run(false);
+  const auto resumed = run(true);
+  EXPECT_EQ(resumed.first, straight.first);
+  EXPECT_EQ(resumed.second, straight.second);
+  // By hand for p1: d = 6 * -1 = -6 starts the buffer; then w = -1 + 0.6 = -0.4, d = -2.4,
+  // buf = 0.9 * -6 + 0.5 * -2.4 = -6.6, w = -0.4 + 0.66 = 0.26.
+  EXPECT_NEAR(straight.second[0], 0.26, 1e-15);
+}
+
+TEST(Optim, LoadStateNamesAMasterWeightsMismatch) {
+  Tensor p = Tensor::zeros({2}).requires_grad_();
+  optim::SGD with({p}, {.lr = 0.1, .master_weights = true});
+  optim::SGD without({p}, {.lr = 0.1});
+  const auto refusal = [](optim::Optimizer& into, const optim::Optimizer::State& st) {
+    try {
+      into.load_state(st);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(loaded)");
+  };
+  EXPECT_EQ(refusal(without, with.state()),
+            "load_state: the state has master weights, this SGD does not");
+  EXPECT_EQ(refusal(with, without.state()), "load_state: the state has no master weights, this SGD keeps them");
+}
+
 TEST(Optim, BadOptionsAndParametersAreErrors) {
   Tensor p = Tensor::zeros({2}).requires_grad_();
   EXPECT_THROW(optim::SGD({p}, {.lr = -1.0}), Error);
   EXPECT_THROW(optim::SGD({p}, {.lr = 0.1, .nesterov = true}), Error);
+  // Adam's betas: [0, 1) each, as in PyTorch (beta1 = 0 is RMSprop-like and allowed).
+  EXPECT_NO_THROW(optim::Adam({p}, {.beta1 = 0.0, .beta2 = 0.0}));
+  for (const auto& [b1, b2] : std::vector<std::pair<double, double>>{{1.0, 0.999}, {0.9, 1.0}, {-0.1, 0.999},
+                                                                       {0.9, -0.1}}) {
+    EXPECT_THROW(optim::Adam({p}, {.beta1 = b1, .beta2 = b2}), Error) << b1 << ", " << b2;
+  }
   Tensor not_leaf = p * 2.0;
   EXPECT_THROW(optim::SGD({not_leaf}, {.lr = 0.1}), Error);
   Tensor no_grad = Tensor::zeros({2});
