@@ -539,9 +539,27 @@ TEST_F(GemmCpuBadArgs, DtypeCombinations) {
   g.ab_type = DType::f16;
   g.c_type = DType::f64;
   expect_error("an f64 output needs f64 inputs");
+  g.c_type = DType::i32;
+  g.ab_type = DType::f32;
+  expect_error("C must be f16, f32 or f64");
   g.c_type = DType::f32;
   g.ab_type = DType::i32;
   expect_error("A and B must be f16, f32 or f64");
+  // The variants' own hooks say the same to a caller that asks them directly (the registry's
+  // chooser does), for either operand.
+  const std::vector<std::pair<DType, DType>> not_floats{{DType::i32, DType::f32}, {DType::f32, DType::i32}};
+  for (const auto& v : GemmRegistry::instance().all()) {
+    if (v.device != DeviceType::cpu) continue;
+    ASSERT_NE(v.unsupported, nullptr) << v.name;
+    GemmArgs one = g;
+    for (const auto& [ab, out] : not_floats) {
+      one.ab_type = ab;
+      one.c_type = out;
+      const char* why = v.unsupported(one);
+      ASSERT_NE(why, nullptr) << v.name << " takes " << one.describe();
+      EXPECT_NE(std::string(why).find("f16, f32 and f64"), std::string::npos) << why;
+    }
+  }
   g.ab_type = DType::f32;
   g.bias = b.data();
   g.bias_type = DType::i32;
