@@ -362,6 +362,31 @@ TEST_P(GemmCpuVariant, Float16OnesSumToExactly4096) {
   }
 }
 
+// A K so deep that not even one task's columns of packed B fit the packing budget (blocked packs
+// at least that many anyway), with N wider than one task, so that B is packed in several passes.
+// Small integers keep every sum exact in f32: the result must equal the integer one everywhere.
+TEST_P(GemmCpuVariant, DeepKBeyondThePackingBudgetCoversEveryColumn) {
+  HL_SKIP_IF_UNSUPPORTED(GetParam());
+  constexpr int64_t M = 2, N = 300, K = 30011;
+  std::vector<float> a(M * K), b(K * N);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) a[static_cast<size_t>(m * K + k)] = static_cast<float>((k + m) % 3 - 1);
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) b[static_cast<size_t>(k * N + n)] = static_cast<float>((k * 7 + n) % 5 - 2);
+  std::vector<float> c(M * N, std::numeric_limits<float>::quiet_NaN());
+  gemm(dense_problem(M, N, K, a.data(), b.data(), c.data()), GetParam());
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      int64_t want = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const auto ai = static_cast<int64_t>(a[static_cast<size_t>(m * K + k)]);
+        want += ai * static_cast<int64_t>(b[static_cast<size_t>(k * N + n)]);
+      }
+      ASSERT_EQ(c[static_cast<size_t>(m * N + n)], static_cast<float>(want)) << "C(" << m << ", " << n << ")";
+    }
+  }
+}
+
 // Every one of the 65536 f16 bit patterns (subnormals, infinities, NaNs included), times 1, stored as
 // f32: each must come out as exactly hl::half's own conversion (up to the sign of zero). A variant that converts f16
 // its own way (the packing of "blocked" does) is checked here on every input it can ever see, through A and B.
