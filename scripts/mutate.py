@@ -1,0 +1,270 @@
+#!/usr/bin/env python3
+"""Mutation testing for halfling's C++ sources: does the test suite notice when the code is wrong?
+
+The script makes one small change at a time to a source file (a mutant: `<` for `<=`, `-` for `+`,
+`&&` for `||`, 1 for 0, an assignment deleted, ...), rebuilds, and runs a test command. A mutant the
+tests fail on is *killed*; one they pass is a *survivor*: either the change makes no difference (an
+equivalent mutant, e.g. a flag set to 2 where only "non-zero" is read) or no test checks what that
+line does, which is a missing test. docs/hardening.md tells what the sweeps found and how to read a
+survivor.
+
+    scripts/mutate.py framework/amp.cpp --build-dir build --sample 40
+    scripts/mutate.py kernels/cpu/gemm_cpu.cpp --lines 150-170 --list     # only show the mutants
+
+Use a CPU-only build (-DHALFLING_CUDA=OFF) of its own: the library is shared, so a mutant of a .cpp
+costs one compile and one link. A header (.h) rebuilds everything that includes it, tests too.
+The file is restored after every run, also on Ctrl-C or SIGTERM; a copy of the original is kept in
+FILE.mutate-orig while the run lasts, so that even a killed run loses nothing (the next run refuses
+to start until that copy has been put back). Standard library only.
+"""
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+
+# (pattern, replacements). Relational operators need a space on both sides, as clang-format writes
+# them: that leaves template brackets (static_cast<float>) and shifts alone.
+OPERATORS = [
+    (r'(?<=\s)<=(?=\s)', ['<']),
+    (r'(?<=\s)<(?=\s)', ['<=']),
+    (r'(?<=\s)>=(?=\s)', ['>']),
+    (r'(?<=\s)>(?=\s)', ['>=']),
+    (r'==', ['!=']),
+    (r'!=', ['==']),
+    (r'&&', ['||']),
+    (r'\|\|', ['&&']),
+    (r'(?<=\s)\+(?=\s)', ['-']),
+    (r'(?<=\s)-(?=\s)', ['+']),
+    (r'(?<=\s)\*(?=\s)', ['/']),
+    (r'(?<=\s)/(?=\s)', ['*']),
+    (r'\+=', ['-=']),
+    (r'-=', ['+=']),
+    (r'\*=', ['/=']),
+    (r'\+\+', ['--']),
+    (r'\btrue\b', ['false']),
+    (r'\bfalse\b', ['true']),
+    (r'(?<![\w.])0(?![\w.])', ['1']),
+    (r'(?<![\w.])1(?![\w.])', ['0', '2']),
+    (r'(?<![\w.])2(?![\w.])', ['1', '3']),
+    (r'\bstd::max\b', ['std::min']),
+    (r'\bstd::min\b', ['std::max']),
+]
+# Lines left alone: preprocessor, declarations of templates, messages (a mutant there tests the
+# wording, not the arithmetic).
+SKIP_LINE = re.compile(r'^\s*(#|template\b|static_assert\b)|\bthrow\b|std::cerr|printf|HL_FAIL')
+# A statement that only assigns, e.g. `x += y;` or `c.kind = Kind::fixed;` (not a declaration).
+ASSIGNMENT = re.compile(r'^\s*[\w\[\]().>*-]+\s*(\+=|-=|\*=|=)\s*[^=].*;\s*$')
+DECLARATION = re.compile(r'^\s*(const\b|auto\b|int|float|double|size_t|bool|uint|std::|return\b)')
+DELETE = '/* mutant: statement deleted */;'
+
+
+def blank_strings_and_comments(line, in_block):
+    """The code of one line with string literals, // and /* */ comments blanked to spaces (same
+    length, so offsets still match), and whether a /* comment is still open at its end."""
+    out = []
+    i = 0
+    in_str = False
+    while i < len(line):
+        if in_block:
+            end = line.find('*/', i)
+            if end < 0:
+                out.append(' ' * (len(line) - i))
+                return ''.join(out), True
+            out.append(' ' * (end + 2 - i))
+            i = end + 2
+            in_block = False
+            continue
+        c = line[i]
+        if in_str:
+            if c == '\\':
+                out.append('  ')
+                i += 2
+                continue
+            if c == '"':
+                in_str = False
+            out.append(' ')
+        elif line.startswith('//', i):
+            out.append(' ' * (len(line) - i))
+            break
+        elif line.startswith('/*', i):
+            in_block = True
+            continue
+        elif c == '"':
+            in_str = True
+            out.append(' ')
+        elif c == "'":
+            end = line.find("'", i + 1 + (line[i + 1:i + 2] == '\\'))
+            end = len(line) - 1 if end < 0 else end
+            out.append(' ' * (end + 1 - i))
+            i = end + 1
+            continue
+        else:
+            out.append(c)
+        i += 1
+    return ''.join(out)[:len(line)], in_block
+
+
+def mutants(text, first=1, last=None):
+    """Every mutant of `text` whose line is in [first, last] (1-based): (line, start, end, new)."""
+    found = []
+    in_block = False
+    for index, line in enumerate(text.split('\n')):
+        number = index + 1
+        code, in_block_after = blank_strings_and_comments(line, in_block)
+        in_block = in_block_after
+        if number < first or (last is not None and number > last) or SKIP_LINE.search(code):
+            continue
+        for pattern, replacements in OPERATORS:
+            for m in re.finditer(pattern, code):
+                for new in replacements:
+                    found.append((number, m.start(), m.end(), new))
+        if ASSIGNMENT.match(code) and not DECLARATION.match(code):
+            found.append((number, -1, -1, DELETE))
+    return found
+
+
+def apply(text, mutant):
+    lines = text.split('\n')
+    number, start, end, new = mutant
+    line = lines[number - 1]
+    lines[number - 1] = line[:len(line) - len(line.lstrip())] + DELETE if new == DELETE else line[:start] + new + line[end:]
+    return '\n'.join(lines)
+
+
+def run(command, timeout=None):
+    """(exit status, output) of a shell command; (None, '') when it outlives `timeout`. The command
+    runs in a process group of its own, which is killed whole when it times out or the run is
+    interrupted: a mutant that makes a test loop forever must not leave that test running."""
+    p = subprocess.Popen(command, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        return p.returncode, out
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        return None, ''
+    except BaseException:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        raise
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    ap.add_argument('file', help='the C++ source file to mutate')
+    ap.add_argument('--build-dir', default='build', help='a configured CMake build (default: build)')
+    ap.add_argument('--build-cmd', help='rebuild command (default: the halfling target for a .cpp, '
+                    'everything for a header)')
+    ap.add_argument('--test', help='test command; non-zero exit kills a mutant (default: test_framework '
+                    'and test_kernels, stopping at the first failure)')
+    ap.add_argument('--lines', help='FIRST-LAST: only mutate these lines')
+    ap.add_argument('--sample', type=int, help='run a random sample of this many mutants (default: all)')
+    ap.add_argument('--seed', type=int, default=1, help='seed of the sample (default 1)')
+    ap.add_argument('--timeout', type=float, default=300, help='seconds before a test run counts as '
+                    'hung, which kills the mutant (default 300)')
+    ap.add_argument('--log', help='append one JSON line per mutant to this file')
+    ap.add_argument('--list', action='store_true', help='print the mutants and exit')
+    args = ap.parse_args()
+
+    path = args.file
+    if not os.path.isfile(path):
+        sys.exit(f'mutate.py: {path}: no such file')
+    first, last = 1, None
+    if args.lines:
+        m = re.fullmatch(r'(\d+)-(\d+)', args.lines)
+        if not m or int(m.group(1)) > int(m.group(2)):
+            sys.exit(f'mutate.py: --lines {args.lines}: expected FIRST-LAST, e.g. 40-80')
+        first, last = int(m.group(1)), int(m.group(2))
+    if args.sample is not None and args.sample < 1:
+        sys.exit(f'mutate.py: --sample {args.sample}: must be >= 1')
+    with open(path) as f:
+        original = f.read()
+    chosen = mutants(original, first, last)
+    if args.sample is not None and args.sample < len(chosen):
+        chosen = sorted(random.Random(args.seed).sample(chosen, args.sample))
+    if args.list:
+        for mutant in chosen:
+            print(f'{path}:{mutant[0]}: {apply(original, mutant).split(chr(10))[mutant[0] - 1].strip()}')
+        return 0
+
+    build_dir = args.build_dir
+    header = path.endswith(('.h', '.cuh', '.hpp'))
+    build_cmd = args.build_cmd or (f'cmake --build {build_dir} -j2' if header
+                                   else f'cmake --build {build_dir} --target halfling -j2')
+    test_cmd = args.test or (f'{build_dir}/tests/test_framework --gtest_fail_fast --gtest_brief=1 && '
+                             f'{build_dir}/tests/test_kernels --gtest_fail_fast --gtest_brief=1')
+    backup = path + '.mutate-orig'
+    if os.path.exists(backup):
+        sys.exit(f'mutate.py: {backup} exists: an earlier run was interrupted. Compare it with {path}, '
+                 f'put the original back (mv {backup} {path}) and run again.')
+
+    rc, out = run(build_cmd)
+    if rc != 0:
+        sys.exit(f'mutate.py: the build fails before any mutant ({build_cmd}):\n{out[-2000:]}')
+    rc, out = run(test_cmd, args.timeout)
+    if rc != 0:
+        sys.exit(f'mutate.py: the tests fail (or hang) without a mutant ({test_cmd}): fix that first.\n'
+                 f'{out[-2000:]}')
+
+    # From here on the file may hold a mutant: keep the original beside it, and put it back however
+    # the run ends.
+    with open(backup, 'w') as f:
+        f.write(original)
+
+    def stop(signum, _frame):
+        raise KeyboardInterrupt(f'signal {signum}')
+    signal.signal(signal.SIGTERM, stop)
+
+    counts = {'killed': 0, 'survived': 0, 'invalid': 0}
+    survivors = []
+    print(f'{path}: {len(chosen)} mutants', flush=True)
+    try:
+        for mutant in chosen:
+            start = time.time()
+            mutated = apply(original, mutant)
+            with open(path, 'w') as f:
+                f.write(mutated)
+            rc, out = run(build_cmd)
+            if rc != 0:
+                status, by = 'invalid', 'does not compile'
+            else:
+                rc, out = run(test_cmd, args.timeout)
+                if rc == 0:
+                    status, by = 'survived', ''
+                else:
+                    failed = re.findall(r'\[  FAILED  \] (\S+)', out)
+                    status = 'killed'
+                    by = failed[0] if failed else ('timeout' if rc is None else f'exit status {rc}')
+            counts[status] += 1
+            line = mutated.split('\n')[mutant[0] - 1].strip()
+            record = {'file': path, 'line': mutant[0], 'status': status, 'by': by,
+                      'original': original.split('\n')[mutant[0] - 1].strip(), 'mutant': line,
+                      'seconds': round(time.time() - start, 1)}
+            if status == 'survived':
+                survivors.append(record)
+            print(f"{status:8} {path}:{mutant[0]}: {line}" + (f'  [{by}]' if by else ''), flush=True)
+            if args.log:
+                with open(args.log, 'a') as f:
+                    f.write(json.dumps(record) + '\n')
+    except KeyboardInterrupt:
+        print('mutate.py: interrupted; restoring the file', file=sys.stderr)
+    finally:
+        with open(path, 'w') as f:
+            f.write(original)
+        os.remove(backup)
+        run(build_cmd)  # leave the build as the source is
+    print(f"{path}: {counts['killed']} killed, {counts['survived']} survived, {counts['invalid']} "
+          f"did not compile")
+    for r in survivors:
+        print(f"  survived {path}:{r['line']}: {r['original']}  ->  {r['mutant']}")
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
