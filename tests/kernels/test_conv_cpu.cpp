@@ -37,8 +37,11 @@ struct EpilogueCase {
   float beta;
   bool bias, relu;  // forward only
 };
-constexpr EpilogueCase kEpilogues[] = {{"plain", 0.0f, false, false}, {"beta", 0.75f, false, false},
-                                       {"bias_relu", 0.0f, true, true}};
+// beta_bias_relu: beta is added before the ReLU (conv.h), a path of its own in the epilogue.
+constexpr EpilogueCase kEpilogues[] = {{"plain", 0.0f, false, false},
+                                       {"beta", 0.75f, false, false},
+                                       {"bias_relu", 0.0f, true, true},
+                                       {"beta_bias_relu", 0.75f, true, true}};
 
 // Runs `variant` on one problem and, when `check`, checks every element against the reference. Returns
 // the output's bytes (empty for an epilogue the pass does not have).
