@@ -64,6 +64,13 @@ std::function<void(size_t)> current_hook() {
   return g_write_hook;
 }
 
+detail::CheckpointWriteFn g_write_fn;  // empty: write(2)
+
+detail::CheckpointWriteFn current_write_fn() {
+  std::lock_guard<std::mutex> lock(g_hook_mu);
+  return g_write_fn;
+}
+
 std::string errno_text() { return std::strerror(errno); }
 
 // A file that appears at `path` only when commit() succeeds: the bytes go to a temporary file in the
@@ -84,6 +91,7 @@ class AtomicFile {
     HL_CHECK(fd_ >= 0, op_, "(", path_, "): cannot create a temporary file in ", dir_.string(), ": ", errno_text());
     tmp_ = buf.data();
     hook_ = current_hook();
+    write_fn_ = current_write_fn();
   }
   ~AtomicFile() {
     if (fd_ >= 0) ::close(fd_);
@@ -96,9 +104,12 @@ class AtomicFile {
     const char* p = static_cast<const char*>(data);
     while (n > 0) {
       const size_t chunk = std::min(n, kWriteChunk);
-      const ssize_t w = ::write(fd_, p, chunk);
+      // write(2) may write less than asked (then the rest follows) or be interrupted by a signal
+      // before writing anything (EINTR: try again). 0 bytes would loop forever: an error.
+      const ssize_t w = write_fn_ ? write_fn_(fd_, p, chunk) : ::write(fd_, p, chunk);
       if (w < 0 && errno == EINTR) continue;
-      HL_CHECK(w > 0, op_, "(", path_, "): write failed after ", written_, " bytes: ", errno_text());
+      HL_CHECK(w > 0, op_, "(", path_, "): write failed after ", written_, " bytes: ",
+               w == 0 ? std::string("no bytes written") : errno_text());
       p += w;
       n -= static_cast<size_t>(w);
       written_ += static_cast<size_t>(w);
@@ -133,6 +144,7 @@ class AtomicFile {
   size_t written_ = 0;
   bool committed_ = false;
   std::function<void(size_t)> hook_;
+  detail::CheckpointWriteFn write_fn_;
 };
 
 // What the writer needs of each tensor: its bytes, in host memory.
@@ -199,6 +211,11 @@ namespace detail {
 void set_checkpoint_write_hook(std::function<void(size_t)> hook) {
   std::lock_guard<std::mutex> lock(g_hook_mu);
   g_write_hook = std::move(hook);
+}
+
+void set_checkpoint_write_function(CheckpointWriteFn fn) {
+  std::lock_guard<std::mutex> lock(g_hook_mu);
+  g_write_fn = std::move(fn);
 }
 }  // namespace detail
 

@@ -15,6 +15,8 @@
 // a save leaves the previous file intact. Reads check every rule above and throw hl::Error naming the
 // file and the problem. docs/checkpoints.md has the details and the PyTorch recipes.
 #pragma once
+#include <sys/types.h>  // ssize_t
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -105,6 +107,11 @@ namespace detail {
 // chunks are at most 1 MiB). A hook that throws makes the save fail at that point; tests use it to
 // inject a failure mid-write, or to stop a writer process and kill it. Pass {} to remove.
 void set_checkpoint_write_hook(std::function<void(size_t bytes_written)> hook);
+// Test seam: the checkpoint writer calls this in place of POSIX write(2), with write's contract
+// (bytes written, or -1 with errno set). Tests use it to play what a local disk never does: short
+// writes, EINTR, a write of 0 bytes, ENOSPC. Pass {} to go back to write(2).
+using CheckpointWriteFn = std::function<ssize_t(int fd, const void* data, size_t n)>;
+void set_checkpoint_write_function(CheckpointWriteFn fn);
 }  // namespace detail
 
 }  // namespace hl

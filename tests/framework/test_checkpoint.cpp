@@ -291,8 +291,97 @@ TEST(Checkpoint, MissingFileNamesThePath) {
 // ---- atomic writes -----------------------------------------------------------------------------------------
 
 struct HookReset {
-  ~HookReset() { detail::set_checkpoint_write_hook({}); }
+  ~HookReset() {
+    detail::set_checkpoint_write_hook({});
+    detail::set_checkpoint_write_function({});
+  }
 };
+
+std::vector<uint8_t> file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+TEST(Checkpoint, ShortWritesAndInterruptedWritesStillWriteEveryByteOnce) {
+  // A local disk writes all it is given; a pipe, a network file system or a signal need not. Here
+  // every call writes half of what it is asked (at least 1 byte: each chunk ends with a 1-byte
+  // write) and every third call is interrupted before writing anything (-1, EINTR).
+  Generator g(hl::test::fresh_seed());
+  TempDir dir;
+  const std::string path = dir.file("model.safetensors");
+  const NamedTensors t{{"big", Tensor::randn({600, 1000}, g)}, {"small", Tensor::randn({3}, g)}};
+  const std::vector<uint8_t> want = serialize_safetensors(t, {{"k", "v"}});
+  HookReset reset;
+  int64_t calls = 0;
+  size_t total = 0;
+  detail::set_checkpoint_write_function([&](int fd, const void* data, size_t n) -> ssize_t {
+    // A writer that writes the same bytes again, or retries an error forever: fail, do not fill the
+    // disk or hang.
+    if (total > 2 * want.size() || calls > 100000) throw Error("the checkpoint writer does not advance");
+    if (++calls % 3 == 0) {
+      errno = EINTR;
+      return -1;
+    }
+    const ssize_t w = ::write(fd, data, std::max<size_t>(1, n / 2));
+    if (w > 0) total += static_cast<size_t>(w);
+    return w;
+  });
+  std::vector<size_t> counts;
+  detail::set_checkpoint_write_hook([&](size_t written) { counts.push_back(written); });
+  save_safetensors(path, t, {{"k", "v"}});
+  EXPECT_EQ(file_bytes(path), want);
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"model.safetensors"});
+  // The hook sees the running count: rising after every write, ending at the file's size.
+  ASSERT_FALSE(counts.empty());
+  for (size_t i = 1; i < counts.size(); ++i) ASSERT_GT(counts[i], counts[i - 1]) << i;
+  EXPECT_EQ(counts.back(), want.size());
+}
+
+TEST(Checkpoint, AWriteOfNothingOrAFullDiskFailsClearlyAndKeepsTheOldFile) {
+  Generator g(hl::test::fresh_seed());
+  TempDir dir;
+  const std::string path = dir.file("model.safetensors");
+  const NamedTensors old_t = random_tensors(g);
+  save_safetensors(path, old_t, {{"version", "old"}});
+  const NamedTensors new_t{{"w", Tensor::randn({50, 50}, g)}};
+  HookReset reset;
+  const auto expect_refusal = [&](const std::string& what) {
+    try {
+      save_safetensors(path, new_t, {{"version", "new"}});
+      ADD_FAILURE() << "no error (expected '" << what << "')";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(path), std::string::npos) << msg;
+      EXPECT_NE(msg.find(what), std::string::npos) << msg;
+    }
+    const SafeTensors back = load_safetensors(path);
+    EXPECT_EQ(back.metadata.at("version"), "old");
+    expect_same(old_t, back.tensors);
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{"model.safetensors"}) << "the temporary file is removed";
+  };
+  // write(2) returning 0 forever would never finish: it is an error, not a retry. errno means
+  // nothing then; a stale EINTR in it must not be taken for an interruption.
+  int64_t zero_calls = 0;
+  detail::set_checkpoint_write_function([&](int, const void*, size_t) -> ssize_t {
+    if (++zero_calls > 1000) throw Error("the checkpoint writer retries a write of 0 bytes");
+    errno = EINTR;
+    return 0;
+  });
+  expect_refusal("write failed after 0 bytes: no bytes written");
+  EXPECT_EQ(zero_calls, 1);
+  // The disk fills up after 100 bytes.
+  size_t room = 100;
+  detail::set_checkpoint_write_function([&](int fd, const void* data, size_t n) -> ssize_t {
+    if (room == 0) {
+      errno = ENOSPC;
+      return -1;
+    }
+    const ssize_t w = ::write(fd, data, std::min(n, room));
+    room -= static_cast<size_t>(w);
+    return w;
+  });
+  expect_refusal("write failed after 100 bytes: " + std::string(std::strerror(ENOSPC)));
+}
 
 TEST(Checkpoint, FailureMidWriteLeavesThePreviousFileIntact) {
   Generator g(hl::test::fresh_seed());
