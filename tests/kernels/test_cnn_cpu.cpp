@@ -74,9 +74,11 @@ TEST(PoolCpu, MaxAndAvgMatchFloat64InF32AndF16) {
 // a last row/column that no window covers.
 TEST(PoolCpu, MaxFastPathsMatchTheGeneralPathBitForBit) {
   const uint64_t seed = test::fresh_seed();
-  const auto shape = [](int64_t N, int64_t C, int64_t H, int64_t W, int64_t kh, int64_t kw, int64_t sh, int64_t sw) {
+  const auto shape = [](int64_t N, int64_t C, int64_t H, int64_t W, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                        int64_t ph = 0, int64_t pw = 0) {
     Pool2dShape s;
     s.N = N, s.C = C, s.H = H, s.W = W, s.kh = kh, s.kw = kw, s.stride_h = sh, s.stride_w = sw;
+    s.pad_h = ph, s.pad_w = pw;
     return s;
   };
   const Pool2dShape shapes[] = {
@@ -87,7 +89,15 @@ TEST(PoolCpu, MaxFastPathsMatchTheGeneralPathBitForBit) {
       shape(1, 2, 5, 17, 2, 2, 2, 2),   // 8 windows a row, odd width: the last vector ends at column 15
       shape(2, 2, 10, 11, 3, 3, 3, 3),  // disjoint 3x3 (backward fast path only)
       shape(2, 1, 9, 8, 2, 3, 3, 4),    // disjoint with gaps between windows, per-dimension sizes
-  };
+      // Near misses, one condition of a fast path broken each: they must take the general paths
+      // (a fast path taken here reads the wrong windows, and the bits differ).
+      shape(2, 2, 6, 7, 2, 2, 2, 1),        // 2x2, stride 2 down but 1 across
+      shape(2, 2, 7, 6, 2, 2, 1, 2),        // 2x2, stride 1 down
+      shape(2, 2, 6, 8, 2, 2, 2, 2, 0, 1),  // 2x2 stride 2, padded across
+      shape(2, 2, 8, 6, 2, 2, 2, 2, 1, 0),  // 2x2 stride 2, padded down
+      shape(2, 2, 9, 9, 3, 3, 3, 2),        // 3x3 windows overlapping across
+      shape(2, 2, 9, 9, 3, 3, 3, 3, 0, 1),  // 3x3 stride 3, padded: still disjoint, so either backward path
+  };                                        // gives these bits (pool_cpu.cpp keeps the fast one unpadded)
   const double specials[] = {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
                              -std::numeric_limits<double>::infinity(), -0.0, 0.0};
   for (DType t : {DType::f32, DType::f16, DType::f64})
