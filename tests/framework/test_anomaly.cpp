@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "framework/amp.h"
 #include "framework/autograd.h"
@@ -92,6 +93,30 @@ TEST(Anomaly, Fp32WithDetectionStopsAtTheFirstNonFiniteTensor) {
     EXPECT_NE(msg.find("f32[16, 20]"), std::string::npos) << msg;
   }
   EXPECT_EQ(s.model->parameters()[0].to_vector(), before);  // nothing was updated
+}
+
+TEST(Anomaly, DetectionChecksEveryInputScalarsAndNotIntegers) {
+  DetectAnomalyGuard detect;
+  const auto refusal = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  Tensor ok = Tensor::from_vector(std::vector<float>{1.0f, 2.0f}, {2}).requires_grad_();
+  Tensor bad = Tensor::from_vector(std::vector<float>{1.0f, NAN}, {2});
+  // The NaN in the second input is named as such (not only the first input is looked at).
+  const std::string second = refusal([&] { (void)add(ok, bad); });
+  EXPECT_NE(second.find("input 1 of 'add'"), std::string::npos) << second;
+  // A one-element tensor (a loss, a scale) is checked like any other.
+  Tensor nan_scalar = Tensor::from_vector(std::vector<float>{NAN}, {}).requires_grad_();
+  const std::string scalar = refusal([&] { (void)mul(nan_scalar, 2.0); });
+  EXPECT_NE(scalar.find("input 0 of 'mul_scalar'"), std::string::npos) << scalar;
+  // Integer inputs (class labels) cannot hold NaN or inf: they pass, and the step runs.
+  Tensor logits = Tensor::from_vector(std::vector<float>{0.5f, -1.0f, 2.0f, 0.0f}, {2, 2}).requires_grad_();
+  EXPECT_NO_THROW(cross_entropy(logits, Tensor::from_vector(std::vector<int32_t>{1, 0}, {2})).backward());
 }
 
 TEST(Anomaly, DetectionCatchesNonFiniteGradientsInBackward) {

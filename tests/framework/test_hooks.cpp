@@ -30,11 +30,12 @@ TEST(Hooks, SeeTheWholeGradientOfAnIntermediateTensor) {
   Tensor c = random_f64({4, 5}, seed + 2);
   Tensor y = matmul(x, w);
   std::vector<Tensor> seen;
-  y.register_hook([&](const Tensor& g) {
+  const size_t index = y.register_hook([&](const Tensor& g) {
     EXPECT_FALSE(grad_enabled()) << "hooks run with grad mode off";
     seen.push_back(g.clone());
     return Tensor();
   });
+  EXPECT_EQ(index, 0u);  // the hook's index: the first one registered on y
   downstream(y, c).backward();
   ASSERT_EQ(seen.size(), 1u) << "one call per backward, with the summed gradient";
   ASSERT_EQ(seen[0].shape(), y.shape());
