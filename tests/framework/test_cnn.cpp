@@ -74,6 +74,24 @@ TEST_F(Cnn, GradcheckConv2dWithBiasStridePadding) {
   }
 }
 
+TEST_F(Cnn, NonSquareKernelsByHand) {
+  // x = 1..9 in a 3x3 plane. A 2x1 kernel (1 over 10) adds ten times the value below; a 1x2 kernel
+  // (1, 10) ten times the value to the right. Square kernels alone cannot tell height from width.
+  std::vector<float> xv(9);
+  for (int i = 0; i < 9; ++i) xv[static_cast<size_t>(i)] = static_cast<float>(i + 1);
+  const Tensor x = Tensor::from_vector(xv, {1, 1, 3, 3});
+  const Tensor tall = conv2d(x, Tensor::from_vector(std::vector<float>{1, 10}, {1, 1, 2, 1}));
+  EXPECT_EQ(tall.shape(), (Shape{1, 1, 2, 3}));
+  EXPECT_EQ(tall.to_vector(), (std::vector<float>{41, 52, 63, 74, 85, 96}));
+  const Tensor wide = conv2d(x, Tensor::from_vector(std::vector<float>{1, 10}, {1, 1, 1, 2}));
+  EXPECT_EQ(wide.shape(), (Shape{1, 1, 3, 2}));
+  EXPECT_EQ(wide.to_vector(), (std::vector<float>{21, 32, 54, 65, 87, 98}));
+  // And the gradients of a non-square kernel with unequal strides and padding.
+  const Tensor xr = rnd({2, 2, 6, 5}, g), w = rnd({3, 2, 3, 1}, g), b = rnd({3}, g);
+  expect_gradcheck([&](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], {2, 1}, {1, 0}); },
+                   {xr, w, b});
+}
+
 TEST_F(Cnn, GradcheckConv2dEveryCpuVariant) {
   const Tensor x = rnd({2, 2, 5, 6}, g), w = rnd({3, 2, 3, 3}, g), b = rnd({3}, g);
   for (const std::string& v : kernels::ConvRegistry::instance().names(DeviceType::cpu)) {

@@ -20,6 +20,9 @@ TEST(Ops, BroadcastingBinaryOps) {
   EXPECT_EQ((a / col).to_vector(), (std::vector<float>{0.5f, 1, 1.5f, 1, 1.25f, 1.5f}));
   EXPECT_EQ((a - 1.0).to_vector(), (std::vector<float>{0, 1, 2, 3, 4, 5}));
   EXPECT_EQ((2.0 * a).to_vector(), (std::vector<float>{2, 4, 6, 8, 10, 12}));
+  EXPECT_EQ((a / 4.0).to_vector(), (std::vector<float>{0.25f, 0.5f, 0.75f, 1, 1.25f, 1.5f}));
+  EXPECT_EQ((a + 0.5).to_vector(), (std::vector<float>{1.5f, 2.5f, 3.5f, 4.5f, 5.5f, 6.5f}));
+  EXPECT_EQ((a * 3.0).to_vector(), (std::vector<float>{3, 6, 9, 12, 15, 18}));
   EXPECT_THROW(a + f32({1, 2}, {2}), Error);
   try {
     a* f32({1, 2}, {2});
