@@ -74,9 +74,10 @@ TEST_F(Cnn, GradcheckConv2dWithBiasStridePadding) {
   }
 }
 
-TEST_F(Cnn, NonSquareKernelsByHand) {
+TEST_F(Cnn, NonSquareKernelsStridesAndPaddingByHand) {
   // x = 1..9 in a 3x3 plane. A 2x1 kernel (1 over 10) adds ten times the value below; a 1x2 kernel
-  // (1, 10) ten times the value to the right. Square kernels alone cannot tell height from width.
+  // (1, 10) ten times the value to the right. Square kernels (and gradchecks, which run the same
+  // arguments forward and backward) cannot tell height from width.
   std::vector<float> xv(9);
   for (int i = 0; i < 9; ++i) xv[static_cast<size_t>(i)] = static_cast<float>(i + 1);
   const Tensor x = Tensor::from_vector(xv, {1, 1, 3, 3});
@@ -86,6 +87,13 @@ TEST_F(Cnn, NonSquareKernelsByHand) {
   const Tensor wide = conv2d(x, Tensor::from_vector(std::vector<float>{1, 10}, {1, 1, 1, 2}));
   EXPECT_EQ(wide.shape(), (Shape{1, 1, 3, 2}));
   EXPECT_EQ(wide.to_vector(), (std::vector<float>{21, 32, 54, 65, 87, 98}));
+  // Unequal strides and padding, through a 1x1 kernel: rows 0 and 2 doubled; a zero row above and below.
+  const Tensor stepped = conv2d(x, Tensor::from_vector(std::vector<float>{2}, {1, 1, 1, 1}), Tensor(), {2, 1}, {0, 0});
+  EXPECT_EQ(stepped.shape(), (Shape{1, 1, 2, 3}));
+  EXPECT_EQ(stepped.to_vector(), (std::vector<float>{2, 4, 6, 14, 16, 18}));
+  const Tensor padded = conv2d(x, Tensor::from_vector(std::vector<float>{1}, {1, 1, 1, 1}), Tensor(), {1, 1}, {1, 0});
+  EXPECT_EQ(padded.shape(), (Shape{1, 1, 5, 3}));
+  EXPECT_EQ(padded.to_vector(), (std::vector<float>{0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 0, 0}));
   // And the gradients of a non-square kernel with unequal strides and padding.
   const Tensor xr = rnd({2, 2, 6, 5}, g), w = rnd({3, 2, 3, 1}, g), b = rnd({3}, g);
   expect_gradcheck([&](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], {2, 1}, {1, 0}); },
