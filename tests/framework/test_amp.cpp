@@ -308,8 +308,10 @@ TEST(Amp, T9_ResumeIsExact) {
   for (auto& v : yv) v = static_cast<int32_t>(g.below(5));
   const Tensor y = Tensor::from_vector(yv, {16});
   const uint64_t seed = g.next_u64();
-  // A high initial scale so that the run overflows, skips and backs off along the way.
-  const ScalerConfig cfg = ScalerConfig::parse("dynamic:init=1e9,interval=4,hysteresis=2");
+  // A high initial scale, so that the run overflows, skips and backs off, but not so high that every
+  // step before the save point is skipped (at 1e9 the first 9 all were, and the restore then carried
+  // nothing a skipped step does not keep: a resume that dropped the master weights passed).
+  const ScalerConfig cfg = ScalerConfig::parse("dynamic:init=1e6,interval=4,hysteresis=2");
 
   struct Run {
     std::unique_ptr<nn::Sequential> model;
@@ -346,6 +348,10 @@ TEST(Amp, T9_ResumeIsExact) {
   Run b = make(cfg);
   std::vector<double> lb, sb;
   steps(b, 9, lb, sb);
+  // The save point lies past both kinds of step, so the restore has moved masters, momentum and
+  // scaler counters to carry over, not only the initial values.
+  EXPECT_GT(b.scaler.skipped_steps(), 0);
+  EXPECT_GT(b.opt->steps(), 0);
   // "Save": copies of everything, detached from b.
   std::vector<Tensor> params;
   for (const auto& p : b.model->parameters()) params.push_back(p.detach().clone());
@@ -418,6 +424,9 @@ TEST(Amp, AdamAndAdamWMatchPyTorchFormulas) {
     Tensor p = Tensor::from_vector(std::vector<double>{1.0, -2.0}, {2}).requires_grad_();
     optim::Adam::Options o;
     o.lr = 0.1;
+    o.beta1 = 0.8;  // none of the defaults: each setting must reach the kernel
+    o.beta2 = 0.99;
+    o.eps = 1e-3;
     o.weight_decay = 0.05;
     o.decoupled = decoupled;
     optim::Adam adam({p}, o);
@@ -431,10 +440,10 @@ TEST(Amp, AdamAndAdamWMatchPyTorchFormulas) {
         double g = gconst[i];
         if (decoupled) w[i] *= 1 - 0.1 * 0.05;
         else g += 0.05 * w[i];
-        m[i] = 0.9 * m[i] + 0.1 * g;
-        v[i] = 0.999 * v[i] + 0.001 * g * g;
-        const double denom = std::sqrt(v[i]) / std::sqrt(1 - std::pow(0.999, t)) + 1e-8;
-        w[i] -= 0.1 / (1 - std::pow(0.9, t)) * m[i] / denom;
+        m[i] = 0.8 * m[i] + (1 - 0.8) * g;
+        v[i] = 0.99 * v[i] + (1 - 0.99) * g * g;
+        const double denom = std::sqrt(v[i]) / std::sqrt(1 - std::pow(0.99, t)) + 1e-3;
+        w[i] -= 0.1 / (1 - std::pow(0.8, t)) * m[i] / denom;
       }
       const auto got = p.to_double();
       EXPECT_NEAR(got[0], w[0], 1e-15) << "t=" << t;

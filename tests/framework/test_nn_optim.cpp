@@ -219,6 +219,27 @@ TEST(Optim, ResumeKeepsAMomentumBufferThatHasNotStarted) {
   EXPECT_NEAR(straight.second[0], 0.26, 1e-15);
 }
 
+TEST(Optim, LoadStateRestoresTheMasterWeights) {
+  // f16 parameters with f32 masters: after 3 steps the masters hold bits the f16 copies do not. A
+  // fresh optimizer (masters made from its parameters) must take the saved masters, not keep its own.
+  Tensor p = Tensor::from_vector(std::vector<float>{1.0f, -0.5f}, {2}, DType::f16).requires_grad_();
+  optim::SGD a({p}, {.lr = 1e-4, .master_weights = true});
+  for (int t = 0; t < 3; ++t) {
+    a.zero_grad();
+    sum(mul(p, Tensor::from_vector(std::vector<float>{0.3f, 0.7f}, {2}, DType::f16))).backward();
+    a.step();
+  }
+  const optim::Optimizer::State saved = a.state();
+  Tensor q = Tensor::from_vector(std::vector<float>{5.0f, 5.0f}, {2}, DType::f16).requires_grad_();
+  optim::SGD b({q}, {.lr = 1e-4, .master_weights = true});
+  b.load_state(saved);
+  const optim::Optimizer::State back = b.state();
+  ASSERT_EQ(back.tensors.size(), 1u);
+  EXPECT_EQ(back.tensors[0].first, "master.0");
+  EXPECT_EQ(back.tensors[0].second.to_vector(), saved.tensors[0].second.to_vector());
+  EXPECT_NE(back.tensors[0].second.to_vector(), p.to_vector());  // the masters are not the f16 values
+}
+
 TEST(Optim, LoadStateNamesAMasterWeightsMismatch) {
   Tensor p = Tensor::zeros({2}).requires_grad_();
   optim::SGD with({p}, {.lr = 0.1, .master_weights = true});
