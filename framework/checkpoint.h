@@ -108,7 +108,7 @@ namespace detail {
 // inject a failure mid-write, or to stop a writer process and kill it. Pass {} to remove.
 void set_checkpoint_write_hook(std::function<void(size_t bytes_written)> hook);
 // Test seam: the checkpoint writer calls this in place of POSIX write(2), with write's contract
-// (bytes written, or -1 with errno set). Tests use it to play what a local disk never does: short
+// (bytes written, or -1 with errno set). Tests use it to play what a local disk rarely does: short
 // writes, EINTR, a write of 0 bytes, ENOSPC. Pass {} to go back to write(2).
 using CheckpointWriteFn = std::function<ssize_t(int fd, const void* data, size_t n)>;
 void set_checkpoint_write_function(CheckpointWriteFn fn);

@@ -8,14 +8,15 @@ equivalent mutant, e.g. a flag set to 2 where only "non-zero" is read) or no tes
 line does, which is a missing test. docs/hardening.md tells what the sweeps found and how to read a
 survivor.
 
-    scripts/mutate.py framework/amp.cpp --build-dir build --sample 40
+    scripts/mutate.py framework/amp.cpp --build-dir build-mut --sample 40
     scripts/mutate.py kernels/cpu/gemm_cpu.cpp --lines 150-170 --list     # only show the mutants
 
 Use a CPU-only build (-DHALFLING_CUDA=OFF) of its own: the library is shared, so a mutant of a .cpp
 costs one compile and one link. A header (.h) rebuilds everything that includes it, tests too.
-The file is restored after every run, also on Ctrl-C or SIGTERM; a copy of the original is kept in
-FILE.mutate-orig while the run lasts, so that even a killed run loses nothing (the next run refuses
-to start until that copy has been put back). Standard library only.
+The file is restored after every run, also on Ctrl-C, SIGTERM or SIGHUP (the exit status is then
+128 + the signal, as a shell reports it); a copy of the original is kept in FILE.mutate-orig while
+the run lasts, so that even a killed run loses nothing (the next run refuses to start until that
+copy has been put back). Standard library only.
 """
 import argparse
 import json
@@ -59,7 +60,7 @@ OPERATORS = [
 SKIP_LINE = re.compile(r'^\s*(#|template\b|static_assert\b)|\bthrow\b|std::cerr|printf|HL_FAIL')
 # A statement that only assigns, e.g. `x += y;` or `c.kind = Kind::fixed;` (not a declaration).
 ASSIGNMENT = re.compile(r'^\s*[\w\[\]().>*-]+\s*(\+=|-=|\*=|=)\s*[^=].*;\s*$')
-DECLARATION = re.compile(r'^\s*(const\b|auto\b|int|float|double|size_t|bool|uint|std::|return\b)')
+DECLARATION = re.compile(r'^\s*(const|auto|int|int\d+_t|float|double|size_t|bool|uint\d+_t|return)\b|^\s*std::')
 DELETE = '/* mutant: statement deleted */;'
 
 
@@ -93,12 +94,14 @@ def blank_strings_and_comments(line, in_block):
             break
         elif line.startswith('/*', i):
             in_block = True
+            out.append('  ')
+            i += 2  # past the opening, so that "/*/" does not close it
             continue
         elif c == '"':
             in_str = True
             out.append(' ')
         elif c == "'":
-            end = line.find("'", i + 1 + (line[i + 1:i + 2] == '\\'))
+            end = line.find("'", i + 2 + (line[i + 1:i + 2] == '\\'))  # 'x' or '\x', '\'' too
             end = len(line) - 1 if end < 0 else end
             out.append(' ' * (end + 1 - i))
             i = end + 1
@@ -132,7 +135,10 @@ def apply(text, mutant):
     lines = text.split('\n')
     number, start, end, new = mutant
     line = lines[number - 1]
-    lines[number - 1] = line[:len(line) - len(line.lstrip())] + DELETE if new == DELETE else line[:start] + new + line[end:]
+    if new == DELETE:
+        lines[number - 1] = line[:len(line) - len(line.lstrip())] + DELETE
+    else:
+        lines[number - 1] = line[:start] + new + line[end:]
     return '\n'.join(lines)
 
 
@@ -146,13 +152,29 @@ def run(command, timeout=None):
         out, _ = p.communicate(timeout=timeout)
         return p.returncode, out
     except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.communicate()
+        kill_group(p)
         return None, ''
     except BaseException:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.communicate()
+        kill_group(p)
         raise
+
+
+def kill_group(p):
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the group has just exited on its own
+        pass
+    p.communicate()
+
+
+def read(path):
+    with open(path, newline='') as f:  # newline='': the bytes of the line endings as they are
+        return f.read()
+
+
+def write(path, text):
+    with open(path, 'w', newline='') as f:
+        f.write(text)
 
 
 def main():
@@ -183,8 +205,14 @@ def main():
         first, last = int(m.group(1)), int(m.group(2))
     if args.sample is not None and args.sample < 1:
         sys.exit(f'mutate.py: --sample {args.sample}: must be >= 1')
-    with open(path) as f:
-        original = f.read()
+    if args.timeout <= 0:
+        sys.exit(f'mutate.py: --timeout {args.timeout}: must be > 0')
+    backup = path + '.mutate-orig'
+    if os.path.exists(backup) and not args.list:
+        # Checked first: after a killed run the file itself may still hold a mutant.
+        sys.exit(f'mutate.py: {backup} exists: an earlier run was interrupted. Compare it with {path}, '
+                 f'put the original back (mv {backup} {path}) and run again.')
+    original = read(path)
     chosen = mutants(original, first, last)
     if args.sample is not None and args.sample < len(chosen):
         chosen = sorted(random.Random(args.seed).sample(chosen, args.sample))
@@ -199,10 +227,12 @@ def main():
                                    else f'cmake --build {build_dir} --target halfling -j2')
     test_cmd = args.test or (f'{build_dir}/tests/test_framework --gtest_fail_fast --gtest_brief=1 && '
                              f'{build_dir}/tests/test_kernels --gtest_fail_fast --gtest_brief=1')
-    backup = path + '.mutate-orig'
-    if os.path.exists(backup):
-        sys.exit(f'mutate.py: {backup} exists: an earlier run was interrupted. Compare it with {path}, '
-                 f'put the original back (mv {backup} {path}) and run again.')
+    # Ctrl-C, SIGTERM and a closed terminal all end the run the same way: the tests running now are
+    # killed (they are in a session of their own, out of the terminal's reach) and the file restored.
+    def stop(signum, _frame):
+        raise KeyboardInterrupt(signum)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, stop)
 
     rc, out = run(build_cmd)
     if rc != 0:
@@ -214,13 +244,8 @@ def main():
 
     # From here on the file may hold a mutant: keep the original beside it, and put it back however
     # the run ends.
-    with open(backup, 'w') as f:
-        f.write(original)
-
-    def stop(signum, _frame):
-        raise KeyboardInterrupt(f'signal {signum}')
-    signal.signal(signal.SIGTERM, stop)
-
+    write(backup, original)
+    interrupted = None
     counts = {'killed': 0, 'survived': 0, 'invalid': 0}
     survivors = []
     print(f'{path}: {len(chosen)} mutants', flush=True)
@@ -228,8 +253,7 @@ def main():
         for mutant in chosen:
             start = time.time()
             mutated = apply(original, mutant)
-            with open(path, 'w') as f:
-                f.write(mutated)
+            write(path, mutated)
             rc, out = run(build_cmd)
             if rc != 0:
                 status, by = 'invalid', 'does not compile'
@@ -252,18 +276,23 @@ def main():
             if args.log:
                 with open(args.log, 'a') as f:
                     f.write(json.dumps(record) + '\n')
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        interrupted = e.args[0] if e.args and isinstance(e.args[0], int) else signal.SIGINT
         print('mutate.py: interrupted; restoring the file', file=sys.stderr)
     finally:
-        with open(path, 'w') as f:
-            f.write(original)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a second signal must not cut this short
+            signal.signal(sig, signal.SIG_IGN)
+        write(path, original)
         os.remove(backup)
-        run(build_cmd)  # leave the build as the source is
+        rc, out = run(build_cmd)  # leave the build as the source is
+        if rc != 0:
+            print(f'mutate.py: the file is restored, but rebuilding it failed ({build_cmd}): rebuild by hand.\n'
+                  f'{out[-2000:]}', file=sys.stderr)
     print(f"{path}: {counts['killed']} killed, {counts['survived']} survived, {counts['invalid']} "
           f"did not compile")
     for r in survivors:
         print(f"  survived {path}:{r['line']}: {r['original']}  ->  {r['mutant']}")
-    return 0
+    return 128 + int(interrupted) if interrupted is not None else 0  # as a shell reports a signal
 
 
 if __name__ == '__main__':

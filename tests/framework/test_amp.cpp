@@ -486,7 +486,7 @@ TEST(Amp, ScalerSpecsParseAndRejectNonsense) {
   }
 }
 
-TEST(Amp, ScalerConfigStrNamesExactlyTheSettingsThatDifferFromTheDefaults) {
+TEST(Amp, ScalerConfigStrNamesInitIntervalAndEverySettingThatDiffersFromItsDefault) {
   // load_state compares str(): a setting str() left out would let another rule's state in, and a
   // default written out would make the same rule look different across versions.
   EXPECT_EQ(ScalerConfig::parse("none").str(), "none");
@@ -494,6 +494,8 @@ TEST(Amp, ScalerConfigStrNamesExactlyTheSettingsThatDifferFromTheDefaults) {
   EXPECT_EQ(ScalerConfig::parse("dynamic").str(), "dynamic:init=65536,interval=2000");
   EXPECT_EQ(ScalerConfig::parse("dynamic:hysteresis=1,growth=2,backoff=0.5").str(), "dynamic:init=65536,interval=2000");
   EXPECT_EQ(ScalerConfig::parse("dynamic:hysteresis=2").str(), "dynamic:init=65536,interval=2000,hysteresis=2");
+  EXPECT_EQ(ScalerConfig::parse("dynamic:max=1e6,min=1,backoff=0.25,growth=4").str(),
+            "dynamic:init=65536,interval=2000,growth=4,backoff=0.25,min=1,max=1000000");
   EXPECT_EQ(ScalerConfig::parse("dynamic:consecutive,hysteresis=3,interval=7,init=8").str(),
             "dynamic:init=8,interval=7,hysteresis=3,consecutive");
   for (const char* spec : {"static:0.125", "dynamic:growth=4,backoff=0.25,min=1,max=1e6",
@@ -517,16 +519,18 @@ TEST(Amp, GrowthAndBackoffFactorsOtherThanTheDefaultsDriveTheScale) {
 
 TEST(Amp, ScaledLossKeepsTheLossDtype) {
   // f16 loss * f32 scale computes in f32 (the precision policy), then rounds back to f16, as a
-  // scalar multiply of an f16 would store it: backward then starts from an f16 seed.
-  LossScaler s(ScalerConfig::parse("static:1024"));
+  // scalar multiply of an f16 would store it: backward then starts from an f16 seed. S = 1000, not
+  // a power of two, so that the rounding shows (f16(0.1) * 1000 = 99.9756 in f32, 100 in f16).
+  LossScaler s(ScalerConfig::parse("static:1000"));
   const Tensor l16 = Tensor::from_vector(std::vector<float>{0.1f}, {}, DType::f16);
   const Tensor scaled16 = s.scale(l16);
   EXPECT_EQ(scaled16.dtype(), DType::f16);
-  EXPECT_EQ(scaled16.item(), static_cast<double>(round_to_half(static_cast<float>(l16.item()) * 1024.0f)));
+  EXPECT_EQ(scaled16.item(), static_cast<double>(round_to_half(static_cast<float>(l16.item()) * 1000.0f)));
+  EXPECT_EQ(scaled16.item(), 100.0);
   const Tensor l32 = Tensor::from_vector(std::vector<float>{0.1f}, {});
   const Tensor scaled32 = s.scale(l32);
   EXPECT_EQ(scaled32.dtype(), DType::f32);
-  EXPECT_EQ(scaled32.item(), static_cast<double>(0.1f * 1024.0f));
+  EXPECT_EQ(scaled32.item(), static_cast<double>(0.1f * 1000.0f));
 }
 
 TEST(Amp, LoadStateBetweenUnscaleAndStepStartsAFreshStep) {

@@ -112,7 +112,8 @@ TEST(Optim, SgdMatchesPyTorchSemantics) {
 
 TEST(Optim, SgdDampeningAndNesterovMatchPyTorchOverSeveralSteps) {
   // Four steps with a gradient that changes every step, so that the momentum buffer's history
-  // matters (at the first step buf = d: Nesterov's and dampening's terms are not yet visible).
+  // matters (at the first step buf = d: dampening does not act yet, and Nesterov's d + m * buf is
+  // (1 + m) * d, which m / buf in place of m * buf would give too).
   // PyTorch: buf = m * buf + (1 - dampening) * d after the first step; Nesterov: d + m * buf.
   for (const bool nesterov : {false, true}) {
     const double lr = 0.1, m = 0.8, wd = 0.05, damp = nesterov ? 0.0 : 0.3;

@@ -103,7 +103,8 @@ TEST(PoolCpu, MaxFastPathsMatchTheGeneralPathBitForBit) {
   for (DType t : {DType::f32, DType::f16, DType::f64})
     for (const Pool2dShape& s : shapes) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " window " + std::to_string(s.kh) + "x" + std::to_string(s.kw) +
-                   " stride " + std::to_string(s.stride_h) + "x" + std::to_string(s.stride_w) + " on " +
+                   " stride " + std::to_string(s.stride_h) + "x" + std::to_string(s.stride_w) + " pad " +
+                   std::to_string(s.pad_h) + "x" + std::to_string(s.pad_w) + " on " +
                    std::to_string(s.H) + "x" + std::to_string(s.W) + ", seed " + std::to_string(seed));
       const int64_t nx = s.N * s.C * s.H * s.W, ny = s.N * s.C * s.P() * s.Q();
       auto xv = test::random_values(nx, seed, -2, 2, t);

@@ -13,7 +13,9 @@ SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 's
 FIXTURE = '''// a < b in a comment stays
 int f(int x) {
   if (x < 0) return 0;
-  const char* s = "a < b && c";  /* x + 1 */
+  const char* s = "a < b && c";  /*/ x + 1 */
+  char q = '\\'', r = '"';  /* a block comment
+     x < 1 across lines, and a lone /*/ */
   return x + 1;
 }
 '''
@@ -53,7 +55,7 @@ with tempfile.TemporaryDirectory() as tmp:
     r = mutate(src, '--list')
     listed = r.stdout.strip().split('\n')
     want = [f'{src}:3: if (x <= 0) return 0;', f'{src}:3: if (x < 1) return 0;', f'{src}:3: if (x < 0) return 1;',
-            f'{src}:5: return x - 1;', f'{src}:5: return x + 0;', f'{src}:5: return x + 2;']
+            f'{src}:7: return x - 1;', f'{src}:7: return x + 0;', f'{src}:7: return x + 2;']
     check(r.returncode == 0 and sorted(listed) == sorted(want), f'--list gave {listed}')
     r = mutate(src, '--list', '--lines', '4-9')
     check(len(r.stdout.strip().split('\n')) == 3, f'--lines 4-9 gave {r.stdout!r}')
@@ -88,6 +90,7 @@ with tempfile.TemporaryDirectory() as tmp:
     check(open(src).read() == FIXTURE, 'the file was not restored after SIGTERM')
     check(not os.path.exists(src + '.mutate-orig'), 'the backup was left behind after SIGTERM')
     check('interrupted' in err, f'SIGTERM: {err}')
+    check(p.returncode == 128 + signal.SIGTERM, f'SIGTERM: exit status {p.returncode}')
     check(not sleepers(), 'the interrupted test was left running')
 
     # Refusals, each before the file is touched.
@@ -98,10 +101,11 @@ with tempfile.TemporaryDirectory() as tmp:
     check(r.returncode != 0 and 'the build fails before any mutant' in r.stderr, f'failing build: {r.stderr}')
     with open(src + '.mutate-orig', 'w') as f:
         f.write(FIXTURE)
-    r = mutate(src, '--test', 'true')
+    r = subprocess.run([sys.executable, SCRIPT, src, '--build-cmd', 'false', '--test', 'true'], capture_output=True,
+                       text=True)  # checked before the build: the file itself may still hold a mutant
     check(r.returncode != 0 and 'an earlier run was interrupted' in r.stderr, f'stale backup: {r.stderr}')
     os.remove(src + '.mutate-orig')
-    for bad in (['--lines', '9-3'], ['--lines', 'x'], ['--sample', '0']):
+    for bad in (['--lines', '9-3'], ['--lines', 'x'], ['--sample', '0'], ['--timeout', '0']):
         r = mutate(src, *bad)
         check(r.returncode != 0 and 'mutate.py: ' in r.stderr, f'{bad}: {r.stderr}')
     r = mutate(os.path.join(tmp, 'missing.cpp'))
