@@ -197,11 +197,11 @@ Tensor Tensor::clone() const {
 
 std::vector<double> Tensor::to_double() const {
   require_defined("Tensor::to_double");
-  debug::count_host_read();
   if (dtype() == DType::i32) {  // exact: not through the cast kernel, which goes via float
-    const std::vector<int32_t> v = to_int();
+    const std::vector<int32_t> v = to_int();  // counts the read
     return std::vector<double>(v.begin(), v.end());
   }
+  debug::count_host_read();
   const Tensor host = detach().to(Device::cpu);
   std::vector<double> out(static_cast<size_t>(numel()));
   kernels::cast(DeviceType::cpu, numel(), host.data_ptr(), dtype(), out.data(), DType::f64);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <set>
 
 #include "framework/device.h"
@@ -64,13 +65,83 @@ TEST(Tensor, PrintingUsesTheDigitsOfTheDtype) {
   EXPECT_NE(big.str().find("..."), std::string::npos);  // long dims are elided
 }
 
+// The layout of str(): nested brackets indented under the first, rows of the innermost dim on one
+// line, and a dim longer than max_per_dim elided in its middle (half of max_per_dim at each end).
+TEST(Tensor, PrintingLaysOutNestedDimsAndElidesLongOnes) {
+  std::vector<float> v(24);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
+  const Tensor cube = Tensor::from_vector(v, {2, 3, 4});
+  EXPECT_EQ(cube.str(),
+            "tensor([[[0, 1, 2, 3],\n"
+            "         [4, 5, 6, 7],\n"
+            "         [8, 9, 10, 11]],\n"
+            "        [[12, 13, 14, 15],\n"
+            "         [16, 17, 18, 19],\n"
+            "         [20, 21, 22, 23]]], f32[2, 3, 4])");
+  EXPECT_EQ(cube.str(2),
+            "tensor([[[0, ..., 3],\n"
+            "         ...,\n"
+            "         [8, ..., 11]],\n"
+            "        [[12, ..., 15],\n"
+            "         ...,\n"
+            "         [20, ..., 23]]], f32[2, 3, 4])");
+  const Tensor tall = Tensor::from_vector(v, {8, 3});
+  EXPECT_EQ(tall.str(),
+            "tensor([[0, 1, 2],\n"
+            "        [3, 4, 5],\n"
+            "        [6, 7, 8],\n"
+            "        ...,\n"
+            "        [15, 16, 17],\n"
+            "        [18, 19, 20],\n"
+            "        [21, 22, 23]], f32[8, 3])");
+  const Tensor row = Tensor::from_vector(std::vector<float>(v.begin(), v.begin() + 10), {10});
+  EXPECT_EQ(row.str(), "tensor([0, 1, 2, ..., 7, 8, 9], f32[10])");
+  EXPECT_EQ(row.str(10), "tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], f32[10])");  // a wider limit prints all
+  EXPECT_EQ(row.str(0), "tensor([0, ..., 9], f32[10])");                    // at least one at each end
+  EXPECT_EQ(Tensor::zeros({}).str(), "tensor(0, f32[])");
+  EXPECT_EQ(Tensor::zeros({2, 0}).str(), "tensor([[],\n        []], f32[2, 0])");
+}
+
+// Every way of reading values back to the host counts once in debug::host_reads() (the no-sync
+// tests rely on it); computing on the device counts nothing.
+TEST(Tensor, EveryReadBackToTheHostCountsOnce) {
+  const Tensor f = Tensor::from_vector(std::vector<float>{1.5f, -2.0f}, {2});
+  const Tensor i = Tensor::from_vector(std::vector<int32_t>{7}, {1});
+  const auto reads = [](const char* what, const std::function<void()>& read) {
+    const int64_t before = debug::host_reads();
+    read();
+    EXPECT_EQ(debug::host_reads() - before, 1) << what;
+  };
+  reads("to_vector", [&] { (void)f.to_vector(); });
+  reads("to_double of f32", [&] { (void)f.to_double(); });
+  reads("to_double of i32", [&] { (void)i.to_double(); });
+  reads("to_int", [&] { (void)i.to_int(); });
+  reads("item of i32", [&] { EXPECT_EQ(i.item(), 7.0); });
+  reads("item of f32", [&] { EXPECT_EQ(f.slice_rows(1, 2).item(), -2.0); });
+  double word = 0;
+  reads("read_raw", [&] { detail::read_raw(detail::raw_tensor(&word, sizeof word, Device::cpu), &word, sizeof word); });
+  const int64_t before = debug::host_reads();
+  const Tensor g = sum(f * 2.0 + f);
+  (void)f.to(Device::cpu);
+  EXPECT_EQ(debug::host_reads(), before) << "computing (and a copy to the same device) reads nothing back";
+  EXPECT_EQ(g.item(), -1.5);
+}
+
 TEST(Tensor, ReshapeAndFlattenAreViews) {
   Tensor t = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
   Tensor r = t.reshape({3, -1});
   EXPECT_EQ(r.shape(), (Shape{3, 2}));
   EXPECT_EQ(r.data_ptr(), t.data_ptr());
-  Tensor f = Tensor::zeros({2, 3, 4}).flatten();
+  const Tensor cube = Tensor::zeros({2, 3, 4});
+  Tensor f = cube.flatten();
   EXPECT_EQ(f.shape(), (Shape{2, 12}));
+  EXPECT_EQ(cube.flatten(0).shape(), (Shape{24}));
+  EXPECT_EQ(cube.flatten(2).shape(), (Shape{2, 3, 4}));
+  EXPECT_EQ(cube.flatten(-1).shape(), (Shape{2, 3, 4}));  // negative dims count from the end
+  EXPECT_EQ(cube.flatten(-3).shape(), (Shape{24}));
+  EXPECT_EQ(Tensor::zeros({}).flatten(0).shape(), (Shape{1}));
+  EXPECT_THROW(cube.flatten(-4), Error);
+  EXPECT_THROW(cube.flatten(4), Error);
   r.fill_(7.0);
   for (float v : t.to_vector()) EXPECT_EQ(v, 7.0f);  // the view writes through
   EXPECT_THROW(t.reshape({4, 2}), Error);
