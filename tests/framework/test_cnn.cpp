@@ -377,6 +377,24 @@ TEST_F(Cnn, BadInputsNameTheOpAndShapes) {
   EXPECT_NE(error_of([&] { dropout(x, 1.0, true, uint64_t{1}); }).find("dropout: p must be in [0, 1)"), std::string::npos);
   nn::Conv2d conv(3, 4, 3, g);
   EXPECT_NE(error_of([&] { conv(Tensor::zeros({2, 5, 8, 8})); }).find("expected input [N, 3, H, W]"), std::string::npos);
+  // The modules name themselves and the input they expected: a wrong channel count, a wrong rank
+  // (even one whose second dim happens to match) and an undefined tensor.
+  nn::BatchNorm2d bn(3);
+  const std::string bn_want = "BatchNorm2d(3): expected input [N, 3, H, W], got ";
+  for (const Tensor& bad : {Tensor::zeros({2, 5, 8, 8}), Tensor::zeros({2, 3}), Tensor::zeros({2, 3, 8}), Tensor()}) {
+    const std::string e = error_of([&] { bn(bad); });
+    EXPECT_NE(e.find(bn_want + (bad.defined() ? bad.describe() : "an undefined tensor")), std::string::npos) << e;
+  }
+  EXPECT_NE(error_of([&] { nn::Dropout(1.0, g); }).find("Dropout: p must be in [0, 1), got 1"), std::string::npos);
+  EXPECT_NE(error_of([&] { nn::Dropout(-0.25, g); }).find("Dropout: p must be in [0, 1), got -0.25"), std::string::npos);
+}
+
+// p = 0 is a valid Dropout: it keeps every value, in training too.
+TEST_F(Cnn, DropoutOfZeroKeepsEverything) {
+  nn::Dropout none(0.0, g);
+  none.train();
+  const Tensor x = Tensor::randn({4, 3, 5, 5}, g);
+  EXPECT_EQ(none(x).to_vector(), x.to_vector());
 }
 
 }  // namespace

@@ -51,6 +51,26 @@ TEST(NN, FusedLinearReluGivesTheSameOutputAndGradients) {
   for (auto& p : m->parameters()) EXPECT_EQ(p.grad().to_vector(), g1[i++]);
 }
 
+// Fusion takes every Linear directly followed by a ReLU, the last pair of the model included, and
+// nothing else.
+TEST(NN, FusionTakesEveryLinearFollowedByAReluAndNothingElse) {
+  Generator g(hl::test::fresh_seed());
+  auto first = std::make_shared<nn::Linear>(6, 5, g), middle = std::make_shared<nn::Linear>(5, 4, g),
+       last = std::make_shared<nn::Linear>(4, 3, g);
+  nn::Sequential m({first, std::make_shared<nn::ReLU>(), middle, last, std::make_shared<nn::ReLU>()});
+  const Tensor x = Tensor::randn({2, 6}, g);
+  const std::vector<float> plain = m(x).to_vector();
+  m.fuse_linear_relu();
+  EXPECT_EQ(m(x).to_vector(), plain);
+  EXPECT_TRUE(first->fused_relu);
+  EXPECT_FALSE(middle->fused_relu);  // followed by a Linear
+  EXPECT_TRUE(last->fused_relu);     // the model's last two layers
+  m.fuse_linear_relu(false);
+  EXPECT_EQ(m(x).to_vector(), plain);
+  EXPECT_FALSE(first->fused_relu);
+  EXPECT_FALSE(last->fused_relu);
+}
+
 TEST(NN, ModuleToDtypeKeepsHandles) {
   Generator g(1);
   nn::Linear lin(4, 2, g);
