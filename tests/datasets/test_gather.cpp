@@ -30,9 +30,13 @@ TEST(GatherRows, CpuEveryDtypePair) {
     for (DType to : {DType::f32, DType::f16, DType::f64}) {
       const std::vector<double> v = random_values(static_cast<size_t>(src_rows * cols), seed + 1, -3, 3, from);
       const Tensor src = Tensor::from_vector(v, {src_rows, cols}, from);
-      Tensor dst = Tensor::full({rows, cols}, NAN, to);  // poisoned
+      Tensor dst = Tensor::full({rows + 1, cols}, NAN, to);  // poisoned, with a guard row past the end
       kernels::gather_rows(DeviceType::cpu, {src.data_ptr(), from, src_rows, cols, idx.data(), rows, dst.data_ptr(), to});
       const std::vector<double> out = dst.to_double();
+      for (int64_t k = 0; k < cols; ++k) {
+        ASSERT_TRUE(std::isnan(out[static_cast<size_t>(rows * cols + k)])) << "gather_rows wrote past its rows, "
+                                                                          << dtype_name(from) << "->" << dtype_name(to);
+      }
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t k = 0; k < cols; ++k) {
           const double want = Tensor::from_vector(std::vector<double>{v[static_cast<size_t>(idx[static_cast<size_t>(r)] * cols + k)]}, {1}, DType::f64)

@@ -171,12 +171,14 @@ TEST(DropoutCpu, OffsetsContinueTheSameStream) {
   // Elements [100, 200) of a call with offset 0 equal elements [0, 100) of a call with offset 100:
   // the mask is a function of (seed, offset + i) only.
   const uint64_t seed = test::fresh_seed();
-  TypedBuffer x(DType::f32, 200), a(DType::f32, 200), b(DType::f32, 100);
-  for (size_t i = 0; i < 200; ++i) x.set(i, 1.0 + static_cast<double>(i));
+  // One guard element past each output (and a readable input there) catches a write past n.
+  TypedBuffer x(DType::f32, 201), a(DType::f32, 201), b(DType::f32, 101);
+  for (size_t i = 0; i < 201; ++i) x.set(i, 1.0 + static_cast<double>(i));
   a.fill_nan(), b.fill_nan();
   dropout_forward(DeviceType::cpu, 200, x.data(), a.data(), DType::f32, 0.5, seed, 0);
   dropout_forward(DeviceType::cpu, 100, static_cast<float*>(x.data()) + 100, b.data(), DType::f32, 0.5, seed, 100);
   for (size_t i = 0; i < 100; ++i) EXPECT_EQ(a.get(100 + i), b.get(i)) << i;
+  EXPECT_TRUE(std::isnan(a.get(200)) && std::isnan(b.get(100))) << "dropout wrote past its n elements";
   EXPECT_EQ(dropout_threshold(0.0), 0u);
   EXPECT_EQ(dropout_threshold(0.5), 1u << 23);
 }
