@@ -108,6 +108,16 @@ TEST_P(ReadIdxFormats, RejectsAbsurdDimensionCount) {
   EXPECT_HL_ERROR(read_idx(path), prefix(path), "200 dimensions");
 }
 
+TEST_P(ReadIdxFormats, EightDimensionsAreTheLimit) {
+  const Bytes data = random_bytes(12, fresh_seed());
+  const std::string eight = file("eight-dims"), nine = file("nine-dims");
+  write_idx(eight, idx_bytes({2, 1, 3, 1, 1, 2, 1, 1}, data), gz());
+  EXPECT_EQ(read_idx(eight).dims, (std::vector<int64_t>{2, 1, 3, 1, 1, 2, 1, 1}));
+  EXPECT_EQ(read_idx(eight).data, data);
+  write_idx(nine, idx_bytes({2, 1, 3, 1, 1, 2, 1, 1, 1}, data), gz());
+  EXPECT_HL_ERROR(read_idx(nine), prefix(nine), "9 dimensions (expected 1 to 8)");
+}
+
 TEST_P(ReadIdxFormats, RejectsEmptyFile) {
   const std::string path = file("empty-file");
   write_idx(path, {}, gz());
@@ -132,7 +142,8 @@ TEST_P(ReadIdxFormats, RejectsTruncatedDimensions) {
 TEST_P(ReadIdxFormats, RejectsTruncatedDataWithExpectedAndActualSizes) {
   const std::string path = file("short-data");
   write_idx(path, idx_bytes({5, 4}, random_bytes(17, 3)), gz());
-  EXPECT_HL_ERROR(read_idx(path), prefix(path), "data truncated", "[5, 4]", "describes 20 bytes", "only 17");
+  EXPECT_HL_ERROR(read_idx(path), prefix(path), "data truncated", "[5, 4]", "describes 20 bytes", "only 17",
+                  "(expected 32 bytes in all, got 29)");  // with the 12-byte header
 }
 
 TEST_P(ReadIdxFormats, RejectsHeaderWithoutData) {
@@ -145,6 +156,9 @@ TEST_P(ReadIdxFormats, RejectsTrailingGarbage) {
   const std::string path = file("trailing");
   write_idx(path, idx_bytes({2, 2}, {1, 2, 3, 4, 5, 6, 7}), gz());
   EXPECT_HL_ERROR(read_idx(path), prefix(path), "trailing garbage", "3 byte(s)", "the 4 bytes");
+  const std::string one = file("trailing-one");
+  write_idx(one, idx_bytes({2, 2}, {1, 2, 3, 4, 5}), gz());
+  EXPECT_HL_ERROR(read_idx(one), prefix(one), "trailing garbage", "1 byte(s)", "the 4 bytes");
 }
 
 TEST(ReadIdx, RejectsMissingFile) {
