@@ -8,6 +8,7 @@
 #include <random>
 
 #include "datasets/cifar10.h"
+#include "datasets/image.h"
 #include "datasets/image_folder.h"
 #include "tests/datasets/data_files.h"
 #include "tests/test_util.h"
@@ -148,6 +149,36 @@ TEST(LoadCifar10, RejectsBadFolders) {
   EXPECT_EQ(data::load_cifar10(dir.str(), Split::train).size(), 10);
   EXPECT_HL_ERROR(data::load_cifar10(dir.str(), Split::train, {{0.5f, 0.5f}, {0.2f, 0.2f}}), "load_cifar10(",
                   "2 mean(s)");
+}
+
+// The JPEG-folder copy (cifar10-jpg/<split>/<class>/*.jpg, as in ../shared/datasets), made here of
+// PNGs, which the folder reader takes too: every image comes out 3x32x32 (one of another size is
+// resized), the data set is named after CIFAR-10's split, and a folder with another number of
+// classes is refused.
+TEST(LoadCifar10, ReadsTheImageFolderLayout) {
+  TempDir dir, cache;
+  const std::vector<std::string>& names = data::cifar10_class_names();
+  for (size_t c = 0; c < names.size(); ++c) {
+    const int64_t side = c == 3 ? 40 : 32;  // one image of another size
+    const auto value = static_cast<uint8_t>(20 * c + 5);
+    std::filesystem::create_directories(dir / ("cifar10-jpg/train/" + names[c]));
+    data::write_png(dir / ("cifar10-jpg/train/" + names[c] + "/0.png"),
+                    data::Image{side, side, 3, Bytes(static_cast<size_t>(side * side * 3), value)});
+  }
+  const Dataset ds = data::load_cifar10(dir.str(), Split::train, data::Normalization::unit(), cache.str());
+  EXPECT_EQ(ds.name, "cifar10/train");
+  EXPECT_FALSE(std::filesystem::is_empty(cache.str())) << "the decoded-pixel cache goes to cache_dir";
+  EXPECT_EQ(ds.class_names, names);
+  ASSERT_EQ(ds.images.shape(), (Shape{10, 3, 32, 32}));
+  EXPECT_EQ(ds.labels.to_int(), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  const std::vector<float> x = ds.images.to_vector();
+  for (size_t i = 0; i < 10; ++i) {  // uniform images stay uniform through the resize
+    const float want = static_cast<float>((20 * i + 5) / 255.0);
+    for (size_t k = 0; k < 3072; ++k) ASSERT_EQ(x[i * 3072 + k], want) << "image " << i << " value " << k;
+  }
+  std::filesystem::remove_all(dir / ("cifar10-jpg/train/" + names[9]));
+  EXPECT_HL_ERROR(data::load_cifar10(dir.str(), Split::train, data::Normalization::unit(), cache.str()),
+                  "load_cifar10(", "holds 9 class folders; CIFAR-10 has 10");
 }
 
 // ---- the real data set (datasets/fetch.sh cifar10 [--from ...]) ------------------------------------

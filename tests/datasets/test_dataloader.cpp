@@ -214,6 +214,11 @@ TEST(DataLoader, RejectsBadOptionsAndEmptySets) {
   EXPECT_HL_ERROR(DataLoader(indexed_dataset(5), opts(-3, true, false)), "batch_size");
   EXPECT_HL_ERROR(DataLoader(indexed_dataset(5).subset(2, 2), opts(4, true, false)), "empty");
   EXPECT_HL_ERROR(DataLoader(Dataset{}, opts(4, true, false)), "DataLoader(");
+  Dataset no_labels = indexed_dataset(5), no_images = indexed_dataset(5);
+  no_labels.labels = Tensor();
+  no_images.images = Tensor();
+  EXPECT_HL_ERROR(DataLoader(no_labels, opts(4, true, false)), "DataLoader(indexed)", "no images or no labels");
+  EXPECT_HL_ERROR(DataLoader(no_images, opts(4, true, false)), "DataLoader(indexed)", "no images or no labels");
   DataLoader::Options o = opts(4, true, false);
   o.dtype = DType::i32;
   EXPECT_HL_ERROR(DataLoader(indexed_dataset(5), o), "dtype");

@@ -146,7 +146,42 @@ TEST(Image, ResizeGridAndScale) {
   EXPECT_EQ(grid.height, 2 * 32 + 3);
   EXPECT_EQ(grid.at(1 + 4, 1 + 32 + 1 + 6, 1), img.at(4, 6, 1));  // the second image, top row
   EXPECT_EQ(grid.at(0, 0, 0), 9);
+  // Every pixel: the padding (between the images, and around them) is the background, and each
+  // image is copied whole and nowhere else. The third image is alone on the second row.
+  for (int64_t y = 0; y < grid.height; ++y)
+    for (int64_t x = 0; x < grid.width; ++x)
+      for (int64_t c = 0; c < 3; ++c) {
+        const int64_t col = (x - 1) / 33, row = (y - 1) / 33, ix = (x - 1) % 33, iy = (y - 1) % 33;
+        const bool inside = x >= 1 && y >= 1 && ix < 32 && iy < 32 && row * 2 + col < 3;
+        ASSERT_EQ(grid.at(y, x, c), inside ? img.at(iy, ix, c) : 9) << "grid pixel x " << x << ", y " << y;
+      }
   EXPECT_HL_ERROR(data::make_grid({img, half}, 2), "make_grid", "32x32x3");
+}
+
+TEST(Image, SavePngGridTakesTheFirstImagesOfTheBatch) {
+  TempDir dir;
+  Generator gen(fresh_seed());
+  const Tensor batch = Tensor::randn({5, 1, 4, 4}, gen);  // N > C
+  data::save_png_grid(dir / "all.png", batch, data::Normalization::unit(), 3, 2, 64);
+  const Image all = data::read_image(dir / "all.png");
+  EXPECT_EQ(all.width, 3 * 8 + 4 * 2);  // 3 columns of 4x4 images scaled by 2, padding 2 around each
+  EXPECT_EQ(all.height, 2 * 8 + 3 * 2);
+  data::save_png_grid(dir / "two.png", batch, data::Normalization::unit(), 3, 1, 2);
+  const Image two = data::read_image(dir / "two.png");
+  EXPECT_EQ(two.width, 2 * 4 + 3 * 2);  // max_images = 2: one row of two
+  EXPECT_EQ(two.height, 4 + 2 * 2);
+  // Row 3, column 1 of the second image (at x = 2 + 4 + 2).
+  EXPECT_EQ(two.at(2 + 3, 2 + 4 + 2 + 1, 0), data::tensor_to_image(batch.slice_rows(1, 2), {}).at(3, 1, 0));
+}
+
+TEST(Image, WideBmpCutShortIsCaughtBeforeDecoding) {
+  // 65537 = 0x00010001 pixels wide: the width's third byte is not 0 (a 32-bit little-endian read
+  // must use all four bytes). Cut in half, the file must be refused as truncated, with its size.
+  const Image wide{65537, 1, 3, Bytes(65537 * 3, 100)};
+  const Bytes bmp = encode(wide, "bmp");
+  ASSERT_EQ(data::decode_image(bmp.data(), bmp.size(), "w.bmp").width, 65537);
+  EXPECT_HL_ERROR(data::decode_image(bmp.data(), bmp.size() / 2, "w.bmp"), "decode_image(w.bmp)",
+                  "truncated BMP: 65537x1 at 24 bits per pixel needs " + std::to_string(bmp.size()) + " bytes");
 }
 
 TEST(Image, LoadImageTensorForAModel) {
@@ -166,6 +201,9 @@ TEST(Image, TensorToImageMinMaxAndClamping) {
   const Image unit = data::tensor_to_image(t, data::Normalization::unit());
   EXPECT_EQ(unit.pixels, (Bytes{0, 0, 255, 255}));  // clamped to [0, 1]
   EXPECT_HL_ERROR(data::tensor_to_image(Tensor::zeros({2, 4, 4}), {}), "[C, H, W]", "C = 1 or 3");
+  for (const Image& empty : {Image{4, 0, 3, {}}, Image{0, 4, 3, {}}, Image{4, 4, 0, {}}}) {
+    EXPECT_HL_ERROR(data::image_to_tensor(empty, {}), "image_to_tensor: the image");
+  }
 }
 
 }  // namespace
