@@ -38,6 +38,9 @@ TEST(Half, PinnedValues) {
   EXPECT_TRUE(std::signbit(h(-two_m25)));         // the sign of zero is kept
   EXPECT_TRUE(std::isnan(h(std::numeric_limits<float>::quiet_NaN())));
   EXPECT_TRUE(std::isinf(h(-std::numeric_limits<float>::infinity())));
+  // A default half is +0, so a std::vector<half>(n) starts zeroed like a vector of floats.
+  EXPECT_EQ(half().bits, 0);
+  for (const half z : std::vector<half>(3)) EXPECT_EQ(z.bits, 0);
 }
 
 TEST(Half, PrintsWithFourSignificantDigits) {

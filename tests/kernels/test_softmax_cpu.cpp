@@ -291,7 +291,20 @@ TEST_F(SoftmaxCpu, PinnedRungWithoutFusedLossFallsBackToUnfused) {
   }
   reg.set_default("reference");
   EXPECT_NEAR(cross_entropy(logits, labels).item(), fused, 1e-7);
+  // What cross_entropy asks: can the pinned rung run the fused loss itself?
+  k::SoftmaxArgs xent;
+  xent.op = k::SoftmaxOp::xent_forward;
+  xent.rows = 5;
+  xent.cols = 4;
+  xent.x_type = DType::f32;
+  EXPECT_TRUE(k::softmax_can_run(xent));  // reference does every op
+  reg.set_default("naive_fp16_nomax");
+  EXPECT_FALSE(k::softmax_can_run(xent));
   reg.set_default("");
+  // The fused loss's description names its multiplier (1/batch for a mean) when it is not 1.
+  EXPECT_EQ(xent.describe(), "xent_forward 5x4 f32 stats f32 on cpu");
+  xent.multiplier = 0.2;
+  EXPECT_EQ(xent.describe(), "xent_forward 5x4 f32 stats f32 multiplier=0.2 on cpu");
 }
 
 TEST_F(SoftmaxCpu, APinnedGpuRungLeavesCpuCallsToTheAutomaticChoice) {
