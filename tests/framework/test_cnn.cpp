@@ -389,6 +389,31 @@ TEST_F(Cnn, BadInputsNameTheOpAndShapes) {
   EXPECT_NE(error_of([&] { nn::Dropout(-0.25, g); }).find("Dropout: p must be in [0, 1), got -0.25"), std::string::npos);
 }
 
+// The limits of a pooling window, each accepted exactly at its edge and refused just past it: an
+// input one row high, padding up to half the window (checked for height and width separately),
+// and a window that fits only with the padding on both sides.
+TEST_F(Cnn, PoolingShapeLimitsAreExact) {
+  const Tensor one_row = Tensor::from_vector(std::vector<float>{1, 5, 2, 4}, {1, 1, 1, 4});
+  EXPECT_EQ(max_pool2d(one_row, {1, 2}).to_vector(), (std::vector<float>{5, 4}));
+  EXPECT_EQ(avg_pool2d(one_row, {1, 2}).to_vector(), (std::vector<float>{3, 3}));
+  const Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {1, 1, 2, 2});
+  // A 4x4 window over a 2x2 input fits with padding 1 on every side (and only then): one output.
+  EXPECT_EQ(max_pool2d(x, {4, 4}, {1, 1}, {1, 1}).to_vector(), (std::vector<float>{4}));
+  EXPECT_NE(error_of([&] { max_pool2d(x, {4, 4}, {1, 1}, {0, 1}); }).find("window is larger"), std::string::npos);
+  EXPECT_NE(error_of([&] { max_pool2d(x, {4, 4}, {1, 1}, {1, 0}); }).find("window is larger"), std::string::npos);
+  const Tensor x4 = Tensor::zeros({1, 1, 4, 4});
+  for (const Size2 pad : {Size2{2, 0}, Size2{0, 2}}) {
+    const std::string e = error_of([&] { max_pool2d(x4, {2, 2}, {1, 1}, pad); });
+    EXPECT_NE(e.find("must be between 0 and half the 2x2 window"), std::string::npos) << pad[0] << "x" << pad[1] << e;
+  }
+  for (const Size2 pad : {Size2{-1, 0}, Size2{0, -1}}) {  // named as such, whatever the input size
+    for (const Tensor& in : {x, x4}) {
+      const std::string e = error_of([&] { avg_pool2d(in, {2, 2}, {1, 1}, pad); });
+      EXPECT_NE(e.find("avg_pool2d: padding must be >= 0, got "), std::string::npos) << e;
+    }
+  }
+}
+
 // p = 0 is a valid Dropout: it keeps every value, in training too.
 TEST_F(Cnn, DropoutOfZeroKeepsEverything) {
   nn::Dropout none(0.0, g);
