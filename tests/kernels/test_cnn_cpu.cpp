@@ -134,6 +134,32 @@ TEST(PoolCpu, MaxFastPathsMatchTheGeneralPathBitForBit) {
     }
 }
 
+// The kernel-level shape check (the framework checks first, with its own words, so these messages
+// are what a direct kernel caller sees): each names the op and the sizes involved.
+TEST(PoolCpu, ShapeCheckNamesTheOpAndTheSizes) {
+  const auto message = [](const Pool2dShape& s) {
+    try {
+      check_pool2d_shape(s, "max_pool2d");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  Pool2dShape s;
+  s.N = 2, s.C = 3, s.H = 2, s.W = 3, s.kh = 4, s.kw = 7, s.pad_h = 1, s.pad_w = 2;
+  EXPECT_EQ(message(s), "(accepted)");  // fits only with both sides padded: 4 <= 2 + 2, 7 <= 3 + 4
+  s.W = 2;
+  const std::string big = message(s);
+  EXPECT_NE(big.find("max_pool2d: the 4x7 window is larger than the padded input 4x6 (input [2, 3, 2, 2])"),
+            std::string::npos)
+      << big;
+  s.W = 3, s.pad_w = 4;
+  EXPECT_NE(message(s).find("max_pool2d: padding 1x4 must be between 0 and half the 4x7 window"), std::string::npos)
+      << message(s);
+  s.pad_w = 0, s.H = 0;
+  EXPECT_NE(message(s).find("input sizes must be >= 1, got [2, 3, 0, 3]"), std::string::npos) << message(s);
+}
+
 TEST(BatchNormCpu, TrainForwardMatchesFloat64InF32AndF16) {
   const uint64_t seed = test::fresh_seed();
   const BatchNormShape s{3, 4, 10};
