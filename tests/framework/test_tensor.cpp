@@ -223,7 +223,9 @@ TEST(Allocator, CachesAndCountsPeak) {
   void* p2 = a.allocate(900);  // same rounded size: served from the cache
   EXPECT_EQ(p2, p1);
   EXPECT_EQ(allocs, 1);
+  EXPECT_EQ(a.stats().backend_allocs, 1u);  // the statistic counts the backend's allocations, not hits
   void* p3 = a.allocate(5 << 20);
+  EXPECT_EQ(a.stats().backend_allocs, 2u);
   EXPECT_EQ(a.stats().peak_bytes, CachingAllocator::round_size(900) + CachingAllocator::round_size(5 << 20));
   EXPECT_EQ(CachingAllocator::round_size(5 << 20), size_t(8) << 20);  // large blocks: powers of two
   a.deallocate(p2);
