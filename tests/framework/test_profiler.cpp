@@ -92,6 +92,13 @@ TEST_F(Profiler, ReportDividesByStepsAndSharesAddUp) {
   EXPECT_NE(line.find(" 1.00 "), std::string::npos) << line;
   EXPECT_NE(line.find("100.0%"), std::string::npos) << line;
   EXPECT_NE(per_step.find("\n  forward "), std::string::npos) << "children are indented: " << per_step;
+  // The scope column is as wide as its longest entry, indentation included ("  forward", 9), so the
+  // columns line up: the column header and every row have the same length.
+  const size_t header_at = per_step.find("\nscope");
+  ASSERT_NE(header_at, std::string::npos) << per_step;
+  const std::string header = per_step.substr(header_at + 1, per_step.find('\n', header_at + 1) - header_at - 1);
+  EXPECT_EQ(header, "scope         calls    host ms   share");
+  EXPECT_EQ(line.size(), header.size()) << line;
   const std::string totals = profiler::report(0);
   EXPECT_NE(totals.find("totals, in milliseconds"), std::string::npos) << totals;
   const size_t total_line = totals.find("\nstep ");
