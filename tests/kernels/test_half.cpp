@@ -175,6 +175,23 @@ TEST(Half, DoubleRoundsOnce) {
   const double x = 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40);
   EXPECT_EQ(hl::half_bits_to_float(hl::double_to_half_bits(x)), 1.0f + std::ldexp(1.0f, -10));
   EXPECT_EQ(h(static_cast<float>(x)), 1.0f);  // the double-rounding trap, for contrast
+  // And just below the tie: 1 + 2^-11 - 2^-40 rounds to 1. Its float rounding lands *up* on the tie
+  // (round-to-odd must first step back toward zero, then set the sticky bit), and the naive route
+  // rounds the tie to even, here by luck the right answer; with the sign flipped too.
+  const double below = 1.0 + std::ldexp(1.0, -11) - std::ldexp(1.0, -40);
+  EXPECT_EQ(hl::half_bits_to_float(hl::double_to_half_bits(below)), 1.0f);
+  EXPECT_EQ(hl::half_bits_to_float(hl::double_to_half_bits(-below)), -1.0f);
+  // Just below the tie 2 + 3 * 2^-10 between 2 + 2^-9 (odd) and 2 + 2^-8 (even): it rounds down to
+  // the odd neighbour, where rounding the tie to even would go up.
+  const double below_odd = 2.0 + 3 * std::ldexp(1.0, -10) - std::ldexp(1.0, -39);
+  EXPECT_EQ(hl::half_bits_to_float(hl::double_to_half_bits(below_odd)), 2.0f + std::ldexp(1.0f, -9));
+  // Exact ties (f64 values that are floats) still go to even, on both signs: 1 + 3 * 2^-11 lies
+  // between 1 + 2^-10 (odd) and 1 + 2^-9 (even). And the first case scaled below 1.
+  const double tie = 1.0 + 3 * std::ldexp(1.0, -11);
+  EXPECT_EQ(hl::half_bits_to_float(hl::double_to_half_bits(tie)), 1.0f + std::ldexp(1.0f, -9));
+  EXPECT_EQ(hl::half_bits_to_float(hl::double_to_half_bits(-tie)), -1.0f - std::ldexp(1.0f, -9));
+  EXPECT_EQ(hl::half_bits_to_float(hl::double_to_half_bits(x / 2)), 0.5f + std::ldexp(1.0f, -11));
+  EXPECT_EQ(hl::half_bits_to_float(hl::double_to_half_bits(-x / 2)), -0.5f - std::ldexp(1.0f, -11));
   const uint64_t seed = hl::test::fresh_seed();
   std::mt19937_64 rng(seed);
   for (int i = 0; i < 200; ++i) {
