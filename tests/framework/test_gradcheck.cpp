@@ -1,6 +1,8 @@
 // A central-difference gradient check (float64, CPU) for every differentiable op.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "framework/gradcheck.h"
 #include "framework/ops.h"
 #include "tests/test_util.h"
@@ -127,6 +129,18 @@ TEST_F(Gradcheck, DetectsAWrongGradient) {
       },
       {a});
   EXPECT_FALSE(r.ok);
+  // Every input is checked, not only the first: here only the second one's gradient is wrong
+  // (value x0 * x1, gradient with respect to x1 claimed to be x0 + exp(x1)).
+  const Tensor b = rnd({3}, g);
+  const GradcheckResult second = gradcheck(
+      [](const std::vector<Tensor>& x) {
+        const Tensor e = exp(x[1]);
+        return add(mul(x[0], x[1]), sub(e, e.detach()));
+      },
+      {a, b});
+  EXPECT_FALSE(second.ok);
+  EXPECT_NE(second.report.find("input 1 element"), std::string::npos) << second.report;
+  EXPECT_EQ(second.report.find("input 0 element"), std::string::npos) << second.report;
 }
 
 }  // namespace
