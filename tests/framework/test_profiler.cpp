@@ -107,6 +107,25 @@ TEST_F(Profiler, ReportDividesByStepsAndSharesAddUp) {
   EXPECT_NE(step_total.find(" 4 "), std::string::npos) << "4 calls in all: " << step_total;
 }
 
+// A scope name too long for the 72-column scope field is cut, with "..." at its end, so the other
+// columns stay where they are.
+TEST_F(Profiler, LongScopeNamesAreCutToTheColumn) {
+  const std::string long_name(100, 'x');
+  profiler::start(false);
+  {
+    profiler::Scope s("root" + long_name);
+  }
+  profiler::stop();
+  const std::string out = profiler::report(0);
+  const std::string cut = "root" + long_name.substr(0, 72 - 3 - 4) + "...";
+  const size_t at = out.find("\n" + cut + " ");
+  EXPECT_NE(at, std::string::npos) << out;
+  // The column header: "scope" padded to 72, then calls (9), host ms (10) and share (7), one space before each.
+  const size_t header_at = out.find("\nscope");
+  ASSERT_NE(header_at, std::string::npos) << out;
+  EXPECT_EQ(out.find('\n', header_at + 1) - header_at - 1, 72u + 1 + 9 + 1 + 10 + 1 + 7) << out;
+}
+
 TEST_F(Profiler, StartClearsAndAScopeOpenAcrossARestartIsDropped) {
   profiler::start(false);
   { profiler::Scope s("first run"); }
