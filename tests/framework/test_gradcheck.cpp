@@ -1,6 +1,8 @@
 // A central-difference gradient check (float64, CPU) for every differentiable op.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "framework/gradcheck.h"
@@ -129,6 +131,23 @@ TEST_F(Gradcheck, DetectsAWrongGradient) {
       },
       {a});
   EXPECT_FALSE(r.ok);
+  EXPECT_GT(r.max_abs_error, 0.3);  // |2e - e| = e, at least e^-1 on [-1, 1]
+  // One element: the report names it, its error and the numeric derivative, and the error is the
+  // numeric value itself (the analytic one claims twice as much).
+  const GradcheckResult at0 = gradcheck(
+      [](const std::vector<Tensor>& x) {
+        Tensor e = exp(x[0]);
+        return add(e, sub(e, e.detach()));
+      },
+      {Tensor::zeros({1}, DType::f64)});
+  const std::string worst = "worst element 0 |analytic - numeric| = ", numeric = "(numeric ";
+  const size_t w_at = at0.report.find(worst), n_at = at0.report.find(numeric);
+  ASSERT_TRUE(w_at != std::string::npos && n_at != std::string::npos) << at0.report;
+  const double err = std::strtod(at0.report.c_str() + w_at + worst.size(), nullptr);
+  const double num = std::strtod(at0.report.c_str() + n_at + numeric.size(), nullptr);
+  EXPECT_NE(num, 0.0) << at0.report;
+  EXPECT_NEAR(err, std::fabs(num), 1e-5 * std::fabs(num)) << at0.report;
+  EXPECT_NEAR(at0.max_abs_error, err, 1e-5 * err) << at0.report;
   // Every input is checked, not only the first: here only the second one's gradient is wrong
   // (value x0 * x1, gradient with respect to x1 claimed to be x0 + exp(x1)).
   const Tensor b = rnd({3}, g);

@@ -250,6 +250,41 @@ TEST(ConvCpuRegistry, BadArgumentsNameTheProblem) {
   a = ConvShape{1, 1, 4, 4, 1, 3, 3, 1, 1, 0, 0}.args();
   a.x = x.data(), a.w = w.data();  // no y
   EXPECT_THROW(conv2d(a), Error);
+  // Each pass names the one buffer it lacks, whichever it is.
+  const struct {
+    ConvPass pass;
+    const char* needs;
+  } passes[] = {{ConvPass::forward, "forward needs x, w and y"},
+                {ConvPass::backward_data, "backward_data needs dy, w and dx"},
+                {ConvPass::backward_weight, "backward_weight needs x, dy and dw"}};
+  for (const auto& p : passes) {
+    for (int missing = 0; missing < 3; ++missing) {
+      ConvArgs b = ConvShape{1, 1, 4, 4, 1, 3, 3, 1, 1, 0, 0}.args();
+      b.pass = p.pass;
+      b.x = x.data(), b.w = w.data(), b.y = y.data(), b.dy = y.data(), b.dx = x.data(), b.dw = w.data();
+      if (p.pass == ConvPass::forward) {
+        if (missing == 0) b.x = nullptr;
+        if (missing == 1) b.w = nullptr;
+        if (missing == 2) b.y = nullptr;
+      }
+      if (p.pass == ConvPass::backward_data) {
+        if (missing == 0) b.dy = nullptr;
+        if (missing == 1) b.w = nullptr;
+        if (missing == 2) b.dx = nullptr;
+      }
+      if (p.pass == ConvPass::backward_weight) {
+        if (missing == 0) b.x = nullptr;
+        if (missing == 1) b.dy = nullptr;
+        if (missing == 2) b.dw = nullptr;
+      }
+      try {
+        conv2d(b);
+        ADD_FAILURE() << p.needs << ": buffer " << missing << " missing was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(p.needs), std::string::npos) << e.what();
+      }
+    }
+  }
   a.y = y.data();
   a.in_type = DType::f16, a.out_type = DType::f64;
   EXPECT_THROW(conv2d(a), Error);  // f64 output from f16 inputs
