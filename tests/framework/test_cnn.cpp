@@ -386,7 +386,8 @@ TEST_F(Cnn, BadInputsNameTheOpAndShapes) {
     EXPECT_NE(e.find(bn_want + (bad.defined() ? bad.describe() : "an undefined tensor")), std::string::npos) << e;
   }
   EXPECT_NE(error_of([&] { nn::Dropout(1.0, g); }).find("Dropout: p must be in [0, 1), got 1"), std::string::npos);
-  EXPECT_NE(error_of([&] { nn::Dropout(-0.25, g); }).find("Dropout: p must be in [0, 1), got -0.25"), std::string::npos);
+  EXPECT_NE(error_of([&] { nn::Dropout(-0.25, g); }).find("Dropout: p must be in [0, 1), got -0.25"),
+            std::string::npos);
 }
 
 // The limits of a pooling window, each accepted exactly at its edge and refused just past it: an

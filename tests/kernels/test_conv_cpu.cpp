@@ -235,6 +235,22 @@ TEST(ConvCpuRegistry, Im2colGivesTheSameBitsAtEveryThreadCount) {
       }
 }
 
+// describe() is in every conv error and test trace: the whole problem, P and Q where they are
+// defined (a kernel exactly as large as the padded input gives one row), and the epilogue.
+TEST(ConvCpuRegistry, DescribeNamesTheWholeProblem) {
+  ConvArgs a = ConvShape{2, 3, 1, 5, 4, 3, 3, 1, 2, 1, 1}.args();
+  EXPECT_EQ(a.describe(), "conv forward N=2 C=3 H=1 W=5 K=4 R=3 S=3 stride=1x2 pad=1x1 -> P=1 Q=3 f32->f32 on cpu");
+  float bias[4] = {};
+  a.beta = 1.0f, a.bias = bias, a.bias_type = DType::f16, a.relu = true;
+  a.in_type = DType::f16;
+  EXPECT_EQ(a.describe(),
+            "conv forward N=2 C=3 H=1 W=5 K=4 R=3 S=3 stride=1x2 pad=1x1 -> P=1 Q=3 f16->f32 beta=1 +bias(f16) relu "
+            "on cpu");
+  a.pad_h = 0;  // the 3-row kernel no longer fits: no P and Q
+  a.beta = 0.0f, a.bias = nullptr, a.relu = false;
+  EXPECT_EQ(a.describe(), "conv forward N=2 C=3 H=1 W=5 K=4 R=3 S=3 stride=1x2 pad=0x1 f16->f32 on cpu");
+}
+
 TEST(ConvCpuRegistry, BadArgumentsNameTheProblem) {
   TypedBuffer x(DType::f32, 100), w(DType::f32, 100), y(DType::f32, 100);
   ConvArgs a = ConvShape{1, 1, 4, 4, 1, 7, 9, 1, 1, 1, 2}.args();  // 7x9 kernel, 6x8 padded input
