@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <string>
 
 #include "framework/autograd.h"
 #include "framework/ops.h"
@@ -18,18 +20,32 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-void draw_progress(int64_t epoch, int64_t step, int64_t steps, int64_t images, double elapsed, double loss) {
-  const int width = 30;
-  const int filled = steps > 0 ? static_cast<int>(width * step / steps) : width;
-  const double ips = elapsed > 0 ? images / elapsed : 0.0;
-  const double eta = step > 0 ? elapsed * static_cast<double>(steps - step) / static_cast<double>(step) : 0.0;
-  std::fprintf(stderr, "\repoch %lld [%.*s%*s] %lld/%lld  loss %.4f  %.0f img/s  ETA %s   ",
-               static_cast<long long>(epoch), filled, "##############################", width - filled, "",
-               static_cast<long long>(step), static_cast<long long>(steps), loss, ips, format_seconds(eta).c_str());
+// Redraws the bar in place, padded to the widest one drawn so far (`widest`, updated) so that a
+// shorter line leaves nothing of a longer one behind.
+void draw_progress(const std::string& line, size_t& widest) {
+  widest = std::max(widest, line.size());
+  std::fprintf(stderr, "\r%-*s", static_cast<int>(widest), line.c_str());
   std::fflush(stderr);
 }
 
 }  // namespace
+
+std::string progress_line(int64_t epoch, int64_t step, int64_t steps, int64_t images, double elapsed, double loss) {
+  const int width = 30;
+  const int filled = steps > 0 ? static_cast<int>(width * std::clamp<int64_t>(step, 0, steps) / steps) : width;
+  const double ips = elapsed > 0 ? static_cast<double>(images) / elapsed : 0.0;
+  const double eta = step > 0 ? elapsed * static_cast<double>(steps - step) / static_cast<double>(step) : 0.0;
+  std::string bar(static_cast<size_t>(width), ' ');
+  bar.replace(0, static_cast<size_t>(filled), static_cast<size_t>(filled), '#');
+  auto print = [&](char* buf, size_t size) {
+    return std::snprintf(buf, size, "epoch %lld [%s] %lld/%lld  loss %.4f  %.0f img/s  ETA %s   ",
+                         static_cast<long long>(epoch), bar.c_str(), static_cast<long long>(step),
+                         static_cast<long long>(steps), loss, ips, format_seconds(eta).c_str());
+  };
+  std::string out(static_cast<size_t>(print(nullptr, 0)), '\0');  // a huge loss prints long: size it first
+  print(out.data(), out.size() + 1);
+  return out;
+}
 
 std::string format_seconds(double s) {
   char buf[32];
@@ -63,6 +79,7 @@ EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoad
   EpochResult r;
   const auto t0 = Clock::now();
   auto last_draw = t0;
+  size_t drawn = 0;  // the widest bar drawn on the terminal
   int64_t step = 0;
   // Skipped steps are counted on the device by the scaler; read once at the end of the epoch (a step
   // itself never waits for the GPU).
@@ -118,7 +135,8 @@ EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoad
     r.images += b.y.numel();
     if (show && std::chrono::duration<double>(Clock::now() - last_draw).count() > 0.25) {
       last_draw = Clock::now();
-      draw_progress(epoch, step + 1, steps, r.images, since(t0), loss_sum.item() / static_cast<double>(r.images));
+      const double mean_loss = loss_sum.item() / static_cast<double>(r.images);
+      draw_progress(progress_line(epoch, step + 1, steps, r.images, since(t0), mean_loss), drawn);
     }
   }
   // Kernels are queued asynchronously: wait for the GPU to finish the epoch's work before reading
@@ -131,7 +149,7 @@ EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoad
     r.accuracy = correct.item() / static_cast<double>(r.images);
     r.images_per_second = r.seconds > 0 ? r.images / r.seconds : 0.0;
   }
-  if (show) std::fprintf(stderr, "\r%*s\r", 100, "");
+  if (drawn > 0) std::fprintf(stderr, "\r%*s\r", static_cast<int>(drawn), "");  // blank the bar
   return r;
 }
 

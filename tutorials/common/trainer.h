@@ -58,6 +58,11 @@ EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoad
 // Accuracy of the model over every batch of the loader (eval mode, no graph recorded).
 double evaluate(nn::Module& model, data::DataLoader& loader);
 
+// The progress bar's text after `step` of `steps` steps (`images` images in `elapsed` seconds, a mean
+// loss of `loss` so far): "epoch 2 [#########                     ] 3/10  loss 0.1250  256 img/s  ETA 3.5 s   ".
+// train_epoch redraws it in place on a terminal, at most four times a second.
+std::string progress_line(int64_t epoch, int64_t step, int64_t steps, int64_t images, double elapsed, double loss);
+
 // "12.3 s" / "2 min 05 s"
 std::string format_seconds(double s);
 
