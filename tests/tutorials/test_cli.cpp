@@ -1,0 +1,287 @@
+// The flags every tutorial shares (tutorials/common/cli.h), parsed in-process: the defaults, the
+// bounds of every checked flag (accepted at the bound, refused just past it, NaN and inf refused),
+// and what apply_common_flags does with the device and the variant names.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "framework/autograd.h"
+#include "framework/device.h"
+#include "kernels/batchnorm.h"
+#include "kernels/conv.h"
+#include "kernels/gemm.h"
+#include "kernels/runtime.h"
+#include "kernels/softmax.h"
+#include "tutorials/common/cli.h"
+
+namespace {
+
+using hl::tutorial::CommonFlags;
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Parse `line` as a tutorial's command line (both flag groups registered); "" when it is accepted,
+// else CLI11's message.
+std::string parse(const std::string& line, CommonFlags& f,
+                  const std::vector<std::string>& precisions = {"fp32", "fp16", "mixed"}) {
+  CLI::App app("test");
+  hl::tutorial::add_common_flags(app, f, precisions);
+  hl::tutorial::add_schedule_flags(app, f);
+  try {
+    app.parse(line, false);
+    return "";
+  } catch (const CLI::ParseError& e) {
+    return e.what();
+  }
+}
+
+std::string parse(const std::string& line) {
+  CommonFlags f;
+  return parse(line, f);
+}
+
+TEST(CommonFlags, NoFlagsKeepTheDefaults) {
+  CommonFlags f;
+  ASSERT_EQ(parse("", f), "");
+  EXPECT_EQ(f.device, "auto");
+  EXPECT_EQ(f.precision, "fp32");
+  EXPECT_EQ(f.loss_scale, "dynamic");
+  EXPECT_EQ(f.epochs, 2);
+  EXPECT_EQ(f.batch, 128);
+  EXPECT_EQ(f.lr, 0.05);
+  EXPECT_EQ(f.momentum, 0.9);
+  EXPECT_EQ(f.seed, 0u);
+  EXPECT_EQ(f.schedule, "constant");
+  EXPECT_EQ(f.warmup_epochs, 0.0);
+  EXPECT_FALSE(f.smoke || f.detect_anomaly || f.list_variants);
+  EXPECT_TRUE(f.data.empty() && f.gemm.empty() && f.softmax.empty() && f.conv.empty() && f.bn.empty() && f.csv.empty());
+}
+
+TEST(CommonFlags, EveryFlagReachesItsField) {
+  CommonFlags f;
+  ASSERT_EQ(parse("--device gpu --precision mixed --loss-scale static:512 --epochs 7 --batch 32 --lr 0.25 "
+                  "--momentum 0.5 --seed 42 --data /tmp/d --gemm g --softmax s --conv c --bn b --csv out.csv --smoke "
+                  "--detect-anomaly --list-variants --schedule cosine --warmup-epochs 1.5",
+                  f),
+            "");
+  EXPECT_EQ(f.device, "gpu");
+  EXPECT_EQ(f.precision, "mixed");
+  EXPECT_EQ(f.loss_scale, "static:512");
+  EXPECT_EQ(f.epochs, 7);
+  EXPECT_EQ(f.batch, 32);
+  EXPECT_EQ(f.lr, 0.25);
+  EXPECT_EQ(f.momentum, 0.5);
+  EXPECT_EQ(f.seed, 42u);
+  EXPECT_EQ(f.data, "/tmp/d");
+  EXPECT_EQ(f.gemm, "g");
+  EXPECT_EQ(f.softmax, "s");
+  EXPECT_EQ(f.conv, "c");
+  EXPECT_EQ(f.bn, "b");
+  EXPECT_EQ(f.csv, "out.csv");
+  EXPECT_TRUE(f.smoke && f.detect_anomaly && f.list_variants);
+  EXPECT_EQ(f.schedule, "cosine");
+  EXPECT_EQ(f.warmup_epochs, 1.5);
+}
+
+// Each bound: accepted at it, refused just past it. NaN and inf are refused by every real-valued flag
+// (CLI11's Range alone lets NaN through).
+TEST(CommonFlags, BoundsAreCheckedAtTheEdge) {
+  for (const char* ok : {"--epochs 1", "--epochs 100000", "--batch 1", "--batch 1048576", "--lr 0", "--lr 100",
+                         "--momentum 0", "--momentum 1", "--warmup-epochs 0", "--warmup-epochs 1000",
+                         "--device cpu", "--device cuda", "--device auto", "--schedule step"}) {
+    EXPECT_EQ(parse(ok), "") << ok;
+  }
+  for (const char* bad : {"--epochs 0", "--epochs 100001", "--batch 0", "--batch 1048577", "--lr -0.001",
+                          "--lr 100.001", "--momentum -0.001", "--momentum 1.001", "--warmup-epochs -0.5",
+                          "--warmup-epochs 1000.5", "--device tpu", "--precision bf16", "--schedule linear",
+                          "--epochs two"}) {
+    EXPECT_NE(parse(bad), "") << bad;
+  }
+  for (const char* flag : {"--lr", "--momentum", "--warmup-epochs"}) {
+    for (const char* value : {"nan", "inf", "-inf"}) {
+      const std::string message = parse(std::string(flag).append(" ").append(value));
+      EXPECT_TRUE(contains(message, "must be a finite number")) << flag << " " << value << ": " << message;
+    }
+  }
+}
+
+// --loss-scale exists only on tutorials with more than one precision, and its value is checked by
+// the scaler's own parser, whose message the user sees.
+TEST(CommonFlags, LossScaleIsCheckedAndOnlyWhereThereIsAChoice) {
+  EXPECT_EQ(parse("--loss-scale dynamic:init=1024,interval=10"), "");
+  EXPECT_EQ(parse("--loss-scale none"), "");
+  const std::string bad = parse("--loss-scale static:-1");
+  EXPECT_TRUE(contains(bad, "static")) << bad;
+  EXPECT_NE(parse("--loss-scale sometimes"), "");
+  CommonFlags f;
+  EXPECT_NE(parse("--loss-scale none", f, {"fp32"}), "") << "fp32 only: no --loss-scale flag";
+  EXPECT_NE(parse("--precision mixed", f, {"fp32"}), "");
+  EXPECT_EQ(parse("--precision fp32", f, {"fp32"}), "");
+  EXPECT_EQ(parse("--loss-scale static:8 --precision mixed", f, {"fp32", "mixed"}), "") << "two precisions: a choice";
+  EXPECT_EQ(f.loss_scale, "static:8");
+}
+
+// apply_common_flags turns --device into a Device, switches anomaly detection, and pins each
+// registry's default after checking the name exists on that device (restored after the test).
+class ApplyCommonFlags : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    hl::kernels::GemmRegistry::instance().set_default("");
+    hl::kernels::SoftmaxRegistry::instance().set_default("");
+    hl::kernels::ConvRegistry::instance().set_default("");
+    hl::kernels::BatchNormRegistry::instance().set_default("");
+    hl::set_detect_anomaly(false);
+  }
+};
+
+TEST_F(ApplyCommonFlags, DeviceAndAnomalyDetection) {
+  CommonFlags f;
+  f.device = "cpu";
+  f.detect_anomaly = true;
+  EXPECT_EQ(hl::tutorial::apply_common_flags(f), hl::Device::cpu);
+  EXPECT_TRUE(hl::detect_anomaly());
+  f.detect_anomaly = false;
+  f.device = "auto";
+  const hl::Device want = hl::runtime::cuda_available() ? hl::Device::cuda : hl::Device::cpu;
+  EXPECT_EQ(hl::tutorial::apply_common_flags(f), want);
+  EXPECT_FALSE(hl::detect_anomaly());
+  f.device = "tpu";
+  EXPECT_THROW(hl::tutorial::apply_common_flags(f), hl::Error);
+}
+
+TEST_F(ApplyCommonFlags, KnownNamesArePinnedOnEveryRegistry) {
+  CommonFlags f;
+  f.device = "cpu";
+  const auto gemms = hl::kernels::GemmRegistry::instance().names(hl::DeviceType::cpu);
+  const auto softmaxes = hl::kernels::SoftmaxRegistry::instance().names(hl::DeviceType::cpu);
+  const auto convs = hl::kernels::ConvRegistry::instance().names(hl::DeviceType::cpu);
+  ASSERT_GE(gemms.size(), 2u);
+  ASSERT_GE(softmaxes.size(), 1u);
+  ASSERT_GE(convs.size(), 1u);
+  f.gemm = gemms.back();  // the lowest priority: never the automatic choice
+  f.softmax = softmaxes.back();
+  f.conv = convs.back();
+  hl::tutorial::apply_common_flags(f);
+  EXPECT_EQ(hl::kernels::GemmRegistry::instance().default_name(), gemms.back());
+  EXPECT_EQ(hl::kernels::SoftmaxRegistry::instance().default_name(), softmaxes.back());
+  EXPECT_EQ(hl::kernels::ConvRegistry::instance().default_name(), convs.back());
+  EXPECT_EQ(hl::tutorial::conv_variant_for(hl::Device::cpu, hl::DType::f32), convs.back());
+  // Empty names leave the pins alone.
+  hl::tutorial::apply_common_flags(CommonFlags{.device = "cpu"});
+  EXPECT_EQ(hl::kernels::GemmRegistry::instance().default_name(), gemms.back());
+}
+
+TEST_F(ApplyCommonFlags, UnknownNamesAreRefusedWithTheChoices) {
+  auto message = [](CommonFlags f) {
+    f.device = "cpu";
+    try {
+      hl::tutorial::apply_common_flags(f);
+    } catch (const hl::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  std::string known;
+  for (const auto& n : hl::kernels::GemmRegistry::instance().names(hl::DeviceType::cpu))
+    known.append(known.empty() ? "" : ", ").append(n);
+  EXPECT_EQ(message({.gemm = "fastest"}), "--gemm: no variant 'fastest' on cpu (known: " + known + ")");
+  EXPECT_TRUE(contains(message({.softmax = "nope"}), "--softmax: no variant 'nope' on cpu (known: "));
+  EXPECT_TRUE(contains(message({.conv = "nope"}), "--conv: no variant 'nope' on cpu (known: "));
+  // The CPU has no batch-norm registry variants: the message says why rather than listing nothing.
+  ASSERT_TRUE(hl::kernels::BatchNormRegistry::instance().names(hl::DeviceType::cpu).empty());
+  EXPECT_EQ(message({.bn = "per_channel"}),
+            "--bn: no variant 'per_channel' on cpu (known: none: this family has one implementation there)");
+  EXPECT_EQ(hl::kernels::GemmRegistry::instance().default_name(), "") << "nothing pinned by a refused flag";
+  EXPECT_EQ(hl::kernels::BatchNormRegistry::instance().default_name(), "");
+}
+
+// The lines under `header`, up to the next line that does not start with two spaces (each with its
+// newline).
+std::string section(const std::string& s, const std::string& header) {
+  const size_t at = s.find(header);
+  if (at == std::string::npos) return "";
+  size_t end = s.find('\n', at);
+  while (end != std::string::npos && s.compare(end + 1, 2, "  ") == 0) end = s.find('\n', end + 1);
+  return s.substr(at, end == std::string::npos ? std::string::npos : end + 1 - at);
+}
+
+// Every variant of `registry`, once, in the section of its own device, with its priority; opt-in
+// ones say so.
+template <class Registry>
+void expect_listed(const std::string& s, const Registry& registry, const std::string& family) {
+  for (const auto& v : registry.all()) {
+    std::ostringstream line;
+    line << "  " << v.name << "  (priority " << v.priority << (v.opt_in ? ", opt-in: by name only" : "") << ")  "
+         << v.summary << "\n";
+    const std::string header = family == "bn" ? "bn on cuda" : family + " on " + hl::device_name(v.device) + ":";
+    EXPECT_TRUE(contains(section(s, header), line.str())) << line.str() << "under " << header << " in:\n" << s;
+    const hl::DeviceType other_device = v.device == hl::DeviceType::cpu ? hl::DeviceType::cuda : hl::DeviceType::cpu;
+    if (registry.find(v.name, other_device) != nullptr) continue;  // a name both devices have
+    const std::string other = family + " on " + hl::device_name(other_device) + ":";
+    EXPECT_FALSE(contains(section(s, other), "  " + v.name + "  (priority")) << v.name << " under " << other;
+  }
+}
+
+TEST(CommonFlagsOutput, PrintVariantsListsEveryVariantUnderItsDevice) {
+  std::ostringstream out;
+  std::streambuf* old = std::cout.rdbuf(out.rdbuf());
+  hl::tutorial::print_variants();
+  std::cout.rdbuf(old);
+  const std::string s = out.str();
+  for (const char* header : {"gemm on cpu:\n", "gemm on cuda:\n", "softmax on cpu:\n", "softmax on cuda:\n",
+                             "conv on cpu:\n", "conv on cuda:\n", "bn on cuda (the CPU has one batch-norm"}) {
+    EXPECT_TRUE(contains(s, header)) << header;
+  }
+  ASSERT_FALSE(hl::kernels::GemmRegistry::instance().names(hl::DeviceType::cpu).empty());
+  expect_listed(s, hl::kernels::GemmRegistry::instance(), "gemm");
+  expect_listed(s, hl::kernels::SoftmaxRegistry::instance(), "softmax");
+  expect_listed(s, hl::kernels::ConvRegistry::instance(), "conv");
+  expect_listed(s, hl::kernels::BatchNormRegistry::instance(), "bn");
+  EXPECT_EQ(contains(s, "(no GPU here: "), !hl::runtime::cuda_available());
+}
+
+// The tutorials' header line names the convolution the registry would pick on each device. A CUDA
+// build registers its variants with or without a GPU present, so the GPU's pick is checked there too.
+TEST(CommonFlagsOutput, ConvVariantForNamesThePickOfThatDevice) {
+  const auto& convs = hl::kernels::ConvRegistry::instance();
+  const auto cpu = convs.names(hl::DeviceType::cpu);
+  EXPECT_EQ(hl::tutorial::conv_variant_for(hl::Device::cpu, hl::DType::f32), cpu.front()) << "the highest priority";
+  const auto cuda = convs.names(hl::DeviceType::cuda);
+  if (cuda.empty()) GTEST_SKIP() << "a CPU-only build: no CUDA convolution registered";
+  // The pick for a VGG-small layer: the registry's own choice for real arguments of that dtype.
+  for (const hl::DType dt : {hl::DType::f16, hl::DType::f32}) {
+    hl::kernels::ConvArgs layer;
+    layer.device = hl::DeviceType::cuda;
+    layer.N = 8;
+    layer.C = layer.K = 64;
+    layer.H = layer.W = 16;
+    layer.R = layer.S = 3;
+    layer.pad_h = layer.pad_w = 1;
+    layer.in_type = layer.out_type = dt;
+    const std::string pick = hl::tutorial::conv_variant_for(hl::Device::cuda, dt);
+    EXPECT_NE(std::find(cuda.begin(), cuda.end(), pick), cuda.end()) << pick << " is not a CUDA variant";
+    EXPECT_EQ(pick, convs.select(layer).name) << hl::dtype_name(dt);
+  }
+}
+
+TEST(CommonFlagsOutput, DefaultDataDirFollowsHalflingData) {
+  const char* old = std::getenv("HALFLING_DATA");
+  const std::string saved = old != nullptr ? old : "";
+  unsetenv("HALFLING_DATA");
+  EXPECT_EQ(hl::tutorial::default_data_dir("mnist"), "data/mnist");
+  setenv("HALFLING_DATA", "/srv/sets", 1);
+  EXPECT_EQ(hl::tutorial::default_data_dir("cifar10"), "/srv/sets/cifar10");
+  if (old != nullptr) {
+    setenv("HALFLING_DATA", saved.c_str(), 1);
+  } else {
+    unsetenv("HALFLING_DATA");
+  }
+}
+
+}  // namespace
