@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "datasets/io.h"
+#include "framework/atomic_file.h"
 #include "kernels/error.h"
 
 namespace hl::data {

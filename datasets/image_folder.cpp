@@ -12,6 +12,7 @@
 
 #include "datasets/image.h"
 #include "datasets/io.h"
+#include "framework/atomic_file.h"
 #include "kernels/error.h"
 
 namespace hl::data {

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "framework/atomic_file.h"
 #include "framework/autograd.h"
 #include "framework/nn.h"
 #include "framework/optim.h"
@@ -28,10 +29,11 @@ namespace {
 
 using json = nlohmann::ordered_json;  // keeps the tensors in file order
 
+std::string errno_text() { return std::strerror(errno); }
+
 // The safetensors reference implementation refuses headers above 100 MB; so do we (it also bounds
 // what a corrupt length field can make us allocate).
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
-constexpr size_t kWriteChunk = size_t(1) << 20;
 
 const char* dtype_code(DType t) {
   switch (t) {
@@ -55,97 +57,6 @@ bool dtype_from_code(const std::string& s, DType& out) {
 }
 
 // ---- writing -------------------------------------------------------------------------------------------
-
-std::mutex g_hook_mu;
-std::function<void(size_t)> g_write_hook;
-
-std::function<void(size_t)> current_hook() {
-  std::lock_guard<std::mutex> lock(g_hook_mu);
-  return g_write_hook;
-}
-
-detail::CheckpointWriteFn g_write_fn;  // empty: write(2)
-
-detail::CheckpointWriteFn current_write_fn() {
-  std::lock_guard<std::mutex> lock(g_hook_mu);
-  return g_write_fn;
-}
-
-std::string errno_text() { return std::strerror(errno); }
-
-// A file that appears at `path` only when commit() succeeds: the bytes go to a temporary file in the
-// same directory (rename is atomic only within one file system), which is flushed to disk (fsync)
-// before it is renamed over `path`. Until then, and whenever anything fails, `path` keeps its old
-// contents. The temporary file is removed on failure; a killed process leaves it behind, named
-// ".<file>.tmp.XXXXXX" next to the target.
-class AtomicFile {
- public:
-  AtomicFile(std::string path, std::string op) : path_(std::move(path)), op_(std::move(op)) {
-    const std::filesystem::path p(path_);
-    HL_CHECK(p.has_filename(), op_, "(", path_, "): not a file name");
-    dir_ = p.parent_path().empty() ? std::filesystem::path(".") : p.parent_path();
-    std::string tmpl = (dir_ / ("." + p.filename().string() + ".tmp.XXXXXX")).string();
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    fd_ = ::mkstemp(buf.data());
-    HL_CHECK(fd_ >= 0, op_, "(", path_, "): cannot create a temporary file in ", dir_.string(), ": ", errno_text());
-    tmp_ = buf.data();
-    hook_ = current_hook();
-    write_fn_ = current_write_fn();
-  }
-  ~AtomicFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_ && !tmp_.empty()) ::unlink(tmp_.c_str());
-  }
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-
-  void write(const void* data, size_t n) {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const size_t chunk = std::min(n, kWriteChunk);
-      // write(2) may write less than asked (then the rest follows) or be interrupted by a signal
-      // before writing anything (EINTR: try again). 0 bytes would loop forever: an error.
-      const ssize_t w = write_fn_ ? write_fn_(fd_, p, chunk) : ::write(fd_, p, chunk);
-      if (w < 0 && errno == EINTR) continue;
-      HL_CHECK(w > 0, op_, "(", path_, "): write failed after ", written_, " bytes: ",
-               w == 0 ? std::string("no bytes written") : errno_text());
-      p += w;
-      n -= static_cast<size_t>(w);
-      written_ += static_cast<size_t>(w);
-      if (hook_) hook_(written_);
-    }
-  }
-
-  void commit() {
-    HL_CHECK(::fsync(fd_) == 0, op_, "(", path_, "): fsync failed: ", errno_text());
-    // mkstemp creates 0600; a checkpoint should get the permissions of any file the user creates.
-    const mode_t mask = ::umask(0);
-    ::umask(mask);
-    ::fchmod(fd_, 0666 & ~mask);
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    HL_CHECK(rc == 0, op_, "(", path_, "): close failed: ", errno_text());
-    HL_CHECK(::rename(tmp_.c_str(), path_.c_str()) == 0, op_, "(", path_, "): cannot rename ", tmp_, " over it: ",
-             errno_text());
-    committed_ = true;
-    // Make the rename itself durable. Best effort: some file systems cannot fsync a directory.
-    const int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
-  }
-
- private:
-  std::string path_, op_, tmp_;
-  std::filesystem::path dir_;
-  int fd_ = -1;
-  size_t written_ = 0;
-  bool committed_ = false;
-  std::function<void(size_t)> hook_;
-  detail::CheckpointWriteFn write_fn_;
-};
 
 // What the writer needs of each tensor: its bytes, in host memory.
 struct Prepared {
@@ -206,18 +117,6 @@ void emit(const std::vector<Prepared>& tensors, const StringMap& metadata, const
 }
 
 }  // namespace
-
-namespace detail {
-void set_checkpoint_write_hook(std::function<void(size_t)> hook) {
-  std::lock_guard<std::mutex> lock(g_hook_mu);
-  g_write_hook = std::move(hook);
-}
-
-void set_checkpoint_write_function(CheckpointWriteFn fn) {
-  std::lock_guard<std::mutex> lock(g_hook_mu);
-  g_write_fn = std::move(fn);
-}
-}  // namespace detail
 
 std::vector<uint8_t> serialize_safetensors(const NamedTensors& tensors, const StringMap& metadata) {
   const std::string op = "serialize_safetensors";

@@ -102,16 +102,6 @@ Checkpoint load_checkpoint(const std::string& path, nn::Module& model, optim::Op
 // `safetensors.torch.save_file(model.state_dict(), path)` for a model with the same parameter names.
 void load_parameters(const SafeTensors& file, nn::Module& model, const std::string& prefix, const std::string& source);
 
-namespace detail {
-// Test hook: called with the running byte count after each chunk a checkpoint writer writes (the
-// chunks are at most 1 MiB). A hook that throws makes the save fail at that point; tests use it to
-// inject a failure mid-write, or to stop a writer process and kill it. Pass {} to remove.
-void set_checkpoint_write_hook(std::function<void(size_t bytes_written)> hook);
-// Test seam: the checkpoint writer calls this in place of POSIX write(2), with write's contract
-// (bytes written, or -1 with errno set). Tests use it to play what a local disk rarely does: short
-// writes, EINTR, a write of 0 bytes, ENOSPC. Pass {} to go back to write(2).
-using CheckpointWriteFn = std::function<ssize_t(int fd, const void* data, size_t n)>;
-void set_checkpoint_write_function(CheckpointWriteFn fn);
-}  // namespace detail
+// Checkpoints are written through hl::AtomicFile (framework/atomic_file.h): whole or not at all.
 
 }  // namespace hl

@@ -15,6 +15,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "framework/atomic_file.h"
 #include "framework/autograd.h"
 #include "framework/checkpoint.h"
 #include "framework/nn.h"
@@ -294,8 +295,8 @@ TEST(Checkpoint, MissingFileNamesThePath) {
 
 struct HookReset {
   ~HookReset() {
-    detail::set_checkpoint_write_hook({});
-    detail::set_checkpoint_write_function({});
+    detail::set_atomic_write_hook({});
+    detail::set_atomic_write_function({});
   }
 };
 
@@ -316,7 +317,7 @@ TEST(Checkpoint, ShortWritesAndInterruptedWritesStillWriteEveryByteOnce) {
   HookReset reset;
   int64_t calls = 0;
   size_t total = 0;
-  detail::set_checkpoint_write_function([&](int fd, const void* data, size_t n) -> ssize_t {
+  detail::set_atomic_write_function([&](int fd, const void* data, size_t n) -> ssize_t {
     // A writer that writes the same bytes again, or retries an error forever: fail, do not fill the
     // disk or hang.
     if (total > 2 * want.size() || calls > 100000) throw Error("the checkpoint writer does not advance");
@@ -329,7 +330,7 @@ TEST(Checkpoint, ShortWritesAndInterruptedWritesStillWriteEveryByteOnce) {
     return w;
   });
   std::vector<size_t> counts;
-  detail::set_checkpoint_write_hook([&](size_t written) { counts.push_back(written); });
+  detail::set_atomic_write_hook([&](size_t written) { counts.push_back(written); });
   save_safetensors(path, t, {{"k", "v"}});
   EXPECT_EQ(file_bytes(path), want);
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"model.safetensors"});
@@ -364,7 +365,7 @@ TEST(Checkpoint, AWriteOfNothingOrAFullDiskFailsClearlyAndKeepsTheOldFile) {
   // write(2) returning 0 forever would never finish: it is an error, not a retry. errno means
   // nothing then; a stale EINTR in it must not be taken for an interruption.
   int64_t zero_calls = 0;
-  detail::set_checkpoint_write_function([&](int, const void*, size_t) -> ssize_t {
+  detail::set_atomic_write_function([&](int, const void*, size_t) -> ssize_t {
     if (++zero_calls > 1000) throw Error("the checkpoint writer retries a write of 0 bytes");
     errno = EINTR;
     return 0;
@@ -373,7 +374,7 @@ TEST(Checkpoint, AWriteOfNothingOrAFullDiskFailsClearlyAndKeepsTheOldFile) {
   EXPECT_EQ(zero_calls, 1);
   // The disk fills up after 100 bytes.
   size_t room = 100;
-  detail::set_checkpoint_write_function([&](int fd, const void* data, size_t n) -> ssize_t {
+  detail::set_atomic_write_function([&](int fd, const void* data, size_t n) -> ssize_t {
     if (room == 0) {
       errno = ENOSPC;
       return -1;
@@ -396,7 +397,7 @@ TEST(Checkpoint, FailureMidWriteLeavesThePreviousFileIntact) {
   HookReset reset;
   // Fail after a random number of bytes, at least once in the header and once in the data.
   for (size_t fail_after : {size_t(1), size_t(1) + g.below(total - 1), total - 1}) {
-    detail::set_checkpoint_write_hook([fail_after](size_t written) {
+    detail::set_atomic_write_hook([fail_after](size_t written) {
       if (written >= fail_after) throw Error("injected failure");
     });
     EXPECT_THROW(save_safetensors(path, new_t, {{"version", "new"}}), Error) << fail_after;
@@ -405,7 +406,7 @@ TEST(Checkpoint, FailureMidWriteLeavesThePreviousFileIntact) {
     expect_same(old_t, back.tensors);
     EXPECT_EQ(dir.entries(), std::vector<std::string>{"model.safetensors"}) << "the temporary file is removed";
   }
-  detail::set_checkpoint_write_hook({});
+  detail::set_atomic_write_hook({});
   save_safetensors(path, new_t, {{"version", "new"}});
   EXPECT_EQ(load_safetensors(path).metadata.at("version"), "new");
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"model.safetensors"});
@@ -428,7 +429,7 @@ TEST(Checkpoint, KilledWriterLeavesThePreviousFileIntact) {
     // The writer: it tells the parent once `stop_at` bytes are on disk, then waits to be killed.
     ::close(pipefd[0]);
     try {
-      detail::set_checkpoint_write_hook([&](size_t written) {
+      detail::set_atomic_write_hook([&](size_t written) {
         if (written < stop_at) return;
         const char c = 'x';
         if (::write(pipefd[1], &c, 1) != 1) ::_exit(3);

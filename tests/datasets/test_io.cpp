@@ -1,0 +1,100 @@
+// The file helpers the loaders and savers share: read_file_bytes (whole files, at the edges of its
+// 64 KiB read chunk) and write_file_atomic (framework/atomic_file.h: PNGs and the image-folder cache
+// are written like checkpoints, whole or not at all, with the user's umask).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "datasets/io.h"
+#include "framework/atomic_file.h"
+#include "tests/datasets/data_files.h"
+
+namespace hl::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+Bytes random_bytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Bytes b(n);
+  for (auto& x : b) x = static_cast<uint8_t>(rng());
+  return b;
+}
+
+void write_plain(const std::string& path, const Bytes& b) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+// Every size at the edges of the 64 KiB chunk: the last short read must not be dropped, whatever
+// its length (1 byte included).
+TEST(ReadFileBytes, WholeFilesOfEverySizeAroundTheChunk) {
+  TempDir dir;
+  for (const size_t n : {size_t{0}, size_t{1}, size_t{2}, size_t{65535}, size_t{65536}, size_t{65537},
+                         size_t{65538}, size_t{3 * 65536 + 1}}) {
+    const Bytes want = random_bytes(n, n + 1);
+    write_plain(dir / "f.bin", want);
+    EXPECT_EQ(data::read_file_bytes(dir / "f.bin", "op"), want) << n << " bytes";
+  }
+}
+
+TEST(ReadFileBytes, MissingFilesAndFoldersAreNamed) {
+  TempDir dir;
+  EXPECT_HL_ERROR(data::read_file_bytes(dir / "none", "load_x"),
+                  std::string("load_x(").append(dir / "none").append("): cannot open: no such file"));
+  EXPECT_HL_ERROR(data::read_file_bytes(dir.str(), "load_x"),
+                  std::string("load_x(").append(dir.str()).append("): cannot open: it is a directory"));
+}
+
+// Written whole, over an existing file, with 0666 & ~umask (mkstemp alone would give 0600).
+TEST(WriteFileAtomic, ReplacesTheFileWithTheUsersPermissions) {
+  TempDir dir;
+  const std::string path = dir / "out.png";
+  write_plain(path, Bytes{1, 2, 3});
+  const Bytes want = random_bytes(3 * 65536 + 7, 5);
+  const mode_t old_mask = ::umask(027);
+  write_file_atomic(path, want.data(), want.size(), "write_png");
+  ::umask(old_mask);
+  EXPECT_EQ(data::read_file_bytes(path, "op"), want);
+  EXPECT_EQ(fs::status(path).permissions(), fs::perms(0640));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.str()), fs::directory_iterator{}), 1) << "no temporary left";
+  write_file_atomic(dir / "empty", nullptr, 0, "op");
+  EXPECT_EQ(fs::file_size(dir / "empty"), 0u);
+}
+
+// A disk that fills mid-write: the error names the caller, the file and the bytes written; the old
+// file is untouched and the temporary file is gone.
+TEST(WriteFileAtomic, AFailedWriteKeepsTheOldFile) {
+  TempDir dir;
+  const std::string path = dir / "cache.bin";
+  const Bytes old = random_bytes(100, 6);
+  write_plain(path, old);
+  detail::set_atomic_write_function([](int fd, const void* data, size_t n) -> ssize_t {
+    if (n > 64) {
+      errno = ENOSPC;
+      return -1;
+    }
+    return ::write(fd, data, n);
+  });
+  const Bytes big = random_bytes(1000, 7);
+  EXPECT_HL_ERROR(write_file_atomic(path, big.data(), big.size(), "load_image_folder"),
+                  std::string("load_image_folder(").append(path).append("): write failed after 0 bytes: ")
+                      .append(std::strerror(ENOSPC)));
+  detail::set_atomic_write_function({});
+  EXPECT_EQ(data::read_file_bytes(path, "op"), old);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.str()), fs::directory_iterator{}), 1) << "temporary removed";
+  EXPECT_HL_ERROR(write_file_atomic(dir / "no/such/dir/f", big.data(), big.size(), "write_png"),
+                  std::string("write_png(").append(dir / "no/such/dir/f").append("): cannot create a temporary")
+                      .append(" file in"));
+}
+
+}  // namespace
+}  // namespace hl::test
