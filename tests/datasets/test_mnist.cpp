@@ -96,6 +96,10 @@ TEST(LoadMnist, CustomNormalization) {
   write_fake_files(dir, "train", s, false, false);
   const Dataset ds = data::load_mnist(dir.str(), Split::train, {0.0f, 1.0f});
   expect_matches(ds, s, 0.0f, 1.0f);
+  const Dataset other = data::load_mnist(dir.str(), Split::train, {0.25f, 0.5f});
+  expect_matches(other, s, 0.25f, 0.5f);
+  EXPECT_EQ(other.norm.mean, std::vector<float>{0.25f}) << "the set remembers how it was normalized";
+  EXPECT_EQ(other.norm.std, std::vector<float>{0.5f});
   const std::vector<float> x = ds.images.to_vector();
   EXPECT_EQ(x[0], 0.0f);
   EXPECT_EQ(x[1], 1.0f);
@@ -136,7 +140,7 @@ TEST(LoadMnist, RejectsLabelOutOfRange) {
   s.labels[6] = 10;
   write_fake_files(dir, "train", s, false, false);
   EXPECT_HL_ERROR(data::load_mnist(dir.str(), Split::train), dir / "train-labels-idx1-ubyte", "label 10",
-                  "index 6", "out of range");
+                  "index 6", "out of range (expected 0 to 9)");
 }
 
 TEST(LoadMnist, RejectsWrongImageShape) {
@@ -149,6 +153,22 @@ TEST(LoadMnist, RejectsWrongImageShape) {
 
   write_idx(dir / "train-images-idx3-ubyte", idx_bytes({4, 32, 32}, Bytes(4 * 32 * 32)), false);
   EXPECT_HL_ERROR(data::load_mnist(dir.str(), Split::train), "[4, 32, 32]");
+  // One side right is not enough: each is checked.
+  write_idx(dir / "train-images-idx3-ubyte", idx_bytes({4, 28, 29}, Bytes(4 * 28 * 29)), false);
+  EXPECT_HL_ERROR(data::load_mnist(dir.str(), Split::train), "[4, 28, 29]", "expected images [N, 28, 28]");
+  write_idx(dir / "train-images-idx3-ubyte", idx_bytes({4, 29, 28}, Bytes(4 * 29 * 28)), false);
+  EXPECT_HL_ERROR(data::load_mnist(dir.str(), Split::train), "[4, 29, 28]", "expected images [N, 28, 28]");
+}
+
+// An empty pair of files is refused; a set of one image is a set.
+TEST(LoadMnist, RejectsAnEmptySetAndTakesASingleImage) {
+  TempDir dir;
+  write_idx(dir / "train-images-idx3-ubyte", idx_bytes({0, kSide, kSide}, Bytes()), false);
+  write_idx(dir / "train-labels-idx1-ubyte", idx_bytes({0}, Bytes()), false);
+  EXPECT_HL_ERROR(data::load_mnist(dir.str(), Split::train), dir / "train-images-idx3-ubyte", "holds no images");
+  const FakeSet one = make_fake_set(1, 12);
+  write_fake_files(dir, "train", one, false, false);
+  expect_matches(data::load_mnist(dir.str(), Split::train, {0.0f, 1.0f}), one, 0.0f, 1.0f);
 }
 
 TEST(LoadMnist, RejectsWrongLabelShape) {
@@ -190,10 +210,28 @@ TEST(Dataset, SubsetSharesStorage) {
   EXPECT_EQ(sub.labels.to_int()[0], s.labels[5]);
   EXPECT_EQ(sub.class_names, ds.class_names);
   EXPECT_EQ(sub.num_classes, 10);
+  EXPECT_EQ(sub.name, "mnist/train[5:12]");
   EXPECT_EQ(ds.subset(3, 3).size(), 0);
+  EXPECT_EQ(ds.subset(0, 20).size(), 20) << "the whole set is a subset";
+  EXPECT_EQ(ds.subset(20, 20).size(), 0);
   EXPECT_HL_ERROR(ds.subset(5, 21), "Dataset::subset(mnist/train)", "out of range");
   EXPECT_HL_ERROR(ds.subset(6, 5), "out of range");
   EXPECT_HL_ERROR(ds.subset(-1, 5), "out of range");
+}
+
+// 1 value or one per channel, each finite, each std > 0: checked for means and stds separately.
+TEST(Normalization, CheckCountsAndValues) {
+  EXPECT_NO_THROW(data::cifar10_normalization().check("op", 3));
+  EXPECT_NO_THROW(data::Normalization(0.5f, 0.25f).check("op", 3)) << "one value for every channel";
+  EXPECT_NO_THROW(data::Normalization({0.5f}, {0.2f, 0.3f, 0.4f}).check("op", 3));
+  EXPECT_HL_ERROR(data::Normalization({0.5f}, {0.2f, 0.3f}).check("op", 3), "op: the normalization has 1 mean(s) and 2",
+                  "expected 1 or one per channel (3)");
+  EXPECT_HL_ERROR(data::Normalization({0.5f, 0.5f}, {0.2f}).check("op", 3), "2 mean(s) and 1 std(s)");
+  const float nan = std::nanf("");
+  EXPECT_HL_ERROR(data::Normalization({nan, 0.5f, 0.5f}, {0.2f}).check("op", 3), "mean must be finite");
+  EXPECT_HL_ERROR(data::Normalization({0.5f, 0.5f, INFINITY}, {0.2f}).check("op", 3), "mean must be finite");
+  EXPECT_HL_ERROR(data::Normalization({0.5f}, {0.0f, 0.2f, 0.2f}).check("op", 3), "std must be finite and > 0");
+  EXPECT_HL_ERROR(data::Normalization({0.5f}, {0.2f, 0.2f, nan}).check("op", 3), "std must be finite and > 0");
 }
 
 TEST(Dataset, ToCpuIsTheSameSet) {
