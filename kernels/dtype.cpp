@@ -34,12 +34,4 @@ int64_t detail::parse_int64(const std::string& text, const std::string& what) {
   throw Error(what + ": '" + text + "' is not an integer");
 }
 
-DType parse_dtype(const std::string& s) {
-  if (s == "f32" || s == "float32" || s == "fp32" || s == "float") return DType::f32;
-  if (s == "f16" || s == "float16" || s == "fp16" || s == "half") return DType::f16;
-  if (s == "i32" || s == "int32" || s == "int") return DType::i32;
-  if (s == "f64" || s == "float64" || s == "fp64" || s == "double") return DType::f64;
-  throw Error("parse_dtype: unknown dtype '" + s + "' (expected f32, f16, i32 or f64)");
-}
-
 }  // namespace hl

@@ -31,7 +31,4 @@ inline const char* dtype_name(DType t) {
 inline bool is_floating(DType t) { return t != DType::i32; }
 inline const char* device_name(DeviceType d) { return d == DeviceType::cpu ? "cpu" : "cuda"; }
 
-// Parse "f32" / "float32" / "f16" / "half" ... ; throws hl::Error on anything else.
-DType parse_dtype(const std::string& s);
-
 }  // namespace hl
