@@ -61,6 +61,26 @@ TEST(GatherRows, CpuI32AndErrors) {
                   "gather_rows", "i32");
 }
 
+// Empty gathers (no rows, empty rows, an empty source with nothing to gather) do nothing, whatever
+// the pointers; a negative size is refused, named.
+TEST(GatherRows, EmptyGathersAreNoOpsAndNegativeSizesAreRefused) {
+  const std::vector<int32_t> src = {10, 11, 12, 13, 14, 15};  // 3 rows of 2
+  const std::vector<int32_t> idx = {2, 0, 2};
+  std::vector<int32_t> dst(6, -1);
+  const auto gather = [](const int32_t* from, int64_t src_rows, int64_t elems, const int32_t* at, int64_t rows,
+                         int32_t* to) {
+    kernels::gather_rows(DeviceType::cpu, {from, DType::i32, src_rows, elems, at, rows, to, DType::i32});
+  };
+  EXPECT_NO_THROW(gather(nullptr, 0, 4, nullptr, 0, nullptr));
+  EXPECT_NO_THROW(gather(src.data(), 3, 2, idx.data(), 0, nullptr));
+  EXPECT_NO_THROW(gather(src.data(), 3, 0, idx.data(), 3, dst.data()));
+  EXPECT_EQ(dst, std::vector<int32_t>(6, -1)) << "an empty row writes nothing";
+  EXPECT_HL_ERROR(gather(src.data(), -1, 2, idx.data(), 3, dst.data()),
+                  "gather_rows: negative size (src_rows -1, row_elems 2, rows 3)");
+  EXPECT_HL_ERROR(gather(src.data(), 3, -2, idx.data(), 3, dst.data()), "negative size (src_rows 3, row_elems -2, rows 3)");
+  EXPECT_HL_ERROR(gather(src.data(), 3, 2, idx.data(), -3, dst.data()), "negative size (src_rows 3, row_elems 2, rows -3)");
+}
+
 TEST(GatherRows, CudaMatchesCpu) {
   HL_REQUIRE_CUDA();
   const uint64_t seed = fresh_seed();
