@@ -1,6 +1,9 @@
 #include "kernels/dtype.h"
 
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -15,12 +18,15 @@ std::string detail::exact(double v) {
 }
 
 double detail::parse_double(const std::string& text, const std::string& what) {
-  try {
-    size_t used = 0;
-    const double v = std::stod(text, &used);
-    if (used == text.size()) return v;
-  } catch (const std::exception&) {  // invalid_argument, or out_of_range (beyond a double)
-  }
+  // strtod rather than std::stod: stod throws out_of_range on underflow too, which would refuse the
+  // subnormals that exact() writes (4.9406564584124654e-324 must read back). Overflow is refused.
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(begin, &end);
+  const bool whole = end != begin && end == begin + text.size();
+  const bool overflow = errno == ERANGE && std::isinf(v);
+  if (whole && !overflow) return v;
   throw Error(what + ": '" + text + "' is not a number");
 }
 

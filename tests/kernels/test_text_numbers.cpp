@@ -46,7 +46,12 @@ TEST(TextNumbers, ParseDoubleTakesTheWholeStringOrNothing) {
   EXPECT_EQ(hl::detail::parse_double("1024", "scale"), 1024.0);
   EXPECT_EQ(hl::detail::parse_double("-2.5e-3", "scale"), -2.5e-3);
   EXPECT_EQ(hl::detail::parse_double("1e308", "scale"), 1e308);
-  for (const char* bad : {"", "x", "1.5x", "2 ", "1e999", "--1"}) {
+  // Subnormals read back (std::stod would throw out_of_range on them), and below the smallest one a
+  // value rounds to zero; only overflow is refused.
+  EXPECT_EQ(hl::detail::parse_double("4.9406564584124654e-324", "scale"), std::numeric_limits<double>::denorm_min());
+  EXPECT_EQ(hl::detail::parse_double("-1e-310", "scale"), -1e-310);
+  EXPECT_EQ(hl::detail::parse_double("1e-400", "scale"), 0.0);
+  for (const char* bad : {"", "x", "1.5x", "2 ", "1e999", "-1e999", "--1"}) {
     EXPECT_EQ(error_of_double(bad), std::string("scale: '").append(bad).append("' is not a number")) << bad;
   }
 }
