@@ -12,23 +12,19 @@
 
 namespace {
 
-std::string error_of_double(const std::string& text) {
+// The message `parse` throws for `text`, or "(accepted)".
+template <class Parse>
+std::string error_of(Parse parse, const std::string& text, const char* what) {
   try {
-    hl::detail::parse_double(text, "scale");
+    parse(text, what);
   } catch (const hl::Error& e) {
     return e.what();
   }
   return "(accepted)";
 }
 
-std::string error_of_int(const std::string& text) {
-  try {
-    hl::detail::parse_int64(text, "step");
-  } catch (const hl::Error& e) {
-    return e.what();
-  }
-  return "(accepted)";
-}
+std::string error_of_double(const std::string& text) { return error_of(hl::detail::parse_double, text, "scale"); }
+std::string error_of_int(const std::string& text) { return error_of(hl::detail::parse_int64, text, "step"); }
 
 TEST(TextNumbers, ExactRoundTripsEveryBit) {
   EXPECT_EQ(hl::detail::exact(0.1), "0.10000000000000001");
