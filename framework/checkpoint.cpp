@@ -8,9 +8,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <limits>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 

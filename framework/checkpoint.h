@@ -15,11 +15,9 @@
 // a save leaves the previous file intact. Reads check every rule above and throw hl::Error naming the
 // file and the problem. docs/checkpoints.md has the details and the PyTorch recipes.
 #pragma once
-#include <sys/types.h>  // ssize_t
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <string>
 #include <utility>
