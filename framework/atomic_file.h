@@ -29,7 +29,6 @@ class AtomicFile {
   // fsync, the permissions of any file the user creates (0666 & ~umask; mkstemp makes 0600), rename
   // over `path`, then fsync the directory (best effort) so that the rename itself is durable.
   void commit();
-  size_t written() const { return written_; }
 
  private:
   std::string path_, op_, tmp_;
