@@ -590,8 +590,11 @@ void blocked_pinned_run(const GemmArgs& g) {
 
 template <Isa isa>
 const char* blocked_pinned_unsupported(const GemmArgs& g) {
+  // The arguments first: a call no CPU could run should say why on every machine, not only on those
+  // that happen to have the instructions.
+  if (const char* why = unsupported_dtypes(g)) return why;
   if (!cpu_supports(isa)) return isa == Isa::avx512 ? "this CPU has no AVX-512" : "this CPU has no AVX2/FMA";
-  return unsupported_dtypes(g);
+  return nullptr;
 }
 
 HL_REGISTER_VARIANT(GemmArgs, {"blocked", DeviceType::cpu, 10,
