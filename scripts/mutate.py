@@ -146,8 +146,10 @@ def run(command, timeout=None):
     """(exit status, output) of a shell command; (None, '') when it outlives `timeout`. The command
     runs in a process group of its own, which is killed whole when it times out or the run is
     interrupted: a mutant that makes a test loop forever must not leave that test running."""
+    # errors='replace': a mutant can make a test print bytes that are not UTF-8 (a corrupted name in
+    # an error message); that is the test's output to read, not a reason for this script to stop.
     p = subprocess.Popen(command, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
+                         errors='replace', start_new_session=True)
     try:
         out, _ = p.communicate(timeout=timeout)
         return p.returncode, out

@@ -72,6 +72,14 @@ with tempfile.TemporaryDirectory() as tmp:
     check(open(src).read() == FIXTURE, 'the file was not restored after a run')
     check(not os.path.exists(src + '.mutate-orig'), 'the backup was left behind')
 
+    # A test that prints bytes that are not UTF-8 (a mutant can corrupt a name in an error message):
+    # the script reads them and goes on (it once stopped with a UnicodeDecodeError, leaving the sweep).
+    noisy = f"printf '\\321\\377\\n'; grep -q 'x < 0)' {src}"
+    r = mutate(src, '--test', noisy, '--lines', '3-3')
+    check(r.returncode == 0 and '2 killed, 1 survived, 0 did not compile' in r.stdout,
+          f'bytes that are not UTF-8: {r.stdout} {r.stderr}')
+    check(open(src).read() == FIXTURE, 'the file was not restored after a run with bytes that are not UTF-8')
+
     # A test that hangs past --timeout kills its mutant, and is itself killed, with its children.
     hang = f"grep -q 'x < 0)' {src} || sleep 23.5"
     r = mutate(src, '--test', hang, '--lines', '3-3', '--sample', '1', '--seed', '0', '--timeout', '1')
