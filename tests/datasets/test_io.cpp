@@ -1,6 +1,7 @@
 // The file helpers the loaders and savers share: read_file_bytes (whole files, at the edges of its
 // 64 KiB read chunk) and write_file_atomic (framework/atomic_file.h: PNGs and the image-folder cache
 // are written like checkpoints, whole or not at all, with the user's umask).
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 
 #include "datasets/io.h"
 #include "framework/atomic_file.h"
+#include "kernels/error.h"
 #include "tests/datasets/data_files.h"
 
 namespace hl::test {
@@ -94,6 +96,95 @@ TEST(WriteFileAtomic, AFailedWriteKeepsTheOldFile) {
   EXPECT_HL_ERROR(write_file_atomic(dir / "no/such/dir/f", big.data(), big.size(), "write_png"),
                   std::string("write_png(").append(dir / "no/such/dir/f").append("): cannot create a temporary")
                       .append(" file in"));
+}
+
+// ---- AtomicFile's descriptors ------------------------------------------------------------------------
+
+// The lowest free descriptor: the number the next open() gets.
+int lowest_free_fd() {
+  const int fd = ::open("/dev/null", O_RDONLY);
+  if (fd >= 0) ::close(fd);
+  return fd;
+}
+
+bool is_open(int fd) { return ::fcntl(fd, F_GETFD) != -1; }
+
+ssize_t failing_write(int, const void*, size_t) {
+  errno = EIO;
+  return -1;
+}
+
+// Every descriptor an AtomicFile opens (its temporary file, the folder it fsyncs) is closed again,
+// after a commit and after a failure; and after a commit it touches nothing more. Descriptor numbers
+// and temporary names are reused, so closing or unlinking "its own" one again later could close a
+// file other code has opened since, or delete another writer's temporary file.
+TEST(AtomicFile, ClosesWhatItOpensAndTouchesNothingAfterCommit) {
+  TempDir dir;
+  const int filler = is_open(0) ? -1 : ::open("/dev/null", O_RDONLY);  // descriptor 0 taken, as usual
+  const int before = lowest_free_fd();
+  const std::string path = dir / "a.bin";
+  std::string tmp_name;
+  detail::set_atomic_write_hook([&](size_t) {
+    for (const auto& e : fs::directory_iterator(dir.str())) tmp_name = e.path().filename().string();
+  });
+  int other = -1;
+  {
+    AtomicFile file(path, "op");
+    file.write("abc", 3);
+    detail::set_atomic_write_hook({});
+    file.commit();
+    other = ::open("/dev/null", O_RDONLY);  // the number the temporary file had, most likely
+    write_plain(dir / tmp_name, Bytes{9});  // another writer that drew the same temporary name
+  }
+  EXPECT_EQ(tmp_name.rfind(".a.bin.tmp.", 0), 0u) << tmp_name;
+  EXPECT_TRUE(is_open(other)) << "a descriptor opened after commit() was closed by the destructor";
+  EXPECT_TRUE(is_open(0)) << "descriptor 0 was closed";
+  EXPECT_TRUE(fs::exists(dir / tmp_name)) << "the destructor unlinked a name after the rename";
+  ::close(other);
+  EXPECT_EQ(lowest_free_fd(), before) << "a descriptor was left open after a commit";
+  detail::set_atomic_write_function(failing_write);
+  EXPECT_THROW(write_file_atomic(path, "xyz", 3, "op"), Error);
+  detail::set_atomic_write_function({});
+  EXPECT_EQ(lowest_free_fd(), before) << "a failed write left its temporary file open";
+  EXPECT_EQ(data::read_file_bytes(path, "op"), (Bytes{'a', 'b', 'c'}));
+  if (filler >= 0) ::close(filler);
+}
+
+// With standard input closed (a daemon, a job runner), descriptor 0 is the first free one and
+// mkstemp returns it: AtomicFile takes it like any other, and closes it again.
+TEST(AtomicFile, TakesDescriptorZeroLikeAnyOther) {
+  TempDir dir;
+  const int saved = ::dup(0);  // -1 when standard input is closed already
+  ::close(0);
+  const int zero_free = lowest_free_fd();
+  const Bytes want = random_bytes(100, 8);
+  std::string error;
+  try {
+    write_file_atomic(dir / "a.bin", want.data(), want.size(), "op");
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  const int after_commit = lowest_free_fd();
+  detail::set_atomic_write_function(failing_write);
+  bool threw = false;
+  try {
+    write_file_atomic(dir / "b.bin", want.data(), want.size(), "op");
+  } catch (const Error&) {
+    threw = true;
+  }
+  detail::set_atomic_write_function({});
+  const int after_failure = lowest_free_fd();
+  if (saved >= 0) {  // standard input back before anything can end the test
+    ::dup2(saved, 0);
+    ::close(saved);
+  }
+  ASSERT_EQ(zero_free, 0);
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(data::read_file_bytes(dir / "a.bin", "op"), want);
+  EXPECT_EQ(after_commit, 0) << "descriptor 0 was left open after a commit";
+  EXPECT_TRUE(threw);
+  EXPECT_EQ(after_failure, 0) << "descriptor 0 was left open after a failed write";
+  EXPECT_FALSE(fs::exists(dir / "b.bin"));
 }
 
 }  // namespace
