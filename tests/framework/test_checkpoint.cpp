@@ -1,6 +1,7 @@
 // Checkpoints (framework/checkpoint.h): the safetensors layout, every validation rule of the reader,
 // atomic writes (an injected failure and a killed writer leave the old file loadable), model and
 // optimizer state with their checks, extra sections, and bit-exact resume of a training run.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -211,6 +212,8 @@ TEST(Checkpoint, LoaderRejectsEveryMalformedFileClearly) {
     std::vector<uint8_t> f = make_file("{}");
     f[0] = 200;  // the length now promises more than the file holds
     EXPECT_PARSE_ERROR(f, "header length 200 is larger than the file");
+    f[0] = 9;  // one byte more than the 8 after the length field
+    EXPECT_PARSE_ERROR(f, "header length 9 is larger than the file (8 bytes after the length field)");
   }
   EXPECT_PARSE_ERROR(make_file(R"({"a": )"), "invalid JSON header");
   EXPECT_PARSE_ERROR(make_file("not json at all"), "invalid JSON header");
@@ -227,6 +230,11 @@ TEST(Checkpoint, LoaderRejectsEveryMalformedFileClearly) {
                      "too many elements");
   EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", eight),
                      "end before they begin");
+  // Each offset on its own: a negative one, or one that is not a number, is named as such (not read as
+  // 2^64 - 1, and not let through to nlohmann as an exception of another type).
+  for (const char* off : {"[-1,8]", "[0,-8]", R"(["0",8])", R"([0,"8"])", "[0,8.0]", "[0,8,16]", "[0]", R"("0,8")"})
+    EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"F32","shape":[2],"data_offsets":)" + std::string(off) + "}}", eight),
+                       "data_offsets must be [begin, end] with non-negative integers, got " + std::string(off));
   EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"F32","shape":[2]}})", eight), "needs dtype, shape and data_offsets");
   EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"F32","shape":[2],"data_offsets":[0,8],"extra":1}})", eight),
                      "unknown field 'extra'");
@@ -243,9 +251,18 @@ TEST(Checkpoint, LoaderRejectsEveryMalformedFileClearly) {
                                    R"(,"data_offsets":[8,16]}})",
                                eight),
                      "tensor 'b' data_offsets [8, 16] run past the end of the data (8 bytes)");
-  // A gap: the first tensor starts at 4.
+  // A gap: the first tensor starts at 4; or the second 4 bytes after the first ends.
   EXPECT_PARSE_ERROR(make_file(R"({"a": {)" + f32x2 + R"(,"data_offsets":[4,12]}})", std::vector<uint8_t>(12)),
                      "gap of 4 unused bytes before tensor 'a'");
+  EXPECT_PARSE_ERROR(make_file(R"({"a": {)" + f32x2 + R"(,"data_offsets":[0,8]}, "b": {)" + f32x2 +
+                                   R"(,"data_offsets":[12,20]}})",
+                               std::vector<uint8_t>(20)),
+                     "gap of 4 unused bytes before tensor 'b' (data_offsets [12, 20])");
+  // The wrong size for a tensor that does not start at 0: the message counts its own bytes.
+  EXPECT_PARSE_ERROR(make_file(R"({"a": {)" + f32x2 + R"(,"data_offsets":[0,8]}, "b": {)" + f32x2 +
+                                   R"(,"data_offsets":[8,12]}})",
+                               std::vector<uint8_t>(12)),
+                     "tensor 'b': data_offsets [8, 12] hold 4 bytes, but F32[2] needs 8");
   // Bytes after the last tensor.
   EXPECT_PARSE_ERROR(make_file(R"({"a": {)" + f32x2 + R"(,"data_offsets":[0,8]}})", std::vector<uint8_t>(11)),
                      "3 unexpected bytes after the last tensor");
@@ -265,6 +282,25 @@ TEST(Checkpoint, LoaderRejectsEveryMalformedFileClearly) {
   ASSERT_EQ(s.tensors.size(), 1u);
   EXPECT_EQ(s.at("a").shape(), (Shape{2}));
   EXPECT_EQ(bytes_of(s.at("a")), eight);
+}
+
+// The edges of two limits. A dimension may be as large as an int64 holds (a tensor with another
+// dimension of 0 is empty, so nothing has to be allocated for it), not one more. A header may be as long
+// as the format's 100,000,000 bytes (the reference implementation's limit), not one byte more.
+TEST(Checkpoint, LimitsAreTakenUpToTheirEdge) {
+  const std::string max = std::to_string(std::numeric_limits<int64_t>::max());
+  const std::vector<uint8_t> ok = make_file(R"({"a": {"dtype":"F32","shape":[)" + max + R"(,0],"data_offsets":[0,0]}})");
+  const SafeTensors s = parse_safetensors(ok.data(), ok.size(), "ok");
+  EXPECT_EQ(s.at("a").shape(), (Shape{std::numeric_limits<int64_t>::max(), 0}));
+  EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"F32","shape":[9223372036854775808,0],"data_offsets":[0,0]}})"),
+                     "dimension 9223372036854775808 is too large");
+
+  constexpr size_t kLimit = 100'000'000;
+  std::vector<uint8_t> f = make_file(std::string("{}").append(kLimit - 2, ' '), {}, false);
+  ASSERT_EQ(f.size(), kLimit + 8);
+  EXPECT_TRUE(parse_safetensors(f.data(), f.size(), "big").tensors.empty());
+  f = make_file(std::string("{}").append(kLimit - 1, ' '), {}, false);
+  EXPECT_PARSE_ERROR(f, "header length 100000001 exceeds the format's limit of 100000000");
 }
 
 TEST(Checkpoint, EveryTruncationOfAValidFileIsRejected) {
@@ -289,6 +325,45 @@ TEST(Checkpoint, MissingFileNamesThePath) {
               std::string::npos)
         << e.what();
   }
+  // A path that opens but cannot be read: a read error is reported, not retried forever.
+  TempDir dir;
+  try {
+    load_safetensors(dir.file(""));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(std::string("): read failed: ").append(std::strerror(EISDIR))),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// With standard input closed (a daemon, a job runner), open() gives the file descriptor 0: it is read
+// like any other, and closed again.
+TEST(Checkpoint, LoadsThroughDescriptorZero) {
+  TempDir dir;
+  const std::string path = dir.file("a.safetensors");
+  Generator g(hl::test::fresh_seed());
+  const NamedTensors want = random_tensors(g);
+  save_safetensors(path, want);
+  const int saved = ::dup(0);  // -1 when standard input is closed already
+  ::close(0);
+  std::string error;
+  SafeTensors back;
+  try {
+    back = load_safetensors(path);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  const int lowest_free = ::open("/dev/null", O_RDONLY);
+  if (lowest_free >= 0) ::close(lowest_free);
+  if (saved >= 0) {  // standard input back before anything can end the test
+    ::dup2(saved, 0);
+    ::close(saved);
+  }
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(lowest_free, 0) << "descriptor 0 was left open";
+  ASSERT_EQ(back.tensors.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(bytes_of(back.tensors[i].second), bytes_of(want[i].second));
 }
 
 // ---- atomic writes -----------------------------------------------------------------------------------------
@@ -576,6 +651,19 @@ TEST(Checkpoint, MismatchesAreNamedAndChangeNothing) {
   save_safetensors(dir.file("odd.safetensors"), {{"model.0.weight", a->parameters()[0]}, {"stray", Tensor::zeros({1})}});
   msg = load_error(dir.file("odd.safetensors"), *b);
   EXPECT_NE(msg.find("unexpected tensors stray"), std::string::npos) << msg;
+
+  // Optimizer tensors without the optimizer's metadata: the file holds optimizer state, and it does
+  // not fit (it is not "no optimizer state").
+  optim::SGD sa(a->parameters(), {.lr = 0.1, .momentum = 0.9});
+  train_steps(*a, sa, g, 1);
+  save_checkpoint(dir.file("o.safetensors"), *a, &sa);
+  const SafeTensors o = load_safetensors(dir.file("o.safetensors"));
+  StringMap meta;
+  for (const auto& [k, v] : o.metadata)
+    if (k.rfind("optim.", 0) != 0) meta[k] = v;
+  save_safetensors(dir.file("o.safetensors"), o.tensors, meta);
+  msg = load_error(dir.file("o.safetensors"), *b, &sb);
+  EXPECT_NE(msg.find("optimizer state does not fit"), std::string::npos) << msg;
 }
 
 TEST(Checkpoint, BadOptimizerStateRollsTheModelBack) {
@@ -631,12 +719,17 @@ TEST(Checkpoint, ExtraSectionsRoundTrip) {
   scaler.meta["kind"] = "dynamic";
   CheckpointSection data;
   data.meta["epoch"] = "7";
-  save_checkpoint(dir.file("s.safetensors"), *a, nullptr, {{"run", "x"}}, {{"scaler", scaler}, {"data_loader", data}});
+  CheckpointSection ema;  // a name with a 9, in the middle of the list "data_loader,ema9,scaler"
+  ema.meta["decay"] = "0.999";
+  save_checkpoint(dir.file("s.safetensors"), *a, nullptr, {{"run", "x"}},
+                  {{"scaler", scaler}, {"data_loader", data}, {"ema9", ema}});
   EXPECT_TRUE(load_safetensors(dir.file("s.safetensors")).contains("scaler.scale"));
+  EXPECT_EQ(load_safetensors(dir.file("s.safetensors")).metadata.at("halfling.sections"), "data_loader,ema9,scaler");
 
   auto b = small_mlp(g);
   const Checkpoint c = load_checkpoint(dir.file("s.safetensors"), *b);
-  ASSERT_EQ(c.sections.size(), 2u);
+  ASSERT_EQ(c.sections.size(), 3u);
+  EXPECT_EQ(c.sections.at("ema9").meta, ema.meta);
   const CheckpointSection& s = c.sections.at("scaler");
   ASSERT_EQ(s.tensors.size(), 1u);
   EXPECT_EQ(s.tensors[0].first, "scale");
@@ -650,6 +743,13 @@ TEST(Checkpoint, ExtraSectionsRoundTrip) {
     EXPECT_THROW(save_checkpoint(dir.file("bad.safetensors"), *a, nullptr, {}, {{bad, scaler}}), Error) << bad;
   }
   EXPECT_FALSE(fs::exists(dir.file("bad.safetensors")));
+
+  // An empty list of sections (another writer's way of saying "none") is no sections.
+  save_checkpoint(dir.file("none.safetensors"), *a);
+  SafeTensors f = load_safetensors(dir.file("none.safetensors"));
+  f.metadata["halfling.sections"] = "";
+  save_safetensors(dir.file("none.safetensors"), f.tensors, f.metadata);
+  EXPECT_TRUE(load_checkpoint(dir.file("none.safetensors"), *b).sections.empty());
 }
 
 TEST(Checkpoint, LoadParametersFromAPyTorchStyleStateDict) {
