@@ -233,7 +233,8 @@ TEST(Checkpoint, LoaderRejectsEveryMalformedFileClearly) {
   // Each offset on its own: a negative one, or one that is not a number, is named as such (not read as
   // 2^64 - 1, and not let through to nlohmann as an exception of another type).
   for (const char* off : {"[-1,8]", "[0,-8]", R"(["0",8])", R"([0,"8"])", "[0,8.0]", "[0,8,16]", "[0]", R"("0,8")"})
-    EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"F32","shape":[2],"data_offsets":)" + std::string(off) + "}}", eight),
+    EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"F32","shape":[2],"data_offsets":)" + std::string(off) + "}}",
+                                 eight),
                        "data_offsets must be [begin, end] with non-negative integers, got " + std::string(off));
   EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"F32","shape":[2]}})", eight), "needs dtype, shape and data_offsets");
   EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"F32","shape":[2],"data_offsets":[0,8],"extra":1}})", eight),
@@ -241,28 +242,22 @@ TEST(Checkpoint, LoaderRejectsEveryMalformedFileClearly) {
   EXPECT_PARSE_ERROR(make_file(R"({"a": 5})"), "tensor 'a': expected an object");
   EXPECT_PARSE_ERROR(make_file(R"({"": {)" + f32x2 + R"(,"data_offsets":[0,8]}})", eight), "a tensor has an empty name");
   EXPECT_PARSE_ERROR(make_file("{\"\xff\": 1}"), "invalid JSON header");
+  // Two F32[2] tensors, a at [0, 8) and b where it says, over `data` bytes.
+  auto a_then_b = [&](const std::string& b_offsets, size_t data) {
+    return make_file(R"({"a": {)" + f32x2 + R"(,"data_offsets":[0,8]}, "b": {)" + f32x2 + R"(,"data_offsets":)" +
+                         b_offsets + "}}",
+                     std::vector<uint8_t>(data));
+  };
   // Overlap: b starts inside a.
-  EXPECT_PARSE_ERROR(make_file(R"({"a": {)" + f32x2 + R"(,"data_offsets":[0,8]}, "b": {)" + f32x2 +
-                                   R"(,"data_offsets":[4,12]}})",
-                               std::vector<uint8_t>(12)),
-                     "tensor 'b' data_offsets [4, 12] overlap tensor 'a'");
+  EXPECT_PARSE_ERROR(a_then_b("[4,12]", 12), "tensor 'b' data_offsets [4, 12] overlap tensor 'a'");
   // Out of range: the data holds 8 bytes, b claims [8, 16).
-  EXPECT_PARSE_ERROR(make_file(R"({"a": {)" + f32x2 + R"(,"data_offsets":[0,8]}, "b": {)" + f32x2 +
-                                   R"(,"data_offsets":[8,16]}})",
-                               eight),
-                     "tensor 'b' data_offsets [8, 16] run past the end of the data (8 bytes)");
+  EXPECT_PARSE_ERROR(a_then_b("[8,16]", 8), "tensor 'b' data_offsets [8, 16] run past the end of the data (8 bytes)");
   // A gap: the first tensor starts at 4; or the second 4 bytes after the first ends.
   EXPECT_PARSE_ERROR(make_file(R"({"a": {)" + f32x2 + R"(,"data_offsets":[4,12]}})", std::vector<uint8_t>(12)),
                      "gap of 4 unused bytes before tensor 'a'");
-  EXPECT_PARSE_ERROR(make_file(R"({"a": {)" + f32x2 + R"(,"data_offsets":[0,8]}, "b": {)" + f32x2 +
-                                   R"(,"data_offsets":[12,20]}})",
-                               std::vector<uint8_t>(20)),
-                     "gap of 4 unused bytes before tensor 'b' (data_offsets [12, 20])");
+  EXPECT_PARSE_ERROR(a_then_b("[12,20]", 20), "gap of 4 unused bytes before tensor 'b' (data_offsets [12, 20])");
   // The wrong size for a tensor that does not start at 0: the message counts its own bytes.
-  EXPECT_PARSE_ERROR(make_file(R"({"a": {)" + f32x2 + R"(,"data_offsets":[0,8]}, "b": {)" + f32x2 +
-                                   R"(,"data_offsets":[8,12]}})",
-                               std::vector<uint8_t>(12)),
-                     "tensor 'b': data_offsets [8, 12] hold 4 bytes, but F32[2] needs 8");
+  EXPECT_PARSE_ERROR(a_then_b("[8,12]", 12), "tensor 'b': data_offsets [8, 12] hold 4 bytes, but F32[2] needs 8");
   // Bytes after the last tensor.
   EXPECT_PARSE_ERROR(make_file(R"({"a": {)" + f32x2 + R"(,"data_offsets":[0,8]}})", std::vector<uint8_t>(11)),
                      "3 unexpected bytes after the last tensor");
@@ -289,7 +284,8 @@ TEST(Checkpoint, LoaderRejectsEveryMalformedFileClearly) {
 // as the format's 100,000,000 bytes (the reference implementation's limit), not one byte more.
 TEST(Checkpoint, LimitsAreTakenUpToTheirEdge) {
   const std::string max = std::to_string(std::numeric_limits<int64_t>::max());
-  const std::vector<uint8_t> ok = make_file(R"({"a": {"dtype":"F32","shape":[)" + max + R"(,0],"data_offsets":[0,0]}})");
+  const std::vector<uint8_t> ok =
+      make_file(R"({"a": {"dtype":"F32","shape":[)" + max + R"(,0],"data_offsets":[0,0]}})");
   const SafeTensors s = parse_safetensors(ok.data(), ok.size(), "ok");
   EXPECT_EQ(s.at("a").shape(), (Shape{std::numeric_limits<int64_t>::max(), 0}));
   EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"F32","shape":[9223372036854775808,0],"data_offsets":[0,0]}})"),
