@@ -1,6 +1,8 @@
 #include "tests/test_util.h"
 
+#include <fcntl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <chrono>
@@ -73,6 +75,20 @@ std::string data_dir(const std::string& name) {
   const std::filesystem::path root = env ? std::filesystem::path(env) : std::filesystem::path(HALFLING_SOURCE_DIR) / "data";
   const std::filesystem::path p = root / name;
   return std::filesystem::exists(p) ? p.string() : std::string();
+}
+
+int lowest_free_fd() {
+  const int fd = ::open("/dev/null", O_RDONLY);
+  if (fd >= 0) ::close(fd);
+  return fd;
+}
+
+StdinClosed::StdinClosed() : saved_(::dup(0)) { ::close(0); }
+
+StdinClosed::~StdinClosed() {
+  if (saved_ < 0) return;
+  ::dup2(saved_, 0);
+  ::close(saved_);
 }
 
 }  // namespace hl::test

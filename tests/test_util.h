@@ -34,6 +34,23 @@ std::string tutorial_program(const std::string& name);
 // Path of a data set fetched by datasets/fetch.sh ($HALFLING_DATA/<name> or <repo>/data/<name>; "" if absent).
 std::string data_dir(const std::string& name);
 
+// The lowest free file descriptor: the number the next open() gets.
+int lowest_free_fd();
+
+// Standard input closed while it lives, put back after (also when an ASSERT ends the test early). The
+// situation of a daemon or a job runner: the next file opened gets descriptor 0, and code that takes
+// "fd > 0" for "opened" goes wrong.
+class StdinClosed {
+ public:
+  StdinClosed();
+  ~StdinClosed();
+  StdinClosed(const StdinClosed&) = delete;
+  StdinClosed& operator=(const StdinClosed&) = delete;
+
+ private:
+  int saved_;  // a copy of descriptor 0, or -1 when it was closed already
+};
+
 }  // namespace hl::test
 
 // Skip the current test, with the reason, when no usable GPU is present.

@@ -18,6 +18,7 @@
 #include "framework/atomic_file.h"
 #include "kernels/error.h"
 #include "tests/datasets/data_files.h"
+#include "tests/test_util.h"
 
 namespace hl::test {
 namespace {
@@ -100,13 +101,6 @@ TEST(WriteFileAtomic, AFailedWriteKeepsTheOldFile) {
 
 // ---- AtomicFile's descriptors ------------------------------------------------------------------------
 
-// The lowest free descriptor: the number the next open() gets.
-int lowest_free_fd() {
-  const int fd = ::open("/dev/null", O_RDONLY);
-  if (fd >= 0) ::close(fd);
-  return fd;
-}
-
 bool is_open(int fd) { return ::fcntl(fd, F_GETFD) != -1; }
 
 ssize_t failing_write(int, const void*, size_t) {
@@ -154,36 +148,16 @@ TEST(AtomicFile, ClosesWhatItOpensAndTouchesNothingAfterCommit) {
 // mkstemp returns it: AtomicFile takes it like any other, and closes it again.
 TEST(AtomicFile, TakesDescriptorZeroLikeAnyOther) {
   TempDir dir;
-  const int saved = ::dup(0);  // -1 when standard input is closed already
-  ::close(0);
-  const int zero_free = lowest_free_fd();
+  const StdinClosed stdin_closed;
+  ASSERT_EQ(lowest_free_fd(), 0);
   const Bytes want = random_bytes(100, 8);
-  std::string error;
-  try {
-    write_file_atomic(dir / "a.bin", want.data(), want.size(), "op");
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  const int after_commit = lowest_free_fd();
-  detail::set_atomic_write_function(failing_write);
-  bool threw = false;
-  try {
-    write_file_atomic(dir / "b.bin", want.data(), want.size(), "op");
-  } catch (const Error&) {
-    threw = true;
-  }
-  detail::set_atomic_write_function({});
-  const int after_failure = lowest_free_fd();
-  if (saved >= 0) {  // standard input back before anything can end the test
-    ::dup2(saved, 0);
-    ::close(saved);
-  }
-  ASSERT_EQ(zero_free, 0);
-  EXPECT_EQ(error, "");
+  write_file_atomic(dir / "a.bin", want.data(), want.size(), "op");
   EXPECT_EQ(data::read_file_bytes(dir / "a.bin", "op"), want);
-  EXPECT_EQ(after_commit, 0) << "descriptor 0 was left open after a commit";
-  EXPECT_TRUE(threw);
-  EXPECT_EQ(after_failure, 0) << "descriptor 0 was left open after a failed write";
+  EXPECT_EQ(lowest_free_fd(), 0) << "descriptor 0 was left open after a commit";
+  detail::set_atomic_write_function(failing_write);
+  EXPECT_THROW(write_file_atomic(dir / "b.bin", want.data(), want.size(), "op"), Error);
+  detail::set_atomic_write_function({});
+  EXPECT_EQ(lowest_free_fd(), 0) << "descriptor 0 was left open after a failed write";
   EXPECT_FALSE(fs::exists(dir / "b.bin"));
 }
 

@@ -1,7 +1,6 @@
 // Checkpoints (framework/checkpoint.h): the safetensors layout, every validation rule of the reader,
 // atomic writes (an injected failure and a killed writer leave the old file loadable), model and
 // optimizer state with their checks, extra sections, and bit-exact resume of a training run.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -341,23 +340,10 @@ TEST(Checkpoint, LoadsThroughDescriptorZero) {
   Generator g(hl::test::fresh_seed());
   const NamedTensors want = random_tensors(g);
   save_safetensors(path, want);
-  const int saved = ::dup(0);  // -1 when standard input is closed already
-  ::close(0);
-  std::string error;
-  SafeTensors back;
-  try {
-    back = load_safetensors(path);
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  const int lowest_free = ::open("/dev/null", O_RDONLY);
-  if (lowest_free >= 0) ::close(lowest_free);
-  if (saved >= 0) {  // standard input back before anything can end the test
-    ::dup2(saved, 0);
-    ::close(saved);
-  }
-  EXPECT_EQ(error, "");
-  EXPECT_EQ(lowest_free, 0) << "descriptor 0 was left open";
+  const hl::test::StdinClosed stdin_closed;
+  ASSERT_EQ(hl::test::lowest_free_fd(), 0);
+  const SafeTensors back = load_safetensors(path);
+  EXPECT_EQ(hl::test::lowest_free_fd(), 0) << "descriptor 0 was left open";
   ASSERT_EQ(back.tensors.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(bytes_of(back.tensors[i].second), bytes_of(want[i].second));
 }
