@@ -563,6 +563,7 @@ TEST(Checkpoint, ModelAndOptimizerRoundTripIntoTheSameHandles) {
   EXPECT_EQ(raw.metadata.at("optim.steps"), "3");
   EXPECT_EQ(raw.metadata.at("user.epoch"), "3");
   EXPECT_EQ(raw.metadata.at("halfling.format"), "checkpoint");
+  EXPECT_EQ(raw.metadata.at("halfling.version"), "1");
 
   auto b = small_mlp(g);  // different initial values
   const Tensor handle = b->parameters()[0];
@@ -628,6 +629,25 @@ TEST(Checkpoint, MismatchesAreNamedAndChangeNothing) {
   optim::SGD sb(b->parameters(), {.lr = 0.1, .momentum = 0.9});
   msg = load_error(dir.file("m.safetensors"), *b, &sb);
   EXPECT_NE(msg.find("holds no optimizer state"), std::string::npos) << msg;
+
+  // Another version of the checkpoint format is refused, by both numbers. A file without a version
+  // (one written by another tool, with the same tensor names) is read as this version.
+  {
+    SafeTensors f = load_safetensors(dir.file("m.safetensors"));
+    f.metadata["halfling.version"] = "2";
+    save_safetensors(dir.file("v2.safetensors"), f.tensors, f.metadata);
+    auto v = small_mlp(g);
+    const auto v_before = bytes_of(v->parameters()[0]);
+    msg = load_error(dir.file("v2.safetensors"), *v);
+    EXPECT_NE(msg.find("checkpoint format version 2 is not supported (this halfling reads version 1)"),
+              std::string::npos)
+        << msg;
+    EXPECT_EQ(bytes_of(v->parameters()[0]), v_before) << "a refused version changes nothing";
+    f.metadata.erase("halfling.version");
+    save_safetensors(dir.file("unversioned.safetensors"), f.tensors, f.metadata);
+    load_checkpoint(dir.file("unversioned.safetensors"), *v);
+    EXPECT_EQ(bytes_of(v->parameters()[0]), bytes_of(a->parameters()[0]));
+  }
 
   // Tensors outside every section.
   save_safetensors(dir.file("odd.safetensors"), {{"model.0.weight", a->parameters()[0]}, {"stray", Tensor::zeros({1})}});
