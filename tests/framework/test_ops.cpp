@@ -1,7 +1,9 @@
 // Forward values, the precision policy, and argument errors of the ops.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "framework/ops.h"
 #include "tests/test_util.h"
@@ -34,6 +36,85 @@ TEST(Ops, BroadcastingBinaryOps) {
   }
 }
 
+// Random broadcast patterns of up to 5 dimensions against an index-by-index reference. Each operand
+// independently drops leading dimensions and keeps others at 1, so a broadcast operand often has
+// several dimensions of its own, whose strides must multiply up (a [2, 1, 3] operand read as
+// [4, 2, 5, 3] steps 3 elements per step of its first dimension, not 1).
+TEST(Ops, BroadcastingMatchesAnIndexByIndexReference) {
+  Generator g(hl::test::fresh_seed());
+  for (int trial = 0; trial < 300; ++trial) {
+    const size_t nd = 1 + g.below(5);
+    Shape full(nd);
+    for (auto& d : full) d = 1 + static_cast<int64_t>(g.below(4));
+    auto operand_shape = [&] {
+      const size_t kept = g.below(nd + 1);  // trailing dimensions it has
+      Shape s;
+      for (size_t i = nd - kept; i < nd; ++i) s.push_back(g.below(3) == 0 ? 1 : full[i]);
+      return s;
+    };
+    const Shape sa = operand_shape(), sb = operand_shape();
+    const size_t n = std::max(sa.size(), sb.size());
+    Shape out(n);
+    auto dim_of = [n](const Shape& s, size_t i) { return i < n - s.size() ? 1 : s[i - (n - s.size())]; };
+    for (size_t i = 0; i < n; ++i) out[i] = std::max(dim_of(sa, i), dim_of(sb, i));
+    // The element of an operand that output element `flat` reads: its own index in each dimension
+    // it has, 0 where it has size 1.
+    auto source = [&](const Shape& s, int64_t flat) {
+      int64_t idx = 0, stride = 1;
+      for (size_t i = n; i-- > 0;) {
+        const int64_t coord = flat % out[i];
+        flat /= out[i];
+        if (i < n - s.size()) continue;
+        const int64_t d = s[i - (n - s.size())];
+        if (d != 1) idx += coord * stride;
+        stride *= d;
+      }
+      return idx;
+    };
+    const Tensor a = Tensor::uniform(sa, g, -2.0, 2.0, DType::f64);
+    const Tensor b = Tensor::uniform(sb, g, 0.5, 2.0, DType::f64);
+    const std::vector<double> va = a.to_double(), vb = b.to_double();
+    const Tensor sum = a + b, diff = a - b, prod = a * b, quot = a / b, back = b - a;
+    ASSERT_EQ(sum.shape(), out) << "a " << shape_str(sa) << " b " << shape_str(sb);
+    ASSERT_EQ(back.shape(), out);
+    const std::vector<double> vs = sum.to_double(), vd = diff.to_double(), vp = prod.to_double(),
+                              vq = quot.to_double(), vr = back.to_double();
+    bool all_equal = true;
+    for (int64_t e = 0; e < static_cast<int64_t>(vs.size()) && all_equal; ++e) {
+      const double x = va[static_cast<size_t>(source(sa, e))], y = vb[static_cast<size_t>(source(sb, e))];
+      const size_t u = static_cast<size_t>(e);
+      all_equal = vs[u] == x + y && vd[u] == x - y && vp[u] == x * y && vq[u] == x / y && vr[u] == y - x;
+      EXPECT_TRUE(all_equal) << "a " << shape_str(sa) << " b " << shape_str(sb) << " element " << e;
+    }
+  }
+}
+
+// The promotion table: the wider floating dtype wins, whichever side it is on.
+TEST(Ops, PromotionPicksTheWiderDtypeOnEitherSide) {
+  const DType order[] = {DType::f16, DType::f32, DType::f64};
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) {
+      EXPECT_EQ(promote(order[i], order[j]), order[std::max(i, j)]) << i << " " << j;
+      const Tensor x = Tensor::ones({2}, order[i]), y = Tensor::ones({2}, order[j]);
+      EXPECT_EQ((x * y).dtype(), order[std::max(i, j)]) << i << " " << j;
+    }
+}
+
+// A cast to or from an integer dtype is not differentiable: its result is not part of the graph.
+TEST(Ops, IntegerCastsLeaveTheGraph) {
+  Tensor x = f32({1.5f, -2.0f}, {2});
+  x.requires_grad_();
+  const Tensor i = cast(x, DType::i32);
+  EXPECT_FALSE(i.requires_grad());
+  EXPECT_TRUE(i.is_leaf());
+  EXPECT_EQ(i.to_int(), (std::vector<int32_t>{1, -2}));
+  const Tensor back = cast(i, DType::f32);
+  EXPECT_FALSE(back.requires_grad());
+  const Tensor h = cast(x, DType::f16);  // floating to floating is differentiable
+  EXPECT_TRUE(h.requires_grad());
+  EXPECT_FALSE(h.is_leaf());
+}
+
 TEST(Ops, PrecisionPolicy) {
   Tensor h = f32({1, 2}, {2}).to(DType::f16);
   Tensor f = f32({3, 4}, {2});
@@ -64,8 +145,31 @@ TEST(Ops, ReductionsOverDims) {
   EXPECT_EQ(sum(a, {1}).to_vector(), (std::vector<float>{6, 15}));
   EXPECT_EQ(sum(a, {1}, true).shape(), (Shape{2, 1}));
   EXPECT_EQ(mean(a).item(), 3.5);
+  EXPECT_EQ(mean(a).shape(), Shape{});  // over every element: a scalar, as in PyTorch
+  EXPECT_EQ(sum(a).shape(), Shape{});
   EXPECT_EQ(sum_to(a, {1, 3}).to_vector(), (std::vector<float>{5, 7, 9}));
   EXPECT_THROW(sum(a, {2}), Error);
+
+  // Up to 8 dimensions (the kernels' limit), in reductions and in broadcasting; a clear refusal past it.
+  Tensor eight = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
+                                     {1, 2, 1, 2, 1, 2, 1, 2});
+  EXPECT_EQ(sum(eight).item(), 136.0);
+  EXPECT_EQ(sum(eight, {1, 7}).shape(), (Shape{1, 1, 2, 1, 2, 1}));
+  EXPECT_EQ(sum(eight, {1, 7}).to_vector(), (std::vector<float>{22, 30, 38, 46}));  // 1+2+9+10, ...
+  EXPECT_EQ(mean(eight, {-1}, true).shape(), (Shape{1, 2, 1, 2, 1, 2, 1, 1}));
+  EXPECT_EQ((eight + f32({100, 200}, {2})).to_vector()[15], 216.0f);
+  const Tensor nine = Tensor::ones({1, 1, 1, 1, 1, 1, 1, 1, 2});
+  for (const auto& attempt : {std::function<void()>([&] { sum(nine); }),
+                              std::function<void()>([&] { mean(nine, {8}); })}) {
+    try {
+      attempt();
+      ADD_FAILURE() << "a 9-dimensional reduction was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("at most 8 dimensions, got f32[1, 1, 1, 1, 1, 1, 1, 1, 2]"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(Ops, MatmulLayouts) {
@@ -88,6 +192,29 @@ TEST(Ops, LinearMatchesMatmulPlusBias) {
   for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(yr[i], std::max(y[i], 0.0f));
   EXPECT_THROW(linear(x, Tensor::randn({3, 6}, g)), Error);
   EXPECT_THROW(linear(x, w, Tensor::randn({4}, g)), Error);
+}
+
+// backward(seed) takes a seed of any floating dtype, and a sum of gradients may promote, so a fused
+// linear + ReLU can receive a gradient wider than its output. It must convert it before its f16
+// ReLU-backward kernel reads it: an f32 seed and the same values in f16 give the same gradients.
+TEST(Ops, FusedLinearReluConvertsAWiderGradient) {
+  Generator g(hl::test::fresh_seed());
+  const Tensor x0 = Tensor::randn({4, 6}, g, DType::f16), w0 = Tensor::randn({3, 6}, g, DType::f16),
+               b0 = Tensor::randn({3}, g, DType::f16);
+  const Tensor seed = Tensor::randn({4, 3}, g, DType::f16);  // f16 values: exact in f32 as well
+  std::vector<std::vector<double>> grads[2];
+  for (int wide = 0; wide < 2; ++wide) {
+    Tensor x = x0.clone(), w = w0.clone(), b = b0.clone();
+    for (Tensor* t : {&x, &w, &b}) t->requires_grad_();
+    const Tensor y = linear(x, w, b, true);
+    y.backward(wide ? seed.to(DType::f32) : seed);
+    for (const Tensor* t : {&x, &w, &b}) {
+      ASSERT_TRUE(t->grad().defined());
+      EXPECT_EQ(t->grad().dtype(), DType::f16);
+      grads[wide].push_back(t->grad().to_double());
+    }
+  }
+  EXPECT_EQ(grads[1], grads[0]);
 }
 
 TEST(Ops, CrossEntropyValues) {
