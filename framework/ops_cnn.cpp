@@ -132,7 +132,7 @@ namespace {
 
 k::Pool2dShape pool_shape(const Tensor& x, Size2 kernel, Size2 stride, Size2 padding, const char* op) {
   require_4d(x, op);
-  HL_CHECK(kernel[0] >= 1 && kernel[1] >= 1, op, ": the window must be at least 1x1, got ", size2(kernel));
+  // A window under 1x1 is refused by k::check_pool2d_shape below, in the same words and under the op's name.
   HL_CHECK(padding[0] >= 0 && padding[1] >= 0, op, ": padding must be >= 0, got ", size2(padding));
   k::Pool2dShape s;
   s.N = x.size(0), s.C = x.size(1), s.H = x.size(2), s.W = x.size(3);

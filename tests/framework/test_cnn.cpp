@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -244,6 +245,17 @@ TEST_F(Cnn, DropoutIsSeededKeepsAboutOneMinusPAndScales) {
   Tensor y = dropout(xr, p, true, uint64_t{9});
   sum(y).backward();
   EXPECT_EQ(xr.grad().to_vector(), y.to_vector());
+
+  // With a Generator: a fresh seed drawn per call (two calls, two masks), the same masks from the same
+  // generator state; p = 0 or evaluation draws nothing.
+  Generator g1(hl::test::fresh_seed());
+  Generator g2 = g1;
+  const auto m1 = dropout(x, p, true, g1).to_vector(), m2 = dropout(x, p, true, g1).to_vector();
+  EXPECT_NE(m1, m2);
+  EXPECT_EQ(dropout(x, p, true, g2).to_vector(), m1);
+  EXPECT_EQ(dropout(x, 0.0, true, g2).data_ptr(), x.data_ptr());
+  EXPECT_EQ(dropout(x, p, false, g2).data_ptr(), x.data_ptr());
+  EXPECT_EQ(dropout(x, p, true, g2).to_vector(), m2) << "p = 0 and evaluation drew a seed";
 }
 
 // ---- modules and models ----
@@ -400,12 +412,30 @@ TEST_F(Cnn, PoolingShapeLimitsAreExact) {
   const Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {1, 1, 2, 2});
   // A 4x4 window over a 2x2 input fits with padding 1 on every side (and only then): one output.
   EXPECT_EQ(max_pool2d(x, {4, 4}, {1, 1}, {1, 1}).to_vector(), (std::vector<float>{4}));
-  EXPECT_NE(error_of([&] { max_pool2d(x, {4, 4}, {1, 1}, {0, 1}); }).find("window is larger"), std::string::npos);
-  EXPECT_NE(error_of([&] { max_pool2d(x, {4, 4}, {1, 1}, {1, 0}); }).find("window is larger"), std::string::npos);
+  // Refused by max_pool2d itself, naming the input and the padding (the kernel layer's own check,
+  // behind it, would refuse too, in its own terms).
+  for (const Size2 pad : {Size2{0, 1}, Size2{1, 0}}) {
+    const std::string e = error_of([&] { max_pool2d(x, {4, 4}, {1, 1}, pad); });
+    EXPECT_NE(e.find(detail::concat("max_pool2d: the 4x4 window is larger than the input f32[1, 1, 2, 2] on cpu padded by ",
+                                    pad[0], "x", pad[1])),
+              std::string::npos)
+        << e;
+  }
   const Tensor x4 = Tensor::zeros({1, 1, 4, 4});
   for (const Size2 pad : {Size2{2, 0}, Size2{0, 2}}) {
     const std::string e = error_of([&] { max_pool2d(x4, {2, 2}, {1, 1}, pad); });
     EXPECT_NE(e.find("must be between 0 and half the 2x2 window"), std::string::npos) << pad[0] << "x" << pad[1] << e;
+  }
+  // A stride of 0 means "the window", on each side alone: {0, 1} steps 2 rows and 1 column.
+  const Tensor x16 = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
+                                         {1, 1, 4, 4});
+  EXPECT_EQ(max_pool2d(x16, {2, 2}, {0, 1}).to_vector(), (std::vector<float>{6, 7, 8, 14, 15, 16}));
+  EXPECT_EQ(max_pool2d(x16, {2, 2}, {1, 0}).to_vector(), (std::vector<float>{6, 8, 10, 12, 14, 16}));
+  for (const Size2 window : {Size2{0, 2}, Size2{2, 0}}) {  // each side checked alone
+    const std::string e = error_of([&] { max_pool2d(x4, window); });
+    EXPECT_NE(e.find(detail::concat("max_pool2d: the window must be at least 1x1, got ", window[0], "x", window[1])),
+              std::string::npos)
+        << e;
   }
   for (const Size2 pad : {Size2{-1, 0}, Size2{0, -1}}) {  // named as such, whatever the input size
     for (const Tensor& in : {x, x4}) {
@@ -413,6 +443,112 @@ TEST_F(Cnn, PoolingShapeLimitsAreExact) {
       EXPECT_NE(e.find("avg_pool2d: padding must be >= 0, got "), std::string::npos) << e;
     }
   }
+}
+
+// batch_norm2d checks each parameter it is given, the optional running statistics included, and
+// names it; momentum's range is closed at both ends.
+TEST_F(Cnn, BatchNormChecksEveryParameterByName) {
+  const Tensor x = Tensor::randn({2, 3, 2, 2}, g), one = Tensor::ones({3}), zero = Tensor::zeros({3});
+  struct Case {
+    std::string what, expect;
+    std::function<void()> call;
+  };
+  const std::vector<Case> cases{
+      {"no gamma", "batch_norm2d: gamma is undefined", [&] { batch_norm2d(x, Tensor(), zero, Tensor(), Tensor(), true); }},
+      {"no beta", "batch_norm2d: beta is undefined", [&] { batch_norm2d(x, one, Tensor(), Tensor(), Tensor(), true); }},
+      {"running_mean's size", "batch_norm2d: running_mean f32[4] on cpu does not match the 3 channels",
+       [&] { batch_norm2d(x, one, zero, Tensor::zeros({4}), one.clone(), true); }},
+      {"running_var's dtype", "batch_norm2d: running_var must be f32 for f32 input",
+       [&] { batch_norm2d(x, one, zero, zero.clone(), Tensor::ones({3}, DType::f16), true); }},
+      {"an integer running_var", "batch_norm2d: running_var must be floating",
+       [&] { batch_norm2d(x, one, zero, zero.clone(), Tensor::zeros({3}, DType::i32), false); }},
+      {"half the statistics", "running_mean and running_var must both be given",
+       [&] { batch_norm2d(x, one, zero, zero.clone(), Tensor(), true); }},
+      {"eps 0", "batch_norm2d: eps must be > 0, got 0", [&] { batch_norm2d(x, one, zero, Tensor(), Tensor(), true, 0.1, 0.0); }},
+      {"momentum above 1", "batch_norm2d: momentum must be in [0, 1], got 1.5",
+       [&] { batch_norm2d(x, one, zero, Tensor(), Tensor(), true, 1.5); }},
+      {"momentum below 0", "batch_norm2d: momentum must be in [0, 1], got -0.25",
+       [&] { batch_norm2d(x, one, zero, Tensor(), Tensor(), true, -0.25); }},
+  };
+  for (const Case& c : cases) {
+    const std::string e = error_of(c.call);
+    EXPECT_NE(e.find(c.expect), std::string::npos) << c.what << ": " << e;
+  }
+  // Two values per channel are enough to train on (N = 2 of 1x1 planes): the variance has one degree of freedom.
+  const Tensor two = Tensor::from_vector(std::vector<float>{1, 2, 3, 5, 8, 13}, {2, 3, 1, 1});
+  const std::vector<float> normalized = batch_norm2d(two, one, zero, Tensor(), Tensor(), true).to_vector();
+  ASSERT_EQ(normalized.size(), 6u);
+  for (size_t i = 0; i < 6; ++i)  // -1 and +1 but for eps = 1e-5 beside variances of 4 to 25: < 2e-6 off
+    EXPECT_NEAR(normalized[i], i < 3 ? -1.0f : 1.0f, 2e-6) << i;
+  for (const double momentum : {0.0, 1.0}) {  // both ends are valid: keep the old statistics, or take the batch's
+    Tensor rm = zero.clone(), rv = one.clone();
+    batch_norm2d(x, one, zero, rm, rv, true, momentum);
+    EXPECT_EQ(rm.to_vector() == zero.to_vector(), momentum == 0.0) << momentum;
+  }
+}
+
+// The global average pool of a single value is that value; an empty input is refused by name.
+TEST_F(Cnn, GlobalAvgPoolOfOneValueAndOfNone) {
+  const Tensor one = Tensor::full({1, 1, 1, 1}, 2.5);
+  EXPECT_EQ(global_avg_pool2d(one).shape(), (Shape{1, 1}));
+  EXPECT_EQ(global_avg_pool2d(one).item(), 2.5);
+  const std::string e = error_of([&] { global_avg_pool2d(Tensor::zeros({0, 3, 2, 2})); });
+  EXPECT_NE(e.find("global_avg_pool2d: empty input f32[0, 3, 2, 2]"), std::string::npos) << e;
+}
+
+// conv2d's argument limits, each side alone and at its edge, on an input that is not square (2 rows,
+// 5 columns), so that a row limit checked against the columns, or the padding of one side used for
+// the other, is caught.
+TEST_F(Cnn, ConvShapeLimitsAreExact) {
+  const Tensor x = Tensor::ones({1, 1, 2, 5});
+  auto conv = [&](int64_t r, int64_t s, Size2 stride, Size2 pad) {
+    return conv2d(x, Tensor::ones({1, 1, r, s}), Tensor(), stride, pad);
+  };
+  // With padding 1 above and below the rows (and none beside the columns), a 4x5 kernel fits once.
+  EXPECT_EQ(conv(4, 5, {1, 1}, {1, 0}).shape(), (Shape{1, 1, 1, 1}));
+  EXPECT_EQ(conv(4, 5, {1, 1}, {1, 0}).item(), 10.0);  // the 2x5 ones inside, padding zeros around
+  // With padding 1 beside the columns only, a 2x7 kernel fits once.
+  EXPECT_EQ(conv(2, 7, {1, 1}, {0, 1}).shape(), (Shape{1, 1, 1, 1}));
+  EXPECT_EQ(conv(2, 7, {1, 1}, {0, 1}).item(), 10.0);
+  struct TooLarge {
+    int64_t r, s;
+    Size2 pad;
+  };
+  for (const TooLarge& c : {TooLarge{5, 5, {1, 0}}, TooLarge{4, 6, {1, 0}}, TooLarge{3, 7, {0, 1}},
+                            TooLarge{2, 8, {0, 1}}}) {
+    const std::string e = error_of([&] { conv(c.r, c.s, {1, 1}, c.pad); });
+    EXPECT_NE(e.find(detail::concat("conv2d: the ", c.r, "x", c.s, " kernel of")),
+              std::string::npos)
+        << e;
+    EXPECT_NE(e.find("is larger than the input f32[1, 1, 2, 5]"), std::string::npos) << e;
+  }
+  for (const Size2 stride : {Size2{0, 1}, Size2{1, 0}, Size2{-1, 1}}) {
+    const std::string e = error_of([&] { conv(1, 1, stride, {0, 0}); });
+    EXPECT_NE(e.find(detail::concat("conv2d: stride must be >= 1, got ", stride[0], "x", stride[1])),
+              std::string::npos)
+        << e;
+  }
+  for (const Size2 pad : {Size2{-1, 0}, Size2{0, -1}}) {
+    const std::string e = error_of([&] { conv(1, 1, {1, 1}, pad); });
+    EXPECT_NE(e.find(detail::concat("conv2d: padding must be >= 0, got ", pad[0], "x", pad[1])),
+              std::string::npos)
+        << e;
+  }
+}
+
+// The bias gradient of an f16 convolution is summed in f32 and handed back once rounded to f16, the
+// bias's own dtype (DESIGN.md §3), so a bias cast from f32 master weights receives what every other
+// f16 parameter does. 4097 ones: an f32 sum gives 4097, which rounds to 4096 in f16 (an f16
+// accumulator would have stalled at 2048).
+TEST_F(Cnn, F16BiasGradientIsSummedInF32AndRoundedOnce) {
+  const Tensor x = Tensor::ones({1, 1, 17, 241}, DType::f16);  // 17 * 241 = 4097 output positions
+  const Tensor w = Tensor::ones({2, 1, 1, 1}, DType::f16);
+  Tensor master = Tensor::zeros({2});
+  master.requires_grad_();
+  const Tensor y = conv2d(x, w, cast(master, DType::f16));
+  y.backward(Tensor::ones(y.shape(), DType::f16));
+  ASSERT_TRUE(master.grad().defined());
+  EXPECT_EQ(master.grad().to_vector(), (std::vector<float>{4096, 4096}));
 }
 
 // p = 0 is a valid Dropout: it keeps every value, in training too.
