@@ -53,8 +53,10 @@ Dataset Dataset::subset(int64_t begin, int64_t end) const {
   HL_CHECK(0 <= begin && begin <= end && end <= size(), "Dataset::subset(", name, "): rows [", begin, ", ", end,
            ") are out of range for a set of ", size(), " rows");
   Dataset out = *this;
-  out.images = images.slice_rows(begin, end);
-  out.labels = labels.slice_rows(begin, end);
+  if (images.defined()) {  // a set never loaded has no tensors to slice: its one subset, [0, 0), is itself
+    out.images = images.slice_rows(begin, end);
+    out.labels = labels.slice_rows(begin, end);
+  }
   out.name = detail::concat(name, "[", begin, ":", end, "]");
   return out;
 }

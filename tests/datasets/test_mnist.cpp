@@ -141,6 +141,10 @@ TEST(LoadMnist, RejectsLabelOutOfRange) {
   write_fake_files(dir, "train", s, false, false);
   EXPECT_HL_ERROR(data::load_mnist(dir.str(), Split::train), dir / "train-labels-idx1-ubyte", "label 10",
                   "index 6", "out of range (expected 0 to 9)");
+  s.labels[6] = 0;
+  s.labels[0] = 255;  // the first label is checked too
+  write_fake_files(dir, "train", s, false, false);
+  EXPECT_HL_ERROR(data::load_mnist(dir.str(), Split::train), "label 255", "index 0", "out of range");
 }
 
 TEST(LoadMnist, RejectsWrongImageShape) {
@@ -195,6 +199,9 @@ TEST(LoadMnist, RejectsBadNormalization) {
   TempDir dir;
   write_fake_files(dir, "train", make_fake_set(2, 6), false, false);
   EXPECT_HL_ERROR(data::load_mnist(dir.str(), Split::train, {0.5f, 0.0f}), "load_mnist(", "std");
+  // The images have one channel: a normalization of two channels does not fit them.
+  EXPECT_HL_ERROR(data::load_mnist(dir.str(), Split::train, data::Normalization({0.1f, 0.2f}, {0.3f, 0.4f})),
+                  "load_mnist(", "2 mean(s) and 2 std(s); expected 1 or one per channel (1)");
 }
 
 TEST(Dataset, SubsetSharesStorage) {
@@ -232,6 +239,15 @@ TEST(Normalization, CheckCountsAndValues) {
   EXPECT_HL_ERROR(data::Normalization({0.5f, 0.5f, INFINITY}, {0.2f}).check("op", 3), "mean must be finite");
   EXPECT_HL_ERROR(data::Normalization({0.5f}, {0.0f, 0.2f, 0.2f}).check("op", 3), "std must be finite and > 0");
   EXPECT_HL_ERROR(data::Normalization({0.5f}, {0.2f, 0.2f, nan}).check("op", 3), "std must be finite and > 0");
+}
+
+// A Dataset that was never loaded has no rows, and only the empty range is a subset of it.
+TEST(Dataset, ADefaultSetIsEmpty) {
+  const Dataset none;
+  EXPECT_EQ(none.size(), 0);
+  EXPECT_EQ(none.subset(0, 0).size(), 0);
+  EXPECT_FALSE(none.subset(0, 0).images.defined());
+  EXPECT_HL_ERROR(none.subset(0, 1), "Dataset::subset(", "rows [0, 1) are out of range for a set of 0 rows");
 }
 
 TEST(Dataset, ToCpuIsTheSameSet) {
