@@ -133,6 +133,35 @@ TEST(Anomaly, DetectionCatchesNonFiniteGradientsInBackward) {
   }
 }
 
+// Every input's gradient is checked, not only the first: a / b with a tiny b is finite forward, and so
+// is the gradient of a (1 / b = 1e20), but the gradient of b (-a / b^2 = -1e40) overflows f32.
+TEST(Anomaly, DetectionChecksTheGradientOfEveryInput) {
+  DetectAnomalyGuard detect;
+  Tensor a = Tensor::from_vector(std::vector<float>{1.0f, 1.0f}, {2}).requires_grad_();
+  Tensor b = Tensor::from_vector(std::vector<float>{1e-20f, 1.0f}, {2}).requires_grad_();
+  Tensor y = sum(a / b);
+  try {
+    y.backward();
+    FAIL() << "the inf gradient of b must be reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the gradient of input 1 of 'div' (backward)"), std::string::npos) << e.what();
+  }
+}
+
+// check_finite looks at floating tensors with values only: integers, empty and undefined tensors pass.
+TEST(Anomaly, CheckFiniteSkipsWhatCannotHoldNaN) {
+  EXPECT_NO_THROW(check_finite(Tensor::from_vector(std::vector<int32_t>{1, -7}, {2}), "labels"));
+  EXPECT_NO_THROW(check_finite(Tensor::zeros({0, 3}), "an empty batch"));
+  EXPECT_NO_THROW(check_finite(Tensor(), "nothing"));
+  try {
+    check_finite(Tensor::from_vector(std::vector<float>{1.0f, INFINITY}, {2}), "the scale");
+    FAIL() << "an inf must be reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("anomaly: the scale (f32[2] on cpu) contains NaN or inf"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Anomaly, Fp32WithoutDetectionPoisonsEveryWeight) {
   PoisonedRun s = make(hl::test::fresh_seed(), DType::f32);
   optim::SGD sgd(s.model->parameters(), {.lr = 0.05});

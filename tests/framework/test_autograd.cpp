@@ -1,8 +1,11 @@
 // Autograd engine: graph recording, accumulation, release, no-grad, detach, errors.
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "framework/autograd.h"
 #include "framework/ops.h"
+#include "kernels/half.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -45,6 +48,24 @@ TEST(Autograd, GraphIsFreedUnlessRetained) {
   EXPECT_THROW(y.backward(), Error);  // now it is gone
 }
 
+// Freeing the graph lets go of what it held: an intermediate tensor that only the graph still
+// references dies with the backward pass that consumed it (its memory goes back to the allocator),
+// even while the tensor whose node saved it lives on.
+TEST(Autograd, BackwardReleasesTheIntermediateTensors) {
+  Tensor x = vec({1.0, 2.0}).requires_grad_();
+  std::weak_ptr<TensorImpl> middle;
+  Tensor product, y;
+  {
+    const Tensor h = exp(x);
+    middle = h.impl_ptr();
+    product = h * h;  // its node holds h twice: as its inputs, and in its backward closure
+    y = sum(product);
+  }
+  EXPECT_FALSE(middle.expired()) << "the graph keeps h alive until backward";
+  y.backward();
+  EXPECT_TRUE(middle.expired()) << "backward() freed the graph, and h with it";
+}
+
 TEST(Autograd, NoGradAndDetach) {
   Tensor x = vec({1.0}).requires_grad_();
   {
@@ -85,6 +106,26 @@ TEST(Autograd, GradientKeepsTheDtypeOfTheLeaf) {
   y.backward();
   EXPECT_EQ(h.grad().dtype(), DType::f16);
   EXPECT_EQ(h.grad().to_vector(), (std::vector<float>{3.0f, 4.0f}));
+}
+
+// The seed may be wider than the tensor it starts from: an f16 leaf still receives an f16 gradient.
+TEST(Autograd, AWiderSeedStillGivesTheLeafItsOwnDtype) {
+  Tensor h = Tensor::from_vector(std::vector<float>{1.0f, 2.0f}, {2}, DType::f16).requires_grad_();
+  h.backward(Tensor::from_vector(std::vector<float>{0.1f, 3.0f}, {2}));  // f32; 0.1 is not an f16
+  EXPECT_EQ(h.grad().dtype(), DType::f16);
+  EXPECT_EQ(h.grad().to_double(), (std::vector<double>{round_to_half(0.1f), 3.0}));
+}
+
+// A backward function may return an undefined gradient for an input it gives none to (the contract of
+// Node::backward): that input receives nothing, the others receive theirs.
+TEST(Autograd, AnUndefinedGradientGivesThatInputNothing) {
+  Tensor a = vec({1.0, 2.0}).requires_grad_();
+  Tensor b = vec({3.0, 4.0}).requires_grad_();
+  Tensor out = record(add(a.detach(), b.detach()), "only_b", {a, b},
+                      [](const Tensor& g) { return std::vector<Tensor>{Tensor(), g}; });
+  sum(out).backward();
+  EXPECT_FALSE(a.grad().defined());
+  EXPECT_EQ(b.grad().to_double(), (std::vector<double>{1.0, 1.0}));
 }
 
 TEST(Autograd, ViewsPropagateGradients) {

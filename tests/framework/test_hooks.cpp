@@ -119,6 +119,25 @@ TEST(Hooks, HookOnF16TensorSeesF16Gradient) {
   EXPECT_EQ(seen, DType::f16);
 }
 
+// A replacement of another dtype is converted to the gradient's: the next hook, and the op behind the
+// tensor, see the tensor's own dtype.
+TEST(Hooks, AReplacementOfAnotherDtypeIsConverted) {
+  Tensor x = Tensor::from_vector(std::vector<float>{1.0f, -2.0f}, {2}).requires_grad_();
+  Tensor y = x * 2.0;
+  y.register_hook([](const Tensor& g) { return cast(g * 10.0, DType::f64); });
+  DType seen = DType::f16;
+  std::vector<double> values;
+  y.register_hook([&](const Tensor& g) {
+    seen = g.dtype();
+    values = g.to_double();
+    return Tensor();
+  });
+  sum(y).backward();
+  EXPECT_EQ(seen, DType::f32);
+  EXPECT_EQ(values, (std::vector<double>{10.0, 10.0}));
+  EXPECT_EQ(x.grad().to_double(), (std::vector<double>{20.0, 20.0}));
+}
+
 TEST(Hooks, ClearErrors) {
   Tensor plain = Tensor::from_vector(std::vector<double>{1.0}, {1}, DType::f64);
   try {
