@@ -414,6 +414,12 @@ TEST(Amp, ScalerStateOfAnotherRuleOrWithBadValuesIsRefusedAndChangesNothing) {
     }
     EXPECT_EQ(s.state(), good) << key << " = " << value << " changed the scaler";
   }
+  for (const char* small : {"0.5", "1e-30"}) {  // below 1 is a scale like any other: backoffs go there
+    auto state = good;
+    state["scale"] = small;
+    s.load_state(state);
+    EXPECT_EQ(s.get_scale(), std::stod(small)) << small;  // kept as the double it was saved as
+  }
   s.load_state(good);  // the round trip still works
   EXPECT_EQ(s.get_scale(), 65536.0);
 }
@@ -466,6 +472,7 @@ TEST(Amp, ClipGradNormComputesTheGlobalNorm) {
 
 TEST(Amp, ScalerSpecsParseAndRejectNonsense) {
   EXPECT_EQ(ScalerConfig::parse("none").kind, ScalerConfig::Kind::none);
+  EXPECT_EQ(ScalerConfig::parse("none").init_scale, 1.0);  // the scale it runs at, not the dynamic default
   EXPECT_EQ(ScalerConfig::parse("static:1024").init_scale, 1024.0);
   const ScalerConfig d = ScalerConfig::parse("dynamic:init=128,interval=10,hysteresis=3,consecutive,min=1,max=4096");
   EXPECT_EQ(d.init_scale, 128.0);
