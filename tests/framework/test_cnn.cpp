@@ -416,10 +416,10 @@ TEST_F(Cnn, PoolingShapeLimitsAreExact) {
   // behind it, would refuse too, in its own terms).
   for (const Size2 pad : {Size2{0, 1}, Size2{1, 0}}) {
     const std::string e = error_of([&] { max_pool2d(x, {4, 4}, {1, 1}, pad); });
-    EXPECT_NE(e.find(detail::concat("max_pool2d: the 4x4 window is larger than the input f32[1, 1, 2, 2] on cpu padded by ",
-                                    pad[0], "x", pad[1])),
-              std::string::npos)
-        << e;
+    const std::string want =
+        detail::concat("max_pool2d: the 4x4 window is larger than the input f32[1, 1, 2, 2] on cpu padded by ", pad[0],
+                       "x", pad[1]);
+    EXPECT_NE(e.find(want), std::string::npos) << e;
   }
   const Tensor x4 = Tensor::zeros({1, 1, 4, 4});
   for (const Size2 pad : {Size2{2, 0}, Size2{0, 2}}) {
@@ -454,7 +454,8 @@ TEST_F(Cnn, BatchNormChecksEveryParameterByName) {
     std::function<void()> call;
   };
   const std::vector<Case> cases{
-      {"no gamma", "batch_norm2d: gamma is undefined", [&] { batch_norm2d(x, Tensor(), zero, Tensor(), Tensor(), true); }},
+      {"no gamma", "batch_norm2d: gamma is undefined",
+       [&] { batch_norm2d(x, Tensor(), zero, Tensor(), Tensor(), true); }},
       {"no beta", "batch_norm2d: beta is undefined", [&] { batch_norm2d(x, one, Tensor(), Tensor(), Tensor(), true); }},
       {"running_mean's size", "batch_norm2d: running_mean f32[4] on cpu does not match the 3 channels",
        [&] { batch_norm2d(x, one, zero, Tensor::zeros({4}), one.clone(), true); }},
@@ -464,7 +465,8 @@ TEST_F(Cnn, BatchNormChecksEveryParameterByName) {
        [&] { batch_norm2d(x, one, zero, zero.clone(), Tensor::zeros({3}, DType::i32), false); }},
       {"half the statistics", "running_mean and running_var must both be given",
        [&] { batch_norm2d(x, one, zero, zero.clone(), Tensor(), true); }},
-      {"eps 0", "batch_norm2d: eps must be > 0, got 0", [&] { batch_norm2d(x, one, zero, Tensor(), Tensor(), true, 0.1, 0.0); }},
+      {"eps 0", "batch_norm2d: eps must be > 0, got 0",
+       [&] { batch_norm2d(x, one, zero, Tensor(), Tensor(), true, 0.1, 0.0); }},
       {"momentum above 1", "batch_norm2d: momentum must be in [0, 1], got 1.5",
        [&] { batch_norm2d(x, one, zero, Tensor(), Tensor(), true, 1.5); }},
       {"momentum below 0", "batch_norm2d: momentum must be in [0, 1], got -0.25",
@@ -517,9 +519,7 @@ TEST_F(Cnn, ConvShapeLimitsAreExact) {
   for (const TooLarge& c : {TooLarge{5, 5, {1, 0}}, TooLarge{4, 6, {1, 0}}, TooLarge{3, 7, {0, 1}},
                             TooLarge{2, 8, {0, 1}}}) {
     const std::string e = error_of([&] { conv(c.r, c.s, {1, 1}, c.pad); });
-    EXPECT_NE(e.find(detail::concat("conv2d: the ", c.r, "x", c.s, " kernel of")),
-              std::string::npos)
-        << e;
+    EXPECT_NE(e.find(detail::concat("conv2d: the ", c.r, "x", c.s, " kernel of")), std::string::npos) << e;
     EXPECT_NE(e.find("is larger than the input f32[1, 1, 2, 5]"), std::string::npos) << e;
   }
   for (const Size2 stride : {Size2{0, 1}, Size2{1, 0}, Size2{-1, 1}}) {
