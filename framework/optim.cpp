@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <string>
+#include <utility>
 
 #include "framework/autograd.h"
 #include "framework/ops.h"
@@ -11,17 +13,17 @@ namespace hl::optim {
 
 namespace {
 
-// "momentum.3" -> 3 when name has the form <prefix>.<i>, else -1.
-int64_t indexed(const std::string& name, const std::string& prefix) {
-  if (name.rfind(prefix + ".", 0) != 0) return -1;
-  try {
-    size_t used = 0;
-    const std::string rest = name.substr(prefix.size() + 1);
-    const int64_t i = std::stoll(rest, &used);
-    return used == rest.size() ? i : -1;
-  } catch (...) {
-    return -1;
-  }
+// "momentum.3" -> {"momentum", 3}. The index must be written the way state() writes it (decimal
+// digits, no sign, no leading zero): "master.01", "master.+1" or "master. 1" would otherwise name
+// parameter 1 a second time. Any other name gives index -1, which load_state refuses.
+std::pair<std::string, int64_t> split_indexed(const std::string& name) {
+  const size_t dot = name.rfind('.');
+  if (dot == std::string::npos) return {name, -1};
+  const std::string digits = name.substr(dot + 1);
+  const bool canonical = !digits.empty() && digits.size() <= 18 &&
+                         digits.find_first_not_of("0123456789") == std::string::npos &&
+                         (digits.size() == 1 || digits[0] != '0');
+  return {name.substr(0, dot), canonical ? std::stoll(digits) : -1};
 }
 
 Tensor int64_tensor(int64_t v, Device dev) { return detail::raw_tensor(&v, sizeof v, dev); }
@@ -242,9 +244,7 @@ void Optimizer::load_state(const State& s) {
   std::map<std::string, std::vector<Tensor>> restored;
   std::vector<Tensor> masters(params_.size());
   for (const auto& [name, t] : s.tensors) {
-    const size_t dot = name.rfind('.');
-    const std::string prefix = dot == std::string::npos ? name : name.substr(0, dot);
-    const int64_t i = indexed(name, prefix);
+    const auto [prefix, i] = split_indexed(name);
     HL_CHECK(i >= 0 && i < static_cast<int64_t>(params_.size()), "load_state: unexpected state tensor '", name,
              "' (this ", type(), " has ", params_.size(), " parameters)");
     const size_t k = static_cast<size_t>(i);

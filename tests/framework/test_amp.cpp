@@ -468,6 +468,12 @@ TEST(Amp, ClipGradNormComputesTheGlobalNorm) {
   EXPECT_NEAR(sgd.unscaled_grads()[0].item(), 3.0 / (5.0 + 1e-6), 1e-6);
   EXPECT_NEAR(sgd.unscaled_grads()[1].item(), 4.0 / (5.0 + 1e-6), 1e-6);
   EXPECT_THROW(sgd.clip_grad_norm(0.0), Error);
+  // One parameter alone (the norm's device is read from parameter 0, the only one).
+  Tensor c = Tensor::from_vector(std::vector<float>{0.0f, 0.0f}, {2}).requires_grad_();
+  optim::SGD one({c}, {.lr = 1.0});
+  sum(c * 6.0).backward();  // grads 6, 6: norm sqrt(72)
+  EXPECT_NEAR(one.clip_grad_norm(100.0).item(), std::sqrt(72.0), 1e-5);
+  EXPECT_EQ(one.unscaled_grads()[0].to_vector(), (std::vector<float>{6.0f, 6.0f}));  // below max_norm: unchanged
 }
 
 TEST(Amp, ScalerSpecsParseAndRejectNonsense) {

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "framework/autograd.h"
@@ -69,6 +70,63 @@ TEST(NN, FusionTakesEveryLinearFollowedByAReluAndNothingElse) {
   EXPECT_EQ(m(x).to_vector(), plain);
   EXPECT_FALSE(first->fused_relu);
   EXPECT_FALSE(last->fused_relu);
+}
+
+TEST(NN, FusionLeavesAReluAfterAnyOtherLayerInPlace) {
+  // Only a Linear or a Conv2d takes the ReLU that follows it; after a Flatten it must still run.
+  nn::Sequential m({std::make_shared<nn::Flatten>(), std::make_shared<nn::ReLU>()});
+  m.fuse_linear_relu();
+  const Tensor x = Tensor::from_vector(std::vector<float>{-1.0f, 2.0f, -3.0f, 4.0f}, {2, 2, 1});
+  EXPECT_EQ(m(x).to_vector(), (std::vector<float>{0.0f, 2.0f, 0.0f, 4.0f}));
+}
+
+TEST(NN, LinearRefusesNoFeaturesAndInputsOfTheWrongShape) {
+  Generator g(1);
+  EXPECT_THROW(nn::Linear(0, 5, g), Error);
+  EXPECT_THROW(nn::Linear(5, 0, g), Error);
+  EXPECT_NO_THROW(nn::Linear(1, 1, g));
+  nn::Linear lin(3, 2, g);
+  // [N, 4], a 3-D input whose dim 1 is 3, and no tensor: each named by the layer, before any op runs.
+  for (const Tensor& x : {Tensor::zeros({2, 4}), Tensor::zeros({2, 3, 5}), Tensor()}) {
+    try {
+      lin(x);
+      ADD_FAILURE() << "accepted " << x.describe();
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), "Linear(3 -> 2): expected input [N, 3], got " + x.describe());
+    }
+  }
+}
+
+TEST(NN, TrainAndEvalReachTheModuleAndEveryChild) {
+  Generator g(1);
+  auto inner = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Dropout>(0.5, g)});
+  nn::Sequential outer({std::make_shared<nn::Linear>(2, 2, g), inner});
+  outer.eval();
+  EXPECT_FALSE(outer.training());
+  EXPECT_FALSE(outer[0].training());
+  EXPECT_FALSE(inner->training());
+  EXPECT_FALSE((*inner)[0].training());
+  outer.train();
+  EXPECT_TRUE(outer.training());
+  EXPECT_TRUE((*inner)[0].training());
+}
+
+// A parameter registered as a view into a larger tensor (storage offset 2), converted to another
+// dtype: the new storage starts at 0, so the view's offset must be replaced too.
+struct ViewParameter : nn::Module {
+  Tensor w;
+  explicit ViewParameter(const Tensor& whole) { w = register_parameter("w", whole.slice_rows(1, 3)); }
+  Tensor forward(const Tensor& x) override { return x; }
+  std::string name() const override { return "ViewParameter"; }
+};
+
+TEST(NN, ModuleToDtypeKeepsTheValuesOfAViewParameter) {
+  ViewParameter m(Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {3, 2}));
+  ASSERT_EQ(m.w.to_vector(), (std::vector<float>{3, 4, 5, 6}));
+  m.to(DType::f64);
+  EXPECT_EQ(m.w.dtype(), DType::f64);
+  EXPECT_EQ(m.w.to_vector(), (std::vector<float>{3, 4, 5, 6}));
 }
 
 TEST(NN, ModuleToDtypeKeepsHandles) {
@@ -261,21 +319,149 @@ TEST(Optim, LoadStateRestoresTheMasterWeights) {
   EXPECT_NE(back.tensors[0].second.to_vector(), p.to_vector());  // the masters are not the f16 values
 }
 
+// load_state's error message, or "(loaded)".
+std::string load_refusal(optim::Optimizer& into, const optim::Optimizer::State& st) {
+  try {
+    into.load_state(st);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(loaded)";
+}
+
 TEST(Optim, LoadStateNamesAMasterWeightsMismatch) {
   Tensor p = Tensor::zeros({2}).requires_grad_();
   optim::SGD with({p}, {.lr = 0.1, .master_weights = true});
   optim::SGD without({p}, {.lr = 0.1});
-  const auto refusal = [](optim::Optimizer& into, const optim::Optimizer::State& st) {
-    try {
-      into.load_state(st);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(loaded)");
+  EXPECT_EQ(load_refusal(without, with.state()), "load_state: the state has master weights, this SGD does not");
+  EXPECT_EQ(load_refusal(with, without.state()), "load_state: the state has no master weights, this SGD keeps them");
+}
+
+TEST(Optim, LoadStateTakesOnlyNamesOfTheFormPrefixDotIndex) {
+  // Two parameters, so "momentum.0" and "momentum.1" are the only momentum names. Each other
+  // spelling is refused by name, and the refusal changes nothing: "momentum.01" or "momentum. 0"
+  // read as numbers would name a parameter a second way, "momentum.2" is one past the end and
+  // "momentum.-1" before the start.
+  Tensor a = Tensor::from_vector(std::vector<float>{1.0f}, {1}).requires_grad_();
+  Tensor b = Tensor::from_vector(std::vector<float>{1.0f}, {1}).requires_grad_();
+  optim::SGD sgd({a, b}, {.lr = 0.1, .momentum = 0.9});
+  sum(a + b).backward();
+  sgd.step();
+  const optim::Optimizer::State good = sgd.state();
+  ASSERT_EQ(good.tensors.size(), 2u);
+  ASSERT_EQ(good.tensors[0].first, "momentum.0");
+  for (const std::string bad : {"momentum", "momentum.", "momentum.x", "momentum.0x", "momentum.01", "momentum.00",
+                                "momentum.+0", "momentum. 0", "momentum.-1", "momentum.2",
+                                "momentum.99999999999999999999"}) {
+    optim::Optimizer::State st = good;
+    st.tensors[0].first = bad;
+    st.meta["lr"] = "0.5";
+    EXPECT_EQ(load_refusal(sgd, st), "load_state: unexpected state tensor '" + bad + "' (this SGD has 2 parameters)");
+    EXPECT_EQ(sgd.lr(), 0.1) << bad;  // nothing was loaded
+  }
+  EXPECT_EQ(load_refusal(sgd, good), "(loaded)");
+}
+
+TEST(Optim, LoadStateNeedsAMasterForEveryParameter) {
+  Tensor a = Tensor::from_vector(std::vector<float>{1.0f}, {1}, DType::f16).requires_grad_();
+  Tensor b = Tensor::from_vector(std::vector<float>{2.0f}, {1}, DType::f16).requires_grad_();
+  optim::SGD sgd({a, b}, {.lr = 0.1, .master_weights = true});
+  const optim::Optimizer::State full = sgd.state();
+  ASSERT_EQ(full.tensors.size(), 2u);
+  for (size_t missing : {0u, 1u}) {
+    optim::Optimizer::State st = full;
+    st.tensors.erase(st.tensors.begin() + static_cast<std::ptrdiff_t>(missing));
+    EXPECT_EQ(load_refusal(sgd, st),
+              "load_state: the state lacks master weights for parameter " + std::to_string(missing));
+  }
+}
+
+TEST(Optim, LoadStateAcceptsALearningRateOfZero) {
+  // set_lr(0) is allowed (a schedule may end there), so a state saved then must load.
+  Tensor p = Tensor::zeros({2}).requires_grad_();
+  optim::SGD sgd({p}, {.lr = 0.1});
+  optim::Optimizer::State st = sgd.state();
+  st.meta["lr"] = "0";
+  EXPECT_EQ(load_refusal(sgd, st), "(loaded)");
+  EXPECT_EQ(sgd.lr(), 0.0);
+  st.meta["lr"] = "-0.1";
+  EXPECT_NE(load_refusal(sgd, st), "(loaded)");
+}
+
+TEST(Optim, LoadStateDecidesAfreshWhichMomentumBuffersHaveStarted) {
+  // With dampening 0.5 a started buffer takes 0.5 * g, a fresh one g (PyTorch: the first applied
+  // update stores the gradient undamped), so each parameter's step shows which one it had.
+  const auto make = [](float v) { return Tensor::from_vector(std::vector<float>{v}, {1}).requires_grad_(); };
+  const optim::SGD::Options opts{.lr = 1.0, .momentum = 0.5, .dampening = 0.5};
+  const auto step_with_ones = [](optim::SGD& sgd, const Tensor& a, const Tensor& b) {
+    sgd.zero_grad();
+    sum(a + b).backward();  // gradient 1 for both
+    sgd.step();
   };
-  EXPECT_EQ(refusal(without, with.state()),
-            "load_state: the state has master weights, this SGD does not");
-  EXPECT_EQ(refusal(with, without.state()), "load_state: the state has no master weights, this SGD keeps them");
+  // 1. A state without any momentum buffer, loaded into an optimizer whose buffers had started:
+  //    both buffers start afresh.
+  Tensor a = make(0.0f), b = make(0.0f);
+  optim::SGD used({a, b}, opts);
+  step_with_ones(used, a, b);  // a = b = -1, both buffers started
+  Tensor c = make(0.0f), d = make(0.0f);
+  optim::SGD fresh({c, d}, opts);
+  ASSERT_EQ(load_refusal(used, fresh.state()), "(loaded)");
+  step_with_ones(used, a, b);
+  EXPECT_EQ(a.item(), -2.0);  // a started buffer would give -1.5
+  EXPECT_EQ(b.item(), -2.0);
+  // 2. A state with a buffer for parameter 0 only (parameter 1 never had a gradient): parameter 1's
+  //    buffer starts afresh, parameter 0's goes on.
+  Tensor e = make(0.0f), f = make(0.0f);
+  optim::SGD half({e, f}, opts);
+  half.zero_grad();
+  sum(e).backward();
+  half.step();
+  const optim::Optimizer::State st = half.state();
+  ASSERT_EQ(st.tensors.size(), 1u);
+  ASSERT_EQ(st.tensors[0].first, "momentum.0");
+  Tensor g = make(0.0f), h = make(0.0f);
+  optim::SGD resumed({g, h}, opts);
+  ASSERT_EQ(load_refusal(resumed, st), "(loaded)");
+  step_with_ones(resumed, g, h);
+  EXPECT_EQ(g.item(), -1.0);  // buf = 0.5 * 1 + 0.5 * 1
+  EXPECT_EQ(h.item(), -1.0);  // buf = 1, fresh; a started one would give -0.5
+}
+
+TEST(Optim, AParameterWithoutAGradientThisStepIsLeftAlone) {
+  // Its gradient of the step before must not be applied again.
+  Tensor a = Tensor::from_vector(std::vector<float>{0.0f}, {1}).requires_grad_();
+  Tensor b = Tensor::from_vector(std::vector<float>{0.0f}, {1}).requires_grad_();
+  optim::SGD sgd({a, b}, {.lr = 1.0});
+  sum(a + b).backward();
+  sgd.step();
+  sgd.zero_grad();
+  sum(a).backward();
+  sgd.step();
+  EXPECT_EQ(a.item(), -2.0);
+  EXPECT_EQ(b.item(), -1.0);
+  EXPECT_FALSE(sgd.unscaled_grads()[1].defined());
+}
+
+TEST(Optim, SkipStepAndLoadStateEndTheStepSoTheNextOneUnscalesAgain) {
+  Tensor p = Tensor::from_vector(std::vector<float>{0.0f}, {1}).requires_grad_();
+  optim::SGD sgd({p}, {.lr = 1.0});
+  sum(p * 8.0).backward();
+  sgd.unscale_grads(0.5f, nullptr);
+  EXPECT_THROW(sgd.unscale_grads(0.5f, nullptr), Error);  // twice in one step
+  sgd.skip_step();
+  EXPECT_FALSE(sgd.grads_unscaled());
+  EXPECT_EQ(p.item(), 0.0);
+  sgd.zero_grad();
+  sum(p * 4.0).backward();
+  sgd.unscale_grads(0.5f, nullptr);  // a new step: allowed
+  sgd.load_state(sgd.state());       // loading a state ends the step too
+  EXPECT_FALSE(sgd.grads_unscaled());
+  // An f32 gradient is unscaled in place, so the next step needs a fresh backward (as in PyTorch).
+  sgd.zero_grad();
+  sum(p * 4.0).backward();
+  sgd.unscale_grads(0.25f, nullptr);
+  sgd.step();
+  EXPECT_EQ(p.item(), -1.0);  // 4 * 0.25, unscaled once
 }
 
 TEST(Optim, BadOptionsAndParametersAreErrors) {
@@ -284,12 +470,20 @@ TEST(Optim, BadOptionsAndParametersAreErrors) {
   EXPECT_THROW(optim::SGD({p}, {.lr = 0.1, .nesterov = true}), Error);
   // Adam's betas: [0, 1) each, as in PyTorch (beta1 = 0 is RMSprop-like and allowed).
   EXPECT_NO_THROW(optim::Adam({p}, {.beta1 = 0.0, .beta2 = 0.0}));
+  EXPECT_THROW(optim::Adam({p}, {.eps = 0.0}), Error);  // v = 0 at a zero gradient would divide 0 by 0
   for (const auto& [b1, b2] : std::vector<std::pair<double, double>>{{1.0, 0.999}, {0.9, 1.0}, {-0.1, 0.999},
                                                                        {0.9, -0.1}}) {
     EXPECT_THROW(optim::Adam({p}, {.beta1 = b1, .beta2 = b2}), Error) << b1 << ", " << b2;
   }
   Tensor not_leaf = p * 2.0;
   EXPECT_THROW(optim::SGD({not_leaf}, {.lr = 0.1}), Error);
+  // Every parameter is checked, not only the first, and the message says which one.
+  try {
+    optim::SGD({p, not_leaf}, {.lr = 0.1});
+    ADD_FAILURE() << "a non-leaf second parameter was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Optimizer: parameter 1 ("), std::string::npos) << e.what();
+  }
   Tensor no_grad = Tensor::zeros({2});
   EXPECT_THROW(optim::SGD({no_grad}, {.lr = 0.1}), Error);
 }
