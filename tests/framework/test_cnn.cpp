@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -271,6 +272,85 @@ TEST_F(Cnn, LenetAndVggSmallParameterCounts) {
   EXPECT_EQ(vgg->num_parameters(), convs + bns + 256 * 10 + 10);
   EXPECT_EQ(vgg->named_buffers().size(), 12u);  // running_mean and running_var of 6 BatchNorm2d
   EXPECT_EQ(vgg->named_buffers()[0].first, "1.running_mean");
+}
+
+// The canonical models of DESIGN.md §4, layer by layer. The parameter counts above cannot see a
+// padding or a pooling window: LeNet's first padding of 3 instead of 2 still ends at 64x7x7 = 3136,
+// and VGG-small's global average pool takes any spatial size.
+std::vector<std::string> layer_names(const nn::Sequential& m) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < m.size(); ++i) names.push_back(m[i].name());
+  return names;
+}
+
+TEST_F(Cnn, CanonicalModelsLayerByLayer) {
+  EXPECT_EQ(layer_names(*nn::mlp512(g)), (std::vector<std::string>{"Flatten()", "Linear(784 -> 512)", "ReLU()",
+                                                                   "Linear(512 -> 512)", "ReLU()",
+                                                                   "Linear(512 -> 10)"}));
+  EXPECT_EQ(layer_names(*nn::lenet(g)),
+            (std::vector<std::string>{"Conv2d(1 -> 32, 5x5, stride 1x1, pad 2x2)", "ReLU()", "MaxPool2d(2x2)",
+                                      "Conv2d(32 -> 64, 5x5, stride 1x1, pad 2x2)", "ReLU()", "MaxPool2d(2x2)",
+                                      "Flatten()", "Linear(3136 -> 256)", "ReLU()", "Linear(256 -> 10)"}));
+  std::vector<std::string> vgg;
+  int64_t in = 3;
+  for (const int64_t w : {64, 128, 256}) {
+    for (int rep = 0; rep < 2; ++rep) {
+      const std::string c = std::to_string(in) + " -> " + std::to_string(w);
+      vgg.insert(vgg.end(), {"Conv2d(" + c + ", 3x3, stride 1x1, pad 1x1, no bias)",
+                             "BatchNorm2d(" + std::to_string(w) + ")", "ReLU()"});
+      in = w;
+    }
+    vgg.push_back("MaxPool2d(2x2)");
+  }
+  vgg.insert(vgg.end(), {"GlobalAvgPool2d()", "Linear(256 -> 10)"});
+  EXPECT_EQ(layer_names(*nn::vgg_small(g)), vgg);
+}
+
+TEST_F(Cnn, Conv2dModuleChecksEveryArgumentAndNamesEachSide) {
+  // A kernel, stride and padding different on each side, so that no side can stand in for the other.
+  nn::Conv2d conv(2, 64, Size2{1, 5}, g, Size2{1, 2}, Size2{0, 3});
+  EXPECT_EQ(conv.name(), "Conv2d(2 -> 64, 1x5, stride 1x2, pad 0x3)");
+  EXPECT_EQ(conv.weight.shape(), (Shape{64, 2, 1, 5}));
+  EXPECT_EQ(conv(Tensor::zeros({1, 2, 3, 4})).shape(), (Shape{1, 64, 3, 3}));  // W: (4 + 6 - 5) / 2 + 1 = 3
+  // PyTorch's init, U(-b, b) with b = 1/sqrt(in * kh * kw) = 1/sqrt(10): 640 draws reach past 0.9 b
+  // (all below it has probability 0.9^640), and none past b.
+  const double bound = 1.0 / std::sqrt(10.0);
+  double largest = 0.0;
+  for (float v : conv.weight.to_vector()) largest = std::max(largest, static_cast<double>(std::abs(v)));
+  EXPECT_LE(largest, bound);
+  EXPECT_GT(largest, 0.9 * bound);
+  // The smallest valid module, then each argument made invalid alone.
+  EXPECT_NO_THROW(nn::Conv2d(1, 1, Size2{1, 1}, g, Size2{1, 1}, Size2{0, 0}));
+  struct Bad {
+    int64_t in, out;
+    Size2 kernel, stride, padding;
+  };
+  for (const Bad& b : std::vector<Bad>{{0, 1, {1, 1}, {1, 1}, {0, 0}},
+                                       {1, 0, {1, 1}, {1, 1}, {0, 0}},
+                                       {1, 1, {0, 1}, {1, 1}, {0, 0}},
+                                       {1, 1, {1, 0}, {1, 1}, {0, 0}},
+                                       {1, 1, {1, 1}, {0, 1}, {0, 0}},
+                                       {1, 1, {1, 1}, {1, 0}, {0, 0}},
+                                       {1, 1, {1, 1}, {1, 1}, {-1, 0}},
+                                       {1, 1, {1, 1}, {1, 1}, {0, -1}}}) {
+    const std::string e = error_of([&] { nn::Conv2d(b.in, b.out, b.kernel, g, b.stride, b.padding); });
+    EXPECT_EQ(e.rfind("Conv2d: ", 0), 0u) << e;
+  }
+  EXPECT_EQ(error_of([&] { nn::Conv2d(1, 1, Size2{1, 1}, g, Size2{1, 0}, Size2{0, 0}); }),
+            "Conv2d: stride 1x0 must be positive and padding 0x0 non-negative");
+}
+
+TEST_F(Cnn, BatchNorm2dModuleSizesAndDtypes) {
+  EXPECT_THROW(nn::BatchNorm2d(0), Error);
+  nn::BatchNorm2d bn(1);
+  EXPECT_EQ(bn.name(), "BatchNorm2d(1)");
+  // Parameters and buffers stay f32 under f16 (DESIGN.md §3) and follow a conversion to f64.
+  bn.to(DType::f16);
+  for (const auto& [name, t] : bn.named_state()) EXPECT_EQ(t.dtype(), DType::f32) << name;
+  bn.to(DType::f64);
+  ASSERT_EQ(bn.named_state().size(), 4u);
+  for (const auto& [name, t] : bn.named_state()) EXPECT_EQ(t.dtype(), DType::f64) << name;
+  EXPECT_EQ(bn.running_var.to_vector(), std::vector<float>{1.0f});
 }
 
 // One SGD step of LeNet on random data in fp32 and in mixed (FP16 working copy, FP32 masters, dynamic
