@@ -95,6 +95,7 @@ class LossScaler {
   const std::vector<double>& scale_history() const;
 
   // Checkpointing: every field that decides future scales, as exact strings (reads the device state).
+  // last_step_skipped() is not one of them: after load_state() it is false until the next update().
   std::map<std::string, std::string> state() const;
   void load_state(const std::map<std::string, std::string>& s);
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/dtype.h"
+#include "kernels/error.h"
 #include "kernels/runtime.h"
 
 namespace hl::test {
@@ -50,6 +51,18 @@ class StdinClosed {
  private:
   int saved_;  // a copy of descriptor 0, or -1 when it was closed already
 };
+
+// The message of the hl::Error that f() throws, or "(no error)": for tests that check what an error
+// says, not only that there is one.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
 
 }  // namespace hl::test
 

@@ -402,7 +402,8 @@ TEST(Amp, ScalerStateOfAnotherRuleOrWithBadValuesIsRefusedAndChangesNothing) {
   const std::vector<std::pair<std::string, std::string>> bad{
       {"scale", "0"},           {"scale", "nan"},         {"scale", "inf"},          {"scale", "1e39"},
       {"scale", "2x"},          {"scale", "-8"},          {"growth_tracker", "-1"},  {"hysteresis_left", "0"},
-      {"hysteresis_left", "2"}, {"skipped", "5"},         {"steps", "x"},            {"steps", "99999999999999999999"}};
+      {"hysteresis_left", "2"}, {"skipped", "5"},         {"steps", "x"},            {"steps", "99999999999999999999"},
+      {"scale", "1e-50"}};  // a positive double that is 0 as an f32: the scale the kernels would use
   for (const auto& [key, value] : bad) {
     auto state = good;
     state[key] = value;
@@ -490,7 +491,9 @@ TEST(Amp, ScalerSpecsParseAndRejectNonsense) {
   for (const char* bad : {"static", "static:-1", "static:0", "static:abc", "static:1e40", "auto", "none:1",
                           "dynamic:foo=1", "dynamic:init", "dynamic:init=0", "dynamic:growth=1",
                           "dynamic:backoff=0", "dynamic:backoff=1", "dynamic:backoff=2", "dynamic:interval=0",
-                          "dynamic:hysteresis=0", "dynamic:min=-1", "dynamic:min=8,max=4"}) {
+                          "dynamic:hysteresis=0", "dynamic:min=-1", "dynamic:min=8,max=4",
+                          // counts are whole numbers that fit an int64: each condition alone
+                          "dynamic:interval=2.5", "dynamic:hysteresis=1.5", "dynamic:interval=1e19"}) {
     EXPECT_THROW(ScalerConfig::parse(bad), Error) << bad;
   }
   for (const char* good : {"static:1e-30", "dynamic:growth=1.0001", "dynamic:backoff=0.999", "dynamic:interval=1",
@@ -569,6 +572,53 @@ TEST(Amp, MinAndMaxScaleBoundTheDynamicScale) {
   EXPECT_EQ(s.get_scale(), 2.0);  // floored at min
   for (int i = 0; i < 5; ++i) p.step(s);
   EXPECT_EQ(s.get_scale(), 8.0);  // capped at max
+}
+
+TEST(Amp, UnscaleTwiceOrAfterAStepSaysWhichOneHappened) {
+  Probe p;
+  LossScaler s(ScalerConfig::parse("dynamic"));
+  p.sgd.zero_grad();
+  s.scale(sum(p.w) + sum(p.v)).backward();
+  s.unscale(p.sgd);
+  const std::string twice = test::error_of([&] { s.unscale(p.sgd); });
+  EXPECT_NE(twice.find("LossScaler::unscale: already unscaled this step"), std::string::npos) << twice;
+  s.step(p.sgd);
+  const std::string after_step = test::error_of([&] { s.unscale(p.sgd); });
+  EXPECT_NE(after_step.find("LossScaler::unscale: already stepped this step"), std::string::npos) << after_step;
+  s.update();
+  EXPECT_TRUE(p.step(s));  // update() ends the step: the next one runs whole
+}
+
+TEST(Amp, ScaleHistoryReadsOnlyTheEntriesNotReadYet) {
+  Probe p;
+  LossScaler s(ScalerConfig::parse("dynamic"));
+  int64_t before = debug::host_reads();
+  EXPECT_TRUE(s.scale_history().empty());  // no update() yet: nothing to read, no read
+  EXPECT_EQ(debug::host_reads(), before);
+  EXPECT_TRUE(p.step(s));
+  EXPECT_FALSE(p.step(s, INFINITY));
+  before = debug::host_reads();
+  EXPECT_EQ(s.scale_history(), (std::vector<double>{65536.0, 65536.0}));  // the scale each step ran at
+  EXPECT_EQ(debug::host_reads(), before + 1);
+  EXPECT_EQ(s.scale_history().size(), 2u);  // all read already: no second read
+  EXPECT_EQ(debug::host_reads(), before + 1);
+  EXPECT_TRUE(p.step(s));
+  before = debug::host_reads();
+  EXPECT_EQ(s.scale_history(), (std::vector<double>{65536.0, 65536.0, 32768.0}));  // one new entry, one read
+  EXPECT_EQ(debug::host_reads(), before + 1);
+}
+
+TEST(Amp, ARestoredScalerHasNoLastStepToHaveSkipped) {
+  // state() does not save last_step_skipped(): it describes a step of this object, and a restored
+  // scaler has taken none yet. The count of skipped steps is restored.
+  Probe p;
+  LossScaler s(ScalerConfig::parse("dynamic"));
+  EXPECT_FALSE(p.step(s, INFINITY));
+  ASSERT_TRUE(s.last_step_skipped());
+  s.load_state(s.state());
+  EXPECT_FALSE(s.last_step_skipped());
+  EXPECT_EQ(s.skipped_steps(), 1);
+  EXPECT_EQ(s.get_scale(), 32768.0);
 }
 
 }  // namespace

@@ -38,15 +38,7 @@ void expect_gradcheck(const GradcheckFn& f, const std::vector<Tensor>& in, Gradc
   EXPECT_LT(r.max_abs_error, 1e-6) << r.report;
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 class Cnn : public ::testing::Test {
  protected:
