@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <set>
 
@@ -28,6 +29,8 @@ TEST(Tensor, FactoriesAndMetadata) {
   EXPECT_EQ(Tensor::scalar(3.0).item(), 3.0);
   EXPECT_EQ(Tensor::scalar(3.0).dim(), 0);
   EXPECT_EQ(z.size(-1), 3);
+  EXPECT_EQ(z.size(-2), 2);  // -dim() is the first dimension, one past it is out of range
+  EXPECT_THROW(z.size(-3), Error);
   EXPECT_THROW(z.size(2), Error);
   EXPECT_THROW(Tensor::from_vector(std::vector<float>{1, 2, 3}, {2, 2}), Error);
   EXPECT_THROW(Tensor::empty({-1, 2}), Error);
@@ -148,7 +151,13 @@ TEST(Tensor, ReshapeAndFlattenAreViews) {
   EXPECT_THROW(t.reshape({-1, -1}), Error);
   Tensor rows = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {3, 2}).slice_rows(1, 3);
   EXPECT_EQ(rows.to_vector(), (std::vector<float>{3, 4, 5, 6}));
+  EXPECT_EQ(rows.reshape({4}).to_vector(), (std::vector<float>{3, 4, 5, 6}));  // a view of a view keeps its offset
+  EXPECT_EQ(rows.slice_rows(1, 2).reshape({1, 2}).to_vector(), (std::vector<float>{5, 6}));
+  EXPECT_EQ(rows.slice_rows(1, 1).shape(), (Shape{0, 2}));  // an empty range is a valid slice
+  EXPECT_EQ(rows.slice_rows(2, 2).shape(), (Shape{0, 2}));
   EXPECT_THROW(t.slice_rows(1, 3), Error);
+  const std::string e = test::error_of([] { Tensor::scalar(1.0).slice_rows(0, 0); });
+  EXPECT_NE(e.find("slice_rows: needs at least one dimension, got f32[] on cpu"), std::string::npos) << e;
 }
 
 TEST(Tensor, ItemAndErrorsNameTheTensor) {
@@ -179,9 +188,16 @@ TEST(Tensor, GeneratorIsPortableAndSeeded) {
   EXPECT_NE(a.next_u64(), c.next_u64());
   // Pinned first values of xoshiro256** seeded through splitmix64(42), cross-checked against an
   // independent Python implementation: every seeded experiment depends on these staying put.
+  // The first two outputs depend on the seeding alone; the state update shows from the third on.
   Generator d(42);
   EXPECT_EQ(d.next_u64(), 1546998764402558742ull);
   EXPECT_EQ(d.next_u64(), 6990951692964543102ull);
+  EXPECT_EQ(d.next_u64(), 12544586762248559009ull);
+  EXPECT_EQ(d.next_u64(), 17057574109182124193ull);
+  EXPECT_EQ(d.next_u64(), 18295552978065317476ull);
+  EXPECT_EQ(d.next_u64(), 14199186830065750584ull);
+  for (int i = 6; i < 999; ++i) d.next_u64();
+  EXPECT_EQ(d.next_u64(), 10224724267483498856ull);  // the 1000th
   Generator g(7);
   double s = 0, s2 = 0;
   const int n = 20000;
@@ -193,6 +209,76 @@ TEST(Tensor, GeneratorIsPortableAndSeeded) {
   EXPECT_NEAR(s / n, 0.0, 0.03);
   EXPECT_NEAR(s2 / n, 1.0, 0.05);
   for (int i = 0; i < 1000; ++i) EXPECT_LT(g.below(7), 7u);
+}
+
+TEST(Tensor, ReseedingDropsTheSpareNormal) {
+  // normal() makes two values per Box-Muller pair and keeps the second; manual_seed must drop it,
+  // or a reseeded generator would start with a value of the old sequence.
+  Generator fresh(5);
+  const double first = fresh.normal();
+  Generator used(99);
+  used.normal();  // leaves a spare
+  used.manual_seed(5);
+  EXPECT_EQ(used.normal(), first);
+  EXPECT_EQ(used.normal(), fresh.normal());
+}
+
+TEST(Tensor, NormalIsBoxMullerKeepingTheSecondValueOfEachPair) {
+  // Each pair of uniforms (u1, u2) gives r cos(2 pi u2), then r sin(2 pi u2) on the next call, with
+  // r = sqrt(-2 ln u1): the two values of a pair come out in that order before new uniforms are drawn.
+  Generator u(42), g(42);
+  for (int pair = 0; pair < 3; ++pair) {
+    const double u1 = u.uniform(), u2 = u.uniform();
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    EXPECT_DOUBLE_EQ(g.normal(), r * std::cos(2.0 * M_PI * u2)) << "pair " << pair;
+    EXPECT_DOUBLE_EQ(g.normal(), r * std::sin(2.0 * M_PI * u2)) << "pair " << pair;
+  }
+}
+
+TEST(Tensor, RandnAndUniformScaleTheGeneratorsDraws) {
+  // randn is mean + std * normal() and uniform is low + (high - low) * uniform(), in draw order,
+  // computed in f64 (exact here, in an f64 tensor).
+  Generator a(11), b(11);
+  const std::vector<double> n = Tensor::randn({4}, a, DType::f64, Device::cpu, 2.0, 3.0).to_double();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(n[static_cast<size_t>(i)], 2.0 + 3.0 * b.normal()) << i;
+  const std::vector<double> u = Tensor::uniform({4}, a, -1.0, 5.0, DType::f64).to_double();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(u[static_cast<size_t>(i)], -1.0 + 6.0 * b.uniform()) << i;
+}
+
+TEST(Tensor, ANameIsKeptByDetachAndAnUndefinedTensorHasNoGrad) {
+  Tensor w = Tensor::zeros({2});
+  EXPECT_EQ(w.name(), "");
+  EXPECT_EQ(&w.set_name("fc1.weight"), &w);
+  EXPECT_EQ(w.name(), "fc1.weight");
+  EXPECT_EQ(w.detach().name(), "fc1.weight");  // the same data under the same name (error messages use it)
+  EXPECT_FALSE(Tensor().grad().defined());     // no tensor, no gradient: not a crash
+  EXPECT_FALSE(w.grad().defined());
+}
+
+TEST(Tensor, RawStateTakesWholeWordsAndRefusesToReadPastThem) {
+  // n bytes are held in ceil(n / 8) f64 words: the saved size of every optimizer and scaler counter.
+  const unsigned char bytes[17] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17};
+  const std::vector<std::pair<size_t, int64_t>> sizes{{1, 1}, {7, 1}, {8, 1}, {9, 2}, {16, 2}, {17, 3}};
+  for (const auto& [n, words] : sizes) {
+    const Tensor t = detail::raw_tensor(bytes, n, Device::cpu);
+    EXPECT_EQ(t.shape(), (Shape{words})) << n << " bytes";
+    unsigned char back[17] = {};
+    detail::read_raw(t, back, n);
+    EXPECT_EQ(std::memcmp(back, bytes, n), 0) << n << " bytes";
+  }
+  const Tensor one_word = detail::raw_tensor(bytes, 8, Device::cpu);
+  unsigned char out[16] = {};
+  std::string e = test::error_of([&] { detail::read_raw(one_word, out, 16); });
+  EXPECT_NE(e.find("read_raw: f64[1] on cpu holds fewer than 16 bytes"), std::string::npos) << e;
+  e = test::error_of([&] { detail::read_raw(Tensor(), out, 1); });
+  EXPECT_NE(e.find("read_raw: an undefined tensor holds fewer than 1 bytes"), std::string::npos) << e;
+}
+
+TEST(Tensor, BelowTakesOnlyAPositiveBound) {
+  Generator g(3);
+  const std::string e = test::error_of([&] { g.below(0); });
+  EXPECT_NE(e.find("Generator::below: n must be positive"), std::string::npos) << e;
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(g.below(1), 0u);
 }
 
 TEST(Device, ParseAndFallback) {
