@@ -199,6 +199,28 @@ TEST_F(Cnn, BatchNormRunningStatsFollowPyTorch) {
   }
 }
 
+TEST_F(Cnn, BatchNormEvalGivesAnF16InputAnF16Gradient) {
+  // Under mixed precision the input is f16 and gamma, beta and the running statistics stay f32: the
+  // input gradient is computed against f32 gamma and must come back in the input's dtype.
+  const Tensor x = rnd({2, 3, 2, 2}, g, -1, 1, DType::f16).requires_grad_();
+  const Tensor gamma = rnd({3}, g, 0.5, 1.5, DType::f32).requires_grad_();
+  const Tensor beta = Tensor::zeros({3}).requires_grad_();
+  const Tensor rm = rnd({3}, g, -0.5, 0.5, DType::f32), rv = rnd({3}, g, 0.5, 2.0, DType::f32);
+  const Tensor y = batch_norm2d(x, gamma, beta, rm, rv, false);
+  ASSERT_EQ(y.dtype(), DType::f16);
+  sum(y).backward();
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_EQ(x.grad().dtype(), DType::f16);
+  EXPECT_EQ(gamma.grad().dtype(), DType::f32);
+  // d sum(y) / dx = gamma / sqrt(rv + eps) per channel, rounded to f16. Tolerance: one f16 ulp (2^-10
+  // relative), since the f32 intermediates may land on the other side of an f16 rounding boundary.
+  const auto gx = x.grad().to_double(), gv = gamma.to_double(), rvv = rv.to_double();
+  for (size_t i = 0; i < gx.size(); ++i) {
+    const double want = gv[(i / 4) % 3] / std::sqrt(rvv[(i / 4) % 3] + 1e-5);
+    EXPECT_NEAR(gx[i], want, std::fabs(want) * 0x1p-10) << i;
+  }
+}
+
 TEST_F(Cnn, BatchNormF16InputWithVarianceAbove65504GivesFiniteF32Stats) {
   // Values 30000 +- 1024 (exact in f16, whose spacing there is 16): variance 2^20 > 65504 (the f16
   // maximum), mean 3e4. A variance computed in f16 would overflow; the f32 two-pass statistics do not.
@@ -436,7 +458,9 @@ TEST_F(Cnn, BadInputsNameTheOpAndShapes) {
   const Tensor x = Tensor::zeros({2, 3, 8, 8}), w = Tensor::zeros({4, 3, 3, 3});
   EXPECT_NE(error_of([&] { conv2d(Tensor::zeros({3, 8, 8}), w); }).find("conv2d: needs an NCHW input"), std::string::npos);
   const std::string ch = error_of([&] { conv2d(x, Tensor::zeros({4, 2, 3, 3})); });
-  EXPECT_NE(ch.find("conv2d: input f32[2, 3, 8, 8] on cpu has 3 channels"), std::string::npos) << ch;
+  EXPECT_NE(ch.find("conv2d: input f32[2, 3, 8, 8] on cpu has 3 channels, the weight f32[4, 2, 3, 3] on cpu expects 2"),
+            std::string::npos)
+      << ch;
   const std::string big = error_of([&] { conv2d(Tensor::zeros({1, 3, 2, 2}), Tensor::zeros({4, 3, 5, 5}), Tensor(), {1, 1}, {1, 1}); });
   EXPECT_NE(big.find("larger than the input"), std::string::npos) << big;
   EXPECT_NE(error_of([&] { conv2d(x, w, Tensor::zeros({5})); }).find("conv2d: bias"), std::string::npos);
@@ -503,6 +527,9 @@ TEST_F(Cnn, PoolingShapeLimitsAreExact) {
                                          {1, 1, 4, 4});
   EXPECT_EQ(max_pool2d(x16, {2, 2}, {0, 1}).to_vector(), (std::vector<float>{6, 7, 8, 14, 15, 16}));
   EXPECT_EQ(max_pool2d(x16, {2, 2}, {1, 0}).to_vector(), (std::vector<float>{6, 8, 10, 12, 14, 16}));
+  // ...and the window of its own side: a 2x1 window steps 2 rows and 1 column, a 1x2 window the reverse.
+  EXPECT_EQ(max_pool2d(x16, {2, 1}).to_vector(), (std::vector<float>{5, 6, 7, 8, 13, 14, 15, 16}));
+  EXPECT_EQ(max_pool2d(x16, {1, 2}).to_vector(), (std::vector<float>{2, 4, 6, 8, 10, 12, 14, 16}));
   for (const Size2 window : {Size2{0, 2}, Size2{2, 0}}) {  // each side checked alone
     const std::string e = error_of([&] { max_pool2d(x4, window); });
     EXPECT_NE(e.find(detail::concat("max_pool2d: the window must be at least 1x1, got ", window[0], "x", window[1])),
