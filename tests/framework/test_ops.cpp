@@ -230,6 +230,47 @@ TEST(Ops, CrossEntropyValues) {
   EXPECT_THROW(cross_entropy(logits, Tensor::zeros({4})), Error);  // labels must be i32
 }
 
+TEST(Ops, MixedDtypeOpsGiveEachInputAGradientOfItsOwnDtype) {
+  // f16 + f32 is f32 (DESIGN.md §3); the gradient of the f16 side is summed and cast back to f16.
+  Tensor a = Tensor::from_vector(std::vector<float>{1, 2, 3}, {3}, DType::f16).requires_grad_();
+  Tensor b = f32({0.5f}, {1}).requires_grad_();  // broadcast against a
+  const Tensor y = add(a, b);
+  ASSERT_EQ(y.dtype(), DType::f32);
+  sum(mul(y, y)).backward();  // d/da = 2y = {3, 5, 7}; d/db = their sum
+  ASSERT_TRUE(a.grad().defined() && b.grad().defined());
+  EXPECT_EQ(a.grad().dtype(), DType::f16);
+  EXPECT_EQ(b.grad().dtype(), DType::f32);
+  EXPECT_EQ(a.grad().to_vector(), (std::vector<float>{3, 5, 7}));
+  EXPECT_EQ(b.grad().to_vector(), (std::vector<float>{15}));
+}
+
+TEST(Ops, CrossEntropyTakesAnUpstreamGradientOfAnotherDtype) {
+  // The fused backward reads g in the statistics' dtype (f32 here): an f64 or f16 upstream gradient
+  // is converted first, and 2 is exact in each.
+  const Tensor labels = Tensor::from_vector(std::vector<int32_t>{2, 0}, {2});
+  const auto grad_with = [&](DType seed_t) {
+    Tensor logits = f32({0.5f, -1, 2, 3, 0.25f, -0.5f}, {2, 3}).requires_grad_();
+    cross_entropy(logits, labels).backward(Tensor::scalar(2.0, seed_t));
+    return logits.grad().to_double();
+  };
+  const std::vector<double> want = grad_with(DType::f32);
+  EXPECT_EQ(grad_with(DType::f64), want);
+  EXPECT_EQ(grad_with(DType::f16), want);
+}
+
+TEST(Ops, UnfusedCrossEntropyTakesABatchOfOneAndRefusesAnEmptyOne) {
+  const Tensor one = f32({1, 2, 3}, {1, 3});
+  const Tensor label = Tensor::from_vector(std::vector<int32_t>{2}, {1});
+  EXPECT_NEAR(cross_entropy_unfused(one, label).item(), cross_entropy(one, label).item(), 1e-6);
+  const Tensor none = Tensor::zeros({0, 3});
+  const Tensor no_labels = Tensor::from_vector(std::vector<int32_t>{}, {0});
+  for (const bool fused : {false, true}) {
+    const std::string e =
+        test::error_of([&] { fused ? cross_entropy(none, no_labels) : cross_entropy_unfused(none, no_labels); });
+    EXPECT_NE(e.find("cross_entropy: empty batch f32[0, 3] on cpu"), std::string::npos) << e;
+  }
+}
+
 TEST(Ops, LogSoftmaxOfAllMinusInfinityIsNaN) {
   // Documented behaviour: no finite maximum, so the row is NaN (as in PyTorch), not a crash.
   Tensor t = f32({-INFINITY, -INFINITY, 0.0f, 1.0f}, {2, 2});
