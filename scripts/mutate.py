@@ -10,6 +10,7 @@ survivor.
 
     scripts/mutate.py framework/amp.cpp --build-dir build-mut --sample 40
     scripts/mutate.py kernels/cpu/gemm_cpu.cpp --lines 150-170 --list     # only show the mutants
+    scripts/mutate.py framework/ops.cpp --log new.jsonl --skip-done old.jsonl  # only what old.jsonl lacks
 
 Use a CPU-only build (-DHALFLING_CUDA=OFF) of its own: the library is shared, so a mutant of a .cpp
 costs one compile and one link. A header (.h) rebuilds everything that includes it, tests too.
@@ -179,6 +180,21 @@ def write(path, text):
         f.write(text)
 
 
+def read_done(log):
+    """The mutants a --log file records, as (file, line, original, mutant)."""
+    if not os.path.isfile(log):
+        sys.exit(f'mutate.py: --skip-done {log}: no such file')
+    done = set()
+    with open(log) as f:
+        for number, text in enumerate(f, 1):
+            try:
+                r = json.loads(text)
+                done.add((os.path.normpath(r['file']), int(r['line']), r['original'], r['mutant']))
+            except (ValueError, KeyError, TypeError):
+                sys.exit(f'mutate.py: --skip-done {log}:{number}: not a line that --log writes')
+    return done
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('file', help='the C++ source file to mutate')
@@ -193,6 +209,9 @@ def main():
     ap.add_argument('--timeout', type=float, default=300, help='seconds before a test run counts as '
                     'hung, which kills the mutant (default 300)')
     ap.add_argument('--log', help='append one JSON line per mutant to this file')
+    ap.add_argument('--skip-done', action='append', default=[], metavar='LOG',
+                    help='leave out the mutants a --log file of an earlier run already holds (its file, line, '
+                    'original line and mutant all equal); may be given more than once')
     ap.add_argument('--list', action='store_true', help='print the mutants and exit')
     args = ap.parse_args()
 
@@ -214,8 +233,17 @@ def main():
         # Checked first: after a killed run the file itself may still hold a mutant.
         sys.exit(f'mutate.py: {backup} exists: an earlier run was interrupted. Compare it with {path}, '
                  f'put the original back (mv {backup} {path}) and run again.')
+    done = set()
+    for log in args.skip_done:
+        done |= read_done(log)
     original = read(path)
     chosen = mutants(original, first, last)
+    if done:
+        # Keyed on the text of the line before and after, not on the line number alone: a mutant
+        # recorded before the file changed around it is not taken for one that was run.
+        lines = original.split('\n')
+        chosen = [m for m in chosen if (os.path.normpath(path), m[0], lines[m[0] - 1].strip(),
+                                        apply(original, m).split('\n')[m[0] - 1].strip()) not in done]
     if args.sample is not None and args.sample < len(chosen):
         chosen = sorted(random.Random(args.seed).sample(chosen, args.sample))
     if args.list:

@@ -72,6 +72,32 @@ with tempfile.TemporaryDirectory() as tmp:
     check(open(src).read() == FIXTURE, 'the file was not restored after a run')
     check(not os.path.exists(src + '.mutate-orig'), 'the backup was left behind')
 
+    # --skip-done: the mutants a log already records are left out, matched on the text of the line,
+    # so a record of line 7 taken before line 7 changed does not count as a run of the new line 7.
+    r = mutate(src, '--list', '--skip-done', log)
+    check(r.returncode == 0 and r.stdout.strip() == '', f'--skip-done with every mutant done: {r.stdout!r}')
+    partial = os.path.join(tmp, 'partial.jsonl')
+    with open(partial, 'w') as f:
+        for x in records:
+            if x['line'] == 7:
+                x['original'] = 'return x + 1;  // as it was once'
+            if x['line'] != 3 or x['mutant'] != 'if (x < 0) return 1;':
+                f.write(json.dumps(x) + '\n')
+    r = mutate(src, '--list', '--skip-done', partial)
+    left = sorted(r.stdout.strip().split('\n'))
+    check(left == sorted([f'{src}:3: if (x < 0) return 1;', f'{src}:7: return x - 1;', f'{src}:7: return x + 0;',
+                          f'{src}:7: return x + 2;']), f'--skip-done of a partial, older log left {left}')
+    r = mutate(src, '--test', tests, '--skip-done', partial)
+    check(r.returncode == 0 and '3 killed, 1 survived, 0 did not compile' in r.stdout,
+          f'a run with --skip-done: {r.stdout}')
+    with open(partial, 'a') as f:
+        f.write('{"file": "f.cpp"}\n')
+    r = mutate(src, '--list', '--skip-done', partial)
+    check(r.returncode != 0 and f'--skip-done {partial}:6: not a line that --log writes' in r.stderr,
+          f'a broken log: {r.stderr}')
+    r = mutate(src, '--list', '--skip-done', os.path.join(tmp, 'none.jsonl'))
+    check(r.returncode != 0 and 'no such file' in r.stderr, f'a missing log: {r.stderr}')
+
     # A test that prints bytes that are not UTF-8 (a mutant can corrupt a name in an error message):
     # the script reads them and goes on (it once stopped with a UnicodeDecodeError, leaving the sweep).
     noisy = f"printf '\\321\\377\\n'; grep -q 'x < 0)' {src}"
