@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "framework/ops.h"
 #include "tests/test_util.h"
@@ -297,6 +300,89 @@ TEST(Ops, ArgmaxAndAccuracy) {
   EXPECT_EQ(argmax(logits).to_int(), (std::vector<int32_t>{1, 0, 0}));  // ties -> first index
   Tensor labels = Tensor::from_vector(std::vector<int32_t>{1, 1, 0}, {3});
   EXPECT_NEAR(accuracy(logits, labels), 2.0 / 3.0, 1e-12);
+}
+
+// The backward functions that hand g to a kernel read it in one dtype. backward(seed) takes a seed of
+// any floating dtype, so each converts it first: an f64 or f16 seed holding the same values (small
+// integers, exact in each) gives the same gradient as the f32 one.
+TEST(Ops, BackwardsConvertAnUpstreamGradientOfAnotherDtype) {
+  const Tensor labels = Tensor::from_vector(std::vector<int32_t>{2, 0}, {2});
+  const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&)>>> ops = {
+      {"relu", [](const Tensor& x) { return relu(x); }},
+      {"log_softmax", [](const Tensor& x) { return log_softmax(x); }},
+      {"nll_loss", [&](const Tensor& x) { return nll_loss(log_softmax(x), labels); }},
+  };
+  for (const auto& [name, op] : ops) {
+    const auto grad_with = [&, &op = op](DType seed_t) {
+      Tensor x = f32({0.5f, -1, 2, 3, 0.25f, -0.5f}, {2, 3}).requires_grad_();
+      const Tensor y = op(x);
+      y.backward(Tensor::full(y.shape(), 2.0, seed_t));
+      EXPECT_EQ(x.grad().dtype(), DType::f32) << name;
+      return x.grad().to_double();
+    };
+    const std::vector<double> want = grad_with(DType::f32);
+    EXPECT_EQ(grad_with(DType::f64), want) << name;
+    EXPECT_EQ(grad_with(DType::f16), want) << name;
+  }
+}
+
+// sum_to undoes a broadcast: a size-1 dim against a 0-sized one sums nothing (zeros), and the result
+// keeps the input's dtype (the reduction itself sums f16 in f32).
+TEST(Ops, SumToAnEmptyBroadcastAndKeepsTheDtype) {
+  const Tensor zeros = sum_to(Tensor::zeros({0, 3}), {1, 3});
+  EXPECT_EQ(zeros.shape(), (Shape{1, 3}));
+  EXPECT_EQ(zeros.to_vector(), (std::vector<float>{0, 0, 0}));
+  Tensor a = f32({1, 2, 3}, {1, 3}).requires_grad_();
+  sum(add(a, Tensor::zeros({0, 3}))).backward();  // the broadcast side receives an empty gradient
+  EXPECT_EQ(a.grad().to_vector(), (std::vector<float>{0, 0, 0}));
+  const Tensor h = sum_to(Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3}, DType::f16), {1, 3});
+  EXPECT_EQ(h.dtype(), DType::f16);
+  EXPECT_EQ(h.to_vector(), (std::vector<float>{5, 7, 9}));
+}
+
+TEST(Ops, LinearNamesTheFeaturesThatDoNotMatch) {
+  const Tensor x = Tensor::zeros({2, 5}), w = Tensor::zeros({3, 5});
+  std::string e = test::error_of([&] { linear(x, Tensor::zeros({3, 4})); });
+  EXPECT_NE(e.find("linear: input f32[2, 5] on cpu does not match weight f32[3, 4] on cpu (5 input features vs 4)"),
+            std::string::npos)
+      << e;
+  e = test::error_of([&] { linear(x, w, Tensor::zeros({5})); });
+  EXPECT_NE(e.find("linear: bias f32[5] on cpu does not match weight f32[3, 5] on cpu (needs [3])"),
+            std::string::npos)
+      << e;
+}
+
+// Rows and columns differ, so a kernel handed one for the other is seen; every element is checked.
+TEST(Ops, LogSoftmaxOfATallMatrix) {
+  const std::vector<float> v{1, 2, -1, 0.5f, 3, 3};
+  const auto y = log_softmax(f32(v, {3, 2})).to_double();
+  ASSERT_EQ(y.size(), 6u);
+  for (int r = 0; r < 3; ++r) {
+    const double a = v[2 * r], b = v[2 * r + 1], lse = std::max(a, b) + std::log1p(std::exp(-std::fabs(a - b)));
+    EXPECT_NEAR(y[2 * r], a - lse, 1e-6) << r;
+    EXPECT_NEAR(y[2 * r + 1], b - lse, 1e-6) << r;
+  }
+}
+
+TEST(Ops, LossesCheckEveryLabelAndNeedAClass) {
+  const Tensor logits = Tensor::zeros({2, 3});
+  const Tensor first_bad = Tensor::from_vector(std::vector<int32_t>{3, 0}, {2});
+  for (const bool fused : {false, true}) {
+    const std::string e =
+        test::error_of([&] { fused ? cross_entropy(logits, first_bad) : cross_entropy_unfused(logits, first_bad); });
+    EXPECT_NE(e.find("label 3 at row 0 is outside [0, 3)"), std::string::npos) << e;
+  }
+  const std::string e = test::error_of(
+      [&] { cross_entropy(Tensor::zeros({2, 0}), Tensor::from_vector(std::vector<int32_t>{0, 0}, {2})); });
+  EXPECT_NE(e.find("cross_entropy: needs at least one class, got f32[2, 0]"), std::string::npos) << e;
+}
+
+// One column, one row: the smallest argmax and accuracy there are.
+TEST(Ops, ArgmaxOfOneColumnAndAccuracyOfOneRow) {
+  EXPECT_EQ(argmax(f32({0.5f, -2}, {2, 1})).to_int(), (std::vector<int32_t>{0, 0}));
+  const Tensor one = f32({0.1f, 0.9f}, {1, 2});
+  EXPECT_EQ(accuracy(one, Tensor::from_vector(std::vector<int32_t>{1}, {1})), 1.0);
+  EXPECT_EQ(accuracy(one, Tensor::from_vector(std::vector<int32_t>{0}, {1})), 0.0);
 }
 
 TEST(Ops, DeviceMismatchIsAnError) {
