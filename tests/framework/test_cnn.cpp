@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "framework/amp.h"
@@ -139,6 +140,54 @@ TEST_F(Cnn, Conv2dFusedReluEqualsReluOfConv) {
   const auto plain = relu(conv2d(x, w, b, {1, 1}, {1, 1})).to_vector();
   ASSERT_EQ(fused.size(), plain.size());
   for (size_t i = 0; i < fused.size(); ++i) EXPECT_EQ(fused[i], plain[i]) << i;
+}
+
+// ...and so is its gradient: the fused backward masks g where the output is 0 before the convolution's
+// own backward. About half the outputs of this random convolution are negative, and the seed is random
+// (not a function of y, which would be 0 there already), so an unmasked g shows.
+TEST_F(Cnn, Conv2dFusedReluBackwardEqualsReluOfConvBackward) {
+  const Tensor x0 = rnd({2, 3, 5, 5}, g), w0 = rnd({4, 3, 3, 3}, g), b0 = rnd({4}, g);
+  const Tensor seed = rnd({2, 4, 5, 5}, g);
+  std::vector<std::vector<double>> grads[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    Tensor x = x0.clone(), w = w0.clone(), b = b0.clone();
+    for (Tensor* t : {&x, &w, &b}) t->requires_grad_();
+    const Tensor y = fused ? conv2d(x, w, b, {1, 1}, {1, 1}, true) : relu(conv2d(x, w, b, {1, 1}, {1, 1}));
+    y.backward(seed);
+    for (const Tensor* t : {&x, &w, &b}) grads[fused].push_back(t->grad().to_double());
+  }
+  EXPECT_EQ(grads[1], grads[0]);  // the same f64 arithmetic in the same order: equal to the bit
+}
+
+// backward(seed) takes a seed of any floating dtype; each op's backward converts g to the dtype its
+// kernels read. An f64 or f16 seed of small integers (exact in each) gives the f32 seed's gradients.
+TEST_F(Cnn, BackwardsConvertAnUpstreamGradientOfAnotherDtype) {
+  const Tensor x0 = rnd({2, 2, 4, 4}, g, -1, 1, DType::f32), w0 = rnd({3, 2, 3, 3}, g, -1, 1, DType::f32);
+  const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&)>>> ops = {
+      {"conv2d", [&](const Tensor& x) { return conv2d(x, w0, Tensor(), {1, 1}, {1, 1}); }},
+      {"conv2d_relu", [&](const Tensor& x) { return conv2d(x, w0, Tensor(), {1, 1}, {1, 1}, true); }},
+      {"max_pool2d", [](const Tensor& x) { return max_pool2d(x, {2, 2}); }},
+      {"avg_pool2d", [](const Tensor& x) { return avg_pool2d(x, {2, 2}); }},
+      {"batch_norm2d", [](const Tensor& x) {
+         return batch_norm2d(x, Tensor::ones({2}), Tensor::zeros({2}), Tensor(), Tensor(), true);
+       }},
+      {"dropout", [](const Tensor& x) { return dropout(x, 0.5, true, uint64_t{7}); }},
+  };
+  for (const auto& [name, op] : ops) {
+    const auto grad_with = [&, &op = op](DType seed_t) {
+      Tensor x = x0.clone().requires_grad_();
+      const Tensor y = op(x);
+      // Seeds of 1, 2, 3 in turn: a batch-norm gradient of all-equal seeds would be 0 everywhere.
+      std::vector<float> v(static_cast<size_t>(y.numel()));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(1 + i % 3);
+      y.backward(Tensor::from_vector(v, y.shape(), seed_t));
+      EXPECT_EQ(x.grad().dtype(), DType::f32) << name;
+      return x.grad().to_double();
+    };
+    const std::vector<double> want = grad_with(DType::f32);
+    EXPECT_EQ(grad_with(DType::f64), want) << name;
+    EXPECT_EQ(grad_with(DType::f16), want) << name;
+  }
 }
 
 TEST_F(Cnn, MaxPoolTiesTakeTheFirstAndNanPropagates) {
@@ -498,6 +547,57 @@ TEST_F(Cnn, BadInputsNameTheOpAndShapes) {
             std::string::npos);
 }
 
+// The framework's own messages, which name the tensor (the kernel layer repeats some of these checks
+// in its own terms, without the tensor, for callers that reach it directly).
+TEST_F(Cnn, ErrorsNameTheTensorAndTheLimit) {
+  const Tensor x = Tensor::zeros({2, 3, 8, 8});
+  std::string e = error_of([&] { conv2d(x, Tensor::zeros({4, 3, 3, 3}), Tensor::zeros({5})); });
+  EXPECT_NE(e.find("conv2d: bias f32[5] on cpu does not match weight f32[4, 3, 3, 3] on cpu (needs [4])"),
+            std::string::npos)
+      << e;
+  e = error_of([&] { conv2d(Tensor::zeros({0, 3, 8, 8}), Tensor::zeros({4, 3, 3, 3})); });
+  EXPECT_NE(e.find("conv2d: empty input f32[0, 3, 8, 8] on cpu"), std::string::npos) << e;
+  e = error_of([&] { batch_norm2d(Tensor::zeros({0, 3, 2, 2}), Tensor::ones({3}), Tensor::zeros({3}), Tensor(),
+                                  Tensor(), true); });
+  EXPECT_NE(e.find("batch_norm2d: empty input f32[0, 3, 2, 2] on cpu"), std::string::npos) << e;
+  e = error_of([&] { batch_norm2d(Tensor::zeros({1, 3, 1, 1}), Tensor::ones({3}), Tensor::zeros({3}), Tensor(),
+                                  Tensor(), true); });
+  EXPECT_NE(e.find("batch_norm2d: training needs more than one value per channel, got f32[1, 3, 1, 1] on cpu "
+                   "(use eval mode, or a larger batch)"),
+            std::string::npos)
+      << e;
+  // p outside [0, 1) is refused in training and in evaluation alike, on either side.
+  for (const double p : {-0.5, 1.0, 1.5}) {
+    for (const bool training : {true, false}) {
+      e = error_of([&] { dropout(x, p, training, uint64_t{1}); });
+      EXPECT_NE(e.find(detail::concat("dropout: p must be in [0, 1), got ", p, " for f32[2, 3, 8, 8] on cpu")),
+                std::string::npos)
+          << p << " " << training << ": " << e;
+    }
+  }
+  // A window that fits only with three times the padding, each side alone: refused by the op, by name.
+  const Tensor x22 = Tensor::zeros({1, 1, 2, 2});
+  for (const auto& [window, pad] : {std::pair{Size2{5, 2}, Size2{1, 0}}, std::pair{Size2{2, 5}, Size2{0, 1}}}) {
+    e = error_of([&] { max_pool2d(x22, window, {1, 1}, pad); });
+    EXPECT_NE(e.find(detail::concat("max_pool2d: the ", window[0], "x", window[1],
+                                    " window is larger than the input f32[1, 1, 2, 2] on cpu padded by ", pad[0],
+                                    "x", pad[1])),
+              std::string::npos)
+        << e;
+  }
+}
+
+// The smallest inputs conv2d and batch_norm2d take: a single value.
+TEST_F(Cnn, Conv2dAndBatchNormOfASingleValue) {
+  const Tensor x = Tensor::full({1, 1, 1, 1}, 3.0);
+  EXPECT_EQ(conv2d(x, Tensor::full({1, 1, 1, 1}, 0.5), Tensor::full({1}, 1.0)).item(), 2.5);
+  // Eval mode: (3 - 1) / sqrt(4 + eps) * 2 + 0.5, with eps = 1e-5.
+  const double y = batch_norm2d(x, Tensor::full({1}, 2.0), Tensor::full({1}, 0.5), Tensor::full({1}, 1.0),
+                                Tensor::full({1}, 4.0), false)
+                       .item();
+  EXPECT_NEAR(y, 2.0 / std::sqrt(4.0 + 1e-5) * 2.0 + 0.5, 1e-6);
+}
+
 // The limits of a pooling window, each accepted exactly at its edge and refused just past it: an
 // input one row high, padding up to half the window (checked for height and width separately),
 // and a window that fits only with the padding on both sides.
@@ -595,6 +695,9 @@ TEST_F(Cnn, GlobalAvgPoolOfOneValueAndOfNone) {
   EXPECT_EQ(global_avg_pool2d(one).item(), 2.5);
   const std::string e = error_of([&] { global_avg_pool2d(Tensor::zeros({0, 3, 2, 2})); });
   EXPECT_NE(e.find("global_avg_pool2d: empty input f32[0, 3, 2, 2]"), std::string::npos) << e;
+  // The window is the whole plane, rows by columns: 2x3 here, one mean per channel.
+  const Tensor wide = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6, 0, 0, 0, 0, 0, 12}, {1, 2, 2, 3});
+  EXPECT_EQ(global_avg_pool2d(wide).to_vector(), (std::vector<float>{3.5f, 2}));
 }
 
 // conv2d's argument limits, each side alone and at its edge, on an input that is not square (2 rows,
