@@ -151,6 +151,27 @@ TEST(LoadCifar10, RejectsBadFolders) {
                   "2 mean(s)");
 }
 
+// A folder with only one split's file is still the binary layout: its split loads (with the
+// normalization it was given, which the data set remembers), and the other split names every file it
+// needs.
+TEST(LoadCifar10, AFolderWithOnlyTheTestBatch) {
+  TempDir dir;
+  write_file(dir / "test_batch.bin", cifar_records(2, fresh_seed()));
+  const data::Normalization norm{{0.25f, 0.5f, 0.75f}, {0.5f, 0.25f, 0.125f}};
+  const Dataset te = data::load_cifar10(dir.str(), Split::test, norm);
+  EXPECT_EQ(te.size(), 2);
+  EXPECT_EQ(te.norm.mean, norm.mean);
+  EXPECT_EQ(te.norm.std, norm.std);
+  EXPECT_HL_ERROR(data::load_cifar10(dir.str(), Split::train), dir / "data_batch_1.bin",
+                  "is missing; the train split needs data_batch_1.bin to data_batch_5.bin");
+  TempDir train_only;
+  write_fake_cifar(train_only, 1, 1, fresh_seed());
+  std::filesystem::remove(train_only / "test_batch.bin");
+  EXPECT_EQ(data::load_cifar10(train_only.str(), Split::train).size(), 5);
+  EXPECT_HL_ERROR(data::load_cifar10(train_only.str(), Split::test), train_only / "test_batch.bin",
+                  "is missing; the test split needs test_batch.bin");
+}
+
 // The JPEG-folder copy (cifar10-jpg/<split>/<class>/*.jpg, as in ../shared/datasets), made here of
 // PNGs, which the folder reader takes too: every image comes out 3x32x32 (one of another size is
 // resized), the data set is named after CIFAR-10's split, and a folder with another number of
