@@ -16,7 +16,9 @@ namespace hl {
 struct GradcheckResult {
   bool ok = false;
   double max_abs_error = 0.0;
-  std::string report;  // the worst element of each input, or the first failure
+  // The first failure, then the worst element of each input (none for an input whose every element
+  // is exact).
+  std::string report;
 };
 
 struct GradcheckOptions {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "framework/gradcheck.h"
 #include "framework/ops.h"
@@ -160,6 +161,74 @@ TEST_F(Gradcheck, DetectsAWrongGradient) {
   EXPECT_FALSE(second.ok);
   EXPECT_NE(second.report.find("input 1 element"), std::string::npos) << second.report;
   EXPECT_EQ(second.report.find("input 0 element"), std::string::npos) << second.report;
+}
+
+
+// A skipped input is handed to the function as it is: a copy in its own dtype (the others are f64
+// copies), never perturbed and never checked. Here input 1 carries a wrong gradient (its term is 0 in
+// value, e in gradient), and skipping it makes the check pass. The function also writes its skipped
+// input in place, as batch norm writes its running statistics: the caller's tensor is not touched.
+TEST_F(Gradcheck, SkippedInputsAreCopiedAsTheyAreAndNotChecked) {
+  const Tensor a = Tensor::uniform({3}, g, -1.0, 1.0, DType::f32), b = Tensor::uniform({3}, g, -1.0, 1.0, DType::f32);
+  const std::vector<float> b_before = b.to_vector();
+  std::vector<DType> seen;
+  const GradcheckFn f = [&](const std::vector<Tensor>& x) {
+    seen = {x[0].dtype(), x[1].dtype()};
+    Tensor stats = x[1];  // a handle on the same storage
+    stats.copy_(Tensor::zeros({3}));
+    const Tensor e = exp(cast(x[1], DType::f64));
+    return add(mul(x[0], 2.0), sub(e, e.detach()));
+  };
+  GradcheckOptions opt;
+  opt.skip = {1};
+  const GradcheckResult r = gradcheck(f, {a, b}, opt);
+  EXPECT_TRUE(r.ok) << r.report;
+  EXPECT_EQ(r.report.find("input 1"), std::string::npos) << r.report;
+  EXPECT_EQ(seen, (std::vector<DType>{DType::f64, DType::f32}));
+  EXPECT_EQ(b.to_vector(), b_before);
+  EXPECT_FALSE(gradcheck(f, {a, b}).ok);  // not skipped, its wrong gradient is found
+}
+
+TEST_F(Gradcheck, RefusesAFunctionWithoutAFloatingResult) {
+  const Tensor a = rnd({3}, g);
+  const std::vector<GradcheckFn> bad = {
+      [](const std::vector<Tensor>&) { return Tensor(); },
+      [](const std::vector<Tensor>& x) { return argmax(reshape(x[0], {1, 3})); },  // i32
+  };
+  for (const GradcheckFn& f : bad) {
+    const std::string e = test::error_of([&] { gradcheck(f, {a}); });
+    EXPECT_NE(e.find("gradcheck: the function must return a floating tensor"), std::string::npos) << e;
+  }
+}
+
+// The tolerance is atol + rtol * |numeric|. f = 1000 x^3 at x = 1 with eps = 0.01: the central
+// difference is off by 1000 eps^2 = 0.1 on a derivative of 3000 (both times the weight w of the
+// scalarization), a relative error of 3.3e-5. rtol = 1e-3 accepts it at this scale; atol = 1e-3
+// alone refuses it.
+TEST_F(Gradcheck, RelativeToleranceScalesWithTheNumericGradient) {
+  const Tensor ones = Tensor::ones({4}, DType::f64);
+  const GradcheckFn cube = [](const std::vector<Tensor>& x) { return mul(mul(mul(x[0], x[0]), x[0]), 1000.0); };
+  GradcheckOptions rel;
+  rel.eps = 0.01;
+  rel.atol = 0.0;
+  rel.rtol = 1e-3;
+  const GradcheckResult r = gradcheck(cube, {ones}, rel);
+  EXPECT_TRUE(r.ok) << r.report;
+  EXPECT_GT(r.max_abs_error, 1e-3) << r.report;  // |w| > 0.01 for one of the 4 weights at least
+  EXPECT_LE(r.max_abs_error, 0.1 + 1e-6) << r.report;
+  GradcheckOptions abs_only = rel;
+  abs_only.atol = 1e-3;
+  abs_only.rtol = 0.0;
+  EXPECT_FALSE(gradcheck(cube, {ones}, abs_only).ok);
+}
+
+// A gradient exact to the bit everywhere (f = 0 * x: both sides are 0) has no worst element: the
+// report is empty, rather than naming an element that is no worse than the others.
+TEST_F(Gradcheck, AnExactGradientHasNoWorstElement) {
+  const GradcheckResult r = gradcheck([](const std::vector<Tensor>& x) { return mul(x[0], 0.0); }, {rnd({3}, g)});
+  EXPECT_TRUE(r.ok);
+  EXPECT_EQ(r.max_abs_error, 0.0);
+  EXPECT_EQ(r.report, "");
 }
 
 }  // namespace

@@ -3,9 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "framework/device.h"
 #include "framework/ops.h"
@@ -294,6 +298,32 @@ TEST(Device, ParseAndFallback) {
   } else {
     EXPECT_EQ(parse_device("cuda"), Device::cuda);
   }
+}
+
+// The fallback notice is printed once per process, not once per call: checked in a fresh process
+// (the "threadsafe" death-test style runs this test alone in a new one), where no earlier test has
+// printed it yet.
+TEST(Device, FallbackNoticeIsPrintedOncePerProcess) {
+  if (cuda_available()) GTEST_SKIP() << "the notice is for a machine without a usable GPU";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        parse_device("cuda");
+        parse_device("gpu");
+        std::exit(0);
+      },
+      testing::ExitedWithCode(0), "^halfling: CUDA requested but unavailable \\([^\n]*\\); running on the CPU\n$");
+}
+
+// Blocks up to 1 MiB round up to a multiple of 512 bytes (0 bytes too: every allocation gets a real
+// block), larger ones to a power of two; each edge exactly.
+TEST(Allocator, RoundsSizesAtEachEdge) {
+  const std::vector<std::pair<size_t, size_t>> cases = {
+      {0, 512},   {1, 512},   {511, 512},   {512, 512}, {513, 1024}, {size_t(1) << 20, size_t(1) << 20},
+      {(size_t(1) << 20) + 1, size_t(2) << 20}, {size_t(2) << 20, size_t(2) << 20},
+      {(size_t(2) << 20) + 1, size_t(4) << 20},
+  };
+  for (const auto& [bytes, want] : cases) EXPECT_EQ(CachingAllocator::round_size(bytes), want) << bytes;
 }
 
 TEST(Allocator, CachesAndCountsPeak) {
