@@ -203,10 +203,11 @@ std::string report(int64_t steps) {
 
   std::string out;
   char line[256];
+  const std::string what = steps > 0 ? hl::detail::concat(steps, steps == 1 ? " step" : " steps",
+                                                          ", calls and milliseconds per step")
+                                      : std::string("totals, in milliseconds");
   std::snprintf(line, sizeof line, "# profile: %s; host = CPU time inside the scope%s (framework/profiler.h)\n",
-                steps > 0 ? (std::to_string(steps) + " steps, calls and milliseconds per step").c_str()
-                          : "totals, in milliseconds",
-                device ? ", device = GPU stream time from its first to its last queued work" : "");
+                what.c_str(), device ? ", device = GPU stream time from its first to its last queued work" : "");
   out += line;
   std::snprintf(line, sizeof line, "%-*s %9s %10s%s %7s\n", static_cast<int>(width), "scope", "calls", "host ms",
                 device ? "  device ms" : "", "share");

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +40,18 @@ TEST_F(Profiler, NothingIsRecordedWhileOff) {
   { profiler::Scope s("ignored"); }
   EXPECT_FALSE(profiler::enabled());
   EXPECT_TRUE(profiler::rows().empty());
+}
+
+// A process starts with the profiler off and without device timing: checked in a fresh process (the
+// "threadsafe" death-test style runs this test alone in a new one), before any start().
+TEST_F(Profiler, AProcessStartsWithTheProfilerOff) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        { profiler::Scope s("before any start"); }
+        std::exit(!profiler::enabled() && !profiler::device_timing() && profiler::rows().empty() ? 0 : 1);
+      },
+      testing::ExitedWithCode(0), "");
 }
 
 TEST_F(Profiler, NestedScopesFormATreeWithInclusiveTimesAndAnOtherRow) {
@@ -91,6 +105,14 @@ TEST_F(Profiler, ReportDividesByStepsAndSharesAddUp) {
   const std::string line = per_step.substr(step_line + 1, per_step.find('\n', step_line + 1) - step_line - 1);
   EXPECT_NE(line.find(" 1.00 "), std::string::npos) << line;
   EXPECT_NE(line.find("100.0%"), std::string::npos) << line;
+  // Its host time is per step too: the total over 4 steps, divided by 4, printed to 3 decimals.
+  std::istringstream fields(line);
+  std::string name, calls;
+  double host_per_step = -1.0;
+  fields >> name >> calls >> host_per_step;
+  const std::vector<profiler::Row> rows = profiler::rows();
+  ASSERT_FALSE(rows.empty());
+  EXPECT_NEAR(host_per_step, rows[0].host_ms / 4.0, 0.0006) << line;
   EXPECT_NE(per_step.find("\n  forward "), std::string::npos) << "children are indented: " << per_step;
   // The scope column is as wide as its longest entry, indentation included ("  forward", 9), so the
   // columns line up: the column header and every row have the same length.
@@ -105,6 +127,37 @@ TEST_F(Profiler, ReportDividesByStepsAndSharesAddUp) {
   ASSERT_NE(total_line, std::string::npos) << totals;
   const std::string step_total = totals.substr(total_line + 1, totals.find('\n', total_line + 1) - total_line - 1);
   EXPECT_NE(step_total.find(" 4 "), std::string::npos) << "4 calls in all: " << step_total;
+}
+
+// The share column is each row's part of the roots' time, whatever the tree below them: with two
+// roots, one of them without children, the roots' shares add up to 100%. One step is "1 step".
+TEST_F(Profiler, SharesOfSeveralRootsAddUp) {
+  profiler::start(false);
+  {
+    profiler::Scope a("first root");
+    profiler::Scope c("its child");
+    sleep_ms(2);
+  }
+  {
+    profiler::Scope b("second root");
+    sleep_ms(2);
+  }
+  profiler::stop();
+  const std::string out = profiler::report(1);
+  EXPECT_NE(out.find("# profile: 1 step, calls and milliseconds per step;"), std::string::npos) << out;
+  double roots = 0.0;
+  for (const char* name : {"\nfirst root ", "\nsecond root "}) {
+    const size_t at = out.find(name);
+    ASSERT_NE(at, std::string::npos) << out;
+    const size_t end = out.find('\n', at + 1);
+    const size_t pct = out.rfind('%', end);
+    const size_t before = out.rfind(' ', pct);
+    ASSERT_TRUE(pct != std::string::npos && pct > at && before > at) << out;
+    const double share = std::strtod(out.c_str() + before + 1, nullptr);
+    EXPECT_GT(share, 0.0) << name << out;  // each root slept 2 ms
+    roots += share;
+  }
+  EXPECT_NEAR(roots, 100.0, 0.2) << out;  // two shares printed to 0.1
 }
 
 // A scope name too long for the 72-column scope field is cut, with "..." at its end, so the other
