@@ -315,6 +315,18 @@ TEST(Device, FallbackNoticeIsPrintedOncePerProcess) {
       testing::ExitedWithCode(0), "^halfling: CUDA requested but unavailable \\([^\n]*\\); running on the CPU\n$");
 }
 
+// copy_bytes copies exactly the count it is given, down to one byte, and nothing for zero.
+TEST(Device, CopyBytesOnTheHostDownToOneByte) {
+  const char src[3] = {'a', 'b', 'c'};
+  char dst[3] = {'x', 'y', 'z'};
+  copy_bytes(dst, Device::cpu, src, Device::cpu, 0);
+  EXPECT_EQ(std::string(dst, 3), "xyz");
+  copy_bytes(dst, Device::cpu, src, Device::cpu, 1);
+  EXPECT_EQ(std::string(dst, 3), "ayz");
+  copy_bytes(dst, Device::cpu, src, Device::cpu, 3);
+  EXPECT_EQ(std::string(dst, 3), "abc");
+}
+
 // Blocks up to 1 MiB round up to a multiple of 512 bytes (0 bytes too: every allocation gets a real
 // block), larger ones to a power of two; each edge exactly.
 TEST(Allocator, RoundsSizesAtEachEdge) {
