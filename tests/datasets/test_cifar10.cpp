@@ -6,6 +6,8 @@
 #include <chrono>
 #include <filesystem>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "datasets/cifar10.h"
 #include "datasets/image.h"
@@ -54,13 +56,16 @@ TEST(ParseCifar10, RejectsTruncatedAndEmptyFiles) {
     EXPECT_HL_ERROR(data::parse_cifar10_batch(file.data(), cut, "f.bin"), "parse_cifar10(f.bin)", "truncated record",
                     std::to_string(cut) + " bytes");
   EXPECT_HL_ERROR(data::parse_cifar10_batch(file.data(), 0, "f.bin"), "parse_cifar10(f.bin)", "empty");
+  // The arithmetic of the message: how many whole records, and how many bytes over.
+  EXPECT_HL_ERROR(data::parse_cifar10_batch(file.data(), 3073 * 2 + 100, "f.bin"),
+                  "truncated record: 6246 bytes is 2 whole record(s) of 3073 bytes and 100 byte(s) more");
 }
 
 TEST(ParseCifar10, RejectsLabelsOutOfRange) {
   Bytes file = cifar_records(4, fresh_seed());
   file[2 * 3073] = 10;
-  EXPECT_HL_ERROR(data::parse_cifar10_batch(file.data(), file.size(), "f.bin"), "label 10 of record 2",
-                  "out of range");
+  EXPECT_HL_ERROR(data::parse_cifar10_batch(file.data(), file.size(), "f.bin"),
+                  "label 10 of record 2 (byte offset 6146) is out of range (expected 0 to 9)");
   file[2 * 3073] = 255;
   EXPECT_HL_ERROR(data::parse_cifar10_batch(file.data(), file.size(), "f.bin"), "label 255");
 }
@@ -70,6 +75,9 @@ TEST(ParseCifar10, LabelNames) {
                                                      "meta");
   EXPECT_EQ(names, data::cifar10_class_names());
   EXPECT_EQ(data::parse_cifar10_label_names("a\r\nb\nc\nd\ne\nf\ng\nh\ni\nj", "meta").front(), "a");
+  // Trailing blanks of either kind are not part of a name.
+  const auto padded = data::parse_cifar10_label_names("a\t\nb \nc\t \nd\ne\nf\ng\nh\ni\nj", "meta");
+  EXPECT_EQ(std::vector<std::string>(padded.begin(), padded.begin() + 3), (std::vector<std::string>{"a", "b", "c"}));
   EXPECT_HL_ERROR(data::parse_cifar10_label_names("a\nb\nc\n", "meta.txt"), "meta.txt", "found 3", "expected 10");
 }
 
