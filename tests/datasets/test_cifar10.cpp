@@ -205,6 +205,18 @@ TEST(LoadCifar10, ReadsTheImageFolderLayout) {
     const float want = static_cast<float>((20 * i + 5) / 255.0);
     for (size_t k = 0; k < 3072; ++k) ASSERT_EQ(x[i * 3072 + k], want) << "image " << i << " value " << k;
   }
+  // Another normalization, through the same cache of decoded pixels: applied per channel, and remembered.
+  const data::Normalization norm = data::cifar10_normalization();
+  const Dataset normed = data::load_cifar10(dir.str(), Split::train, norm, cache.str());
+  EXPECT_EQ(normed.norm.mean, norm.mean);
+  EXPECT_EQ(normed.norm.std, norm.std);
+  const std::vector<float> xn = normed.images.to_vector();
+  for (size_t i = 0; i < 10; ++i) {
+    for (int64_t c = 0; c < 3; ++c) {
+      const double want = ((20 * i + 5) / 255.0 - norm.mean_of(c)) / norm.std_of(c);
+      EXPECT_NEAR(xn[i * 3072 + static_cast<size_t>(c) * 1024], want, 1e-6) << "image " << i << " channel " << c;
+    }
+  }
   std::filesystem::remove_all(dir / ("cifar10-jpg/train/" + names[9]));
   EXPECT_HL_ERROR(data::load_cifar10(dir.str(), Split::train, data::Normalization::unit(), cache.str()),
                   "load_cifar10(", "holds 9 class folders; CIFAR-10 has 10");

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
+#include <vector>
 
 #include "datasets/idx.h"
 #include "tests/datasets/data_files.h"
@@ -88,6 +90,17 @@ TEST_P(ReadIdxFormats, RejectsWrongMagic) {
   const std::string path = file("bad-magic");
   write_idx(path, b, gz());
   EXPECT_HL_ERROR(read_idx(path), prefix(path), "wrong magic", "0x50 0x4B");
+  // Either byte alone is enough to refuse it.
+  struct Magic {
+    uint8_t first, second;
+    const char* shown;
+  };
+  for (const Magic& m : {Magic{0x00, 0x4B, "0x00 0x4B"}, Magic{0x50, 0x00, "0x50 0x00"}}) {
+    b[0] = m.first;
+    b[1] = m.second;
+    write_idx(path, b, gz());
+    EXPECT_HL_ERROR(read_idx(path), prefix(path), std::string("wrong magic: the first two bytes are ") + m.shown);
+  }
 }
 
 TEST_P(ReadIdxFormats, RejectsUnsupportedType) {
@@ -118,6 +131,19 @@ TEST_P(ReadIdxFormats, EightDimensionsAreTheLimit) {
   EXPECT_HL_ERROR(read_idx(nine), prefix(nine), "9 dimensions (expected 1 to 8)");
 }
 
+// Dimensions are big-endian uint32s, every byte of them counted. Their product must fit in 64 bits,
+// up to exactly 2^63 - 1 = 454279 * 31252369 * 649657 (then it is data the file does not hold).
+TEST_P(ReadIdxFormats, DimensionsUseEveryByteAndTheirProductFitsIn64Bits) {
+  const std::string path = file("big-dims");
+  write_idx(path, idx_bytes({16777216, 65536, 0}, {}), gz());  // a 0 beside them: empty, and valid
+  EXPECT_EQ(read_idx(path).dims, (std::vector<int64_t>{16777216, 65536, 0}));
+  write_idx(path, idx_bytes({454279, 31252369, 649657}, {}), gz());
+  EXPECT_HL_ERROR(read_idx(path), prefix(path), "data truncated", "describes 9223372036854775807 bytes");
+  write_idx(path, idx_bytes({454279, 31252369, 649658}, {}), gz());
+  EXPECT_HL_ERROR(read_idx(path), prefix(path),
+                  "bad header: the dimensions [454279, 31252369, 649658]... describe more bytes than fit in 64 bits");
+}
+
 TEST_P(ReadIdxFormats, RejectsEmptyFile) {
   const std::string path = file("empty-file");
   write_idx(path, {}, gz());
@@ -128,6 +154,11 @@ TEST_P(ReadIdxFormats, RejectsTruncatedMagic) {
   const std::string path = file("two-bytes");
   write_idx(path, Bytes{0, 0}, gz());
   EXPECT_HL_ERROR(read_idx(path), prefix(path), "truncated header");
+  // A raw file is gzip only when both magic bytes say so: a second byte of 0x8b alone is not enough.
+  const std::string odd = file("half-gzip-magic");
+  write_idx(odd, Bytes{0x00, 0x8b, 0x08}, gz());
+  EXPECT_HL_ERROR(read_idx(odd), gz() ? "truncated header: the decompressed file has 3 byte(s)"
+                                      : "truncated header: the file has 3 byte(s)");
 }
 
 TEST_P(ReadIdxFormats, RejectsTruncatedDimensions) {
@@ -144,6 +175,8 @@ TEST_P(ReadIdxFormats, RejectsTruncatedDataWithExpectedAndActualSizes) {
   write_idx(path, idx_bytes({5, 4}, random_bytes(17, 3)), gz());
   EXPECT_HL_ERROR(read_idx(path), prefix(path), "data truncated", "[5, 4]", "describes 20 bytes", "only 17",
                   "(expected 32 bytes in all, got 29)");  // with the 12-byte header
+  // The count is of the bytes the reader saw: after decompression for a .gz file.
+  EXPECT_HL_ERROR(read_idx(path), gz() ? "the decompressed file holds only 17" : ", the file holds only 17");
 }
 
 TEST_P(ReadIdxFormats, RejectsHeaderWithoutData) {
@@ -208,6 +241,12 @@ TEST(ReadIdx, RejectsTruncatedGzipFile) {
   gz.resize(gz.size() / 2);
   write_file(path, gz);
   EXPECT_HL_ERROR(read_idx(path), prefix(path), "corrupt gzip stream", "truncated");
+  // zlib's own message follows, without the path it puts in front (the prefix names it once already).
+  const std::string msg = error_of([&] { read_idx(path); });
+  EXPECT_NE(msg.find(prefix(path) + " corrupt gzip stream: unexpected end of file (the .gz file is truncated)"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find(path), msg.rfind(path)) << "the path is named once: " << msg;
 }
 
 TEST(ReadIdx, RejectsGzipCutInsideItsTrailer) {
