@@ -22,6 +22,7 @@
 #include "framework/ops_cnn.h"
 #include "framework/optim.h"
 #include "kernels/conv.h"
+#include "tests/framework/seed_dtypes.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -159,35 +160,22 @@ TEST_F(Cnn, Conv2dFusedReluBackwardEqualsReluOfConvBackward) {
   EXPECT_EQ(grads[1], grads[0]);  // the same f64 arithmetic in the same order: equal to the bit
 }
 
-// backward(seed) takes a seed of any floating dtype; each op's backward converts g to the dtype its
-// kernels read. An f64 or f16 seed of small integers (exact in each) gives the f32 seed's gradients.
+// Each op's backward converts an upstream gradient of another dtype (tests/framework/seed_dtypes.h).
 TEST_F(Cnn, BackwardsConvertAnUpstreamGradientOfAnotherDtype) {
-  const Tensor x0 = rnd({2, 2, 4, 4}, g, -1, 1, DType::f32), w0 = rnd({3, 2, 3, 3}, g, -1, 1, DType::f32);
-  const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&)>>> ops = {
-      {"conv2d", [&](const Tensor& x) { return conv2d(x, w0, Tensor(), {1, 1}, {1, 1}); }},
-      {"conv2d_relu", [&](const Tensor& x) { return conv2d(x, w0, Tensor(), {1, 1}, {1, 1}, true); }},
-      {"max_pool2d", [](const Tensor& x) { return max_pool2d(x, {2, 2}); }},
-      {"avg_pool2d", [](const Tensor& x) { return avg_pool2d(x, {2, 2}); }},
-      {"batch_norm2d", [](const Tensor& x) {
-         return batch_norm2d(x, Tensor::ones({2}), Tensor::zeros({2}), Tensor(), Tensor(), true);
-       }},
-      {"dropout", [](const Tensor& x) { return dropout(x, 0.5, true, uint64_t{7}); }},
-  };
-  for (const auto& [name, op] : ops) {
-    const auto grad_with = [&, &op = op](DType seed_t) {
-      Tensor x = x0.clone().requires_grad_();
-      const Tensor y = op(x);
-      // Seeds of 1, 2, 3 in turn: a batch-norm gradient of all-equal seeds would be 0 everywhere.
-      std::vector<float> v(static_cast<size_t>(y.numel()));
-      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(1 + i % 3);
-      y.backward(Tensor::from_vector(v, y.shape(), seed_t));
-      EXPECT_EQ(x.grad().dtype(), DType::f32) << name;
-      return x.grad().to_double();
-    };
-    const std::vector<double> want = grad_with(DType::f32);
-    EXPECT_EQ(grad_with(DType::f64), want) << name;
-    EXPECT_EQ(grad_with(DType::f16), want) << name;
-  }
+  const Tensor w0 = rnd({3, 2, 3, 3}, g, -1, 1, DType::f32);
+  test::expect_seed_dtype_does_not_matter(
+      {
+          {"conv2d", [&](const Tensor& x) { return conv2d(x, w0, Tensor(), {1, 1}, {1, 1}); }},
+          {"conv2d_relu", [&](const Tensor& x) { return conv2d(x, w0, Tensor(), {1, 1}, {1, 1}, true); }},
+          {"max_pool2d", [](const Tensor& x) { return max_pool2d(x, {2, 2}); }},
+          {"avg_pool2d", [](const Tensor& x) { return avg_pool2d(x, {2, 2}); }},
+          {"batch_norm2d",
+           [](const Tensor& x) {
+             return batch_norm2d(x, Tensor::ones({2}), Tensor::zeros({2}), Tensor(), Tensor(), true);
+           }},
+          {"dropout", [](const Tensor& x) { return dropout(x, 0.5, true, uint64_t{7}); }},
+      },
+      rnd({2, 2, 4, 4}, g, -1, 1, DType::f32));
 }
 
 TEST_F(Cnn, MaxPoolTiesTakeTheFirstAndNanPropagates) {

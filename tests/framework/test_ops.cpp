@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "framework/ops.h"
+#include "tests/framework/seed_dtypes.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -302,28 +303,17 @@ TEST(Ops, ArgmaxAndAccuracy) {
   EXPECT_NEAR(accuracy(logits, labels), 2.0 / 3.0, 1e-12);
 }
 
-// The backward functions that hand g to a kernel read it in one dtype. backward(seed) takes a seed of
-// any floating dtype, so each converts it first: an f64 or f16 seed holding the same values (small
-// integers, exact in each) gives the same gradient as the f32 one.
+// The backward functions that hand g to a kernel read it in one dtype, so each converts it first
+// (tests/framework/seed_dtypes.h).
 TEST(Ops, BackwardsConvertAnUpstreamGradientOfAnotherDtype) {
   const Tensor labels = Tensor::from_vector(std::vector<int32_t>{2, 0}, {2});
-  const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&)>>> ops = {
-      {"relu", [](const Tensor& x) { return relu(x); }},
-      {"log_softmax", [](const Tensor& x) { return log_softmax(x); }},
-      {"nll_loss", [&](const Tensor& x) { return nll_loss(log_softmax(x), labels); }},
-  };
-  for (const auto& [name, op] : ops) {
-    const auto grad_with = [&, &op = op](DType seed_t) {
-      Tensor x = f32({0.5f, -1, 2, 3, 0.25f, -0.5f}, {2, 3}).requires_grad_();
-      const Tensor y = op(x);
-      y.backward(Tensor::full(y.shape(), 2.0, seed_t));
-      EXPECT_EQ(x.grad().dtype(), DType::f32) << name;
-      return x.grad().to_double();
-    };
-    const std::vector<double> want = grad_with(DType::f32);
-    EXPECT_EQ(grad_with(DType::f64), want) << name;
-    EXPECT_EQ(grad_with(DType::f16), want) << name;
-  }
+  test::expect_seed_dtype_does_not_matter(
+      {
+          {"relu", [](const Tensor& x) { return relu(x); }},
+          {"log_softmax", [](const Tensor& x) { return log_softmax(x); }},
+          {"nll_loss", [&](const Tensor& x) { return nll_loss(log_softmax(x), labels); }},
+      },
+      f32({0.5f, -1, 2, 3, 0.25f, -0.5f}, {2, 3}));
 }
 
 // sum_to undoes a broadcast: a size-1 dim against a 0-sized one sums nothing (zeros), and the result
