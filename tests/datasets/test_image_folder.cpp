@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "datasets/image.h"
@@ -163,6 +164,37 @@ TEST(ImageFolder, RejectsBadFolders) {
   ImageFolderOptions bad;
   bad.channels = 2;
   EXPECT_HL_ERROR(data::load_image_folder(root.str(), "train", bad), "channels must be 1 or 3");
+  // The first image of all is checked like the others (0.jpg sorts before 1.png).
+  write_file(root / "train/cat/0.jpg", Bytes{0xFF, 0xD8, 0xFF, 0xE0, 0, 0x10, 'J', 'F', 'I', 'F'});
+  EXPECT_HL_ERROR(data::load_image_folder(root.str(), "train"), "decode_image(" + root / "train/cat/0.jpg" + ")");
+}
+
+// A resize target is both sides or neither, each from 1 to 65536; each side is checked on its own,
+// and 65536 itself is taken.
+TEST(ImageFolder, ResizeTargetLimits) {
+  TempDir root;
+  fs::create_directories(root / "train/cat");
+  data::write_png(root / "train/cat/1.png", random_image(6, 6, 1));
+  struct Target {
+    int64_t height, width;
+  };
+  for (const Target t : {Target{-1, -1}, Target{70000, 10}, Target{10, 70000}, Target{65537, 65537}, Target{0, 4}}) {
+    ImageFolderOptions opt;
+    opt.use_cache = false;
+    opt.height = t.height;
+    opt.width = t.width;
+    EXPECT_HL_ERROR(data::load_image_folder(root.str(), "train", opt),
+                    "give both height and width (or neither), got " + std::to_string(t.height) + "x" +
+                        std::to_string(t.width));
+  }
+  for (const Target t : {Target{65536, 1}, Target{1, 65536}}) {
+    ImageFolderOptions opt;
+    opt.use_cache = false;
+    opt.channels = 1;
+    opt.height = t.height;
+    opt.width = t.width;
+    EXPECT_EQ(data::load_image_folder(root.str(), "train", opt).images.shape(), (Shape{1, 1, t.height, t.width}));
+  }
 }
 
 TEST(ImageCache, ParseRejectsEveryDamagedField) {
@@ -181,6 +213,52 @@ TEST(ImageCache, ParseRejectsEveryDamagedField) {
   c.labels[1] = 2;
   const Bytes bad_label = data::serialize_image_cache(c);
   EXPECT_HL_ERROR(data::parse_image_cache(bad_label.data(), bad_label.size(), "c.bin"), "label 2", "out of range");
+}
+
+// The header's fields at their limits, each refused by name (values a damaged or foreign file may
+// hold), and the format pinned: a cache starts with "HLIMGC", 0 and the format version, 1, so a
+// change of layout must come with a new version (an old cache is then refused, and rebuilt).
+TEST(ImageCache, HeaderLimitsAndTheFormatVersion) {
+  const data::ImageCache c{42, 2, 1, 2, 2, {"a", "bb"}, {1, 0}, Bytes(8, 7)};
+  const Bytes good = data::serialize_image_cache(c);
+  EXPECT_EQ(Bytes(good.begin(), good.begin() + 8), (Bytes{'H', 'L', 'I', 'M', 'G', 'C', 0, 1}));
+  // Little-endian fields: the magic (8 bytes), the fingerprint (8), count, channels, height, width
+  // (8 each, from byte 16), the number of classes (4, at 48), then each name's length (4) and bytes.
+  const auto with = [&](size_t at, uint64_t v, int bytes) {
+    Bytes b = good;
+    for (int i = 0; i < bytes; ++i) b[at + static_cast<size_t>(i)] = static_cast<uint8_t>(v >> (8 * i));
+    return b;
+  };
+  Bytes no_images = with(16, 0, 8);  // count 0, and nothing after the names: still refused
+  no_images.resize(good.size() - 2 * (4 + 4));
+  struct Case {
+    const char* what;
+    Bytes bytes;
+    std::string expect;
+  };
+  const std::vector<Case> cases{
+      {"no images", no_images, "size mismatch: the header promises 0 images"},
+      {"images 0 pixels high", with(32, 0, 8), "bad header: images of 0x2 pixels"},
+      {"images 0 pixels wide", with(40, 0, 8), "bad header: images of 2x0 pixels"},
+      {"no classes", with(48, 0, 4), "bad header: 0 classes"},
+      {"2^20 + 1 classes", with(48, (1u << 20) + 1, 4), "bad header: 1048577 classes"},
+      {"a name of 0 bytes", with(52, 0, 4), "bad class name length 0 for class 0"},
+      {"a cut fingerprint", Bytes(good.begin(), good.begin() + 12),
+       "truncated: a 64-bit field at byte 8 needs 8 byte(s), 4 left"},
+  };
+  for (const Case& k : cases) {
+    const std::string e = error_of([&] { data::parse_image_cache(k.bytes.data(), k.bytes.size(), "c.bin"); });
+    EXPECT_NE(e.find("parse_image_cache(c.bin): " + k.expect), std::string::npos) << k.what << ": " << e;
+  }
+  // 2^20 classes pass the header check (this file then runs out of names).
+  const Bytes most = with(48, 1u << 20, 4);
+  const std::string e = error_of([&] { data::parse_image_cache(most.data(), most.size(), "c.bin"); });
+  EXPECT_EQ(e.find("classes"), std::string::npos) << e;
+  EXPECT_NE(e.find("parse_image_cache(c.bin): "), std::string::npos) << e;
+  // Images one pixel high are valid.
+  const data::ImageCache row{7, 1, 1, 1, 4, {"a"}, {0}, Bytes{1, 2, 3, 4}};
+  const Bytes row_bytes = data::serialize_image_cache(row);
+  EXPECT_EQ(data::parse_image_cache(row_bytes.data(), row_bytes.size(), "c.bin").pixels, row.pixels);
 }
 
 }  // namespace
