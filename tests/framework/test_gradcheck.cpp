@@ -163,7 +163,6 @@ TEST_F(Gradcheck, DetectsAWrongGradient) {
   EXPECT_EQ(second.report.find("input 0 element"), std::string::npos) << second.report;
 }
 
-
 // A skipped input is handed to the function as it is: a copy in its own dtype (the others are f64
 // copies), never perturbed and never checked. Here input 1 carries a wrong gradient (its term is 0 in
 // value, e in gradient), and skipping it makes the check pass. The function also writes its skipped
