@@ -176,10 +176,13 @@ IdxArray read_idx(const std::string& path) {
     have += r;
     if (have < out.data.size()) break;  // end of the stream
   }
+  // The sizes in all are unsigned: a header of up to 36 bytes plus up to 2^63 - 1 bytes of data fits
+  // in 64 bits only without a sign.
+  const uint64_t header = 4 + 4 * static_cast<uint64_t>(ndims);
   if (have < static_cast<size_t>(expected))
     in.fail("data truncated: the header ", dims_str(out.dims), " describes ", expected, " bytes of data, ",
-            in.content(), " holds only ", have, " (expected ", 4 + 4 * ndims + expected, " bytes in all, got ",
-            4 + 4 * ndims + static_cast<int64_t>(have), ")");
+            in.content(), " holds only ", have, " (expected ", header + static_cast<uint64_t>(expected),
+            " bytes in all, got ", header + have, ")");
 
   // Nothing may follow the data.
   std::vector<uint8_t> rest(1 << 16);

@@ -138,7 +138,8 @@ TEST_P(ReadIdxFormats, DimensionsUseEveryByteAndTheirProductFitsIn64Bits) {
   write_idx(path, idx_bytes({16777216, 65536, 0}, {}), gz());  // a 0 beside them: empty, and valid
   EXPECT_EQ(read_idx(path).dims, (std::vector<int64_t>{16777216, 65536, 0}));
   write_idx(path, idx_bytes({454279, 31252369, 649657}, {}), gz());
-  EXPECT_HL_ERROR(read_idx(path), prefix(path), "data truncated", "describes 9223372036854775807 bytes");
+  EXPECT_HL_ERROR(read_idx(path), prefix(path), "data truncated", "describes 9223372036854775807 bytes",
+                  "(expected 9223372036854775823 bytes in all, got 16)");  // the 16-byte header on top
   write_idx(path, idx_bytes({454279, 31252369, 649658}, {}), gz());
   EXPECT_HL_ERROR(read_idx(path), prefix(path),
                   "bad header: the dimensions [454279, 31252369, 649658]... describe more bytes than fit in 64 bits");
