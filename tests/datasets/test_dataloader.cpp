@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <set>
+#include <vector>
 
 #include "datasets/dataloader.h"
 #include "kernels/half.h"
@@ -151,6 +153,9 @@ TEST(DataLoader, BatchCountsAndLastBatch) {
   sizes.clear();
   run_epoch(small_keep, 0, &sizes);
   EXPECT_EQ(sizes, std::vector<int64_t>{5});
+  // A last batch of one sample, and batches of one: each counts.
+  EXPECT_EQ(DataLoader(indexed_dataset(101), opts(10, true, false)).num_batches(), 11);
+  EXPECT_EQ(DataLoader(indexed_dataset(7), opts(1, true, false)).num_batches(), 7);
 }
 
 TEST(DataLoader, NextStaysFalseUntilTheNextEpoch) {
@@ -225,6 +230,16 @@ TEST(DataLoader, RejectsBadOptionsAndEmptySets) {
   Dataset mismatched = indexed_dataset(5);
   mismatched.labels = Tensor::from_vector(std::vector<int32_t>{0, 1, 2}, {3});
   EXPECT_HL_ERROR(DataLoader(mismatched, opts(4, true, false)), "labels");
+  // A 0-d tensor of images has no samples at all; a 1-d one holds one value per sample, and loads.
+  Dataset scalar = indexed_dataset(1);
+  scalar.images = Tensor::scalar(3.0);
+  EXPECT_HL_ERROR(DataLoader(scalar, opts(4, true, false)), "DataLoader(indexed)", "the data set is empty");
+  Dataset flat = indexed_dataset(3);
+  flat.images = Tensor::from_vector(std::vector<float>{0.5f, 1.5f, 2.5f}, {3});
+  DataLoader flat_loader(flat, opts(3, false, false));
+  Batch b;
+  ASSERT_TRUE(flat_loader.next(b));
+  EXPECT_EQ(b.x.to_vector(), (std::vector<float>{0.5f, 1.5f, 2.5f}));
 }
 
 }  // namespace
@@ -300,6 +315,40 @@ TEST(Augment, DrawIsAPureFunctionOfSeedEpochAndIndex) {
   EXPECT_LT(same_seed, 50);
 }
 
+// The draws are pinned like the order (OrderIsPinnedAcrossMachines), and reproduced by the same kind
+// of independent Python re-implementation: dx, dy, then the flip, each drawn with below() from a
+// generator seeded by mix64(mix64(mix64(seed ^ the augmentation stream) ^ epoch) ^ index); a flip is a
+// draw of 1. Without a crop, the flip is the first draw.
+TEST(Augment, DrawsArePinnedAcrossMachines) {
+  struct Want {
+    int64_t dx, dy;
+    bool flip;
+  };
+  const std::vector<Want> crop_and_flip{{4, 8, true}, {8, 0, false}, {7, 3, true},
+                                        {0, 1, false}, {1, 1, true}, {8, 2, true}};
+  const std::vector<bool> flip_only{true, false, false, true, true, false};
+  for (int64_t i = 0; i < 6; ++i) {
+    const AugmentDraw d = data::draw_augment(Augment::cifar10(), 42, 0, i);
+    const Want& w = crop_and_flip[static_cast<size_t>(i)];
+    EXPECT_TRUE(d.dx == w.dx && d.dy == w.dy && d.flip == w.flip)
+        << "index " << i << ": " << d.dx << ", " << d.dy << ", " << d.flip;
+    const AugmentDraw f = data::draw_augment(Augment{0, true}, 42, 0, i);
+    EXPECT_TRUE(f.dx == 0 && f.dy == 0 && f.flip == flip_only[static_cast<size_t>(i)]) << "index " << i;
+  }
+  // A crop padding of 1 draws both offsets from {0, 1, 2}: each value shows within 300 draws
+  // (missing one has a chance of 2 (2/3)^300, below 1e-52).
+  std::set<int64_t> dx_seen, dy_seen;
+  const uint64_t seed = fresh_seed();
+  for (int64_t i = 0; i < 300; ++i) {
+    const AugmentDraw d = data::draw_augment(Augment{1, false}, seed, 0, i);
+    ASSERT_FALSE(d.flip);
+    dx_seen.insert(d.dx);
+    dy_seen.insert(d.dy);
+  }
+  EXPECT_EQ(dx_seen, (std::set<int64_t>{0, 1, 2}));
+  EXPECT_EQ(dy_seen, (std::set<int64_t>{0, 1, 2}));
+}
+
 TEST(Augment, CropAndFlipMoveEveryPixelWhereExpected) {
   const int64_t c = 2, h = 5, w = 7, p = 4;
   std::vector<float> in(static_cast<size_t>(c * h * w));
@@ -353,6 +402,39 @@ TEST(DataLoader, AugmentedEpochsAreReproducibleAndIndependentOfBatchSize) {
                         pad.data());
     ASSERT_TRUE(std::equal(want.begin(), want.end(), ea.first.begin() + static_cast<long>(r * 192))) << "row " << r;
   }
+}
+
+// Images that are not square (4 rows of 6): the loader hands augment_image each side as it is.
+TEST(DataLoader, AugmentsImagesThatAreNotSquare) {
+  const uint64_t seed = fresh_seed();
+  const Dataset ds = random_images(5, 3, 4, 6, seed);
+  DataLoader::Options o = opts(5, false, false, seed);
+  o.augment = Augment::cifar10();
+  DataLoader loader(ds, o);
+  const auto got = epoch_contents(loader, 0).first;
+  ASSERT_EQ(got.size(), 5u * 72u);
+  const std::vector<float> src = ds.images.to_vector();
+  std::vector<float> pad;
+  for (int64_t c = 0; c < 3; ++c) pad.push_back(-ds.norm.mean_of(c) / ds.norm.std_of(c));
+  for (int64_t i = 0; i < 5; ++i) {  // no shuffle: row i is sample i
+    std::vector<float> want(72);
+    data::augment_image(src.data() + i * 72, want.data(), 3, 4, 6, o.augment, data::draw_augment(o.augment, seed, 0, i),
+                        pad.data());
+    ASSERT_TRUE(std::equal(want.begin(), want.end(), got.begin() + i * 72)) << "row " << i;
+  }
+}
+
+// f16 images are augmented like their f32 values: the loader widens them before it crops and flips.
+TEST(DataLoader, AugmentsF16Images) {
+  const uint64_t seed = fresh_seed();
+  Dataset ds = random_images(6, 3, 8, 8, seed);
+  ds.images = ds.images.to(DType::f16);  // values an f16 holds, so the f32 copy below is exact
+  Dataset wide = ds;
+  wide.images = ds.images.to(DType::f32);
+  DataLoader::Options o = opts(4, true, false, seed);
+  o.augment = Augment::cifar10();
+  DataLoader narrow_loader(ds, o), wide_loader(wide, o);
+  EXPECT_EQ(epoch_contents(narrow_loader, 1), epoch_contents(wide_loader, 1));
 }
 
 TEST(DataLoader, F16BatchesAreTheRoundedF32Batches) {

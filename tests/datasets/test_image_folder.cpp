@@ -155,7 +155,7 @@ TEST(ImageFolder, RejectsBadFolders) {
   data::write_png(root / "train/cat/1.png", random_image(6, 6, 1));
   data::write_png(root / "train/cat/2.png", random_image(6, 8, 2));
   EXPECT_HL_ERROR(data::load_image_folder(root.str(), "train"), root / "train/cat/2.png", "is 6x8",
-                  "different sizes");
+                  "but " + root / "train/cat/1.png" + " is 6x6", "different sizes");
   fs::remove(root / "train/cat/2.png");
   write_file(root / "train/cat/3.jpg", Bytes{0xFF, 0xD8, 0xFF, 0xE0, 0, 0x10, 'J', 'F', 'I', 'F'});
   EXPECT_HL_ERROR(data::load_image_folder(root.str(), "train"), "decode_image(" + root / "train/cat/3.jpg" + ")");
@@ -164,6 +164,9 @@ TEST(ImageFolder, RejectsBadFolders) {
   ImageFolderOptions bad;
   bad.channels = 2;
   EXPECT_HL_ERROR(data::load_image_folder(root.str(), "train", bad), "channels must be 1 or 3");
+  // A file beside the class folders (a README, a licence) is not a class.
+  write_file(root / "train/README.txt", Bytes{'x'});
+  EXPECT_EQ(data::load_image_folder(root.str(), "train").class_names, (std::vector<std::string>{"cat"}));
   // The first image of all is checked like the others (0.jpg sorts before 1.png).
   write_file(root / "train/cat/0.jpg", Bytes{0xFF, 0xD8, 0xFF, 0xE0, 0, 0x10, 'J', 'F', 'I', 'F'});
   EXPECT_HL_ERROR(data::load_image_folder(root.str(), "train"), "decode_image(" + root / "train/cat/0.jpg" + ")");
@@ -231,6 +234,10 @@ TEST(ImageCache, HeaderLimitsAndTheFormatVersion) {
   };
   Bytes no_images = with(16, 0, 8);  // count 0, and nothing after the names: still refused
   no_images.resize(good.size() - 2 * (4 + 4));
+  // 2^61 images of 4 bytes, each with its 4-byte label: 2^64 bytes, which is 0 in 64 bits. Nothing
+  // follows the names either, so only a check made before multiplying refuses it.
+  Bytes wrapped = with(16, uint64_t{1} << 61, 8);
+  wrapped.resize(good.size() - 2 * (4 + 4));
   struct Case {
     const char* what;
     Bytes bytes;
@@ -238,6 +245,7 @@ TEST(ImageCache, HeaderLimitsAndTheFormatVersion) {
   };
   const std::vector<Case> cases{
       {"no images", no_images, "size mismatch: the header promises 0 images"},
+      {"2^61 images", wrapped, "size mismatch: the header promises 2305843009213693952 images"},
       {"images 0 pixels high", with(32, 0, 8), "bad header: images of 0x2 pixels"},
       {"images 0 pixels wide", with(40, 0, 8), "bad header: images of 2x0 pixels"},
       {"no classes", with(48, 0, 4), "bad header: 0 classes"},
@@ -255,10 +263,29 @@ TEST(ImageCache, HeaderLimitsAndTheFormatVersion) {
   const std::string e = error_of([&] { data::parse_image_cache(most.data(), most.size(), "c.bin"); });
   EXPECT_EQ(e.find("classes"), std::string::npos) << e;
   EXPECT_NE(e.find("parse_image_cache(c.bin): "), std::string::npos) << e;
-  // Images one pixel high are valid.
+  // Images one pixel high are valid, and so are sides of 65536 and names of 4096 bytes; one more is not.
   const data::ImageCache row{7, 1, 1, 1, 4, {"a"}, {0}, Bytes{1, 2, 3, 4}};
   const Bytes row_bytes = data::serialize_image_cache(row);
   EXPECT_EQ(data::parse_image_cache(row_bytes.data(), row_bytes.size(), "c.bin").pixels, row.pixels);
+  for (const bool tall : {true, false}) {
+    const int64_t h = tall ? 65536 : 1, w = tall ? 1 : 65536;
+    const data::ImageCache big{7, 1, 1, h, w, {std::string(4096, 'n')}, {0}, Bytes(65536, 9)};
+    const Bytes ok = data::serialize_image_cache(big);
+    EXPECT_EQ(data::parse_image_cache(ok.data(), ok.size(), "c.bin").class_names, big.class_names);
+    data::ImageCache over = big;
+    (tall ? over.height : over.width) = 65537;
+    over.pixels.push_back(9);
+    const Bytes too_big = data::serialize_image_cache(over);
+    const std::string side = error_of([&] { data::parse_image_cache(too_big.data(), too_big.size(), "c.bin"); });
+    EXPECT_NE(side.find(tall ? "bad header: images of 65537x1 pixels" : "bad header: images of 1x65537 pixels"),
+              std::string::npos)
+        << side;
+  }
+  data::ImageCache long_name = row;
+  long_name.class_names = {std::string(4097, 'n')};
+  const Bytes long_bytes = data::serialize_image_cache(long_name);
+  const std::string name = error_of([&] { data::parse_image_cache(long_bytes.data(), long_bytes.size(), "c.bin"); });
+  EXPECT_NE(name.find("bad class name length 4097 for class 0"), std::string::npos) << name;
 }
 
 }  // namespace
