@@ -378,6 +378,24 @@ TEST(Augment, CropAndFlipMoveEveryPixelWhereExpected) {
   EXPECT_EQ(out, in);
 }
 
+// Each row of an augmented epoch (`got`, in `order`) is its sample's own crop and flip for that epoch,
+// made by augment_image with black (-mean/std) padding. The images are [N, C, H, W].
+void expect_augmented_rows(const Dataset& ds, const DataLoader::Options& o, int64_t epoch,
+                           const std::vector<int64_t>& order, const std::vector<float>& got) {
+  const int64_t c = ds.images.size(1), h = ds.images.size(2), w = ds.images.size(3), row = c * h * w;
+  ASSERT_EQ(got.size(), order.size() * static_cast<size_t>(row));
+  const std::vector<float> src = ds.images.to_vector();
+  std::vector<float> pad;
+  for (int64_t k = 0; k < c; ++k) pad.push_back(-ds.norm.mean_of(k) / ds.norm.std_of(k));
+  std::vector<float> want(static_cast<size_t>(row));
+  for (size_t r = 0; r < order.size(); ++r) {
+    const int64_t i = order[r];
+    data::augment_image(src.data() + i * row, want.data(), c, h, w, o.augment,
+                        data::draw_augment(o.augment, o.seed, epoch, i), pad.data());
+    ASSERT_TRUE(std::equal(want.begin(), want.end(), got.begin() + static_cast<long>(r) * row)) << "row " << r;
+  }
+}
+
 TEST(DataLoader, AugmentedEpochsAreReproducibleAndIndependentOfBatchSize) {
   const uint64_t seed = fresh_seed();
   const Dataset ds = random_images(37, 3, 8, 8, seed);
@@ -390,18 +408,8 @@ TEST(DataLoader, AugmentedEpochsAreReproducibleAndIndependentOfBatchSize) {
   EXPECT_EQ(ea, epoch_contents(b, 2)) << "the augmentation of a sample must not depend on the batch size";
   EXPECT_EQ(ea, epoch_contents(a, 2)) << "repeating an epoch repeats its augmentation";
   EXPECT_NE(ea.first, epoch_contents(a, 3).first);
-  // Each augmented sample is its own crop/flip of the original, with black (-mean/std) padding.
-  const std::vector<float> src = ds.images.to_vector();
-  std::vector<float> pad;
-  for (int64_t c = 0; c < 3; ++c) pad.push_back(-ds.norm.mean_of(c) / ds.norm.std_of(c));
   a.start_epoch(2);
-  for (size_t r = 0; r < a.order().size(); ++r) {
-    const int64_t i = a.order()[r];
-    std::vector<float> want(192);
-    data::augment_image(src.data() + i * 192, want.data(), 3, 8, 8, o.augment, data::draw_augment(o.augment, seed, 2, i),
-                        pad.data());
-    ASSERT_TRUE(std::equal(want.begin(), want.end(), ea.first.begin() + static_cast<long>(r * 192))) << "row " << r;
-  }
+  expect_augmented_rows(ds, o, 2, a.order(), ea.first);
 }
 
 // Images that are not square (4 rows of 6): the loader hands augment_image each side as it is.
@@ -413,15 +421,7 @@ TEST(DataLoader, AugmentsImagesThatAreNotSquare) {
   DataLoader loader(ds, o);
   const auto got = epoch_contents(loader, 0).first;
   ASSERT_EQ(got.size(), 5u * 72u);
-  const std::vector<float> src = ds.images.to_vector();
-  std::vector<float> pad;
-  for (int64_t c = 0; c < 3; ++c) pad.push_back(-ds.norm.mean_of(c) / ds.norm.std_of(c));
-  for (int64_t i = 0; i < 5; ++i) {  // no shuffle: row i is sample i
-    std::vector<float> want(72);
-    data::augment_image(src.data() + i * 72, want.data(), 3, 4, 6, o.augment, data::draw_augment(o.augment, seed, 0, i),
-                        pad.data());
-    ASSERT_TRUE(std::equal(want.begin(), want.end(), got.begin() + i * 72)) << "row " << i;
-  }
+  expect_augmented_rows(ds, o, 0, loader.order(), got);  // no shuffle: row i is sample i
 }
 
 // f16 images are augmented like their f32 values: the loader widens them before it crops and flips.
