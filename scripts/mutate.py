@@ -143,6 +143,11 @@ def apply(text, mutant):
     return '\n'.join(lines)
 
 
+def changed_line(original, mutant):
+    """The mutant's line as it reads once changed (stripped): what --list prints and --log records."""
+    return apply(original, mutant).split('\n')[mutant[0] - 1].strip()
+
+
 def run(command, timeout=None):
     """(exit status, output) of a shell command; (None, '') when it outlives `timeout`. The command
     runs in a process group of its own, which is killed whole when it times out or the run is
@@ -242,13 +247,13 @@ def main():
         # Keyed on the text of the line before and after, not on the line number alone: a mutant
         # recorded before the file changed around it is not taken for one that was run.
         lines = original.split('\n')
-        chosen = [m for m in chosen if (os.path.normpath(path), m[0], lines[m[0] - 1].strip(),
-                                        apply(original, m).split('\n')[m[0] - 1].strip()) not in done]
+        chosen = [m for m in chosen
+                  if (os.path.normpath(path), m[0], lines[m[0] - 1].strip(), changed_line(original, m)) not in done]
     if args.sample is not None and args.sample < len(chosen):
         chosen = sorted(random.Random(args.seed).sample(chosen, args.sample))
     if args.list:
         for mutant in chosen:
-            print(f'{path}:{mutant[0]}: {apply(original, mutant).split(chr(10))[mutant[0] - 1].strip()}')
+            print(f'{path}:{mutant[0]}: {changed_line(original, mutant)}')
         return 0
 
     build_dir = args.build_dir

@@ -12,14 +12,12 @@
 
 namespace hl::test {
 
-using UnaryOp = std::function<Tensor(const Tensor&)>;
-
 // For each named op: x's gradient under y = op(x) seeded in f64 and in f16 equals the gradient under
 // an f32 seed of the same values. The seed holds 1, 2, 3 in turn (small integers, exact in every
 // dtype; not all equal, or a batch-norm gradient would be 0 everywhere). x keeps its own dtype's
 // gradient whatever the seed's.
-inline void expect_seed_dtype_does_not_matter(const std::vector<std::pair<std::string, UnaryOp>>& ops,
-                                              const Tensor& x0) {
+inline void expect_seed_dtype_does_not_matter(
+    const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>>& ops, const Tensor& x0) {
   for (const auto& [name, op] : ops) {
     const auto grad_with = [&, &op = op, &name = name](DType seed_t) {
       Tensor x = x0.clone().requires_grad_();
