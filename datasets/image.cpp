@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 
 #include "datasets/io.h"
@@ -199,8 +200,11 @@ Image decode_image(const uint8_t* data, size_t size, const std::string& source, 
   int w = 0, h = 0, comp = 0;
   if (!stbi_info_from_memory(data, len, &w, &h, &comp))
     fail("not a decodable image (", stbi_failure_reason(), "); halfling reads PNG, JPEG and BMP");
-  if (w <= 0 || h <= 0 || static_cast<int64_t>(w) * h > kMaxPixels)
-    fail("the header claims ", w, "x", h, " pixels; halfling accepts at most ", kMaxPixels, " pixels");
+  // A BMP whose rows are stored top to bottom has a negative height in its header, and stbi_info
+  // reports it as it is; the decoder returns the image the right way up, with the height positive.
+  const int64_t rows = std::abs(static_cast<int64_t>(h));
+  if (w <= 0 || rows == 0 || w * rows > kMaxPixels)
+    fail("the header claims ", w, "x", rows, " pixels; halfling accepts at most ", kMaxPixels, " pixels");
   std::unique_ptr<stbi_uc, void (*)(void*)> pixels(stbi_load_from_memory(data, len, &w, &h, &comp, channels),
                                                      &stbi_image_free);
   if (!pixels) fail("cannot decode (", stbi_failure_reason(), ")");

@@ -174,6 +174,31 @@ TEST(Image, SavePngGridTakesTheFirstImagesOfTheBatch) {
   EXPECT_EQ(two.at(2 + 3, 2 + 4 + 2 + 1, 0), data::tensor_to_image(batch.slice_rows(1, 2), {}).at(3, 1, 0));
 }
 
+// A BMP's height is negative when its rows are stored top to bottom. stbi_info reports the sign as
+// it is; decode_image must not take that for an empty image (it did: "claims 7x-5 pixels"). A
+// height of 0 is refused.
+TEST(Image, TopDownBmpDecodesTheRightWayUp) {
+  const Image img = random_image(7, 5, 3, fresh_seed());
+  const Bytes bottom_up = encode(img, "bmp");  // stb writes the last row first
+  const size_t offset = bottom_up[10] | bottom_up[11] << 8, row = (7 * 3 + 3) / 4 * 4;
+  ASSERT_EQ(bottom_up.size(), offset + 5 * row);
+  Bytes top_down = bottom_up;
+  const uint32_t minus_five = static_cast<uint32_t>(-5);
+  for (size_t k = 0; k < 4; ++k) top_down[22 + k] = static_cast<uint8_t>(minus_five >> (8 * k));
+  for (size_t y = 0; y < 5; ++y)
+    std::copy_n(bottom_up.begin() + static_cast<std::ptrdiff_t>(offset + (4 - y) * row), row,
+                top_down.begin() + static_cast<std::ptrdiff_t>(offset + y * row));
+  const Image back = data::decode_image(top_down.data(), top_down.size(), "td.bmp");
+  EXPECT_EQ(back.width, 7);
+  EXPECT_EQ(back.height, 5);
+  EXPECT_EQ(back.pixels, img.pixels);
+  EXPECT_HL_ERROR(data::decode_image(top_down.data(), top_down.size() - 1, "td.bmp"), "truncated BMP: 7x-5");
+  Bytes empty = bottom_up;
+  for (size_t k = 0; k < 4; ++k) empty[22 + k] = 0;
+  EXPECT_HL_ERROR(data::decode_image(empty.data(), empty.size(), "e.bmp"),
+                  "decode_image(e.bmp): the header claims 7x0 pixels; halfling accepts at most 67108864 pixels");
+}
+
 TEST(Image, WideBmpCutShortIsCaughtBeforeDecoding) {
   // 65537 = 0x00010001 pixels wide: the width's third byte is not 0 (a 32-bit little-endian read
   // must use all four bytes). Cut in half, the file must be refused as truncated, with its size.
