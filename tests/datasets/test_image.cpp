@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 #include <stb/stb_image_write.h>
 
+#include <sys/mman.h>
+
+#include <climits>
 #include <random>
 
 #include "datasets/image.h"
@@ -37,6 +40,25 @@ Bytes encode(const Image& img, const char* format) {
   if (std::string(format) == "png") ok = stbi_write_png_to_func(append, &out, w, h, c, img.pixels.data(), w * c);
   EXPECT_TRUE(ok) << format;
   return out;
+}
+
+// A PNG that is only a signature, an IHDR chunk claiming width x height 8-bit gray pixels, and an
+// IEND chunk: enough for stb_image to read the size, with no pixel data to decode.
+Bytes png_header_only(uint32_t width, uint32_t height) {
+  Bytes b = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
+  const auto be32 = [&](uint32_t v) {
+    for (int shift = 24; shift >= 0; shift -= 8) b.push_back(static_cast<uint8_t>(v >> shift));
+  };
+  be32(13);
+  b.insert(b.end(), {'I', 'H', 'D', 'R'});
+  be32(width);
+  be32(height);
+  b.insert(b.end(), {8, 0, 0, 0, 0});  // bit depth 8, gray, deflate, no filter method, not interlaced
+  be32(0);                             // CRC (stb_image does not check it)
+  be32(0);
+  b.insert(b.end(), {'I', 'E', 'N', 'D'});
+  be32(0);
+  return b;
 }
 
 TEST(Png, WrittenTensorReadsBackTheSame) {
@@ -229,6 +251,264 @@ TEST(Image, TensorToImageMinMaxAndClamping) {
   for (const Image& empty : {Image{4, 0, 3, {}}, Image{0, 4, 3, {}}, Image{4, 4, 0, {}}}) {
     EXPECT_HL_ERROR(data::image_to_tensor(empty, {}), "image_to_tensor: the image");
   }
+}
+
+
+// --- What decode_image refuses before stb_image sees the bytes ---------------------------------
+
+// channels: 0 keeps the file's, 1 to 4 convert (4 adds an opaque alpha); anything else is refused.
+TEST(Image, DecodeChannels) {
+  const Image img = random_image(5, 4, 3, fresh_seed());
+  const Bytes png = encode(img, "png");
+  const Image rgba = data::decode_image(png.data(), png.size(), "c.png", 4);
+  ASSERT_EQ(rgba.channels, 4);
+  for (int64_t i = 0; i < 20; ++i) {
+    EXPECT_EQ(rgba.pixels[static_cast<size_t>(4 * i + 1)], img.pixels[static_cast<size_t>(3 * i + 1)]);
+    EXPECT_EQ(rgba.pixels[static_cast<size_t>(4 * i + 3)], 255);
+  }
+  EXPECT_EQ(data::decode_image(png.data(), png.size(), "c.png", 2).channels, 2);
+  for (int bad : {-1, 5})
+    EXPECT_HL_ERROR(data::decode_image(png.data(), png.size(), "c.png", bad),
+                    detail::concat("decode_image(c.png): channels must be 0 (as stored), 1, 2, 3 or 4 (got ", bad, ")"));
+}
+
+// stb_image takes the size as an int: 2^31 - 1 bytes is the most it can be given. The buffers are
+// mapped, not filled: only the pages holding the header are ever touched.
+TEST(Image, DecodeSizeLimitIsIntMax) {
+  const size_t most = static_cast<size_t>(INT_MAX);
+  void* map = mmap(nullptr, most + 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  auto* bytes = static_cast<uint8_t*>(map);
+  const Bytes header = png_header_only(4, 4);
+  std::copy(header.begin(), header.end(), bytes);
+  const std::string at_most = error_of([&] { data::decode_image(bytes, most, "m.png"); });
+  EXPECT_EQ(at_most.find("2 GiB"), std::string::npos) << at_most;
+  EXPECT_NE(at_most.find("decode_image(m.png): "), std::string::npos) << at_most;
+  EXPECT_HL_ERROR(data::decode_image(bytes, most + 1, "m.png"),
+                  "decode_image(m.png): the file is 2147483648 bytes; stb_image reads at most 2 GiB");
+  munmap(map, most + 1);
+}
+
+// The first bytes decide the format; a file whose signature is wrong in any one byte is none of
+// them, and a file that is only a signature is that format cut short.
+TEST(Image, SniffsEverySignatureByte) {
+  const std::vector<std::pair<Bytes, std::string>> signatures = {
+      {{0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A}, "truncated PNG: the chunk at byte 8 is cut off"},
+      {{0xFF, 0xD8, 0xFF}, "truncated JPEG: no end-of-image marker"},
+      {{'B', 'M'}, "not a decodable image"}};
+  for (const auto& [magic, alone] : signatures) {
+    // Exactly the signature: recognized (the smallest size each check accepts), and refused as damaged.
+    EXPECT_HL_ERROR(data::decode_image(magic.data(), magic.size(), "s.img"), "decode_image(s.img): ", alone);
+    // Any one byte of the signature wrong, the rest of the file zeros: not an image at all.
+    const size_t sig = magic[0] == 0x89 ? 4 : magic.size();  // PNG: halfling reads the first four
+    for (size_t k = 0; k < sig; ++k) {
+      Bytes wrong = magic;
+      wrong.resize(40, 0);
+      wrong[k] ^= 0x20;
+      SCOPED_TRACE(testing::Message() << "signature " << alone << ", byte " << k << " wrong");
+      EXPECT_HL_ERROR(data::decode_image(wrong.data(), wrong.size(), "s.img"), "not a PNG, JPEG or BMP file");
+    }
+  }
+}
+
+// A PNG chunk's length is four big-endian bytes, each of which counts: one more in any of the first
+// three is more than the rest of the file holds, and the message says how much.
+TEST(Image, PngChunkLengthReadsAllFourBytes) {
+  const Bytes good = encode(random_image(6, 5, 3, fresh_seed()), "png");
+  const size_t at = 33;  // the chunk after the signature (8 bytes) and IHDR (25)
+  uint64_t len = 0;
+  for (size_t k = 0; k < 4; ++k) len = len << 8 | good[at + k];
+  ASSERT_LT(len + at + 12, good.size()) << "stb writes IDAT, then IEND";
+  for (size_t k = 0; k < 3; ++k) {
+    Bytes bad = good;
+    ++bad[at + k];
+    const uint64_t claimed = len + (uint64_t{1} << (24 - 8 * k));
+    SCOPED_TRACE(testing::Message() << "byte " << k << " of the length");
+    EXPECT_HL_ERROR(data::decode_image(bad.data(), bad.size(), "l.png"),
+                    detail::concat("truncated PNG: the chunk at byte 33 claims ", claimed,
+                                   " bytes of data, the file has ", good.size() - at - 12, " more"));
+  }
+}
+
+// The chunk walk's bound, exactly: a chunk may claim every byte up to the last 4 (its CRC), and no more.
+TEST(Image, PngChunkLengthAtTheEndOfTheFile) {
+  Bytes png = encode(random_image(6, 5, 3, fresh_seed()), "png");
+  png.resize(png.size() - 12);  // without IEND: IDAT is the last chunk
+  const size_t at = 33, room = png.size() - at - 12;
+  const auto claim = [&](uint64_t len) {
+    Bytes b = png;
+    for (size_t k = 0; k < 4; ++k) b[at + k] = static_cast<uint8_t>(len >> (24 - 8 * k));
+    return error_of([&] { data::decode_image(b.data(), b.size(), "e.png"); });
+  };
+  EXPECT_EQ(claim(room), detail::concat("decode_image(e.png): truncated PNG: the chunk at byte ", png.size(),
+                                        " is cut off (no IEND chunk)"));
+  EXPECT_EQ(claim(room + 1), detail::concat("decode_image(e.png): truncated PNG: the chunk at byte 33 claims ",
+                                            room + 1, " bytes of data, the file has ", room, " more"));
+}
+
+// 2^26 pixels is the limit: a header claiming one more row is refused before any decoding; a
+// header claiming exactly 2^26 passes that check (and fails later, having no pixel data).
+TEST(Image, RefusesHeadersClaimingMoreThan2To26Pixels) {
+  const Bytes over = png_header_only(8192, 8193);
+  EXPECT_HL_ERROR(data::decode_image(over.data(), over.size(), "big.png"),
+                  "decode_image(big.png): the header claims 8192x8193 pixels; halfling accepts at most 67108864 pixels");
+  const Bytes limit = png_header_only(8192, 8192);
+  const std::string msg = error_of([&] { data::decode_image(limit.data(), limit.size(), "limit.png"); });
+  EXPECT_NE(msg.find("decode_image(limit.png): cannot decode"), std::string::npos) << msg;
+  const Image one{1, 1, 1, Bytes{7}};
+  EXPECT_HL_ERROR(data::resize_image(one, 8192, 8193), "resize_image: cannot resize 1x1x1 to 8192x8193");
+}
+
+// tensor_to_image takes [C, H, W], [H, W] or [1, C, H, W]; an empty image or any other shape is
+// refused with the tensor described.
+TEST(Image, TensorToImageShapes) {
+  Generator gen(fresh_seed());
+  const Tensor row = Tensor::uniform({1, 5}, gen, 0.0, 1.0);  // [H, W] with H = 1
+  const Image r = data::tensor_to_image(row, {});
+  EXPECT_EQ(r.width, 5);
+  EXPECT_EQ(r.height, 1);
+  EXPECT_EQ(r.channels, 1);
+  const Tensor pixel = Tensor::uniform({1, 1, 1}, gen, 0.0, 1.0);  // the smallest image
+  EXPECT_EQ(data::tensor_to_image(pixel, {}).pixels.size(), 1u);
+  const Tensor batch_of_one = Tensor::uniform({1, 3, 2, 4}, gen, 0.0, 1.0);
+  EXPECT_EQ(data::tensor_to_image(batch_of_one, {}).pixels, data::tensor_to_image(batch_of_one.reshape({3, 2, 4}), {}).pixels);
+  for (const Shape& bad : {Shape{2, 1, 4, 4}, Shape{3, 0, 4}, Shape{3, 4, 0}, Shape{0, 4}, Shape{4, 0}, Shape{5}})
+    EXPECT_HL_ERROR(data::tensor_to_image(Tensor::zeros(bad), {}), "tensor_to_image: expected an image tensor",
+                    Tensor::zeros(bad).describe());
+  EXPECT_HL_ERROR(data::tensor_to_image_minmax(Tensor::zeros({1, 0, 3})), "tensor_to_image_minmax: expected an image");
+}
+
+// A hand-built 8x8 gray JPEG, segment by segment, so a test can choose its Huffman tables and scans.
+// Every table holds one 1-bit code for symbol 0 (DC: a difference of 0; AC: end of block), so the
+// entropy-coded byte 0x3F (bits 00, then padding) is a whole baseline block, and 0x7F a progressive one.
+class TinyJpeg {
+ public:
+  // `extra` goes between the quantization table and the frame header: a segment, or padding.
+  explicit TinyJpeg(bool progressive, uint8_t last_quant = 1, const Bytes& extra = {}) {
+    bytes_ = {0xFF, 0xD8};
+    Bytes dqt = {0};
+    dqt.resize(65, 1);
+    dqt.back() = last_quant;
+    segment(0xDB, dqt);
+    bytes_.insert(bytes_.end(), extra.begin(), extra.end());
+    segment(progressive ? 0xC2 : 0xC0, {8, 0, 8, 0, 8, 1, 1, 0x11, 0});  // 8x8, one component, table 0
+  }
+  TinyJpeg& dht(int table_class, int id) {
+    Bytes t = {static_cast<uint8_t>(table_class << 4 | id), 1};
+    t.resize(17, 0);
+    t.push_back(0);
+    return segment(0xC4, t);
+  }
+  // A scan of the one component with DC table td, AC table ta, spectral start ss and end se,
+  // successive approximation ah/al, followed by its entropy-coded bytes.
+  TinyJpeg& scan(int td, int ta, int ss, int se, int ah_al, const Bytes& data) {
+    segment(0xDA, {1, 1, static_cast<uint8_t>(td << 4 | ta), static_cast<uint8_t>(ss), static_cast<uint8_t>(se),
+                   static_cast<uint8_t>(ah_al)});
+    bytes_.insert(bytes_.end(), data.begin(), data.end());
+    return *this;
+  }
+  Bytes end() const {
+    Bytes b = bytes_;
+    b.insert(b.end(), {0xFF, 0xD9});
+    return b;
+  }
+  Bytes cut() const { return bytes_; }  // no end-of-image marker
+
+ private:
+  TinyJpeg& segment(uint8_t marker, const Bytes& body) {
+    const size_t len = body.size() + 2;
+    bytes_.insert(bytes_.end(), {0xFF, marker, static_cast<uint8_t>(len >> 8), static_cast<uint8_t>(len & 255)});
+    bytes_.insert(bytes_.end(), body.begin(), body.end());
+    return *this;
+  }
+  Bytes bytes_;
+};
+
+Image decode_jpeg(const Bytes& b) { return data::decode_image(b.data(), b.size(), "t.jpg"); }
+
+TEST(Image, JpegScansNeedTheirTablesDefined) {
+  // Baseline: every scan decodes with a DC and an AC table, ids 0 to 3.
+  EXPECT_EQ(decode_jpeg(TinyJpeg(false).dht(0, 0).dht(1, 0).scan(0, 0, 0, 63, 0, {0x3F}).end()).width, 8);
+  EXPECT_EQ(decode_jpeg(TinyJpeg(false).dht(0, 3).dht(1, 3).scan(3, 3, 0, 63, 0, {0x3F}).end()).width, 8);
+  EXPECT_HL_ERROR(decode_jpeg(TinyJpeg(false).dht(0, 0).dht(1, 0).scan(2, 0, 0, 63, 0, {0x3F}).end()),
+                  "decode_image(t.jpg): corrupt JPEG: a scan uses DC Huffman table 2, which no DHT segment defined");
+  EXPECT_HL_ERROR(decode_jpeg(TinyJpeg(false).dht(0, 0).dht(1, 0).scan(0, 2, 0, 63, 0, {0x3F}).end()),
+                  "decode_image(t.jpg): corrupt JPEG: a scan uses AC Huffman table 2, which no DHT segment defined");
+  EXPECT_HL_ERROR(decode_jpeg(TinyJpeg(false).dht(0, 0).dht(1, 0).scan(4, 0, 0, 63, 0, {0x3F}).end()),
+                  "DC Huffman table 4, which no DHT");
+  EXPECT_HL_ERROR(decode_jpeg(TinyJpeg(false).dht(0, 0).dht(1, 0).scan(0, 4, 0, 63, 0, {0x3F}).end()),
+                  "AC Huffman table 4, which no DHT");
+  // Progressive: a first DC scan (ss = 0, ah = 0) needs its DC table only, a DC refinement scan
+  // (ah > 0) no table, and an AC scan (ss > 0) its AC table only.
+  EXPECT_EQ(decode_jpeg(TinyJpeg(true).dht(0, 0).scan(0, 2, 0, 0, 0x00, {0x7F}).end()).width, 8);
+  EXPECT_HL_ERROR(decode_jpeg(TinyJpeg(true).dht(0, 0).scan(1, 0, 0, 0, 0x00, {0x7F}).end()), "DC Huffman table 1");
+  EXPECT_EQ(decode_jpeg(TinyJpeg(true).dht(0, 0).scan(0, 0, 0, 0, 0x01, {0x7F}).scan(1, 1, 0, 0, 0x10, {0x7F}).end())
+                .width,
+            8);
+  EXPECT_EQ(
+      decode_jpeg(TinyJpeg(true).dht(0, 0).scan(0, 0, 0, 0, 0x00, {0x7F}).dht(1, 0).scan(2, 0, 1, 63, 0, {0x7F}).end())
+          .height,
+      8);
+  EXPECT_HL_ERROR(decode_jpeg(TinyJpeg(true).dht(0, 0).scan(0, 0, 0, 0, 0x00, {0x7F}).scan(0, 1, 1, 63, 0, {0x7F}).end()),
+                  "AC Huffman table 1, which no DHT");
+}
+
+// A colour JPEG's second and third components are checked too, each table on its own.
+TEST(Image, JpegEveryComponentOfAScanIsChecked) {
+  const Bytes good = encode(random_image(16, 16, 3, fresh_seed()), "jpg");
+  size_t sos = 0;
+  for (size_t i = 0; i + 1 < good.size(); ++i)
+    if (good[i] == 0xFF && good[i + 1] == 0xDA) sos = i;
+  ASSERT_EQ(good[sos + 4], 3) << "stb writes one scan of three components";
+  for (size_t comp = 1; comp < 3; ++comp) {
+    for (const auto& [selector, what] : {std::pair{0x20, "DC Huffman table 2"}, std::pair{0x02, "AC Huffman table 2"}}) {
+      Bytes bad = good;
+      bad[sos + 6 + 2 * comp] = static_cast<uint8_t>(selector);
+      SCOPED_TRACE(testing::Message() << "component " << comp);
+      EXPECT_HL_ERROR(data::decode_image(bad.data(), bad.size(), "c.jpg"), what);
+    }
+  }
+}
+
+// The truncation check looks for an end-of-image marker after the last start-of-scan, and only
+// there: an FF D9 earlier in the file (an APP segment's embedded thumbnail ends with one) does not
+// make a cut-off image whole, and bytes after the end marker (some cameras pad their files) do not
+// make a whole one cut off.
+TEST(Image, JpegEndMarkerMustFollowTheLastScan) {
+  const Bytes thumbnail_end = {0xFF, 0xE1, 0x00, 0x06, 0xFF, 0xD8, 0xFF, 0xD9};  // APP1 holding FF D8 FF D9
+  const TinyJpeg jpg = TinyJpeg(false, 1, thumbnail_end).dht(0, 0).dht(1, 0).scan(0, 0, 0, 63, 0, {0x3F});
+  EXPECT_EQ(decode_jpeg(jpg.end()).width, 8);
+  EXPECT_HL_ERROR(decode_jpeg(jpg.cut()), "decode_image(t.jpg): truncated JPEG: no end-of-image marker (FF D9) after");
+  for (const Bytes& padding : {Bytes{0xFF, 0x00, 0x00}, Bytes{0x00, 0x00}, Bytes{0xFF, 0xFF}}) {
+    Bytes padded = jpg.end();
+    padded.insert(padded.end(), padding.begin(), padding.end());
+    EXPECT_EQ(decode_jpeg(padded).height, 8) << "padding " << int(padding[0]) << " " << int(padding[1]);
+  }
+}
+
+// Between segments, bytes other than FF are padding that stb_image skips, and so does the walk,
+// also after a segment whose last byte is FF (a quantization value of 255).
+TEST(Image, JpegPaddingBetweenSegments) {
+  const Bytes jpg = TinyJpeg(false, 255, {0x00, 0x00}).dht(0, 0).dht(1, 0).scan(0, 0, 0, 63, 0, {0x3F}).end();
+  EXPECT_EQ(decode_jpeg(jpg).width, 8);
+  const Bytes bad = TinyJpeg(false, 255, {0x00}).dht(0, 0).dht(1, 0).scan(0, 1, 0, 63, 0, {0x3F}).end();
+  EXPECT_HL_ERROR(decode_jpeg(bad), "AC Huffman table 1, which no DHT");
+}
+
+// The walk skips entropy-coded data: stuffed bytes (FF 00) and restart markers (FF D0 to FF D7)
+// are data, and the first other marker ends it. So the scan that follows is still checked, and a
+// DHT right after a scan with no data is still read.
+TEST(Image, JpegWalkSkipsEntropyCodedData) {
+  for (uint8_t rst = 0xD0; rst <= 0xD7; ++rst) {
+    // Read as markers, FF 00 would be a segment of 0x7FFF bytes (past the end).
+    const Bytes data = {0x12, 0xFF, 0x00, 0x34, 0xFF, rst, 0x56, 0xFF, 0x00, 0x7F, 0xFF, 0x00, 0x10};
+    const Bytes jpg = TinyJpeg(false).dht(0, 0).dht(1, 0).scan(0, 0, 0, 63, 0, data).scan(2, 0, 0, 63, 0, {0x3F}).end();
+    SCOPED_TRACE(testing::Message() << "restart marker " << std::hex << int(rst));
+    EXPECT_HL_ERROR(decode_jpeg(jpg), "a scan uses DC Huffman table 2, which no DHT segment defined");
+  }
+  const Bytes empty_scan_then_dht =
+      TinyJpeg(true).dht(0, 0).scan(0, 0, 0, 0, 0x00, {}).dht(1, 0).scan(0, 0, 1, 63, 0, {0x7F}).end();
+  EXPECT_EQ(decode_jpeg(empty_scan_then_dht).width, 8);
 }
 
 }  // namespace
