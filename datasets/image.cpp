@@ -123,7 +123,11 @@ std::string truncation(Format f, const uint8_t* d, size_t n) {
 // than 256 overruns the table (stb issue #1289). Both were fixed upstream after that snapshot, so we
 // walk the markers first and refuse such files. Found by tests/fuzz/fuzz_image.
 std::string jpeg_tables(const uint8_t* d, size_t n) {
-  bool dc[4] = {}, ac[4] = {}, progressive = false;
+  bool dc[4] = {}, ac[4] = {}, progressive = false, scanned = false;
+  // At the end: without a scan, stb_image would return a flat gray image, as if it had decoded one.
+  const auto end = [&] {
+    return scanned ? std::string() : std::string("corrupt JPEG: no start-of-scan (FF DA), so no image data");
+  };
   size_t at = 2;  // after SOI (FF D8)
   while (at + 4 <= n) {
     if (d[at] != 0xFF) {  // padding between segments: stb skips to the next FF, and so do we
@@ -135,7 +139,7 @@ std::string jpeg_tables(const uint8_t* d, size_t n) {
       ++at;
       continue;
     }
-    if (m == 0xD9) return "";                                    // end of image
+    if (m == 0xD9) return end();                                 // end of image
     if ((m >= 0xD0 && m <= 0xD7) || m == 0x01) {                 // markers without a length
       at += 2;
       continue;
@@ -160,6 +164,7 @@ std::string jpeg_tables(const uint8_t* d, size_t n) {
       }
     }
     if (m == 0xDA) {  // SOS: the tables each component of this scan decodes with must exist
+      scanned = true;
       const size_t ns = plen >= 1 ? p[0] : 0;
       if (ns == 0 || plen < 1 + 2 * ns + 3) return detail::concat("corrupt JPEG: a bad start-of-scan header at byte ", at);
       const int ss = p[1 + 2 * ns], ah = p[3 + 2 * ns] >> 4;
@@ -180,7 +185,7 @@ std::string jpeg_tables(const uint8_t* d, size_t n) {
     }
     at += 2 + len;
   }
-  return "";  // no end marker: the truncation check reports it
+  return end();  // the end-of-image marker, in the last 2 or 3 bytes (the truncation check saw it)
 }
 
 }  // namespace

@@ -479,6 +479,13 @@ TEST(Image, JpegEndMarkerMustFollowTheLastScan) {
   const TinyJpeg jpg = TinyJpeg(false, 1, thumbnail_end).dht(0, 0).dht(1, 0).scan(0, 0, 0, 63, 0, {0x3F});
   EXPECT_EQ(decode_jpeg(jpg.end()).width, 8);
   EXPECT_HL_ERROR(decode_jpeg(jpg.cut()), "decode_image(t.jpg): truncated JPEG: no end-of-image marker (FF D9) after");
+  // With no scan at all, the whole file is searched for the end marker: this one has it, so it is
+  // whole, and holds no image (stb_image would have returned a flat gray one).
+  EXPECT_HL_ERROR(decode_jpeg(TinyJpeg(false).dht(0, 0).end()),
+                  "decode_image(t.jpg): corrupt JPEG: no start-of-scan (FF DA), so no image data");
+  Bytes padded = TinyJpeg(false).dht(0, 0).end();
+  padded.insert(padded.end(), {0x00, 0x00});  // the end marker met inside the walk
+  EXPECT_HL_ERROR(decode_jpeg(padded), "no start-of-scan (FF DA), so no image data");
   for (const Bytes& padding : {Bytes{0xFF, 0x00, 0x00}, Bytes{0x00, 0x00}, Bytes{0xFF, 0xFF}}) {
     Bytes padded = jpg.end();
     padded.insert(padded.end(), padding.begin(), padding.end());
