@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 
 #include <climits>
+#include <cstdlib>
 #include <random>
 
 #include "datasets/image.h"
@@ -22,8 +23,8 @@ Image random_image(int64_t w, int64_t h, int64_t c, uint64_t seed) {
   std::mt19937_64 rng(seed);
   Image img{w, h, c, Bytes(static_cast<size_t>(w * h * c))};
   for (auto& p : img.pixels) p = static_cast<uint8_t>(rng());
-  img.pixels[0] = 0;  // both ends of the range
-  img.pixels[1] = 255;
+  img.pixels[0] = 0;  // both ends of the range (a 1x1 gray image holds only the first)
+  if (img.pixels.size() > 1) img.pixels[1] = 255;
   return img;
 }
 
@@ -90,6 +91,14 @@ TEST(Png, WritesAtomicallyAndNamesTheFileOnError) {
     EXPECT_EQ(e.path().filename(), "a.png") << "a temporary file was left behind";
   EXPECT_HL_ERROR(data::write_png(dir / "no/such/folder/a.png", img), "write_png(" + dir / "no/such/folder/a.png" + ")");
   EXPECT_HL_ERROR(data::write_png(dir / "b.png", Image{4, 4, 3, Bytes(5)}), "write_png(", "not a valid image");
+  for (const Image& bad : {Image{0, 4, 1, {}}, Image{4, 0, 1, {}}, Image{1, 1, 0, {}}, Image{1, 1, 5, Bytes(5)}})
+    EXPECT_HL_ERROR(data::write_png(dir / "b.png", bad),
+                    detail::concat("write_png(", dir / "b.png", "): not a valid image (", bad.width, "x", bad.height,
+                                   "x", bad.channels, ", ", bad.pixels.size(), " bytes)"));
+  for (const Image& good : {random_image(1, 1, 1, 3), random_image(3, 2, 4, 3)}) {  // one pixel; RGBA
+    data::write_png(dir / "c.png", good);
+    EXPECT_EQ(data::read_image(dir / "c.png").pixels, good.pixels);
+  }
 }
 
 TEST(Image, DecodesJpegAndBmpAndConvertsChannels) {
@@ -180,6 +189,83 @@ TEST(Image, ResizeGridAndScale) {
   EXPECT_HL_ERROR(data::make_grid({img, half}, 2), "make_grid", "32x32x3");
 }
 
+// resize_image: each side at least 1, at most 2^26 pixels in all, and a whole image to start from;
+// one side kept is still a resize.
+TEST(Image, ResizeImageChecksAndOneSideKept) {
+  const Image img = random_image(6, 4, 1, fresh_seed());
+  const Image taller = data::resize_image(img, 6, 9);
+  EXPECT_EQ(taller.width, 6);
+  EXPECT_EQ(taller.height, 9);
+  EXPECT_EQ(taller.pixels.size(), 54u);
+  EXPECT_EQ(data::resize_image(img, 3, 4).width, 3);
+  EXPECT_EQ(data::resize_image(img, 1, 1).pixels.size(), 1u);
+  // From one pixel (a side of 1 is an image), and to exactly 2^26 pixels (the limit is inclusive).
+  const Image dot{1, 1, 1, Bytes{7}};
+  for (uint8_t p : data::resize_image(dot, 3, 2).pixels) EXPECT_EQ(p, 7);
+  const Image most = data::resize_image(dot, 8192, 8192);
+  EXPECT_EQ(most.pixels.size(), size_t{1} << 26);
+  EXPECT_EQ(most.pixels.back(), 7);
+  for (const auto& [w, h] : {std::pair<int64_t, int64_t>{0, 5}, {5, 0}, {-1, -1}})
+    EXPECT_HL_ERROR(data::resize_image(img, w, h), detail::concat("resize_image: cannot resize 6x4x1 to ", w, "x", h));
+  for (const Image& bad : {Image{0, 4, 1, {}}, Image{4, 0, 1, {}}, Image{4, 4, 0, {}}, Image{4, 4, 1, Bytes(15)}})
+    EXPECT_HL_ERROR(data::resize_image(bad, 2, 2), detail::concat("resize_image: the image ", bad.width, "x",
+                                                                  bad.height, "x", bad.channels, " holds ",
+                                                                  bad.pixels.size(), " bytes"));
+}
+
+// stb_image_resize is handed each image's layout (stride 0: rows packed): an image whose rows are
+// all the same keeps them all the same, and one whose rows are each one color keeps that too. To
+// within 1: stb filters in float, with weights that sum to 1 only to float precision, so a constant
+// run can round to two neighbouring values. (A wrong stride reads other pixels: random ones here.)
+TEST(Image, ResizeKeepsConstantRowsAndColumns) {
+  const Image row = random_image(6, 1, 3, fresh_seed());
+  Image same_rows{6, 5, 3, {}}, flat_rows{6, 5, 3, {}};
+  for (int64_t y = 0; y < 5; ++y) {
+    same_rows.pixels.insert(same_rows.pixels.end(), row.pixels.begin(), row.pixels.end());
+    const auto color = row.pixels.begin() + 3 * y;  // row y is the color of the random row's pixel y
+    for (int64_t x = 0; x < 6; ++x) flat_rows.pixels.insert(flat_rows.pixels.end(), color, color + 3);
+  }
+  const Image a = data::resize_image(same_rows, 9, 7), b = data::resize_image(flat_rows, 9, 7);
+  for (int64_t y = 0; y < 7; ++y)
+    for (int64_t x = 0; x < 9; ++x)
+      for (int64_t c = 0; c < 3; ++c) {
+        ASSERT_LE(std::abs(a.at(y, x, c) - a.at(0, x, c)), 1) << "rows differ at x " << x << ", y " << y;
+        ASSERT_LE(std::abs(b.at(y, x, c) - b.at(y, 0, c)), 1) << "a row is not one color at x " << x << ", y " << y;
+      }
+}
+
+// scale_nearest: every output pixel is its block's source pixel; factors 1 to 64.
+TEST(Image, ScaleNearestEveryPixelAndFactorLimits) {
+  const Image img = random_image(3, 2, 3, fresh_seed());
+  const Image big = data::scale_nearest(img, 4);
+  ASSERT_EQ(big.width, 12);
+  ASSERT_EQ(big.height, 8);
+  for (int64_t y = 0; y < 8; ++y)
+    for (int64_t x = 0; x < 12; ++x)
+      for (int64_t c = 0; c < 3; ++c) ASSERT_EQ(big.at(y, x, c), img.at(y / 4, x / 4, c)) << x << "," << y << "," << c;
+  EXPECT_EQ(data::scale_nearest(img, 1).pixels, img.pixels);
+  EXPECT_EQ(data::scale_nearest(img, 64).width, 3 * 64);
+  for (int64_t bad : {0, 65, -1})
+    EXPECT_HL_ERROR(data::scale_nearest(img, bad),
+                    detail::concat("scale_nearest: factor must be 1 to 64 (got ", bad, ")"));
+}
+
+// make_grid: one column and no padding are allowed; every image must match the first in each of
+// width, height and channels.
+TEST(Image, MakeGridLimitsAndSizes) {
+  const Image a = random_image(4, 3, 1, fresh_seed());
+  const Image column = data::make_grid({a, a}, 1, 0);
+  EXPECT_EQ(column.width, 4);
+  EXPECT_EQ(column.height, 6);
+  EXPECT_EQ(column.at(3, 2, 0), a.at(0, 2, 0));
+  for (const auto& [cols, padding] : {std::pair<int64_t, int64_t>{0, 0}, {1, -1}})
+    EXPECT_HL_ERROR(data::make_grid({a}, cols, padding),
+                    detail::concat("make_grid: cols must be >= 1 and padding >= 0 (got ", cols, ", ", padding, ")"));
+  for (const Image& other : {random_image(5, 3, 1, 1), random_image(4, 2, 1, 1), random_image(4, 3, 3, 1)})
+    EXPECT_HL_ERROR(data::make_grid({a, other}, 2), "make_grid: every image must be 4x3x1, got ",
+                    detail::concat(other.width, "x", other.height, "x", other.channels));
+}
+
 TEST(Image, SavePngGridTakesTheFirstImagesOfTheBatch) {
   TempDir dir;
   Generator gen(fresh_seed());
@@ -194,6 +280,33 @@ TEST(Image, SavePngGridTakesTheFirstImagesOfTheBatch) {
   EXPECT_EQ(two.height, 4 + 2 * 2);
   // Row 3, column 1 of the second image (at x = 2 + 4 + 2).
   EXPECT_EQ(two.at(2 + 3, 2 + 4 + 2 + 1, 0), data::tensor_to_image(batch.slice_rows(1, 2), {}).at(3, 1, 0));
+  EXPECT_HL_ERROR(data::save_png_grid(dir / "e.png", Tensor::zeros({0, 1, 4, 4}), {}, 3),
+                  detail::concat("save_png_grid(", dir / "e.png", "): expected a batch [N, C, H, W], got ",
+                                 Tensor::zeros({0, 1, 4, 4}).describe()));
+  EXPECT_HL_ERROR(data::save_png_grid(dir / "e.png", Tensor::zeros({1, 4, 4}), {}, 3), "expected a batch [N, C, H, W]",
+                  Tensor::zeros({1, 4, 4}).describe());
+  EXPECT_HL_ERROR(data::save_png_grid(dir / "e.png", Tensor(), {}, 3), "got an undefined tensor");
+  EXPECT_FALSE(std::filesystem::exists(dir / "e.png"));
+  data::save_png_grid(dir / "one.png", batch.slice_rows(0, 1), data::Normalization::unit(), 3);  // a batch of one
+  EXPECT_EQ(data::read_image(dir / "one.png").width, 4 + 2 * 2);
+}
+
+// A BMP header (file header and BITMAPINFOHEADER, 54 bytes) for width x height at 24 bits per
+// pixel, with no pixel data: for the truncation check's edges.
+Bytes bmp_header(int32_t width, int32_t height) {
+  Bytes b(54, 0);
+  const auto le32 = [&](size_t at, uint32_t v) {
+    for (size_t k = 0; k < 4; ++k) b[at + k] = static_cast<uint8_t>(v >> (8 * k));
+  };
+  b[0] = 'B';
+  b[1] = 'M';
+  le32(10, 54);  // pixel data offset
+  le32(14, 40);  // header size
+  le32(18, static_cast<uint32_t>(width));
+  le32(22, static_cast<uint32_t>(height));
+  b[26] = 1;   // planes
+  b[28] = 24;  // bits per pixel (compression at 30: 0, none)
+  return b;
 }
 
 // A BMP's height is negative when its rows are stored top to bottom. stbi_info reports the sign as
@@ -215,10 +328,52 @@ TEST(Image, TopDownBmpDecodesTheRightWayUp) {
   EXPECT_EQ(back.height, 5);
   EXPECT_EQ(back.pixels, img.pixels);
   EXPECT_HL_ERROR(data::decode_image(top_down.data(), top_down.size() - 1, "td.bmp"), "truncated BMP: 7x-5");
+  // Top-down or not, 2^26 pixels is the limit: 8192 x 8193 at 1 bit per pixel (a 2-colour palette,
+  // then rows of 1024 bytes) is a whole 8 MiB file that would decode to 200 MB of RGB.
+  Bytes over = bmp_header(8192, -8193);
+  over[10] = 54 + 8;  // the pixel data follows the palette
+  over[28] = 1;
+  over.resize(54 + 8 + size_t{1024} * 8193, 0);
+  EXPECT_HL_ERROR(data::decode_image(over.data(), over.size(), "o.bmp"),
+                  "decode_image(o.bmp): the header claims 8192x8193 pixels; halfling accepts at most 67108864 pixels");
   Bytes empty = bottom_up;
   for (size_t k = 0; k < 4; ++k) empty[22 + k] = 0;
   EXPECT_HL_ERROR(data::decode_image(empty.data(), empty.size(), "e.bmp"),
                   "decode_image(e.bmp): the header claims 7x0 pixels; halfling accepts at most 67108864 pixels");
+}
+
+// The truncation check reads the header up to the compression field (byte 34), so a file of 34
+// bytes is checked; sizes up to 2^24 per side are checked (stb_image refuses larger ones itself).
+TEST(Image, BmpTruncationCheckEdges) {
+  const Bytes header = bmp_header(2, 3);
+  EXPECT_HL_ERROR(data::decode_image(header.data(), 34, "s.bmp"),
+                  "decode_image(s.bmp): truncated BMP: 2x3 at 24 bits per pixel needs 78 bytes, the file has 34");
+  const Bytes tall = bmp_header(1, 1 << 24), wide = bmp_header(1 << 24, 1);
+  EXPECT_HL_ERROR(data::decode_image(tall.data(), tall.size(), "t.bmp"), "truncated BMP: 1x16777216 at 24 bits");
+  EXPECT_HL_ERROR(data::decode_image(wide.data(), wide.size(), "w.bmp"), "truncated BMP: 16777216x1 at 24 bits");
+  // Past 2^24 rows, stb_image refuses the image itself.
+  const Bytes taller = bmp_header(1, (1 << 24) + 1);
+  EXPECT_HL_ERROR(data::decode_image(taller.data(), taller.size(), "t.bmp"),
+                  "decode_image(t.bmp): cannot decode (too large)");
+  const Bytes wider = bmp_header((1 << 24) + 1, 1);
+  EXPECT_HL_ERROR(data::decode_image(wider.data(), wider.size(), "w.bmp"),
+                  "decode_image(w.bmp): cannot decode (too large)");
+  // Bits per pixel: 1 to 32 are measured; 0 and 64 are left to stb_image, which refuses them.
+  for (const auto& [bpp, what] : {std::pair{0, "cannot decode (invalid)"}, std::pair{64, "cannot decode (bad masks)"},
+                                   std::pair{1, "truncated BMP: 2x3 at 1 bits per pixel needs 66 bytes"}}) {
+    Bytes b = bmp_header(2, 3);
+    b[28] = static_cast<uint8_t>(bpp);
+    EXPECT_HL_ERROR(data::decode_image(b.data(), b.size(), "b.bmp"), "decode_image(b.bmp): ", what);
+  }
+  // 32 bits per pixel is the most the check measures.
+  Bytes rgba = bmp_header(2, 3);
+  rgba[28] = 32;
+  EXPECT_HL_ERROR(data::decode_image(rgba.data(), rgba.size(), "r.bmp"),
+                  "truncated BMP: 2x3 at 32 bits per pixel needs 78 bytes, the file has 54");
+  // A width of 0 is not for the truncation check to measure: the size check refuses it.
+  const Bytes zero = bmp_header(0, 3);
+  EXPECT_HL_ERROR(data::decode_image(zero.data(), 40, "z.bmp"),
+                  "decode_image(z.bmp): the header claims 0x3 pixels; halfling accepts at most 67108864 pixels");
 }
 
 TEST(Image, WideBmpCutShortIsCaughtBeforeDecoding) {
@@ -239,15 +394,24 @@ TEST(Image, LoadImageTensorForAModel) {
   EXPECT_EQ(x.dtype(), DType::f32);
   EXPECT_EQ(data::load_image_tensor(dir / "digit.png", {3, 0, 0}, {}).shape(), (Shape{1, 3, 40, 40}));
   EXPECT_HL_ERROR(data::load_image_tensor(dir / "digit.png", {2, 28, 28}, {}), "channels must be 1 or 3");
+  EXPECT_EQ(data::load_image_tensor(dir / "digit.png", {1, 1, 1}, {}).shape(), (Shape{1, 1, 1, 1}));
+  for (const auto& [h, w] : {std::pair<int64_t, int64_t>{0, 28}, {28, 0}, {-1, -1}})
+    EXPECT_HL_ERROR(data::load_image_tensor(dir / "digit.png", {1, h, w}, {}),
+                    detail::concat("load_image_tensor(", dir / "digit.png",
+                                   "): give both height and width (or neither), got ", h, "x", w));
 }
 
 TEST(Image, TensorToImageMinMaxAndClamping) {
   const Tensor t = Tensor::from_vector(std::vector<float>{-2.0f, 0.0f, 2.0f, 6.0f}, {2, 2});
   const Image mm = data::tensor_to_image_minmax(t);
   EXPECT_EQ(mm.pixels, (Bytes{0, 64, 128, 255}));  // (v + 2) / 8 * 255, rounded
+  EXPECT_EQ(data::tensor_to_image_minmax(Tensor::full({3, 2, 2}, -7.0f)).pixels, Bytes(12, 128));  // mid-gray
   const Image unit = data::tensor_to_image(t, data::Normalization::unit());
   EXPECT_EQ(unit.pixels, (Bytes{0, 0, 255, 255}));  // clamped to [0, 1]
   EXPECT_HL_ERROR(data::tensor_to_image(Tensor::zeros({2, 4, 4}), {}), "[C, H, W]", "C = 1 or 3");
+  const Tensor one = data::image_to_tensor(Image{1, 1, 1, Bytes{51}}, data::Normalization::unit());
+  EXPECT_EQ(one.shape(), (Shape{1, 1, 1}));
+  EXPECT_EQ(one.to_vector(), std::vector<float>{0.2f});
   for (const Image& empty : {Image{4, 0, 3, {}}, Image{0, 4, 3, {}}, Image{4, 4, 0, {}}}) {
     EXPECT_HL_ERROR(data::image_to_tensor(empty, {}), "image_to_tensor: the image");
   }
@@ -333,7 +497,8 @@ TEST(Image, PngChunkLengthReadsAllFourBytes) {
 // The chunk walk's bound, exactly: a chunk may claim every byte up to the last 4 (its CRC), and no more.
 TEST(Image, PngChunkLengthAtTheEndOfTheFile) {
   Bytes png = encode(random_image(6, 5, 3, fresh_seed()), "png");
-  png.resize(png.size() - 12);  // without IEND: IDAT is the last chunk
+  ASSERT_GT(png.size(), 45u);
+  png.erase(png.end() - 12, png.end());  // without IEND: IDAT is the last chunk
   const size_t at = 33, room = png.size() - at - 12;
   const auto claim = [&](uint64_t len) {
     Bytes b = png;
@@ -383,15 +548,18 @@ TEST(Image, TensorToImageShapes) {
 // entropy-coded byte 0x3F (bits 00, then padding) is a whole baseline block, and 0x7F a progressive one.
 class TinyJpeg {
  public:
-  // `extra` goes between the quantization table and the frame header: a segment, or padding.
-  explicit TinyJpeg(bool progressive, uint8_t last_quant = 1, const Bytes& extra = {}) {
+  // `quant`: the 64 values of quantization table 0. `extra` goes between that table and the frame
+  // header: a segment, or padding.
+  // `components`: 1 (gray) or 3, each sampled 1x1 and quantized with table 0.
+  explicit TinyJpeg(bool progressive, const Bytes& quant = Bytes(64, 1), const Bytes& extra = {}, int components = 1) {
     bytes_ = {0xFF, 0xD8};
     Bytes dqt = {0};
-    dqt.resize(65, 1);
-    dqt.back() = last_quant;
+    dqt.insert(dqt.end(), quant.begin(), quant.end());
     segment(0xDB, dqt);
     bytes_.insert(bytes_.end(), extra.begin(), extra.end());
-    segment(progressive ? 0xC2 : 0xC0, {8, 0, 8, 0, 8, 1, 1, 0x11, 0});  // 8x8, one component, table 0
+    Bytes sof = {8, 0, 8, 0, 8, static_cast<uint8_t>(components)};  // 8 bits, 8x8
+    for (int c = 1; c <= components; ++c) sof.insert(sof.end(), {static_cast<uint8_t>(c), 0x11, 0});
+    segment(progressive ? 0xC2 : 0xC0, sof);
   }
   TinyJpeg& dht(int table_class, int id) {
     Bytes t = {static_cast<uint8_t>(table_class << 4 | id), 1};
@@ -399,11 +567,16 @@ class TinyJpeg {
     t.push_back(0);
     return segment(0xC4, t);
   }
-  // A scan of the one component with DC table td, AC table ta, spectral start ss and end se,
-  // successive approximation ah/al, followed by its entropy-coded bytes.
-  TinyJpeg& scan(int td, int ta, int ss, int se, int ah_al, const Bytes& data) {
-    segment(0xDA, {1, 1, static_cast<uint8_t>(td << 4 | ta), static_cast<uint8_t>(ss), static_cast<uint8_t>(se),
-                   static_cast<uint8_t>(ah_al)});
+  // A scan of the first n components, each with DC table td and AC table ta, spectral start ss and
+  // end se, successive approximation ah/al, followed by its entropy-coded bytes.
+  TinyJpeg& scan(int td, int ta, int ss, int se, int ah_al, const Bytes& data, int n = 1) {
+    Bytes sos = {static_cast<uint8_t>(n)};
+    for (int c = 1; c <= n; ++c) {
+      sos.push_back(static_cast<uint8_t>(c));
+      sos.push_back(static_cast<uint8_t>(td << 4 | ta));
+    }
+    for (int v : {ss, se, ah_al}) sos.push_back(static_cast<uint8_t>(v));
+    segment(0xDA, sos);
     bytes_.insert(bytes_.end(), data.begin(), data.end());
     return *this;
   }
@@ -413,14 +586,14 @@ class TinyJpeg {
     return b;
   }
   Bytes cut() const { return bytes_; }  // no end-of-image marker
-
- private:
   TinyJpeg& segment(uint8_t marker, const Bytes& body) {
     const size_t len = body.size() + 2;
     bytes_.insert(bytes_.end(), {0xFF, marker, static_cast<uint8_t>(len >> 8), static_cast<uint8_t>(len & 255)});
     bytes_.insert(bytes_.end(), body.begin(), body.end());
     return *this;
   }
+
+ private:
   Bytes bytes_;
 };
 
@@ -453,6 +626,83 @@ TEST(Image, JpegScansNeedTheirTablesDefined) {
                   "AC Huffman table 1, which no DHT");
 }
 
+// A DHT segment holds tables of class 0 (DC) or 1 (AC), ids 0 to 3; a table with no codes at all
+// (17 bytes) is complete.
+TEST(Image, JpegHuffmanTableClassesAndIds) {
+  const auto with_table = [](uint8_t class_id, int codes) {
+    Bytes t = {class_id};
+    t.resize(17, 0);
+    t[1] = static_cast<uint8_t>(codes);
+    t.resize(17 + static_cast<size_t>(codes), 0);
+    return TinyJpeg(false).dht(0, 0).dht(1, 0).segment(0xC4, t).scan(0, 0, 0, 63, 0, {0x3F}).end();
+  };
+  EXPECT_EQ(decode_jpeg(with_table(0x13, 1)).width, 8);
+  EXPECT_EQ(decode_jpeg(with_table(0x12, 0)).width, 8);
+  for (const auto& [class_id, what] : {std::pair{0x20, "class 2 id 0"}, std::pair{0x04, "class 0 id 4"},
+                                       std::pair{0x14, "class 1 id 4"}})
+    EXPECT_HL_ERROR(decode_jpeg(with_table(static_cast<uint8_t>(class_id), 1)),
+                    detail::concat("decode_image(t.jpg): corrupt JPEG: Huffman table ", what, " (at most 1 and 3)"));
+}
+
+// Four frame types are progressive (C2, and the differential and arithmetic-coded C6, CA and CE):
+// a first DC scan of any of them needs no AC table. stb_image decodes only C2, and refuses the
+// other three itself, so the walk must not refuse them first for a missing AC table.
+TEST(Image, JpegProgressiveFrameTypes) {
+  Bytes jpg = TinyJpeg(true).dht(0, 0).scan(0, 2, 0, 0, 0x00, {0x7F}).end();
+  const size_t sof = 2 + 4 + 65;  // after SOI and the DQT segment
+  ASSERT_EQ(jpg[sof + 1], 0xC2);
+  EXPECT_EQ(decode_jpeg(jpg).width, 8);
+  for (const uint8_t m : {0xC6, 0xCA, 0xCE}) {
+    jpg[sof + 1] = m;
+    SCOPED_TRACE(testing::Message() << "frame type " << std::hex << int(m));
+    EXPECT_HL_ERROR(decode_jpeg(jpg), "decode_image(t.jpg): not a decodable image");
+  }
+}
+
+// A progressive scan's kind is read from its own header, after its component list: here an
+// interleaved DC scan of three components (one bit per block: 0x1F holds three), which needs
+// their DC tables only, then a DC refinement of all three, which needs none.
+TEST(Image, JpegProgressiveScanOfThreeComponents) {
+  const Bytes rgb = TinyJpeg(true, Bytes(64, 1), {}, 3)
+                        .dht(0, 0)
+                        .scan(0, 2, 0, 0, 0x01, {0x1F}, 3)
+                        .scan(3, 3, 0, 0, 0x10, {0x1F}, 3)
+                        .end();
+  const Image img = decode_jpeg(rgb);
+  EXPECT_EQ(img.channels, 3);
+  EXPECT_EQ(img.width, 8);
+  EXPECT_HL_ERROR(decode_jpeg(TinyJpeg(true, Bytes(64, 1), {}, 3).dht(0, 0).scan(1, 0, 0, 0, 0x00, {0x1F}, 3).end()),
+                  "a scan uses DC Huffman table 1, which no DHT");
+}
+
+// A start-of-scan header holds 1 + 2 per component + 3 bytes, for at least one component; a
+// shorter one is refused by the walk, which would otherwise read past it.
+TEST(Image, JpegStartOfScanHeaderLength) {
+  const TinyJpeg head = TinyJpeg(false, Bytes(64, 1), {}, 3).dht(0, 0).dht(1, 0);
+  const size_t at = head.cut().size();
+  for (const Bytes& sos : {Bytes{0, 0, 63, 0}, Bytes{1, 1, 0x00, 0, 63}, Bytes{2, 1, 0x00, 2, 0x00, 0, 63}, Bytes{}}) {
+    Bytes jpg = TinyJpeg(head).segment(0xDA, sos).cut();
+    jpg.insert(jpg.end(), {0x3F, 0xFF, 0xD9});
+    SCOPED_TRACE(testing::Message() << "a header of " << sos.size() << " bytes");
+    EXPECT_HL_ERROR(decode_jpeg(jpg),
+                    detail::concat("decode_image(t.jpg): corrupt JPEG: a bad start-of-scan header at byte ", at));
+  }
+}
+
+// A table may hold up to 256 codes (here 255 of 8 bits and one of 9); 257 is refused.
+TEST(Image, JpegHuffmanTableOf256Codes) {
+  const auto table_of = [](int eights, int nines) {
+    Bytes t(17, 0);
+    t[0] = 0x12;  // AC table 2, used by no scan
+    t[8] = static_cast<uint8_t>(eights);
+    t[9] = static_cast<uint8_t>(nines);
+    for (int i = 0; i < eights + nines; ++i) t.push_back(static_cast<uint8_t>(i));
+    return TinyJpeg(false).dht(0, 0).dht(1, 0).segment(0xC4, t).scan(0, 0, 0, 63, 0, {0x3F}).end();
+  };
+  EXPECT_EQ(decode_jpeg(table_of(255, 1)).width, 8);
+  EXPECT_HL_ERROR(decode_jpeg(table_of(255, 2)), "corrupt JPEG: a Huffman table with 257 codes (at most 256)");
+}
+
 // A colour JPEG's second and third components are checked too, each table on its own.
 TEST(Image, JpegEveryComponentOfAScanIsChecked) {
   const Bytes good = encode(random_image(16, 16, 3, fresh_seed()), "jpg");
@@ -476,16 +726,22 @@ TEST(Image, JpegEveryComponentOfAScanIsChecked) {
 // make a whole one cut off.
 TEST(Image, JpegEndMarkerMustFollowTheLastScan) {
   const Bytes thumbnail_end = {0xFF, 0xE1, 0x00, 0x06, 0xFF, 0xD8, 0xFF, 0xD9};  // APP1 holding FF D8 FF D9
-  const TinyJpeg jpg = TinyJpeg(false, 1, thumbnail_end).dht(0, 0).dht(1, 0).scan(0, 0, 0, 63, 0, {0x3F});
+  const TinyJpeg jpg = TinyJpeg(false, Bytes(64, 1), thumbnail_end).dht(0, 0).dht(1, 0).scan(0, 0, 0, 63, 0, {0x3F});
   EXPECT_EQ(decode_jpeg(jpg.end()).width, 8);
   EXPECT_HL_ERROR(decode_jpeg(jpg.cut()), "decode_image(t.jpg): truncated JPEG: no end-of-image marker (FF D9) after");
+  // Only FF D9 is the end marker: not D9 after another byte, nor FF before another byte.
+  for (const Bytes& data : {Bytes{0x3F, 0x12, 0xD9}, Bytes{0x3F, 0xFF, 0x00, 0x12}}) {
+    const Bytes cut = TinyJpeg(false).dht(0, 0).dht(1, 0).scan(0, 0, 0, 63, 0, data).cut();
+    SCOPED_TRACE(testing::Message() << "data ending " << int(data[1]) << " " << int(data[2]));
+    EXPECT_HL_ERROR(decode_jpeg(cut), "truncated JPEG: no end-of-image marker");
+  }
   // With no scan at all, the whole file is searched for the end marker: this one has it, so it is
   // whole, and holds no image (stb_image would have returned a flat gray one).
   EXPECT_HL_ERROR(decode_jpeg(TinyJpeg(false).dht(0, 0).end()),
                   "decode_image(t.jpg): corrupt JPEG: no start-of-scan (FF DA), so no image data");
-  Bytes padded = TinyJpeg(false).dht(0, 0).end();
-  padded.insert(padded.end(), {0x00, 0x00});  // the end marker met inside the walk
-  EXPECT_HL_ERROR(decode_jpeg(padded), "no start-of-scan (FF DA), so no image data");
+  Bytes no_scan = TinyJpeg(false).dht(0, 0).end();
+  no_scan.insert(no_scan.end(), {0x00, 0x00});  // the end marker met inside the walk
+  EXPECT_HL_ERROR(decode_jpeg(no_scan), "no start-of-scan (FF DA), so no image data");
   for (const Bytes& padding : {Bytes{0xFF, 0x00, 0x00}, Bytes{0x00, 0x00}, Bytes{0xFF, 0xFF}}) {
     Bytes padded = jpg.end();
     padded.insert(padded.end(), padding.begin(), padding.end());
@@ -496,10 +752,56 @@ TEST(Image, JpegEndMarkerMustFollowTheLastScan) {
 // Between segments, bytes other than FF are padding that stb_image skips, and so does the walk,
 // also after a segment whose last byte is FF (a quantization value of 255).
 TEST(Image, JpegPaddingBetweenSegments) {
-  const Bytes jpg = TinyJpeg(false, 255, {0x00, 0x00}).dht(0, 0).dht(1, 0).scan(0, 0, 0, 63, 0, {0x3F}).end();
+  Bytes ends_in_255(64, 1);
+  ends_in_255.back() = 255;
+  const Bytes jpg = TinyJpeg(false, ends_in_255, {0x00, 0x00}).dht(0, 0).dht(1, 0).scan(0, 0, 0, 63, 0, {0x3F}).end();
   EXPECT_EQ(decode_jpeg(jpg).width, 8);
-  const Bytes bad = TinyJpeg(false, 255, {0x00}).dht(0, 0).dht(1, 0).scan(0, 1, 0, 63, 0, {0x3F}).end();
+  const Bytes bad = TinyJpeg(false, ends_in_255, {0x00}).dht(0, 0).dht(1, 0).scan(0, 1, 0, 63, 0, {0x3F}).end();
   EXPECT_HL_ERROR(decode_jpeg(bad), "AC Huffman table 1, which no DHT");
+}
+
+// A segment's length counts its own two bytes: 2 is an empty segment, less is corrupt, and a
+// segment may end exactly at the end of the file but not one byte past it.
+TEST(Image, JpegSegmentLengthBounds) {
+  const size_t after_dqt = 2 + 4 + 65;  // SOI, then the DQT segment
+  EXPECT_EQ(decode_jpeg(TinyJpeg(false, Bytes(64, 1), {0xFF, 0xE0, 0x00, 0x02}).dht(0, 0).dht(1, 0)
+                            .scan(0, 0, 0, 63, 0, {0x3F}).end()).width,
+            8);
+  for (uint8_t len : {0, 1})
+    EXPECT_HL_ERROR(decode_jpeg(TinyJpeg(false, Bytes(64, 1), {0xFF, 0xE0, 0x00, len}).dht(0, 0).dht(1, 0)
+                                    .scan(0, 0, 0, 63, 0, {0x3F}).end()),
+                    detail::concat("decode_image(t.jpg): corrupt JPEG: the segment at byte ", after_dqt, " claims ",
+                                   int(len), " bytes, past the end of the file"));
+  // After the scan, an APP1 segment that holds the file's last bytes (FF D9 among them, so the
+  // truncation check passes). Read to the very end, it passes the walk, and stb_image refuses the
+  // file for having no end marker after it; one byte longer, the walk refuses it.
+  const Bytes scan = TinyJpeg(false).dht(0, 0).dht(1, 0).scan(0, 0, 0, 63, 0, {0x3F}).cut();
+  Bytes exact = scan;
+  exact.insert(exact.end(), {0xFF, 0xE1, 0x00, 0x04, 0xFF, 0xD9});
+  EXPECT_HL_ERROR(decode_jpeg(exact), "decode_image(t.jpg): cannot decode (expected marker)");
+  Bytes over = exact;
+  over[scan.size() + 3] = 5;
+  EXPECT_HL_ERROR(decode_jpeg(over), detail::concat("corrupt JPEG: the segment at byte ", scan.size(),
+                                                    " claims 5 bytes, past the end of the file"));
+}
+
+// Fill bytes (FF before a marker) are skipped, and so is a first segment whose data holds an FF
+// that is not a marker (a quantization value of 255 followed by 5).
+TEST(Image, JpegFillBytesAndFFInsideASegment) {
+  EXPECT_EQ(decode_jpeg(TinyJpeg(false, Bytes(64, 1), {0xFF, 0xFF}).dht(0, 0).dht(1, 0).scan(0, 0, 0, 63, 0, {0x3F})
+                            .end()).width,
+            8);
+  Bytes quant(64, 1);
+  quant[10] = 255;
+  quant[11] = 5;
+  EXPECT_EQ(decode_jpeg(TinyJpeg(false, quant).dht(0, 0).dht(1, 0).scan(0, 0, 0, 63, 0, {0x3F}).end()).width, 8);
+  // Restart (FF D0 to FF D7) and TEM (FF 01) markers have no length. Between segments stb_image
+  // refuses them; the walk steps over them (and must neither loop on them nor read a length).
+  for (const uint8_t m : {0xD0, 0xD7, 0x01}) {
+    const Bytes jpg = TinyJpeg(false, Bytes(64, 1), {0xFF, m}).dht(0, 0).dht(1, 0).scan(0, 0, 0, 63, 0, {0x3F}).end();
+    SCOPED_TRACE(testing::Message() << "marker " << std::hex << int(m));
+    EXPECT_HL_ERROR(decode_jpeg(jpg), "decode_image(t.jpg): not a decodable image (unknown image type)");
+  }
 }
 
 // The walk skips entropy-coded data: stuffed bytes (FF 00) and restart markers (FF D0 to FF D7)
