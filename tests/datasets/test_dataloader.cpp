@@ -117,6 +117,18 @@ TEST(DataLoader, OrderIsPinnedAcrossMachines) {
   EXPECT_EQ(epoch1, (std::vector<int64_t>{8, 1, 9, 2, 5, 7, 6, 0, 3, 4}));
 }
 
+// The shuffle's last step swaps positions 0 and 1 (or not, by a draw of below(2)); with two
+// samples that is the whole shuffle, so over 64 epochs both orders appear.
+TEST(DataLoader, ShuffleReachesItsLastSwap) {
+  DataLoader loader(indexed_dataset(2), opts(2, true, false, fresh_seed()));
+  std::set<std::vector<int64_t>> orders;
+  for (int64_t epoch = 0; epoch < 64; ++epoch) {
+    loader.start_epoch(epoch);
+    orders.insert(loader.order());
+  }
+  EXPECT_EQ(orders, (std::set<std::vector<int64_t>>{{0, 1}, {1, 0}}));
+}
+
 TEST(DataLoader, WithoutShuffleTheOrderIsSequential) {
   DataLoader loader(indexed_dataset(25), opts(4, false, false));
   EXPECT_EQ(run_epoch(loader, 0), iota(25));
@@ -230,6 +242,13 @@ TEST(DataLoader, RejectsBadOptionsAndEmptySets) {
   Dataset mismatched = indexed_dataset(5);
   mismatched.labels = Tensor::from_vector(std::vector<int32_t>{0, 1, 2}, {3});
   EXPECT_HL_ERROR(DataLoader(mismatched, opts(4, true, false)), "labels");
+  // The labels' dtype and rank are each checked alone: i32 [5, 1], and f32 [5].
+  Dataset column = indexed_dataset(5), floats = indexed_dataset(5);
+  column.labels = column.labels.reshape({5, 1});
+  floats.labels = floats.labels.to(DType::f32);
+  for (const Dataset& bad : {column, floats})
+    EXPECT_HL_ERROR(DataLoader(bad, opts(4, true, false)), "DataLoader(indexed): labels must be i32 [5] to match images ",
+                    bad.images.describe(), ", got ", bad.labels.describe());
   // A 0-d tensor of images has no samples at all; a 1-d one holds one value per sample, and loads.
   Dataset scalar = indexed_dataset(1);
   scalar.images = Tensor::scalar(3.0);
