@@ -491,6 +491,12 @@ TEST(GemmCpuArgs, DescribeNamesTheProblem) {
   g.ab_type = DType::f16;
   set_dense_ld(g);
   EXPECT_EQ(g.describe(), "gemm NT M=128 N=512 K=784 f16->f32 on cpu");
+  // A stride that is not the dense one is spelled out, whichever of the three it is.
+  g.lda += 8;
+  EXPECT_EQ(g.describe(), "gemm NT M=128 N=512 K=784 f16->f32 lda=792 ldb=784 ldc=512 on cpu");
+  set_dense_ld(g);
+  g.ldb += 8;
+  EXPECT_EQ(g.describe(), "gemm NT M=128 N=512 K=784 f16->f32 lda=784 ldb=792 ldc=512 on cpu");
 }
 
 // A valid 4 x 5 x 6 problem that each case below breaks in one way.
@@ -530,6 +536,12 @@ TEST_F(GemmCpuBadArgs, ZeroSizes) {
   g.K = 6;
   g.M = -1;
   expect_error("M=-1");
+  // Each size at 0 alone.
+  g.M = 0;
+  expect_error("M, N and K must all be >= 1, got M=0 N=5 K=6");
+  g.M = 4;
+  g.N = 0;
+  expect_error("M, N and K must all be >= 1, got M=4 N=0 K=6");
 }
 
 TEST_F(GemmCpuBadArgs, NullPointers) {
@@ -545,11 +557,17 @@ TEST_F(GemmCpuBadArgs, NullPointers) {
 
 TEST_F(GemmCpuBadArgs, LeadingDimensionsTooSmall) {
   g.lda = 5;  // op_a == N: a row of A holds K = 6
-  expect_error("lda=5");
+  expect_error("lda=5 is smaller than 6, the row length of A as stored (K for op_a=N)");
+  g.op_a = Op::T;
+  g.lda = 3;  // op_a == T: a row of A holds M = 4
+  expect_error("lda=3 is smaller than 4, the row length of A as stored (M for op_a=T)");
+  g.op_a = Op::N;
   set_dense_ld(g);
+  g.ldb = 4;  // op_b == N: a row of B holds N = 5
+  expect_error("ldb=4 is smaller than 5, the row length of B as stored (N for op_b=N)");
   g.op_b = Op::T;
   g.ldb = 5;  // op_b == T: a row of B holds K = 6
-  expect_error("ldb=5");
+  expect_error("ldb=5 is smaller than 6, the row length of B as stored (K for op_b=T)");
   set_dense_ld(g);
   g.ldc = 4;
   expect_error("ldc=4");
