@@ -247,8 +247,9 @@ TEST(DataLoader, RejectsBadOptionsAndEmptySets) {
   column.labels = column.labels.reshape({5, 1});
   floats.labels = floats.labels.to(DType::f32);
   for (const Dataset& bad : {column, floats})
-    EXPECT_HL_ERROR(DataLoader(bad, opts(4, true, false)), "DataLoader(indexed): labels must be i32 [5] to match images ",
-                    bad.images.describe(), ", got ", bad.labels.describe());
+    EXPECT_HL_ERROR(DataLoader(bad, opts(4, true, false)),
+                    "DataLoader(indexed): labels must be i32 [5] to match images ", bad.images.describe(), ", got ",
+                    bad.labels.describe());
   // A 0-d tensor of images has no samples at all; a 1-d one holds one value per sample, and loads.
   Dataset scalar = indexed_dataset(1);
   scalar.images = Tensor::scalar(3.0);
