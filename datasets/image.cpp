@@ -121,7 +121,8 @@ std::string truncation(Format f, const uint8_t* d, size_t n) {
 // and it does not clear them first: a scan that uses a table no DHT segment defined reads stale
 // memory and can crash (stb's PR #1297 describes it), and a DHT whose code counts add up to more
 // than 256 overruns the table (stb issue #1289). Both were fixed upstream after that snapshot, so we
-// walk the markers first and refuse such files. Found by tests/fuzz/fuzz_image.
+// walk the markers first and refuse such files. Found by tests/fuzz/fuzz_image. The same walk
+// refuses a file with no scan at all, which stb_image decodes as a flat gray image.
 std::string jpeg_tables(const uint8_t* d, size_t n) {
   bool dc[4] = {}, ac[4] = {}, progressive = false, scanned = false;
   // At the end: without a scan, stb_image would return a flat gray image, as if it had decoded one.
