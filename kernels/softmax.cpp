@@ -52,13 +52,11 @@ void validate(const SoftmaxArgs& a) {
 // 4096x1024 warp_row 8.2 us, register_row 8.7; 4096x4096 register_row 27.4, warp_row 32.1,
 // block_row 33.1; 1024x32768 register_row 54.3, block_row 62.1; 128x65536 block_row 14.7, online 18.5.
 // Past 65536 columns nothing is measured yet: online, whose single pass over the row is meant for
-// rows too long to stay in cache.
+// rows too long to stay in cache. A rung named here that declines the arguments is passed over, and
+// the registry's priority order picks among the rest: that is how f64, which only `naive` reads,
+// reaches it, and how f64 cross-entropy (no GPU rung) gets the registry's error.
 std::vector<std::string> auto_cuda_variants(const SoftmaxArgs& a) {
-  if (is_xent(a.op)) {
-    if (a.x_type == DType::f64 || a.y_type == DType::f64) return {};
-    return {"fused_xent"};
-  }
-  if (a.x_type == DType::f64 || a.y_type == DType::f64) return {"naive"};  // the only f64 CUDA rung
+  if (is_xent(a.op)) return {"fused_xent"};
   if (a.cols <= 1024) return {"warp_row"};
   if (a.cols <= register_row::kMaxCols) return {"register_row", "block_row"};
   if (a.cols <= 65536) return {"block_row"};

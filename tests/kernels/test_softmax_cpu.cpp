@@ -276,6 +276,105 @@ TEST_F(SoftmaxCpu, RegistryNamesDefaultsAndErrors) {
   EXPECT_THROW(k::softmax(a), Error);  // no labels, no loss
 }
 
+// softmax()'s argument checks (kernels/softmax.cpp) at their edges: each size alone, the empty problems
+// that read nothing, and every op's own pointers. Each message names the check and the whole problem.
+TEST_F(SoftmaxCpu, ArgumentChecksAtTheirEdges) {
+  const auto args = [](k::SoftmaxOp op, int64_t rows, int64_t cols) {
+    k::SoftmaxArgs a;
+    a.op = op;
+    a.rows = rows;
+    a.cols = cols;
+    return a;
+  };
+  const auto error = [](const k::SoftmaxArgs& a) { return test::error_of([&] { k::softmax(a); }); };
+  EXPECT_EQ(error(args(k::SoftmaxOp::softmax, -1, 3)),
+            "softmax: rows and cols must be >= 0, got rows=-1 cols=3 (softmax -1x3 f32->f32 on cpu)");
+  EXPECT_EQ(error(args(k::SoftmaxOp::softmax, 3, -1)),
+            "softmax: rows and cols must be >= 0, got rows=3 cols=-1 (softmax 3x-1 f32->f32 on cpu)");
+  // Nothing to read or write: null pointers are fine when either side is 0.
+  for (k::SoftmaxOp op : {k::SoftmaxOp::softmax, k::SoftmaxOp::log_softmax, k::SoftmaxOp::log_softmax_backward}) {
+    EXPECT_NO_THROW(k::softmax(args(op, 0, 5))) << k::softmax_op_name(op);
+    EXPECT_NO_THROW(k::softmax(args(op, 5, 0))) << k::softmax_op_name(op);
+    EXPECT_NO_THROW(k::softmax(args(op, 0, 0))) << k::softmax_op_name(op);
+  }
+  // A row of one column, or one row, is a real problem whose pointers are checked.
+  EXPECT_EQ(error(args(k::SoftmaxOp::softmax, 1, 3)),
+            "softmax: the input is a null pointer (softmax 1x3 f32->f32 on cpu)");
+  EXPECT_EQ(error(args(k::SoftmaxOp::softmax, 3, 1)),
+            "softmax: the input is a null pointer (softmax 3x1 f32->f32 on cpu)");
+  // Cross-entropy needs a class in every row it has, and is a no-op for no rows.
+  for (k::SoftmaxOp op : {k::SoftmaxOp::xent_forward, k::SoftmaxOp::xent_backward, k::SoftmaxOp::xent_fused}) {
+    EXPECT_NO_THROW(k::softmax(args(op, 0, 0))) << k::softmax_op_name(op);
+    EXPECT_NO_THROW(k::softmax(args(op, 0, 4))) << k::softmax_op_name(op);
+    const std::string e = error(args(op, 1, 0));
+    EXPECT_NE(e.find("softmax: cross-entropy needs at least one class"), std::string::npos) << e;
+  }
+  // Every cross-entropy op checks its labels and statistics, and names them in its description.
+  std::vector<float> x(6, 0.0f), y(6), loss(2), stats(4);
+  std::vector<int32_t> labels = {0, 2};
+  for (k::SoftmaxOp op : {k::SoftmaxOp::xent_forward, k::SoftmaxOp::xent_backward, k::SoftmaxOp::xent_fused}) {
+    k::SoftmaxArgs a = args(op, 2, 3);
+    a.x = x.data();
+    a.y = y.data();
+    a.loss = loss.data();
+    a.stats = stats.data();
+    const std::string name = k::softmax_op_name(op);
+    const std::string out = op == k::SoftmaxOp::xent_forward ? "" : "->f32";
+    EXPECT_EQ(error(a), "softmax: labels is a null pointer (" + name + " 2x3 f32" + out + " stats f32 on cpu)");
+    a.labels = labels.data();
+    a.stat_type = DType::f64;
+    EXPECT_NE(error(a).find("loss, statistics and grad_scale must be f32 for f32 logits"), std::string::npos)
+        << name;
+    a.stat_type = DType::f32;
+    EXPECT_NO_THROW(k::softmax(a)) << name;
+  }
+}
+
+// softmax_can_run with nothing pinned: as Registry::select chooses, a non-opt-in variant of the
+// arguments' own device that supports them. The CPU's reference runs every op; f64 cross-entropy has
+// no GPU rung (fused_xent is f16/f32, and in a CPU-only build there is no GPU rung at all), and the
+// CPU's variants must not answer for the GPU.
+TEST_F(SoftmaxCpu, CanRunWithoutAPinAsksTheArgumentsDevice) {
+  if (std::getenv(k::SoftmaxArgs::env_var) != nullptr) GTEST_SKIP() << "HALFLING_SOFTMAX pins a rung";
+  ASSERT_EQ(k::SoftmaxRegistry::instance().default_name(), "");
+  k::SoftmaxArgs a;
+  a.op = k::SoftmaxOp::xent_forward;
+  a.rows = 4;
+  a.cols = 3;
+  a.x_type = DType::f64;
+  a.stat_type = DType::f64;
+  EXPECT_TRUE(k::softmax_can_run(a));
+  a.device = DeviceType::cuda;
+  EXPECT_FALSE(k::softmax_can_run(a));
+}
+
+// softmax() selects the variant, then returns before running it when there is nothing to compute: a
+// GPU rung would launch an empty grid, which CUDA refuses. A spy variant on the CPU counts its runs.
+int g_spy_runs = 0;
+TEST_F(SoftmaxCpu, AnEmptyProblemRunsNoVariant) {
+  auto& reg = k::SoftmaxRegistry::instance();
+  if (reg.find("test_spy", DeviceType::cpu) == nullptr)
+    reg.add({"test_spy", DeviceType::cpu, -1000, "tests only: counts its runs", [](const k::SoftmaxArgs&) {
+               ++g_spy_runs;
+             },
+             nullptr, /*opt_in=*/true});
+  std::vector<float> x(6, 0.0f), y(6);
+  k::SoftmaxArgs a;
+  a.x = x.data();
+  a.y = y.data();
+  g_spy_runs = 0;
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {2, 0}, {0, 0}}) {
+    a.rows = rows;
+    a.cols = cols;
+    k::softmax(a, "test_spy");
+  }
+  EXPECT_EQ(g_spy_runs, 0);
+  a.rows = 2;
+  a.cols = 3;
+  k::softmax(a, "test_spy");
+  EXPECT_EQ(g_spy_runs, 1);
+}
+
 TEST_F(SoftmaxCpu, PinnedRungWithoutFusedLossFallsBackToUnfused) {
   auto& reg = k::SoftmaxRegistry::instance();
   Generator gen(seed);

@@ -750,6 +750,18 @@ TEST(SoftmaxCudaChooser, RegisterRowBetweenWarpRowAndBlockRow) {
       EXPECT_EQ(k::softmax_variant_for(probe(op, 16385, DType::f16, ty)), "block_row");
       EXPECT_EQ(k::softmax_variant_for(probe(op, 16383, DType::f16, ty)), "register_row");
     }
+    // f64 on either side, at every length: naive, the only rung that reads or writes it.
+    for (int64_t cols : {10, 4096, 100000}) {
+      EXPECT_EQ(k::softmax_variant_for(probe(op, cols, DType::f64, DType::f64)), "naive") << cols;
+      EXPECT_EQ(k::softmax_variant_for(probe(op, cols, DType::f64, DType::f32)), "naive") << cols;
+      EXPECT_EQ(k::softmax_variant_for(probe(op, cols, DType::f32, DType::f64)), "naive") << cols;
+    }
+  }
+  // Cross-entropy: fused_xent, for f16 and f32; no GPU rung takes f64.
+  for (k::SoftmaxOp op : {k::SoftmaxOp::xent_forward, k::SoftmaxOp::xent_backward, k::SoftmaxOp::xent_fused}) {
+    for (DType t : {DType::f16, DType::f32})
+      EXPECT_EQ(k::softmax_variant_for(probe(op, 10, t, t)), "fused_xent") << k::softmax_op_name(op);
+    EXPECT_THROW(k::softmax_variant_for(probe(op, 10, DType::f64, DType::f64)), Error) << k::softmax_op_name(op);
   }
   // A pinned register_row that cannot take the row says why.
   try {
