@@ -56,6 +56,10 @@ TEST(GatherRows, CpuI32AndErrors) {
   const std::vector<int32_t> bad = {0, 3};
   EXPECT_HL_ERROR(kernels::gather_rows(DeviceType::cpu, {src.data(), DType::i32, 3, 2, bad.data(), 2, dst.data(), DType::i32}),
                   "gather_rows", "index 3 at position 1");
+  const std::vector<int32_t> first_bad = {-1, 0};  // the first position is checked too, and so is below 0
+  EXPECT_HL_ERROR(kernels::gather_rows(DeviceType::cpu,
+                                       {src.data(), DType::i32, 3, 2, first_bad.data(), 2, dst.data(), DType::i32}),
+                  "gather_rows", "index -1 at position 0 is out of range for 3 rows");
   float f[6];
   EXPECT_HL_ERROR(kernels::gather_rows(DeviceType::cpu, {src.data(), DType::i32, 3, 2, idx.data(), 3, f, DType::f32}),
                   "gather_rows", "i32");

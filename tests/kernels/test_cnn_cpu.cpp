@@ -158,6 +158,83 @@ TEST(PoolCpu, ShapeCheckNamesTheOpAndTheSizes) {
       << message(s);
   s.pad_w = 0, s.H = 0;
   EXPECT_NE(message(s).find("input sizes must be >= 1, got [2, 3, 0, 3]"), std::string::npos) << message(s);
+  // The window against the padded input, rows alone: 6 rows do not fit in 1 + 2 * 2.
+  s.H = 1, s.W = 3, s.kh = 6, s.kw = 2, s.pad_h = 2, s.pad_w = 0;
+  EXPECT_EQ(message(s),
+            "max_pool2d: the 6x2 window is larger than the padded input 5x3 (input [2, 3, 1, 3])");
+  // Each stride alone.
+  s.H = 4, s.kh = 2, s.pad_h = 0, s.stride_h = 0, s.stride_w = 1;
+  EXPECT_EQ(message(s), "max_pool2d: strides must be >= 1, got 0x1");
+  s.stride_h = 1, s.stride_w = 0;
+  EXPECT_EQ(message(s), "max_pool2d: strides must be >= 1, got 1x0");
+  // Each input size alone.
+  for (int side = 0; side < 4; ++side) {
+    Pool2dShape t;
+    t.N = 2, t.C = 3, t.H = 4, t.W = 5, t.kh = t.kw = 2;
+    ASSERT_EQ(message(t), "(accepted)");
+    (side == 0 ? t.N : side == 1 ? t.C : side == 2 ? t.H : t.W) = 0;
+    EXPECT_EQ(message(t), detail::concat("max_pool2d: input sizes must be >= 1, got [", t.N, ", ", t.C, ", ", t.H,
+                                         ", ", t.W, "]"));
+  }
+}
+
+// max_pool2d's argmax is i32, so a plane of more than INT32_MAX elements is refused before any data
+// is read (the pointers here are never touched).
+TEST(PoolCpu, MaxPoolRefusesAPlaneTheI32ArgmaxCannotIndex) {
+  Pool2dShape s;
+  s.N = 1, s.C = 1, s.H = 65536, s.W = 65536, s.kh = s.kw = 2, s.stride_h = s.stride_w = 2;
+  EXPECT_EQ(test::error_of([&] { max_pool2d_forward(DeviceType::cpu, s, nullptr, nullptr, nullptr, DType::f16); }),
+            "max_pool2d: an input plane of 65536x65536 overflows the i32 argmax");
+}
+
+// Batch norm's own conditions, at the kernel layer (the framework checks them too, in its words):
+// training needs two values per channel; evaluation needs both running statistics.
+TEST(BatchNormCpu, TrainingNeedsTwoValuesAndEvalBothRunningStatistics) {
+  TypedBuffer x(DType::f32, 64), y(DType::f32, 64), p(DType::f32, 8), q(DType::f32, 8), m(DType::f32, 8),
+      v(DType::f32, 8);
+  const BatchNormShape one{1, 3, 1};
+  EXPECT_EQ(test::error_of([&] {
+              batch_norm_forward_train(DeviceType::cpu, one, x.data(), y.data(), DType::f32, p.data(), q.data(),
+                                       nullptr, nullptr, m.data(), v.data(), DType::f32, 0.1, 1e-5);
+            }),
+            "batch_norm: training needs more than one value per channel, got N=1 HW=1 (use eval mode, or a larger "
+            "batch)");
+  const BatchNormShape s{2, 3, 4};
+  for (int missing = 0; missing < 2; ++missing) {
+    EXPECT_EQ(test::error_of([&] {
+                batch_norm_forward_eval(DeviceType::cpu, s, x.data(), y.data(), DType::f32, p.data(), q.data(),
+                                        missing == 0 ? nullptr : m.data(), missing == 1 ? nullptr : v.data(),
+                                        DType::f32, 1e-5);
+              }),
+              "batch_norm (eval): evaluation mode needs running statistics")
+        << missing;
+  }
+}
+
+// The batch-norm entry points' size check (kernels/cnn_dispatch.cpp), each size alone, for every entry.
+TEST(BatchNormCpu, EachSizeAloneIsChecked) {
+  TypedBuffer x(DType::f32, 64), y(DType::f32, 64), p(DType::f32, 8), q(DType::f32, 8), m(DType::f32, 8),
+      v(DType::f32, 8);
+  for (int side = 0; side < 3; ++side) {
+    BatchNormShape s{2, 3, 4};
+    (side == 0 ? s.N : side == 1 ? s.C : s.HW) = 0;
+    const std::string sizes = detail::concat(": sizes must be >= 1, got N=", s.N, " C=", s.C, " HW=", s.HW);
+    EXPECT_EQ(test::error_of([&] {
+                batch_norm_forward_train(DeviceType::cpu, s, x.data(), y.data(), DType::f32, p.data(), q.data(),
+                                         nullptr, nullptr, m.data(), v.data(), DType::f32, 0.1, 1e-5);
+              }),
+              "batch_norm" + sizes);
+    EXPECT_EQ(test::error_of([&] {
+                batch_norm_forward_eval(DeviceType::cpu, s, x.data(), y.data(), DType::f32, p.data(), q.data(),
+                                        m.data(), v.data(), DType::f32, 1e-5);
+              }),
+              "batch_norm (eval)" + sizes);
+    EXPECT_EQ(test::error_of([&] {
+                batch_norm_backward(DeviceType::cpu, s, x.data(), y.data(), x.data(), DType::f32, p.data(), m.data(),
+                                    v.data(), p.data(), q.data(), DType::f32);
+              }),
+              "batch_norm_backward" + sizes);
+  }
 }
 
 TEST(BatchNormCpu, TrainForwardMatchesFloat64InF32AndF16) {
@@ -207,6 +284,9 @@ TEST(DropoutCpu, OffsetsContinueTheSameStream) {
   EXPECT_TRUE(std::isnan(a.get(200)) && std::isnan(b.get(100))) << "dropout wrote past its n elements";
   EXPECT_EQ(dropout_threshold(0.0), 0u);
   EXPECT_EQ(dropout_threshold(0.5), 1u << 23);
+  // p is in [0, 1): 1 would drop everything and scale by 1/0.
+  for (double p : {1.0, 1.5, -0.25})
+    EXPECT_EQ(test::error_of([&] { dropout_threshold(p); }), detail::concat("dropout: p must be in [0, 1), got ", p));
 }
 
 }  // namespace

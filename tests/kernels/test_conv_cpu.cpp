@@ -317,5 +317,77 @@ TEST(ConvCpuRegistry, BadArgumentsNameTheProblem) {
   EXPECT_NO_THROW(conv2d(a, "reference"));
 }
 
+// Each of validate()'s checks (kernels/conv.cpp) alone, at its edge, with the message it gives. A
+// valid 1x1x4x4 problem with a 3x3 kernel is broken one field at a time.
+TEST(ConvCpuRegistry, EachCheckAloneAtItsEdge) {
+  TypedBuffer x(DType::f32, 400), w(DType::f32, 400), y(DType::f32, 400), b(DType::f32, 4);
+  const auto base = [&] {
+    ConvArgs a = ConvShape{1, 1, 4, 4, 1, 3, 3, 1, 1, 0, 0}.args();
+    a.x = x.data(), a.w = w.data(), a.y = y.data();
+    return a;
+  };
+  const auto error = [](const ConvArgs& a) { return test::error_of([&] { conv2d(a); }); };
+  const auto expect_refused = [&](const ConvArgs& a, const std::string& what) {
+    const std::string e = error(a);
+    EXPECT_EQ(e.rfind("conv: " + what + " (" + a.describe() + ")", 0), 0u) << "want: " << what << "\ngot: " << e;
+  };
+  EXPECT_EQ(error(base()), "(no error)");
+  for (int side = 0; side < 4; ++side) {
+    ConvArgs a = base();
+    (side == 0 ? a.N : side == 1 ? a.C : side == 2 ? a.H : a.W) = 0;
+    expect_refused(a, detail::concat("input sizes must be >= 1, got N=", a.N, " C=", a.C, " H=", a.H, " W=", a.W));
+  }
+  for (int side = 0; side < 3; ++side) {
+    ConvArgs a = base();
+    (side == 0 ? a.K : side == 1 ? a.R : a.S) = 0;
+    expect_refused(a, detail::concat("filter sizes must be >= 1, got K=", a.K, " R=", a.R, " S=", a.S));
+  }
+  ConvArgs a = base();
+  a.stride_w = 0;
+  expect_refused(a, "strides must be >= 1, got 1x0");
+  a = base();
+  a.stride_h = 0;
+  expect_refused(a, "strides must be >= 1, got 0x1");
+  a = base();
+  a.pad_h = -1;
+  expect_refused(a, "padding must be >= 0, got -1x0");
+  a = base();
+  a.pad_w = -1;
+  expect_refused(a, "padding must be >= 0, got 0x-1");
+  // The kernel against the padded input, each side alone: 9 rows or columns do not fit in 4 + 2 * 2,
+  // and exactly 8 do.
+  a = base();
+  a.R = 9, a.pad_h = 2;
+  expect_refused(a, "the 9x3 kernel is larger than the padded input 8x4");
+  a.R = 8;
+  EXPECT_EQ(error(a), "(no error)");
+  a = base();
+  a.S = 9, a.pad_w = 2;
+  expect_refused(a, "the 3x9 kernel is larger than the padded input 4x8");
+  a.S = 8;
+  EXPECT_EQ(error(a), "(no error)");
+  // A bias of a dtype that is not floating; without a bias, bias_type is never read.
+  a = base();
+  a.bias = b.data(), a.bias_type = DType::i32;
+  expect_refused(a, "bias must be f16, f32 or f64, got i32");
+  a.bias = nullptr;
+  EXPECT_EQ(error(a), "(no error)");
+}
+
+// describe() gives P and Q exactly when the kernel fits the padded input and the strides are valid:
+// at the edge (a kernel as wide as the padded input, one output column) and with a stride of 1.
+TEST(ConvCpuRegistry, DescribeGivesTheOutputSizeExactlyWhenItIsDefined) {
+  ConvArgs a = ConvShape{1, 1, 4, 4, 1, 3, 8, 1, 1, 0, 2}.args();
+  EXPECT_EQ(a.describe(), "conv forward N=1 C=1 H=4 W=4 K=1 R=3 S=8 stride=1x1 pad=0x2 -> P=2 Q=1 f32->f32 on cpu");
+  a.S = 9;  // one column too many
+  EXPECT_EQ(a.describe(), "conv forward N=1 C=1 H=4 W=4 K=1 R=3 S=9 stride=1x1 pad=0x2 f32->f32 on cpu");
+  a = ConvShape{1, 1, 4, 4, 1, 8, 3, 1, 1, 2, 0}.args();
+  EXPECT_EQ(a.describe(), "conv forward N=1 C=1 H=4 W=4 K=1 R=8 S=3 stride=1x1 pad=2x0 -> P=1 Q=2 f32->f32 on cpu");
+  a.R = 9;  // one row too many
+  EXPECT_EQ(a.describe(), "conv forward N=1 C=1 H=4 W=4 K=1 R=9 S=3 stride=1x1 pad=2x0 f32->f32 on cpu");
+  a.R = 3, a.stride_w = 0;
+  EXPECT_EQ(a.describe(), "conv forward N=1 C=1 H=4 W=4 K=1 R=3 S=3 stride=1x0 pad=2x0 f32->f32 on cpu");
+}
+
 }  // namespace
 }  // namespace hl::kernels

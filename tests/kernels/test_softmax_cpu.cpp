@@ -269,6 +269,15 @@ TEST_F(SoftmaxCpu, RegistryNamesDefaultsAndErrors) {
     EXPECT_NE(std::string(e.what()).find("log_softmax 2x3"), std::string::npos) << e.what();
   }
   EXPECT_THROW(k::softmax(a, "no_such_rung"), Error);
+  // The teaching variant is FP16 on both sides: an f32 input or an f32 output alone is refused.
+  a.op = k::SoftmaxOp::softmax;
+  for (auto [tx, ty] : std::vector<std::pair<DType, DType>>{{DType::f32, DType::f16}, {DType::f16, DType::f32}}) {
+    a.x_type = tx, a.y_type = ty;
+    const std::string e = test::error_of([&] { k::softmax(a, "naive_fp16_nomax"); });
+    EXPECT_NE(e.find("the teaching variant is FP16 in, FP16 out"), std::string::npos) << e;
+  }
+  a.x_type = a.y_type = DType::f16;
+  a.op = k::SoftmaxOp::log_softmax;
   a.y = nullptr;
   EXPECT_THROW(k::softmax(a), Error);
   a.y = y.data_ptr();
