@@ -328,8 +328,7 @@ TEST(ConvCpuRegistry, EachCheckAloneAtItsEdge) {
   };
   const auto error = [](const ConvArgs& a) { return test::error_of([&] { conv2d(a); }); };
   const auto expect_refused = [&](const ConvArgs& a, const std::string& what) {
-    const std::string e = error(a);
-    EXPECT_EQ(e.rfind("conv: " + what + " (" + a.describe() + ")", 0), 0u) << "want: " << what << "\ngot: " << e;
+    EXPECT_EQ(error(a), detail::concat("conv: ", what, " (", a.describe(), ")"));
   };
   EXPECT_EQ(error(base()), "(no error)");
   for (int side = 0; side < 4; ++side) {
