@@ -77,6 +77,19 @@ TEST(ElementwiseCpu, UnaryMathIsF64WhenEitherSideIsF64) {
   EXPECT_EQ(unary1(UnaryOp::exp, f32, 1.0, f32), static_cast<double>(std::exp(1.0f)));
 }
 
+// relu keeps x where x > 0 and NaN, else gives +0: relu(-0) is +0, as on the GPU (kernels/cuda/
+// elementwise.cu) and in the GEMM's fused epilogue, so that CPU and GPU results compare bit for bit.
+TEST(ElementwiseCpu, ReluOfNegativeZeroIsPositiveZero) {
+  for (DType t : {DType::f16, DType::f32, DType::f64}) {
+    const double z = unary1(UnaryOp::relu, t, -0.0, t);
+    EXPECT_EQ(z, 0.0) << dtype_name(t);
+    EXPECT_FALSE(std::signbit(z)) << dtype_name(t);
+    EXPECT_FALSE(std::signbit(unary1(UnaryOp::relu, t, -1.0, t))) << dtype_name(t);
+    EXPECT_TRUE(std::isnan(unary1(UnaryOp::relu, t, std::nan(""), t))) << dtype_name(t);
+    EXPECT_EQ(unary1(UnaryOp::relu, t, 0.5, t), 0.5) << dtype_name(t);
+  }
+}
+
 TEST(ElementwiseCpu, FillWritesNElementsConvertedOnce) {
   for (DType t : {DType::f32, DType::f16, DType::f64, DType::i32}) {
     SCOPED_TRACE(dtype_name(t));
