@@ -11,11 +11,17 @@ namespace hl::kernels::cpu {
 
 namespace {
 
+// Every slot is checked before any is updated, as the CUDA passes do: a bad slot leaves every
+// parameter as it was, not the ones before it updated.
+void check_slot(const ParamSlot& s, const char* op) {
+  HL_CHECK(s.state_type == DType::f32 || s.state_type == DType::f64, op, ": optimizer state must be f32 or f64, got ",
+           dtype_name(s.state_type));
+  HL_CHECK(is_floating(s.param_type), op, ": needs a floating dtype, got ", dtype_name(s.param_type));
+}
+
 // Run f(S{}, P{}) with S the state type (float/double) and P the parameter's storage type.
 template <class F>
 void visit_slot(const ParamSlot& s, const char* op, F&& f) {
-  HL_CHECK(s.state_type == DType::f32 || s.state_type == DType::f64, op, ": optimizer state must be f32 or f64, got ",
-           dtype_name(s.state_type));
   visit_floating(s.param_type, op, [&](auto P) {
     if (s.state_type == DType::f64) {
       f(double{}, P);
@@ -68,6 +74,11 @@ void sgd_slot(const ParamSlot& s, S lr, S mom, S wd, S damp) {
 }  // namespace
 
 void sgd_update(const std::vector<ParamSlot>& slots, const SgdParams& sp) {
+  const bool use_mom = sp.momentum != 0.0;
+  for (const ParamSlot& s : slots) {
+    check_slot(s, "sgd_update");
+    HL_CHECK(!use_mom || s.buf1 != nullptr, "sgd_update: momentum ", sp.momentum, " needs a momentum buffer");
+  }
   if (sp.skip != nullptr && *sp.skip != 0) return;  // the loss scaler found an overflow: write nothing
   for (const ParamSlot& s : slots) {
     visit_slot(s, "sgd_update", [&](auto Stag, auto Ptag) {
@@ -75,8 +86,6 @@ void sgd_update(const std::vector<ParamSlot>& slots, const SgdParams& sp) {
       using P = decltype(Ptag);
       const S lr = static_cast<S>(sp.lr), mom = static_cast<S>(sp.momentum), wd = static_cast<S>(sp.weight_decay),
               damp = static_cast<S>(sp.dampening);
-      const bool use_mom = sp.momentum != 0.0;
-      HL_CHECK(!use_mom || s.buf1 != nullptr, "sgd_update: momentum ", sp.momentum, " needs a momentum buffer");
       // SGD's momentum buffer starts as the gradient at the parameter's first applied update: the
       // device flag says whether that happened (set by optim_finish), else the host's first_step.
       const bool first_update = s.initialized != nullptr ? *s.initialized == 0 : s.first_step;
@@ -98,13 +107,16 @@ void sgd_update(const std::vector<ParamSlot>& slots, const SgdParams& sp) {
 }
 
 void adam_update(const std::vector<ParamSlot>& slots, const AdamParams& ap) {
+  for (const ParamSlot& s : slots) {
+    check_slot(s, "adam_update");
+    HL_CHECK(s.buf1 != nullptr && s.buf2 != nullptr, "adam_update: needs both moment buffers");
+  }
   if (ap.skip != nullptr && *ap.skip != 0) return;  // the loss scaler found an overflow: write nothing
   const int64_t t = ap.applied_steps != nullptr ? *ap.applied_steps + 1 : ap.step;
   for (const ParamSlot& s : slots) {
     visit_slot(s, "adam_update", [&](auto Stag, auto Ptag) {
       using S = decltype(Stag);
       using P = decltype(Ptag);
-      HL_CHECK(s.buf1 != nullptr && s.buf2 != nullptr, "adam_update: needs both moment buffers");
       const S lr = static_cast<S>(ap.lr), b1 = static_cast<S>(ap.beta1), b2 = static_cast<S>(ap.beta2),
               eps = static_cast<S>(ap.eps), wd = static_cast<S>(ap.weight_decay);
       // PyTorch's formulation: step size lr / (1 - b1^t), denominator sqrt(v) / sqrt(1 - b2^t) + eps.
@@ -135,12 +147,16 @@ void adam_update(const std::vector<ParamSlot>& slots, const AdamParams& ap) {
 void unscale_grads(const std::vector<GradSlot>& slots, float inv_scale, int32_t* found_inf, const double* scale) {
   // 1/S is exact for power-of-two scales, so unscaling then adds no rounding of its own.
   if (scale != nullptr) inv_scale = static_cast<float>(1.0 / *scale);
+  for (const GradSlot& s : slots) {  // all checked before any is written, as on the GPU
+    HL_CHECK(is_floating(s.grad_type), "unscale_grads: needs a floating dtype, got ", dtype_name(s.grad_type));
+    HL_CHECK(s.out_type == DType::f32 || s.out_type == DType::f64, "unscale_grads: output must be f32 or f64, got ",
+             dtype_name(s.out_type));
+  }
   int32_t found = 0;
   for (const GradSlot& s : slots) {
     visit_floating(s.grad_type, "unscale_grads", [&](auto Gtag) {
       using G = decltype(Gtag);
       const G* g = static_cast<const G*>(s.grad);
-      HL_CHECK(s.out_type == DType::f32 || s.out_type == DType::f64, "unscale_grads: output must be f32 or f64");
       int32_t local = 0;
       if (s.out_type == DType::f64) {
         double* o = static_cast<double*>(s.out);
