@@ -97,7 +97,14 @@ TEST(PoolCpu, MaxFastPathsMatchTheGeneralPathBitForBit) {
       shape(2, 2, 8, 6, 2, 2, 2, 2, 1, 0),  // 2x2 stride 2, padded down
       shape(2, 2, 9, 9, 3, 3, 3, 2),        // 3x3 windows overlapping across
       shape(2, 2, 9, 9, 3, 3, 3, 3, 0, 1),  // 3x3 stride 3, padded: still disjoint, so either backward path
-  };                                        // gives these bits (pool_cpu.cpp keeps the fast one unpadded)
+                                            // gives these bits (pool_cpu.cpp keeps the fast one unpadded)
+      shape(2, 2, 9, 8, 3, 2, 2, 2),        // stride 2 with one window side not 2: 3x2, 2x3, 1x2, 2x1
+      shape(2, 2, 8, 9, 2, 3, 2, 2),
+      shape(2, 2, 8, 8, 1, 2, 2, 2),
+      shape(2, 2, 8, 8, 2, 1, 2, 2),
+      shape(2, 2, 8, 8, 2, 2, 3, 2),        // 2x2 windows, stride 3 down or across
+      shape(2, 2, 8, 8, 2, 2, 2, 3),
+  };
   const double specials[] = {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
                              -std::numeric_limits<double>::infinity(), -0.0, 0.0};
   for (DType t : {DType::f32, DType::f16, DType::f64})

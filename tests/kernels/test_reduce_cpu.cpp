@@ -1,7 +1,8 @@
-// The CPU reduce_sum (kernels/reduce.h) against a float64 reference written here, for every pattern
-// of reduced dims over a 4-d shape with odd sizes: trailing reduced dims are summed as contiguous runs,
+// The CPU reduce_sum (kernels/reduce.h) against a float64 reference written here: every pattern of
+// reduced dims over a 4-d shape with odd sizes (none reduced included: a scaled copy), and shapes with
+// dims of size 1 and 0, up to kMaxDims dims. Trailing reduced dims are summed as contiguous runs,
 // trailing kept dims added as runs into consecutive outputs (kernels/cpu/reduce_cpu.cpp), and a full
-// reduction runs in parallel.
+// reduction runs in parallel: each split must give the same sums.
 // Fresh random inputs, outputs poisoned with NaN, every element checked.
 #include <gtest/gtest.h>
 
@@ -16,47 +17,78 @@
 namespace hl::kernels {
 namespace {
 
+// Sums x (fresh random values of dtype t) over the dims marked in `reduced`, scaled by 0.5, into a
+// poisoned output, and checks every output against a float64 sum in memory order.
+void check_reduce(const std::vector<int64_t>& shape, const std::vector<bool>& reduced, DType t, uint64_t seed) {
+  ReduceIndex ix;
+  ix.ndim = static_cast<int>(shape.size());
+  int64_t n = 1;
+  for (int d = 0; d < ix.ndim; ++d) ix.shape[d] = shape[d], ix.reduced[d] = reduced[d], n *= shape[d];
+  std::string what = std::string(dtype_name(t)) + " shape [";
+  for (int d = 0; d < ix.ndim; ++d)
+    what += std::to_string(shape[d]) + (reduced[d] ? "r" : "") + (d + 1 < ix.ndim ? ", " : "]");
+  SCOPED_TRACE(what + " (r: reduced), seed " + std::to_string(seed));
+  const auto xv = test::random_values(static_cast<size_t>(n), seed, -1, 1, t);
+  test::TypedBuffer x(t, static_cast<size_t>(n));
+  x.set_all(xv);
+  const int64_t out_n = ix.out_numel();
+  std::vector<double> want(static_cast<size_t>(out_n), 0.0), magnitude(want.size(), 0.0);
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (int64_t i = 0; i < n; ++i) {  // x in memory order, the multi-index counted like an odometer
+    int64_t o = 0;
+    for (int d = 0; d < ix.ndim; ++d)
+      if (!ix.reduced[d]) o = o * shape[d] + idx[d];
+    want[static_cast<size_t>(o)] += 0.5 * xv[static_cast<size_t>(i)];
+    magnitude[static_cast<size_t>(o)] += std::fabs(0.5 * xv[static_cast<size_t>(i)]);
+    for (int d = ix.ndim - 1; d >= 0 && ++idx[d] == shape[d]; --d) idx[d] = 0;
+  }
+  test::TypedBuffer out(t, static_cast<size_t>(out_n));
+  out.fill_nan();
+  reduce_sum(DeviceType::cpu, ix, x.data(), t, out.data(), t, 0.5);
+  // A double sum of at most 630 terms (error ~630 * 2^-53 * sum|terms|), then one rounding of the
+  // output: 2^-24 (f32), 2^-11 (f16; plus 2^-25 absolute for subnormal results), 2^-53 (f64).
+  const double out_u = t == DType::f16 ? 0x1p-11 : t == DType::f32 ? 0x1p-24 : 0x1p-53;
+  for (int64_t o = 0; o < out_n; ++o) {
+    const double w = want[static_cast<size_t>(o)];
+    const double tol = 1024 * 0x1p-53 * magnitude[static_cast<size_t>(o)] + out_u * std::fabs(w) +
+                       (t == DType::f16 ? 0x1p-25 : 0.0);
+    ASSERT_NEAR(out.get(static_cast<size_t>(o)), w, tol) << "output " << o;
+  }
+}
+
 TEST(ReduceCpu, EveryPatternOfReducedDimsMatchesFloat64) {
   const uint64_t seed = test::fresh_seed();
-  const int64_t shape[4] = {3, 5, 7, 6};
-  const int64_t n = 3 * 5 * 7 * 6;
-  for (DType t : {DType::f32, DType::f16, DType::f64}) {
-    const auto xv = test::random_values(static_cast<size_t>(n), seed, -1, 1, t);
-    test::TypedBuffer x(t, static_cast<size_t>(n));
-    x.set_all(xv);
-    for (int mask = 1; mask < 16; ++mask) {  // bit d set: dim d is reduced
-      ReduceIndex ix;
-      ix.ndim = 4;
-      for (int d = 0; d < 4; ++d) ix.shape[d] = shape[d], ix.reduced[d] = (mask >> d) & 1;
-      const int64_t out_n = ix.out_numel();
-      std::vector<double> want(static_cast<size_t>(out_n), 0.0), magnitude(want.size(), 0.0);
-      int64_t i = 0;
-      for (int64_t a = 0; a < shape[0]; ++a)
-        for (int64_t b = 0; b < shape[1]; ++b)
-          for (int64_t c = 0; c < shape[2]; ++c)
-            for (int64_t e = 0; e < shape[3]; ++e, ++i) {
-              const int64_t idx[4] = {a, b, c, e};
-              int64_t o = 0;
-              for (int d = 0; d < 4; ++d)
-                if (!ix.reduced[d]) o = o * shape[d] + idx[d];
-              want[static_cast<size_t>(o)] += 0.5 * xv[static_cast<size_t>(i)];
-              magnitude[static_cast<size_t>(o)] += std::fabs(0.5 * xv[static_cast<size_t>(i)]);
-            }
-      test::TypedBuffer out(t, static_cast<size_t>(out_n));
-      out.fill_nan();
-      reduce_sum(DeviceType::cpu, ix, x.data(), t, out.data(), t, 0.5);
-      // A double sum of at most 630 terms (error ~630 * 2^-53 * sum|terms|), then one rounding of the
-      // output: 2^-24 (f32), 2^-11 (f16; plus 2^-25 absolute for subnormal results), 2^-53 (f64).
-      const double out_u = t == DType::f16 ? 0x1p-11 : t == DType::f32 ? 0x1p-24 : 0x1p-53;
-      for (int64_t o = 0; o < out_n; ++o) {
-        const double w = want[static_cast<size_t>(o)];
-        const double tol = 1024 * 0x1p-53 * magnitude[static_cast<size_t>(o)] + out_u * std::fabs(w) +
-                           (t == DType::f16 ? 0x1p-25 : 0.0);
-        ASSERT_NEAR(out.get(static_cast<size_t>(o)), w, tol)
-            << dtype_name(t) << " mask " << mask << " output " << o << " seed " << seed;
-      }
+  for (DType t : {DType::f32, DType::f16, DType::f64})
+    for (int mask = 0; mask < 16; ++mask) {  // bit d set: dim d is reduced; 0 is a scaled copy
+      std::vector<bool> reduced(4);
+      for (int d = 0; d < 4; ++d) reduced[d] = (mask >> d) & 1;
+      check_reduce({3, 5, 7, 6}, reduced, t, seed);
     }
-  }
+}
+
+// Dims of size 1 make runs of one element: a trailing kept dim of size 1 after a reduced one (the
+// kept-run path with runs of 1), kept dims of size 1 only (one output: the full reduction), and a
+// reduced dim of size 1 (a copy). Empty dims give zeros where there are outputs, and nothing else.
+TEST(ReduceCpu, DimsOfSizeOneAndZero) {
+  static_assert(kMaxDims == 8, "the last two cases use every dim");
+  const uint64_t seed = test::fresh_seed();
+  struct Case {
+    std::vector<int64_t> shape;
+    std::vector<bool> reduced;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 1}, {false, true, false}},          {{4, 3, 1, 1}, {false, true, false, false}},
+      {{3, 1, 4}, {true, false, false}},          {{5, 1}, {true, false}},
+      {{1, 5}, {false, false}},                   {{4, 1, 3}, {false, true, false}},
+      {{2, 1, 3, 1}, {true, false, true, false}}, {{7}, {false}},
+      {{7}, {true}},                              {{0, 3}, {true, false}},
+      {{3, 0}, {false, true}},                    {{3, 0, 2}, {false, true, false}},
+      {{2, 3, 0}, {false, true, false}},          {{2, 2, 2, 2, 2, 3}, {false, true, false, true, false, false}},
+      {{2, 1, 2, 3, 1, 2, 2, 3}, {false, true, false, true, true, false, false, false}},  // kMaxDims dims
+      {{2, 1, 2, 3, 1, 2, 2, 3}, {true, false, true, false, false, true, false, true}},
+  };
+  for (DType t : {DType::f32, DType::f64})
+    for (const Case& c : cases) check_reduce(c.shape, c.reduced, t, seed);
 }
 
 }  // namespace
