@@ -4,7 +4,8 @@
 //  - unscale_grads: g32 = g * (1/S) for all gradients at once, raising one found-inf flag;
 //  - sgd_update / adam_update: the update applied to the FP32 master weights, and the FP16 working
 //    copy rewritten from them in the same pass (no second kernel, no second read of the masters).
-// Moments (momentum, Adam's m and v) are always FP32.
+// Moments (momentum, Adam's m and v) are always FP32. Each pass checks every slot before it writes any:
+// a bad slot throws and leaves every tensor as it was, on the CPU as on the GPU.
 #pragma once
 #include <cstdint>
 #include <utility>

@@ -199,6 +199,8 @@ void sum_of_squares(const std::vector<ConstSpan>& tensors, float* out) {
 }
 
 void clip_by_norm(const std::vector<Span>& grads, const float* sum_sq, double max_norm, double* norm_out) {
+  for (const Span& g : grads)  // all checked before the norm or any gradient is written, as on the GPU
+    HL_CHECK(is_floating(g.type), "clip_by_norm: needs a floating dtype, got ", dtype_name(g.type));
   const double norm = std::sqrt(static_cast<double>(*sum_sq));
   *norm_out = norm;
   // PyTorch's rule: scale by max_norm / (norm + 1e-6) when that is below 1 (never for a NaN norm).

@@ -176,6 +176,18 @@ TEST(OptimCpu, ClipAtExactlyTheBoundStillScalesByMaxOverNormPlusEpsilon) {
   }
 }
 
+TEST(OptimCpu, ClipChecksEveryGradientBeforeWritingAnything) {
+  std::vector<double> g{3.0, 4.0};
+  std::vector<int32_t> bad{1, 2};
+  const float sum_sq = 30.0f;  // a norm above the bound: the first gradient would be scaled
+  double norm = -1.0;
+  std::vector<Span> spans{{g.data(), DType::f64, 2}, {bad.data(), DType::i32, 2}};
+  EXPECT_EQ(test::error_of([&] { clip_by_norm(kCpu, spans, &sum_sq, 1.0, &norm); }),
+            "clip_by_norm: needs a floating dtype, got i32");
+  EXPECT_EQ(g, (std::vector<double>{3.0, 4.0}));
+  EXPECT_EQ(norm, -1.0);
+}
+
 TEST(OptimCpu, FinishCountsTheStepAndMarksEachFlagWithOne) {
   // optim_finish sets "momentum buffer initialized" to 1 (the header's word), and counts the step,
   // unless the skip flag is raised; no skip flag means the step was applied.
