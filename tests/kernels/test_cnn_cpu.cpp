@@ -4,6 +4,7 @@
 // tests/framework/test_cnn.cpp.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -143,6 +144,36 @@ TEST(PoolCpu, MaxFastPathsMatchTheGeneralPathBitForBit) {
 
 // The kernel-level shape check (the framework checks first, with its own words, so these messages
 // are what a direct kernel caller sees): each names the op and the sizes involved.
+// A window whose values are all -inf: no value is greater than the running -inf, and the argmax is
+// still the window's first element (max_pool_take's "nothing seen yet"), not a fixed position, so the
+// gradient goes to an element of the window. The general path (3x3 stride 1, padded) and both fast
+// paths (2x2 stride 2), in every dtype.
+TEST(PoolCpu, AWindowOfMinusInfinityPointsAtItsFirstElement) {
+  for (DType t : {DType::f32, DType::f16, DType::f64})
+    for (const Pool2dShape& s : {pool(1, 2, 4, 4, 3, 1, 1), pool(1, 2, 4, 4, 2, 2, 0)}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " window " + std::to_string(s.kh));
+      const int64_t P = s.P(), Q = s.Q(), nx = s.N * s.C * s.H * s.W, ny = s.N * s.C * P * Q;
+      TypedBuffer x(t, nx), y(t, ny), idx(DType::i32, ny), dy(t, ny), dx(t, nx);
+      for (int64_t i = 0; i < nx; ++i) x.set(i, -std::numeric_limits<double>::infinity());
+      for (int64_t i = 0; i < ny; ++i) dy.set(i, 1.0), idx.set(i, -7);
+      y.fill_nan(), dx.fill_nan();
+      max_pool2d_forward(DeviceType::cpu, s, x.data(), y.data(), static_cast<int32_t*>(idx.data()), t);
+      std::vector<double> want_dx(nx, 0.0);
+      for (int64_t pl = 0; pl < s.N * s.C; ++pl)
+        for (int64_t p = 0; p < P; ++p)
+          for (int64_t q = 0; q < Q; ++q) {
+            const int64_t o = (pl * P + p) * Q + q;
+            const int64_t h = std::max<int64_t>(p * s.stride_h - s.pad_h, 0);
+            const int64_t w = std::max<int64_t>(q * s.stride_w - s.pad_w, 0);
+            EXPECT_EQ(y.get(o), -std::numeric_limits<double>::infinity()) << o;
+            EXPECT_EQ(idx.get(o), static_cast<double>(h * s.W + w)) << o;
+            want_dx[pl * s.H * s.W + h * s.W + w] += 1.0;
+          }
+      max_pool2d_backward(DeviceType::cpu, s, dy.data(), static_cast<const int32_t*>(idx.data()), dx.data(), t);
+      EXPECT_EQ(dx.values(), want_dx);
+    }
+}
+
 TEST(PoolCpu, ShapeCheckNamesTheOpAndTheSizes) {
   const auto message = [](const Pool2dShape& s) {
     try {

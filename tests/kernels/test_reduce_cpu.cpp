@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,36 @@ TEST(ReduceCpu, DimsOfSizeOneAndZero) {
   };
   for (DType t : {DType::f32, DType::f64})
     for (const Case& c : cases) check_reduce(c.shape, c.reduced, t, seed);
+}
+
+// argmax_rows: the first maximum of each row wins a tie, the first NaN wins over everything (as in
+// PyTorch), and a later value is compared with the best so far, not with the row's first value.
+TEST(ReduceCpu, ArgmaxRowsTakesTheFirstMaximumAndTheFirstNaN) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const std::vector<std::vector<double>> rows = {
+      {0, 3, 1},          // 1: 1 > 0 but not > 3
+      {2, 5, 5, 4},       // 1: the first of a tie
+      {-1, -3, -2},       // 0: the first value is the maximum
+      {1, nan, 7, nan},   // 1: the first NaN
+      {nan, 9, nan},      // 0
+      {-inf, -inf, -inf}, // 0
+      {-4, -inf, -0.5},   // 2: the last
+  };
+  const std::vector<int32_t> want = {1, 1, 0, 1, 0, 0, 2};
+  for (DType t : {DType::f32, DType::f16, DType::f64}) {
+    SCOPED_TRACE(dtype_name(t));
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const int64_t cols = static_cast<int64_t>(rows[r].size());
+      // Two copies of the row: the second row's answer is counted from its own start.
+      test::TypedBuffer x2(t, 2 * rows[r].size());
+      x2.set_all(rows[r]);
+      for (size_t i = 0; i < rows[r].size(); ++i) x2.set(rows[r].size() + i, rows[r][i]);
+      int32_t out[2] = {-7, -7};
+      argmax_rows(DeviceType::cpu, 2, cols, x2.data(), t, out);
+      EXPECT_EQ(out[0], want[r]) << "row " << r;
+      EXPECT_EQ(out[1], want[r]) << "row " << r << ", second copy";
+    }
+  }
 }
 
 }  // namespace
