@@ -465,6 +465,17 @@ INSTANTIATE_TEST_SUITE_P(AllCpuVariants, GemmCpuVariant, ::testing::ValuesIn(cpu
 
 // ---- the registry and argument checking ---------------------------------------------------------------
 
+// The ladder's order (tutorial 04 lists it): "blocked" picks among the ISA variants, and "reference", the
+// definition, comes last, below the portable blocked rung, so it is never the automatic choice.
+TEST(GemmCpuRegistry, VariantsAreListedInPriorityOrderWithTheReferenceLast) {
+  const std::vector<std::string> ladder = {"blocked", "blocked_avx512", "blocked_avx2", "blocked_portable",
+                                           "reference"};
+  std::vector<std::string> listed;
+  for (const std::string& name : GemmRegistry::instance().names(DeviceType::cpu))
+    if (std::find(ladder.begin(), ladder.end(), name) != ladder.end()) listed.push_back(name);
+  EXPECT_EQ(listed, ladder);
+}
+
 TEST(GemmCpuRegistry, ListsReferenceAndBlockedAndPicksBlocked) {
   const std::vector<std::string> names = GemmRegistry::instance().names(DeviceType::cpu);
   EXPECT_NE(std::find(names.begin(), names.end(), "reference"), names.end());
