@@ -142,8 +142,6 @@ TEST(PoolCpu, MaxFastPathsMatchTheGeneralPathBitForBit) {
     }
 }
 
-// The kernel-level shape check (the framework checks first, with its own words, so these messages
-// are what a direct kernel caller sees): each names the op and the sizes involved.
 // A window whose values are all -inf: no value is greater than the running -inf, and the argmax is
 // still the window's first element (max_pool_take's "nothing seen yet"), not a fixed position, so the
 // gradient goes to an element of the window. The general path (3x3 stride 1, padded) and both fast
@@ -174,6 +172,8 @@ TEST(PoolCpu, AWindowOfMinusInfinityPointsAtItsFirstElement) {
     }
 }
 
+// The kernel-level shape check (the framework checks first, with its own words, so these messages
+// are what a direct kernel caller sees): each names the op and the sizes involved.
 TEST(PoolCpu, ShapeCheckNamesTheOpAndTheSizes) {
   const auto message = [](const Pool2dShape& s) {
     try {
