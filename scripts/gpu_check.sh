@@ -26,6 +26,14 @@
 #                                       # vs PyTorch, MLP-512 and LeNet), bench/seeds.sh (MLP-512 mixed
 #                                       # and fp32 over 5 seeds, cosine and constant rate),
 #                                       # bench/loader_throughput
+#   scripts/gpu_check.sh short          # everything a session with ONE command of device time can
+#                                       # verify (15 minutes of device time in all since 2026-11-26):
+#                                       # the test stage's suite while compute-sanitizer runs beside it
+#                                       # (memcheck on every CUDA test, racecheck on the kernels added or
+#                                       # changed since the last GPU run, small shapes), then, on a quiet
+#                                       # GPU, conv_bench, gemm_bench --sweep, MLP-512's GPU seeds under
+#                                       # tutorial 05's cosine schedule and tutorial 05 itself,
+#                                       # softmax_bench + PyTorch's softmax, bn_bench; ~8 minutes on an H200
 #   scripts/gpu_check.sh profile        # where a training step's time goes, halfling (bench/train
 #                                       # --profile) next to PyTorch (torch.profiler): LeNet and VGG-small
 #                                       # mixed, 100 steps per epoch (VGG-small needs CIFAR-10); then
@@ -55,11 +63,11 @@
 # HALFLING_COMMIT, HALFLING_BUDGET, HALFLING_BUILD_TIMEOUT); also HALFLING_DATA (default data/),
 # HALFLING_CTEST_JOBS (8).
 set -uo pipefail
-usage="usage: scripts/gpu_check.sh preflight|build|test|sanitize [memcheck|racecheck]|bench-gemm|bench-conv|bench-softmax|bench-bn|bench|train|profile"
+usage="usage: scripts/gpu_check.sh preflight|build|test|sanitize [memcheck|racecheck]|bench-gemm|bench-conv|bench-softmax|bench-bn|bench|train|profile|short"
 [[ $# -ge 1 ]] || { echo "$usage" >&2; exit 2; }
 stage=$1
 case $stage in
-  preflight | build | test | train | profile) ;;
+  preflight | build | test | train | profile | short) ;;
   sanitize)
     case ${2:-} in "" | memcheck | racecheck) ;; *) echo "$usage" >&2; exit 2 ;; esac ;;
   bench-gemm | bench-softmax | bench-conv | bench-bn)
@@ -101,6 +109,17 @@ race+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps'  # the tuning tiles of
 race+=':SoftmaxCuda.*:CudaSoftmax.*:CudaReduce.*:CudaOptim.*:CudaBatchNorm.*:CudaPool.*'
 race+=':ConvCuda.SmallShapes*:ConvCuda.BetaAccumulates*:ConvCuda.BiasRelu*:ConvCuda.Im2colGemmChunks*'
 race+=':ConvCuda.NhwcRungOnTheShapesItComputesItself'  # implicit_gemm_nhwc's cp.async ring
+
+# short: racecheck on the kernels added or changed since the last GPU run (docs/gpu_status.md's table)
+# only, on small shapes, in two halves run side by side (the convolution's five rungs take the longest;
+# on the H200, racecheck of rung 1-3's small shapes alone took 57 s).
+race_new='CudaGemm.SplitKEpiloguesApplyOnceToTheWholeSum:CudaGemm.SplitKOverStridedAndMisalignedOperands'
+race_new+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps'  # the sweep's tiles: wmma_pipelined changed
+race_new+=':Shapes/CudaGemmSweep.*/s7x13x5:Shapes/CudaGemmSweep.*/s17x33x65'  # mma_sync, split-K: ragged edges
+race_new+=':SoftmaxCuda.RegisterRowAtItsCapacityBoundaries:SoftmaxCuda.RegisterWarpAtItsCapacityBoundaries'
+race_new+=':SoftmaxCuda.ClusterRowAtItsCapacityBoundaries:CudaBatchNorm.TrainEvalBackwardMatchTheCpu'
+race_conv='ConvCuda.SmallShapesEveryVariantPassAndDtype:ConvCuda.NhwcRungOnTheShapesItComputesItself'
+race_conv+=':ConvCuda.TapTableIsBitIdenticalToRung3'
 
 # The test stage leaves out CPU-only tests that take minutes (tutorials run with --device cpu, the CPU
 # accuracy bar): CI runs them on every commit, and on the H200 machine (16 cores shared with the CUDA
@@ -182,6 +201,41 @@ cuda_skips() {
     return 1
   fi
   echo "no CUDA test skipped for lack of a GPU"
+}
+
+# short: a command that runs beside the step in the foreground (the sanitizers beside ctest), with its
+# output in a file of its own that bg_finish appends to the results file.
+#   bg_start NAME SECS CMD...   start it, under a timeout of at most SECS (and what the budget has left)
+#   bg_finish NAME              wait for it, append its output, record its status as step NAME
+bg_start() {
+  local name=$1 want=$2
+  shift 2
+  local secs=$((deadline - SECONDS - reserve))
+  ((want < secs)) && secs=$want
+  printf '%s\n' "$(printf '%q ' "$@")(timeout $secs s, beside the foreground steps)" >"$scratch/$name.log"
+  (
+    t0=$SECONDS
+    timeout -k 10 "$secs" "$@" </dev/null >>"$scratch/$name.log" 2>&1
+    echo "$? $((SECONDS - t0)) $secs" >"$scratch/$name.rc"
+  ) &
+  echo $! >"$scratch/$name.pid"
+}
+# shellcheck disable=SC2317  # called through step
+bg_finish() {
+  local name=$1 rc took secs
+  wait "$(cat "$scratch/$name.pid")" 2>/dev/null
+  say ""
+  say "## $name"
+  say "\$ $(head -1 "$scratch/$name.log")"
+  tail -n +2 "$scratch/$name.log" | tee -a "$out"
+  read -r rc took secs <"$scratch/$name.rc" 2>/dev/null || { rc=1 took=0 secs=0; }
+  if ((rc == 0)); then
+    record "$name" ok "$took s"
+  elif ((rc == 124 || (rc == 137 && took >= secs))); then
+    record "$name" TIMEOUT "killed after $secs s"
+  else
+    record "$name" FAILED "exit $rc after $took s"
+  fi
 }
 
 case $stage in
@@ -280,6 +334,48 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     # CIFAR-10 skips itself when absent.
     step loader-throughput timeout 90 "$build/bench/loader_throughput" --device cuda --mnist "$mnist" \
       --cifar10 "$HALFLING_DATA/cifar10"
+    ;;
+  short)
+    # Phase 1: the test stage's suite, with compute-sanitizer beside it (correctness only: the GPU is
+    # shared, so nothing in this phase is timed). Phase 2: the benchmarks, one at a time on a quiet GPU,
+    # the likeliest to close an issue first (docs/gpu_status.md).
+    build_targets
+    check_gpu
+    rm -f "$build/Testing/Temporary/LastTest.log"
+    if [[ -x $sanitizer ]]; then
+      # shellcheck disable=SC2016  # the inner bash expands its own arguments
+      bg_start memcheck 240 bash -c '"$1" --tool memcheck --error-exitcode 1 "$2/tests/test_framework" \
+        --gtest_filter="$3" && "$1" --tool memcheck --error-exitcode 1 "$2/tests/test_datasets" \
+        --gtest_filter="$4" && "$1" --tool memcheck --error-exitcode 1 "$2/tests/test_kernels" \
+        --gtest_filter="$5"' memcheck "$sanitizer" "$build" "$framework_cuda" "$datasets_cuda" \
+        "$kernels_cuda-$heavy:CudaRuntime.AllocationFailureNamesTheSize"
+      bg_start racecheck-new 240 "$sanitizer" --tool racecheck --error-exitcode 1 "$build/tests/test_kernels" \
+        --gtest_filter="$race_new"
+      bg_start racecheck-new-conv 240 "$sanitizer" --tool racecheck --error-exitcode 1 \
+        "$build/tests/test_kernels" --gtest_filter="$race_conv"
+    else
+      record compute-sanitizer FAILED "not found: $sanitizer"
+    fi
+    step ctest timeout 260 ctest --test-dir "$build" -j"${HALFLING_CTEST_JOBS:-8}" --timeout 240 \
+      --output-on-failure --no-tests=error -E "^(${cpu_only//:/|})\$"
+    step cuda-skips cuda_skips
+    if [[ -x $sanitizer ]]; then
+      for name in memcheck racecheck-new racecheck-new-conv; do bg_finish "$name"; done
+    fi
+    export HALFLING_DATA=${HALFLING_DATA:-$root/data}
+    step conv-bench timeout 100 "$build/bench/conv_bench" --batch 128
+    step gemm-bench timeout 110 "$build/bench/gemm_bench" --runs 10 --sweep
+    if [[ -d $HALFLING_DATA/mnist ]]; then
+      step seeds-mlp512-cosine timeout 100 env SCHEDULE=cosine \
+        OUT="$results/seeds_mlp512_cosine_cuda_${slug}_${day}.txt" "$root/bench/seeds.sh" cuda mlp512 5 5
+      step tutorial-05 timeout 60 "$build/tutorials/05_mixed_precision" --device cuda --epochs 5 \
+        --data "$HALFLING_DATA/mnist"
+    else
+      record mnist FAILED "no $HALFLING_DATA/mnist: carry it (scripts/gpu_pack.sh packs it)"
+    fi
+    step softmax-bench timeout 80 "$build/bench/softmax_bench"
+    step pytorch-softmax timeout 45 python3 "$root/bench/pytorch/softmax.py"
+    step bn-bench timeout 60 "$build/bench/bn_bench"
     ;;
   profile)
     build_targets train
