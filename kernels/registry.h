@@ -9,7 +9,9 @@
 // A variant registered with opt_in = true runs only when asked for by name: a new rung lands that way
 // until its tests, the sanitizers and its benchmark have run on a GPU (the project's rule for every
 // CUDA kernel), and is promoted by clearing the flag. Until then the automatic choice stays on the
-// rungs that have been verified, whatever their priorities.
+// rungs that have been verified, whatever their priorities. A verified rung that measured slower
+// than the rungs the automatic choice already has may stay opt-in too, kept as a lesson (its
+// registration says so).
 //
 // halfling is built as a shared library, so every registration in every file runs at load time.
 #pragma once

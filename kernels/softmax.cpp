@@ -45,7 +45,12 @@ void validate(const SoftmaxArgs& a) {
 
 // On the GPU without a pinned or requested rung: the rungs that suit the shape, best first (the first
 // that supports the arguments runs). Short rows: a warp per row keeps every SM busy without
-// block-wide barriers. Rows up to the register capacity: register_row reads the row once into
+// block-wide barriers; from 33 columns up to 1024, register_warp's warp reads the row once instead of
+// warp_row's three times (4096x1024 f16 on an H200, 2026-11-26: 6.05 us, 92% of the copy bandwidth,
+// against 8.25 us; bench/results/gpu_short_nvidia_h200_2026-11-26.txt). Up to 32 columns (the
+// 10-class heads) the two were within noise of each other (4.4 to 4.7 us, launch-bound), and
+// warp_row, the simpler, stays. Lengths between 33 and 1023 were not timed: there the same single
+// read is the reason for the choice. Rows up to the register capacity: register_row reads the row once into
 // registers (32768 columns for FP16 packs; 16384 for FP32 rows or the scalar path, where block_row
 // takes over). Longer rows up to 65536: block_row. Longer still: the single-pass statistics of
 // `online`. Measured on an H200 (bench/results/softmax_register_row_nvidia_h200_2026-11-23.txt, f16):
@@ -57,7 +62,8 @@ void validate(const SoftmaxArgs& a) {
 // reaches it, and how f64 cross-entropy (no GPU rung) gets the registry's error.
 std::vector<std::string> auto_cuda_variants(const SoftmaxArgs& a) {
   if (is_xent(a.op)) return {"fused_xent"};
-  if (a.cols <= 1024) return {"warp_row"};
+  if (a.cols <= 32) return {"warp_row"};
+  if (a.cols <= 1024) return {"register_warp", "warp_row"};
   if (a.cols <= register_row::kMaxCols) return {"register_row", "block_row"};
   if (a.cols <= 65536) return {"block_row"};
   return {"online"};

@@ -60,13 +60,15 @@ void batch_norm_forward_train(const BatchNormShape& s, const void* x, void* y, D
           rm[c] = static_cast<Pm>((1.0 - momentum) * static_cast<double>(rm[c]) + momentum * mean);
           rv[c] = static_cast<Pm>((1.0 - momentum) * static_cast<double>(rv[c]) + momentum * unbiased);
         }
+        // y = (x - mean) * scale + beta, not x * scale + (beta - mean * scale): with a small spread
+        // scale is large, and the folded form's rounding of x * scale swamps y (kernels/cuda/batchnorm.cu).
         using Cm = compute_t<T>;  // f32 (f64 for f64 data), like the GPU
         const Cm scale = static_cast<Cm>(g[c]) * static_cast<Cm>(inv);
-        const Cm shift = static_cast<Cm>(b[c]) - static_cast<Cm>(m) * scale;
+        const Cm mc = static_cast<Cm>(m), bc = static_cast<Cm>(b[c]);
         for (int64_t n = 0; n < s.N; ++n)
           for (int64_t i = 0; i < s.HW; ++i) {
             const int64_t o = (n * s.C + c) * s.HW + i;
-            store(py, o, load(px, o) * scale + shift);
+            store(py, o, (static_cast<Cm>(load(px, o)) - mc) * scale + bc);
           }
       }
     });
@@ -91,11 +93,11 @@ void batch_norm_forward_eval(const BatchNormShape& s, const void* x, void* y, DT
       for (int64_t c = 0; c < s.C; ++c) {
         const Pm inv = static_cast<Pm>(1.0 / std::sqrt(static_cast<double>(rv[c]) + eps));
         const Cm scale = static_cast<Cm>(g[c]) * static_cast<Cm>(inv);
-        const Cm shift = static_cast<Cm>(b[c]) - static_cast<Cm>(rm[c]) * scale;
+        const Cm mc = static_cast<Cm>(rm[c]), bc = static_cast<Cm>(b[c]);
         for (int64_t n = 0; n < s.N; ++n)
           for (int64_t i = 0; i < s.HW; ++i) {
             const int64_t o = (n * s.C + c) * s.HW + i;
-            store(py, o, load(px, o) * scale + shift);
+            store(py, o, (static_cast<Cm>(load(px, o)) - mc) * scale + bc);
           }
       }
     });

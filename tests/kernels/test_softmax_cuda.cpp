@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <functional>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -654,9 +655,9 @@ TEST(SoftmaxRegisterRowPlan, TuningHookIsOffByDefaultAndMovesThePlan) {
   EXPECT_EQ(rr::plan(32768, 8, 32).threads, 1024);
 }
 
-// An opt-in rung (not yet run on a GPU): the chooser never picks it, a pinned one runs where it fits
-// and says why where it does not (`declined_cols`, whose reason contains `declined_says`), and it
-// computes no cross-entropy. Needs a CUDA build, no GPU.
+// An opt-in rung (cluster_row: verified, and slower where it was timed): the chooser never picks it, a
+// pinned one runs where it fits and says why where it does not (`declined_cols`, whose reason
+// contains `declined_says`), and it computes no cross-entropy. Needs a CUDA build, no GPU.
 void expect_opt_in_rung(const std::string& rung, int64_t rows, const std::vector<int64_t>& fitting_cols,
                         int64_t declined_cols, const std::string& declined_says) {
   const auto& v = *k::SoftmaxRegistry::instance().find(rung, DeviceType::cuda);
@@ -683,12 +684,52 @@ void expect_opt_in_rung(const std::string& rung, int64_t rows, const std::vector
   EXPECT_THROW(k::SoftmaxRegistry::instance().select(a, rung), Error);
 }
 
-TEST(SoftmaxCudaChooser, RegisterWarpIsOptInUntilMeasured) {
+// register_warp, promoted after its H200 run: the chooser's rung for 33 to 1024 columns (warp_row up
+// to 32), for every op it computes and every dtype pair it reads; it declines past 1024 columns with
+// its reason, and computes no cross-entropy.
+TEST(SoftmaxCudaChooser, RegisterWarpTakesRowsOf33To1024Columns) {
   if (!registered_on_cuda("register_warp")) GTEST_SKIP() << "CPU-only build: no CUDA softmax rungs are registered";
-  expect_opt_in_rung("register_warp", 4096, {10, 100, 1000, 1024}, 1025, "at most 1024 columns");
+  const auto& reg = k::SoftmaxRegistry::instance();
+  EXPECT_FALSE(reg.find("register_warp", DeviceType::cuda)->opt_in);
+  if (std::getenv(k::SoftmaxArgs::env_var) != nullptr || !reg.default_name().empty())
+    GTEST_SKIP() << "a softmax rung is pinned (HALFLING_SOFTMAX or --softmax): the automatic choice is not in use";
+  k::SoftmaxArgs a;
+  a.device = DeviceType::cuda;
+  a.rows = 4096;
+  for (k::SoftmaxOp op : {k::SoftmaxOp::softmax, k::SoftmaxOp::log_softmax, k::SoftmaxOp::log_softmax_backward}) {
+    a.op = op;
+    for (DType tx : {DType::f16, DType::f32}) {
+      for (DType ty : {DType::f16, DType::f32}) {
+        a.x_type = tx;
+        a.y_type = ty;
+        for (int64_t cols : {1, 10, 32}) {
+          a.cols = cols;
+          EXPECT_EQ(k::softmax_variant_for(a), "warp_row") << a.describe();
+        }
+        for (int64_t cols : {33, 100, 1000, 1024}) {
+          a.cols = cols;
+          EXPECT_EQ(k::softmax_variant_for(a), "register_warp") << a.describe();
+        }
+        a.cols = 1025;
+        EXPECT_NE(k::softmax_variant_for(a), "register_warp") << a.describe();
+      }
+    }
+  }
+  a.op = k::SoftmaxOp::softmax;
+  a.x_type = a.y_type = DType::f16;
+  a.cols = 1025;
+  try {
+    reg.select(a, "register_warp");
+    ADD_FAILURE() << "register_warp must decline 1025 columns";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 1024 columns"), std::string::npos) << e.what();
+  }
+  a.op = k::SoftmaxOp::xent_fused;
+  a.cols = 10;
+  EXPECT_THROW(reg.select(a, "register_warp"), Error);
 }
 
-TEST(SoftmaxCudaChooser, ClusterRowIsOptInUntilMeasured) {
+TEST(SoftmaxCudaChooser, ClusterRowStaysOptInSlowerWhereTimed) {
   if (!registered_on_cuda("cluster_row")) GTEST_SKIP() << "CPU-only build: no CUDA softmax rungs are registered";
   const int cc = runtime::cuda_compute_capability();
   if (cc != 0 && cc < 90) GTEST_SKIP() << "cluster_row refuses every shape below compute capability 9.0";
@@ -738,7 +779,7 @@ TEST(SoftmaxCudaChooser, RegisterRowBetweenWarpRowAndBlockRow) {
   };
   for (k::SoftmaxOp op : {k::SoftmaxOp::softmax, k::SoftmaxOp::log_softmax, k::SoftmaxOp::log_softmax_backward}) {
     for (DType ty : {DType::f16, DType::f32}) {
-      EXPECT_EQ(k::softmax_variant_for(probe(op, 1024, DType::f16, ty)), "warp_row");
+      EXPECT_EQ(k::softmax_variant_for(probe(op, 1024, DType::f16, ty)), "register_warp");
       EXPECT_EQ(k::softmax_variant_for(probe(op, 1032, DType::f16, ty)), "register_row");
       EXPECT_EQ(k::softmax_variant_for(probe(op, 32768, DType::f16, ty)), "register_row");
       EXPECT_EQ(k::softmax_variant_for(probe(op, 32769, DType::f16, ty)), "block_row");

@@ -53,8 +53,10 @@
 // weights), and the loaders read it, so gathering an element costs adds and compares. Its epilogue
 // keeps one column per thread, whose place in NCHW is then computed once. backward_data with a
 // stride above 1 keeps rung 3's per-step decomposition (its taps need gather_index's divisibility
-// tests anyway). It is registered opt-in (registry.h): written in a session without a GPU, it runs
-// only when named (--conv implicit_gemm_table) until its tests and conv_bench have run on one.
+// tests anyway). Written in a session without a GPU, it was verified on an H200 on 2026-11-26 (its
+// output equal to rung 3's bit for bit, the sanitizers clean) and measured there: forward 1.4x to 1.9x
+// faster than rung 3 on LeNet's and VGG-small's layers, backward_weight the same
+// (bench/results/gpu_short_nvidia_h200_2026-11-26.txt). So it is in the automatic choice, above rung 3.
 //
 // NCHW is what makes the loader work hard: the reduction index (c, r, s) walks across channel planes,
 // so the 8 consecutive values a 16-byte vector load would need are not consecutive in memory. With
@@ -499,11 +501,10 @@ HL_REGISTER_VARIANT(ConvArgs, {"implicit_gemm_wmma", DeviceType::cuda, 30,
                                "buffer, fused epilogue",
                                run<false>, unsupported});
 
-// The tap table: opt-in until it has run on a GPU (registry.h), then it takes implicit_gemm_wmma's
-// place by clearing opt_in.
+// The tap table takes implicit_gemm_wmma's place where its table fits (the header says why).
 HL_REGISTER_VARIANT(ConvArgs, {"implicit_gemm_table", DeviceType::cuda, 35,
                                "implicit_gemm_wmma with the reduction index decomposed once per call into a tap "
                                "table, one output column per thread in the epilogue",
-                               run<true>, unsupported_table, /*opt_in=*/true});
+                               run<true>, unsupported_table});
 
 }  // namespace hl::kernels::cuda

@@ -19,8 +19,14 @@
 // blocks of 256 threads share a row and each waits only for its own 8 warps and the cluster's
 // barriers. Prediction, to be measured: both shapes nearer the
 // copy; for rows that register_row or register_warp already cover well (4096 columns and fewer) the
-// cluster's three barriers per row cost more than they give, so they are left to those rungs. Until
-// a GPU has run it, it is opt-in (chosen only by name: --softmax cluster_row or HALFLING_SOFTMAX).
+// cluster's three barriers per row cost more than they give, so they are left to those rungs.
+// Measured on an H200 (2026-11-26, after its tests and the sanitizers passed;
+// bench/results/gpu_short_nvidia_h200_2026-11-26.txt), the prediction failed: 128x65536 f16 took
+// 31.4 us (22% of copy) against block_row's 15.0, and 1024x32768 93.6 us (37%) against
+// register_row's 53.8. It is correct, and slower everywhere it was timed, so it stays opt-in (chosen
+// only by name: --softmax cluster_row or HALFLING_SOFTMAX), a rung to learn from, not to train with.
+// Why it is slower is the next question: the cluster barriers per row, and blocks that each hold a
+// row chunk too small to hide the latency of the distributed-shared-memory exchange, are the suspects.
 //
 // The cluster's barriers: after the maxima are published, after the sums are published, and at the
 // end of each row, so that no block overwrites its published values (next row) or leaves (its shared
@@ -197,8 +203,9 @@ const char* unsupported(const SoftmaxArgs& a) {
 
 }  // namespace
 
-// opt_in: not yet run on a GPU. Promote it (clear opt_in, add it to the chooser in kernels/softmax.cpp
-// for the shapes where bench/softmax_bench shows it faster) once the GPU tests pass.
+// opt_in although verified: slower than block_row and register_row wherever it was timed (the header).
+// Promote it (clear opt_in, add it to the chooser in kernels/softmax.cpp) only for shapes where
+// bench/softmax_bench shows it faster.
 HL_REGISTER_VARIANT(SoftmaxArgs, {"cluster_row", DeviceType::cuda, 33,
                                   "a cluster of 2-8 blocks per row (Hopper), the row read once into registers, "
                                   "statistics combined in distributed shared memory",
