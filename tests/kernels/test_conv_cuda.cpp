@@ -55,9 +55,8 @@ constexpr DeviceType kCuda = DeviceType::cuda;
 using test::gpu::DeviceBuffer;
 using test::gpu::kNaN;
 
-// The rungs of this ladder, fastest first, as the registry must rank them. implicit_gemm_nhwc and
-// implicit_gemm_table are opt-in (registry.h) until they have run on a GPU: ranked first, chosen only
-// by name.
+// The rungs of this ladder, fastest first, as the registry must rank them (rungs 4 and 3b were opt-in
+// until their H200 run of 2026-11-26).
 const std::vector<std::string> kCudaConvRungs = {"implicit_gemm_nhwc", "implicit_gemm_table", "implicit_gemm_wmma",
                                                  "im2col_gemm", "direct"};
 
