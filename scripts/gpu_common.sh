@@ -103,6 +103,19 @@ record() {
   say "## $name: $state${detail:+ ($detail)}"
 }
 
+# record_exit NAME RC TOOK SECS: record a step that exited with RC after TOOK seconds under a timeout of
+# SECS: ok, TIMEOUT (timeout's 124, or a KILL at the limit) or FAILED.
+record_exit() {
+  local name=$1 rc=$2 took=$3 secs=$4
+  if ((rc == 0)); then
+    record "$name" ok "$took s"
+  elif ((rc == 124 || (rc == 137 && took >= secs))); then
+    record "$name" TIMEOUT "killed after $secs s"
+  else
+    record "$name" FAILED "exit $rc after $took s"
+  fi
+}
+
 # step NAME [timeout SECS] CMD...: log the command and its output to the results file, run it under a
 # timeout (SECS, or less if the budget has less left; no SECS: what is left), record its status.
 # A shell function as CMD runs without a timeout (they only read logs): keep them quick.
@@ -165,14 +178,7 @@ step() {
     rc=${rc:-1}
   fi
   current_step=
-  local took=$((SECONDS - t0))
-  if ((rc == 0)); then
-    record "$name" ok "$took s"
-  elif ((rc == 124 || (rc == 137 && took >= secs))); then
-    record "$name" TIMEOUT "killed after $secs s"
-  else
-    record "$name" FAILED "exit $rc after $took s"
-  fi
+  record_exit "$name" "$rc" $((SECONDS - t0)) "$secs"
   return "$rc"
 }
 
