@@ -37,20 +37,20 @@
 #   scripts/gpu_check.sh profile        # where a training step's time goes, halfling (bench/train
 #                                       # --profile) next to PyTorch (torch.profiler): LeNet and VGG-small
 #                                       # mixed, 100 steps per epoch (VGG-small needs CIFAR-10); then
-#                                       # the opt-in variants end to end (HALFLING_CONV=implicit_gemm_nhwc,
-#                                       # HALFLING_BN=split)
+#                                       # the rungs the defaults replaced, end to end, next to them
+#                                       # (HALFLING_CONV=implicit_gemm_wmma, HALFLING_BN=per_channel)
 #
-# The recommended sequence, one stage per command (each command builds again on a fresh machine):
-#   1) preflight  2) test  3) sanitize  4) bench-conv  5) bench-gemm  6) profile  7) train
-#   8) bench-softmax  9) bench-bn   (docs/gpu_status.md says why in this order: the likeliest to close an
-#   issue first)
-# At up to ~9 minutes a stage, 30 minutes of GPU time per session covers about three of them; when a
+# A session has 15 minutes of device time in all (since 2026-11-26), starts and idle time included:
+# one `short` command (about 5 minutes on an H200) and a follow-up of a few minutes at most. With more
+# time, one stage per command (each command builds again on a fresh machine): 1) preflight 2) test
+# 3) sanitize 4) bench-conv 5) bench-gemm 6) profile 7) train 8) bench-softmax 9) bench-bn. When a
 # session has less than 600 s left, pass a smaller HALFLING_BUDGET (e.g. HALFLING_BUDGET=300).
-# Data: pass carry ["data/mnist"] (~54 MB; the tutorial tests, the train stage and the loader benchmark
-# need it). CIFAR-10 is over the 64 MiB carry limit: the steps that use it skip themselves without it.
-# A machine whose image lacks the build's Debian libraries (and cannot install any): build and pack here
-# with scripts/gpu_pack.sh, carry [".gpu-carry"] (the build, MNIST and the CIFAR-10 JPEG archive, ~35 MiB),
-# and run `bash scripts/gpu_unpack.sh && HALFLING_PREBUILT=1 scripts/gpu_check.sh STAGE` there.
+# Data, when building there: carry ["data/mnist"] (~54 MB; the tutorial tests, the train stage and the
+# loader benchmark need it); the steps that use CIFAR-10 skip themselves without it. A machine whose image
+# lacks the build's Debian libraries (and cannot install any; so far, every one): build and pack here with
+# scripts/gpu_pack.sh, carry [".gpu-carry"] (the build, MNIST as .xz and the CIFAR-10 JPEG archive: 38 MiB
+# with the working tree on 2026-11-26), and run
+# `bash scripts/gpu_unpack.sh && HALFLING_PREBUILT=1 scripts/gpu_check.sh STAGE` there.
 # The commit: .git is usually not copied to the device, so pass it, e.g.
 #   HALFLING_COMMIT=$(git rev-parse --short HEAD) scripts/gpu_check.sh test
 #
@@ -380,15 +380,14 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     [[ -d $HALFLING_DATA/cifar10 ]] && models+=,vgg_small
     step profile timeout 300 env PROFILE=1 PRECISIONS=mixed MAX_STEPS=100 \
       OUT="$results/profile_cuda_${slug}_${day}.txt" "$root/bench/compare_train.sh" cuda "$models" 2
-    # The opt-in batch-norm variant on the same run: its profile, then full epochs without the
-    # profiler next to the default's, for the promotion decision (kernels/batchnorm.h).
-    # The opt-in convolution rung 4 (kernels/cuda/conv/README.md) end to end: its forward and
-    # backward_data passes on every layer but the first, next to the default's epochs (LeNet: the
-    # train stage's compare-train; VGG-small: below).
-    step lenet-epochs-conv-nhwc timeout 120 env HALFLING_CONV=implicit_gemm_nhwc "$build/bench/train" \
+    # What the defaults of 2026-11-26 bought end to end: rung 3 (implicit_gemm_wmma, the default
+    # convolution before rung 4) and the per_channel batch norm (before split), each pinned, next to
+    # the defaults' epochs (LeNet: the train stage's compare-train; VGG-small: below), and the batch
+    # norms' profiles.
+    step lenet-epochs-conv-rung3 timeout 120 env HALFLING_CONV=implicit_gemm_wmma "$build/bench/train" \
       --model lenet --precision mixed --device cuda --epochs 3
     if [[ $models == *vgg_small* ]]; then
-      step vgg-epochs-conv-nhwc timeout 120 env HALFLING_CONV=implicit_gemm_nhwc "$build/bench/train" \
+      step vgg-epochs-conv-rung3 timeout 120 env HALFLING_CONV=implicit_gemm_wmma "$build/bench/train" \
         --model vgg_small --precision mixed --device cuda --epochs 3
       for bn in split per_channel; do
         step "vgg-profile-bn-$bn" timeout 120 env HALFLING_BN=$bn "$build/bench/train" --model vgg_small \
