@@ -164,8 +164,8 @@ void ladder(Device dev, bool smoke) {
     }
   }
   if (dev == Device::cpu)
-    std::printf("(on a GPU this section times naive, block_row, warp_row, register_row, online and the opt-in\n"
-                " register_warp and cluster_row)\n");
+    std::printf("(on a GPU this section times naive, block_row, warp_row, register_warp, register_row, online\n"
+                " and the opt-in cluster_row)\n");
 }
 
 // ---- 3. fused vs unfused cross-entropy ---------------------------------------------------------------------

@@ -7,7 +7,8 @@
 // the padding — and loads it straight from x into shared memory. The arithmetic is the same Tensor
 // Core product as the GEMM ladder's WMMA rungs: FP16 operands, FP32 accumulation (paper §3.3), with
 // the result rounded once, on the store, after a fused epilogue (beta, bias, ReLU with NaN passing
-// through). It is the rung the registry picks by default where it applies.
+// through). It was the registry's default until rungs 3b and 4 ran on a GPU (2026-11-26); it still
+// computes every call they hand on that the tap table cannot take.
 //
 // The GEMMs (kernels/conv.h):
 //   forward          Y[k, npq]  = W[k, crs] * X_col[crs, npq]            M = K   N = N*P*Q  K = C*R*S

@@ -156,8 +156,9 @@ HL_REGISTER_VARIANT(GemmArgs, {"smem_tiled", DeviceType::cuda, 20,
                                run<false>, unsupported});
 
 // Split-K takes smem_tiled's place for f32 inputs: the same kernel wherever it does not split, and
-// where it does, LeNet conv1's f32 weight gradient (32 x 25 x 100352) went from 21.6 ms to 0.19 ms on
-// an H200 (bench/results/gpu_short_nvidia_h200_2026-11-26.txt, after its tests and sanitizers passed).
+// where it does, the GEMM of LeNet conv1's weight gradient (32 x 25 x 100352; gemm_bench's f16 inputs,
+// which this rung widens to FP32) went from 21.6 ms to 0.19 ms on an H200
+// (bench/results/gpu_short_nvidia_h200_2026-11-26.txt, after its tests and sanitizers passed).
 HL_REGISTER_VARIANT(GemmArgs, {"smem_tiled_split_k", DeviceType::cuda, 25,
                                "smem_tiled, and a long reduction over few output tiles split across blocks",
                                run<true>, unsupported});

@@ -24,8 +24,8 @@
 //      blockIdx.z takes a slice of K, and a second pass (split_k.cu) adds the slices' FP32 partial
 //      tiles and applies the epilogue. Written in a session without a GPU, it is the default f16 GEMM
 //      since its tests, sanitizers and benchmark ran on an H200 (2026-11-26): LeNet fc1's forward
-//      went from 0.0655 to 0.0161 ms (25% to 87% of cuBLAS), conv2's weight gradient from 0.4665
-//      to 0.0426 ms, and nothing that does not split moved.
+//      went from 0.0660 to 0.0161 ms (21% to 87% of cuBLAS), conv2's weight gradient as a GEMM from
+//      0.4673 to 0.0426 ms (one gemm_bench run), and nothing that does not split moved.
 //      Which big tile is best on a GPU is measured, not guessed: wmma_pipelined_tiles.h lists the
 //      candidates (entry 0 is the one used here) and `bench/gemm_bench --sweep` times each of them.
 //
