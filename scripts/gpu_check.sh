@@ -211,8 +211,8 @@ cuda_skips() {
 bg_start() {
   local name=$1 want=$2
   shift 2
-  local secs=$((deadline - SECONDS - reserve))
-  ((want < secs)) && secs=$want
+  local secs
+  secs=$(step_seconds "$want")
   printf '%s\n' "$(printf '%q ' "$@")(timeout $secs s, beside the foreground steps)" >"$scratch/$name.log"
   (
     t0=$SECONDS

@@ -103,6 +103,14 @@ record() {
   say "## $name: $state${detail:+ ($detail)}"
 }
 
+# step_seconds [WANT]: the seconds a step may run: what the budget has left (less the reserve), or WANT
+# if that is less.
+step_seconds() {
+  local secs=$((deadline - SECONDS - reserve))
+  [[ -n ${1:-} ]] && (($1 < secs)) && secs=$1
+  echo "$secs"
+}
+
 # record_exit NAME RC TOOK SECS: record a step that exited with RC after TOOK seconds under a timeout of
 # SECS: ok, TIMEOUT (timeout's 124, or a KILL at the limit) or FAILED.
 record_exit() {
@@ -136,8 +144,8 @@ step() {
     record "$name" FAILED "missing: $1"
     return 1
   fi
-  local secs=$((deadline - SECONDS - reserve))
-  [[ -n $want ]] && ((want < secs)) && secs=$want
+  local secs
+  secs=$(step_seconds "$want")
   if ((secs < 10)) && [[ $(type -t "$1") != function ]]; then
     record "$name" "NOT RUN" "the $budget s time budget is spent"
     return 1

@@ -655,9 +655,30 @@ TEST(SoftmaxRegisterRowPlan, TuningHookIsOffByDefaultAndMovesThePlan) {
   EXPECT_EQ(rr::plan(32768, 8, 32).threads, 1024);
 }
 
+// A rung asked for by name declines f16 softmax rows of `declined_cols` columns with a reason that
+// contains `declined_says`, and computes no cross-entropy. Needs a CUDA build, no GPU.
+void expect_pinned_rung_declines(const std::string& rung, int64_t rows, int64_t declined_cols,
+                                 const std::string& declined_says) {
+  k::SoftmaxArgs a;
+  a.device = DeviceType::cuda;
+  a.op = k::SoftmaxOp::softmax;
+  a.rows = rows;
+  a.x_type = a.y_type = DType::f16;
+  a.cols = declined_cols;
+  try {
+    k::SoftmaxRegistry::instance().select(a, rung);
+    ADD_FAILURE() << rung << " must decline " << declined_cols << " columns";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(declined_says), std::string::npos) << e.what();
+  }
+  a.op = k::SoftmaxOp::xent_fused;
+  a.cols = 10;
+  EXPECT_THROW(k::SoftmaxRegistry::instance().select(a, rung), Error);
+}
+
 // An opt-in rung (cluster_row: verified, and slower where it was timed): the chooser never picks it, a
-// pinned one runs where it fits and says why where it does not (`declined_cols`, whose reason
-// contains `declined_says`), and it computes no cross-entropy. Needs a CUDA build, no GPU.
+// pinned one runs where it fits and declines where it does not (expect_pinned_rung_declines). Needs a
+// CUDA build, no GPU.
 void expect_opt_in_rung(const std::string& rung, int64_t rows, const std::vector<int64_t>& fitting_cols,
                         int64_t declined_cols, const std::string& declined_says) {
   const auto& v = *k::SoftmaxRegistry::instance().find(rung, DeviceType::cuda);
@@ -672,16 +693,7 @@ void expect_opt_in_rung(const std::string& rung, int64_t rows, const std::vector
     EXPECT_NE(k::softmax_variant_for(a), rung) << cols;
     EXPECT_EQ(k::SoftmaxRegistry::instance().select(a, rung).name, rung) << cols;
   }
-  a.cols = declined_cols;
-  try {
-    k::SoftmaxRegistry::instance().select(a, rung);
-    ADD_FAILURE() << rung << " must decline " << declined_cols << " columns";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(declined_says), std::string::npos) << e.what();
-  }
-  a.op = k::SoftmaxOp::xent_fused;
-  a.cols = 10;
-  EXPECT_THROW(k::SoftmaxRegistry::instance().select(a, rung), Error);
+  expect_pinned_rung_declines(rung, rows, declined_cols, declined_says);
 }
 
 // register_warp, promoted after its H200 run: the chooser's rung for 33 to 1024 columns (warp_row up
@@ -715,18 +727,7 @@ TEST(SoftmaxCudaChooser, RegisterWarpTakesRowsOf33To1024Columns) {
       }
     }
   }
-  a.op = k::SoftmaxOp::softmax;
-  a.x_type = a.y_type = DType::f16;
-  a.cols = 1025;
-  try {
-    reg.select(a, "register_warp");
-    ADD_FAILURE() << "register_warp must decline 1025 columns";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("at most 1024 columns"), std::string::npos) << e.what();
-  }
-  a.op = k::SoftmaxOp::xent_fused;
-  a.cols = 10;
-  EXPECT_THROW(reg.select(a, "register_warp"), Error);
+  expect_pinned_rung_declines("register_warp", 4096, 1025, "at most 1024 columns");
 }
 
 TEST(SoftmaxCudaChooser, ClusterRowStaysOptInSlowerWhereTimed) {
