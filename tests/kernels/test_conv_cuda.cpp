@@ -37,6 +37,7 @@
 
 #include "kernels/conv.h"
 #include "kernels/cuda/conv/implicit_gemm_nhwc.h"
+#include "kernels/cuda/conv/implicit_gemm_nhwc_wgrad.h"
 #include "kernels/dtype.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
@@ -300,6 +301,12 @@ TEST(ConvCudaRegistry, EveryRungIsRegisteredInLadderOrder) {
   // Every rung has run on a GPU (rungs 3b and 4 on an H200, 2026-11-26), so none is opt-in; a new
   // rung written without a GPU lands opt-in (registry.h) and is listed here until it runs on one.
   for (const auto& name : kCudaConvRungs) EXPECT_FALSE(reg.find(name, kCuda)->opt_in) << name;
+  // Rung 4b, the NHWC weight gradient, was written without a GPU: opt-in, ranked above rung 4 so that
+  // clearing the flag after its GPU run makes it the default.
+  const auto* wgrad = reg.find("implicit_gemm_nhwc_wgrad", kCuda);
+  ASSERT_NE(wgrad, nullptr);
+  EXPECT_TRUE(wgrad->opt_in);
+  EXPECT_GT(wgrad->priority, reg.find("implicit_gemm_nhwc", kCuda)->priority);
 }
 
 TEST(ConvCudaRegistry, DefaultIsTheFastestVariantThatCoversTheCall) {
@@ -328,7 +335,8 @@ TEST(ConvCudaRegistry, DefaultIsTheFastestVariantThatCoversTheCall) {
 
 TEST(ConvCudaRegistry, ImplicitGemmSaysWhyItRefuses) {
   if (!runtime::cuda_compiled()) GTEST_SKIP() << "halfling was built without CUDA";
-  for (const std::string name : {"implicit_gemm_wmma", "implicit_gemm_table", "implicit_gemm_nhwc"}) {
+  for (const std::string name :
+       {"implicit_gemm_wmma", "implicit_gemm_table", "implicit_gemm_nhwc", "implicit_gemm_nhwc_wgrad"}) {
     SCOPED_TRACE(name);
     const auto* v = ConvRegistry::instance().find(name, kCuda);
     ASSERT_NE(v, nullptr);
@@ -409,7 +417,8 @@ TEST(ConvCudaRegistry, ImplicitGemmRefusesStridesAndPaddingPast32Bits) {
   if (runtime::cuda_compute_capability() != 0 && runtime::cuda_compute_capability() < 70)
     GTEST_SKIP() << "no FP16 Tensor Cores: both rungs refuse everything here";
   const int64_t huge = int64_t{1} << 32;
-  for (const char* name : {"implicit_gemm_wmma", "implicit_gemm_table", "implicit_gemm_nhwc"}) {
+  for (const char* name :
+       {"implicit_gemm_wmma", "implicit_gemm_table", "implicit_gemm_nhwc", "implicit_gemm_nhwc_wgrad"}) {
     const auto* v = ConvRegistry::instance().find(name, kCuda);
     ASSERT_NE(v, nullptr) << name;
     for (ConvPass pass : {ConvPass::forward, ConvPass::backward_data, ConvPass::backward_weight}) {
@@ -420,7 +429,7 @@ TEST(ConvCudaRegistry, ImplicitGemmRefusesStridesAndPaddingPast32Bits) {
       ASSERT_NE(why, nullptr) << name << " " << kernels::conv_pass_name(pass);
       EXPECT_NE(std::string(why).find("stride or padding above 2^31 - 1"), std::string::npos) << why;
       const std::string chosen = ConvRegistry::instance().select(a).name;
-      EXPECT_TRUE(chosen != "implicit_gemm_wmma" && chosen != "implicit_gemm_table" && chosen != "implicit_gemm_nhwc")
+      EXPECT_TRUE(chosen.rfind("implicit_gemm", 0) != 0)
           << chosen << " " << kernels::conv_pass_name(pass);
     }
   }
@@ -544,6 +553,45 @@ TEST(ConvCuda, NhwcRungOnTheShapesItComputesItself) {
             EXPECT_EQ(kernels::cuda::nhwc::calls_computed().load(), before + (handed_on ? 0 : 1))
                 << what << (handed_on ? ": computed, not handed on to rung 3" : ": handed on");
           }
+        }
+      }
+    }
+  }
+}
+
+// Rung 4b (implicit_gemm_nhwc_wgrad) computes backward_weight itself where C and K are multiples of 8;
+// the small shapes above (run through every variant) mostly hand it on. These are its own, the shapes
+// of its CPU emulation (tests/kernels/test_conv_nhwc_wgrad_index.cpp): several row and column tiles
+// with partial last ones, columns straddling filter taps (C = 8, 24, 40), odd H/W, padding 0/1/2,
+// strides 1 and 2 (and unequal), kernels 1/3/5 and 3x5, reductions split into many slices with a
+// short last one; with beta and both output dtypes. It must also have computed each of them itself.
+TEST(ConvCuda, NhwcWgradRungOnTheShapesItComputesItself) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const Shape shapes[] = {{"c32_7x9_k32_3x3_p1", 2, 32, 7, 9, 32, 3, 3, 1, 1, 1, 1},
+                          {"c64_9x7_k160_3x3_p0", 1, 64, 9, 7, 160, 3, 3, 1, 1, 0, 0},
+                          {"c32_11x6_k64_5x5_p2", 2, 32, 11, 6, 64, 5, 5, 1, 1, 2, 2},
+                          {"c96_5x5_k32_1x1_p0", 3, 96, 5, 5, 32, 1, 1, 1, 1, 0, 0},
+                          {"c32_9x8_k96_3x5_p1x2", 2, 32, 9, 8, 96, 3, 5, 1, 1, 1, 2},
+                          {"c32_13x13_k64_3x3_s2_p1", 2, 32, 13, 13, 64, 3, 3, 2, 2, 1, 1},
+                          {"c64_10x9_k32_5x5_s2x1_p2x0", 1, 64, 10, 9, 32, 5, 5, 2, 1, 2, 0},
+                          {"c8_10x10_k24_3x3_p1", 2, 8, 10, 10, 24, 3, 3, 1, 1, 1, 1},
+                          {"c24_7x5_k8_5x5_s1x2_p2x1", 3, 24, 7, 5, 8, 5, 5, 1, 2, 2, 1},
+                          {"c40_6x6_k136_3x3_p1", 4, 40, 6, 6, 136, 3, 3, 1, 1, 1, 1},
+                          {"n4_c16_32x32_k16_3x3_p1", 4, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1},
+                          {"n9_c8_13x11_k8_3x3_p1", 9, 8, 13, 11, 8, 3, 3, 1, 1, 1, 1},
+                          {"vgg_256_256_8x8", 8, 256, 8, 8, 256, 3, 3, 1, 1, 1, 1}};
+  const bool own = runtime::cuda_compute_capability() >= 80;
+  for (const Shape& s : shapes) {
+    for (float beta : {0.0f, 1.0f}) {
+      const Problem p = make_problem(s, ConvPass::backward_weight, DType::f16, false, beta, seed += 10);
+      for (DType out : {DType::f16, DType::f32}) {
+        const std::string what = describe(s, ConvPass::backward_weight, DType::f16, out, "implicit_gemm_nhwc_wgrad") +
+                                 (beta != 0.0f ? " beta" : "");
+        const int64_t before = kernels::cuda::nhwc_wgrad::calls_computed().load();
+        check(p, run_cuda(p, "implicit_gemm_nhwc_wgrad", out), "implicit_gemm_nhwc_wgrad", out, what);
+        if (own) {
+          EXPECT_EQ(kernels::cuda::nhwc_wgrad::calls_computed().load(), before + 1) << what << ": handed on";
         }
       }
     }

@@ -16,7 +16,6 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -24,6 +23,7 @@
 #include "kernels/conv.h"
 #include "kernels/cuda/conv/implicit_gemm_nhwc.h"
 #include "tests/kernels/conv_reference.h"
+#include "tests/kernels/tile_emulation.h"
 
 namespace hl {
 namespace {
@@ -54,29 +54,10 @@ ConvArgs args_for(const ConvShape& s, ConvPass pass) {
   return a;
 }
 
-std::vector<double> random_values(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> v(-4, 4);  // small integers: every product and sum is exact
-  std::vector<double> out(n);
-  for (double& x : out) x = v(rng);
-  return out;
-}
-
 // The float64 CPU reference of one pass: forward on (x, w), backward_data on (dy, w).
 std::vector<double> reference(const ConvArgs& a, const std::vector<double>& in, const std::vector<double>& w) {
   const bool bwd = a.pass == ConvPass::backward_data;
   return test::conv_reference(a, a.pass, bwd ? std::vector<double>{} : in, w, bwd ? in : std::vector<double>{}).value;
-}
-
-// One 16-byte copy of the emulated kernel: 8 consecutive values from `src` at `idx` (checked for
-// alignment and bounds), or zeros at -1.
-void copy8(double* dst, const std::vector<double>& src, int64_t idx, const std::string& what) {
-  if (idx < 0) {
-    for (int e = 0; e < 8; ++e) dst[e] = 0.0;
-    return;
-  }
-  EXPECT_EQ(idx % 8, 0) << what << ": a 16-byte copy from element " << idx << " is misaligned";
-  for (int e = 0; e < 8; ++e) dst[e] = src.at(static_cast<size_t>(idx + e));
 }
 
 // The rung on one pass: the layout changes, then conv_nhwc_kernel block by block. Returns the output
@@ -109,13 +90,14 @@ std::vector<double> emulate(const ConvArgs& a, const std::vector<double>& src, c
         for (int tid = 0; tid < nh::kThreads; ++tid) {
           for (int j = 0; j < nh::kAVecs; ++j) {
             const nh::TileVec t = nh::tile_vec(tid, j);
-            copy8(&As[static_cast<size_t>(t.row * nh::kLdA + 8 * t.vec)], wt,
+            test::copy8(&As[static_cast<size_t>(t.row * nh::kLdA + 8 * t.vec)], wt,
                   nh::weight_index(g, m0 + t.row, k0, t.vec), "A");
           }
           for (int j = 0; j < nh::kBVecs; ++j) {
             const nh::TileVec t = nh::tile_vec(tid, j);
             const nh::Column col = nh::make_column(g, n0 + t.row);
-            copy8(&Bs[static_cast<size_t>(t.row * nh::kLdB + 8 * t.vec)], in, nh::gather_index(g, col, st, t.vec), "B");
+            test::copy8(&Bs[static_cast<size_t>(t.row * nh::kLdB + 8 * t.vec)], in,
+                        nh::gather_index(g, col, st, t.vec), "B");
           }
         }
         // The warps' WMMA products: A [m][k] times B stored [n][k].
@@ -148,8 +130,8 @@ void check_pass(const ConvShape& s, ConvPass pass, uint32_t seed) {
   const ConvArgs a = args_for(s, pass);
   const bool bwd = pass == ConvPass::backward_data;
   const int64_t src_n = bwd ? a.N * a.K * a.P() * a.Q() : a.N * a.C * a.H * a.W;
-  const std::vector<double> src = random_values(static_cast<size_t>(src_n), seed);
-  const std::vector<double> w = random_values(static_cast<size_t>(a.K * a.C * a.R * a.S), seed + 1);
+  const std::vector<double> src = test::small_integers(static_cast<size_t>(src_n), seed);
+  const std::vector<double> w = test::small_integers(static_cast<size_t>(a.K * a.C * a.R * a.S), seed + 1);
   std::vector<int> writes;
   const std::vector<double> got = bwd ? emulate<true>(a, src, w, writes) : emulate<false>(a, src, w, writes);
   const std::vector<double> want = reference(a, src, w);
@@ -247,8 +229,8 @@ TEST(ConvNhwcIndex, EveryTileVectorIsCopiedOnce) {
 TEST(ConvNhwcIndex, EmulationCatchesTheForwardWeightLayoutInBackwardData) {
   const ConvShape s = kShapes[0];  // C = K = 32, so both layouts have the same size
   const ConvArgs a = args_for(s, ConvPass::backward_data);
-  const std::vector<double> dy = random_values(static_cast<size_t>(a.N * a.K * a.P() * a.Q()), 7);
-  const std::vector<double> w = random_values(static_cast<size_t>(a.K * a.C * a.R * a.S), 8);
+  const std::vector<double> dy = test::small_integers(static_cast<size_t>(a.N * a.K * a.P() * a.Q()), 7);
+  const std::vector<double> w = test::small_integers(static_cast<size_t>(a.K * a.C * a.R * a.S), 8);
   std::vector<int> writes;
   const std::vector<double> want = reference(a, dy, w);
   const std::vector<double> got = emulate<false>(a, dy, w, writes);  // wrong on purpose

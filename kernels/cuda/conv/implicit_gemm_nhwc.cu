@@ -238,8 +238,7 @@ void run(const ConvArgs& a) {
   __half* wt = static_cast<__half*>(ws.reserve(static_cast<size_t>(w_elems + in_elems) * sizeof(__half)));
   __half* in = wt + w_elems;
   const __half* src = static_cast<const __half*>(bwd ? a.dy : a.x);
-  nchw_to_nhwc_kernel<<<grid_for(in_elems), kBlock, 0, stream()>>>(src, in, in_elems, g.C, g.H, g.W);
-  HL_LAUNCH_CHECK("nchw_to_nhwc_kernel");
+  nhwc::copy_nchw_to_nhwc(src, in, in_elems, g.C, g.H, g.W);
   if (bwd) {
     weights_to_krsc_kernel<true><<<grid_for(w_elems), kBlock, 0, stream()>>>(static_cast<const __half*>(a.w), wt,
                                                                              w_elems, g);
@@ -269,6 +268,12 @@ const char* unsupported(const ConvArgs& a) {
 }
 
 }  // namespace
+
+// The layout change on its own, for rung 4b (implicit_gemm_nhwc_wgrad.cu), which copies x and dY with it.
+void nhwc::copy_nchw_to_nhwc(const __half* src, __half* dst, int64_t n, int C, int H, int W) {
+  nchw_to_nhwc_kernel<<<grid_for(n), kBlock, 0, stream()>>>(src, dst, n, C, H, W);
+  HL_LAUNCH_CHECK("nchw_to_nhwc_kernel");
+}
 
 // Priority 40, above rungs 3b and 3: the default for f16 inputs since its H200 run (see the header).
 HL_REGISTER_VARIANT(ConvArgs, {"implicit_gemm_nhwc", DeviceType::cuda, 40,

@@ -205,3 +205,13 @@ HL_HOST_DEVICE int64_t output_index(const Problem& g, const Column& col, int m) 
 }
 
 }  // namespace hl::kernels::cuda::nhwc
+
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+
+namespace hl::kernels::cuda::nhwc {
+// dst (NHWC) = src (NCHW [N, C, H, W]), n = N*C*H*W halves, queued on the halfling stream: the layout
+// change of rung 4 (implicit_gemm_nhwc.cu), which rung 4b (implicit_gemm_nhwc_wgrad.cu) also runs.
+void copy_nchw_to_nhwc(const __half* src, __half* dst, int64_t n, int C, int H, int W);
+}  // namespace hl::kernels::cuda::nhwc
+#endif
