@@ -33,6 +33,7 @@
 #include "framework/nn.h"
 #include "framework/optim.h"
 #include "framework/profiler.h"
+#include "kernels/optim.h"
 #include "kernels/runtime.h"
 #include "tutorials/common/cli.h"
 #include "tutorials/common/schedule.h"
@@ -133,7 +134,7 @@ int main(int argc, char** argv) {
   tutorial::add_common_flags(app, f, {"fp32", "fp16", "mixed"});
   tutorial::add_schedule_flags(app, f);  // default constant: DESIGN.md §4 as it stands, as the PyTorch script
   std::string model_name = "mlp512", export_dir, dump_dir;
-  bool json = false, fuse = true, profile = false, sync_each_step = false;
+  bool json = false, fuse = true, multi_tensor = true, profile = false, sync_each_step = false;
   int64_t max_steps = -1;
   app.add_option("--model", model_name, "the model: " + model_names());
   app.add_option("--max-steps", max_steps, "stop each epoch after this many steps");
@@ -141,6 +142,10 @@ int main(int argc, char** argv) {
   app.add_option("--dump-weights", dump_dir, "after training, write the weights (FP32 masters under mixed) as .npy to this directory");
   app.add_flag("--json", json, "print a last line of JSON with the results");
   app.add_flag("--fuse,!--no-fuse", fuse, "fuse each Linear/Conv2d + ReLU into one epilogue (default on)");
+  app.add_flag("--multi-tensor,!--no-multi-tensor", multi_tensor,
+               "one launch of each optimizer pass (unscale, update) for many tensors (default on); off: one launch "
+               "per tensor, to measure what batching saves (--device cuda only: the CPU passes loop over the tensors "
+               "anyway)");
   app.add_flag("--profile", profile,
                "print where a step's time goes (framework/profiler.h): per layer, per backward op, optimizer; "
                "from epoch 2 on when there are several. Slows the run: take speed numbers from a run without it");
@@ -160,6 +165,10 @@ int main(int argc, char** argv) {
     const ModelSpec& spec = it->second;
     const Device dev = tutorial::apply_common_flags(f);
     const amp::Precision precision = amp::parse_precision(f.precision);
+    HL_CHECK(multi_tensor || dev == Device::cuda,
+             "train: --no-multi-tensor changes only the CUDA optimizer's launches; with --device cpu it would "
+             "measure nothing (the CPU passes loop over the tensors in any case)");
+    kernels::set_multi_tensor(multi_tensor);
 
     const std::string dir = f.data.empty() ? tutorial::default_data_dir(spec.dataset) : f.data;
     data::Dataset train, test;
@@ -229,6 +238,8 @@ int main(int argc, char** argv) {
                 dev == Device::cuda ? (" (" + runtime::cuda_device_description() + ")").c_str() : "",
                 omp_get_max_threads());
     std::printf("learning rate: %s\n", lrs.str().c_str());
+    std::printf("Linear/Conv2d + ReLU: %s; optimizer passes: %s\n", fuse ? "fused epilogues" : "unfused (--no-fuse)",
+                multi_tensor ? "multi-tensor launches" : "one launch per tensor (--no-multi-tensor)");
     std::vector<double> seconds;
     int64_t images_per_epoch = 0;
     int64_t skipped = 0;
@@ -278,10 +289,12 @@ int main(int argc, char** argv) {
       std::printf("{\"framework\": \"halfling\", \"model\": \"%s\", \"precision\": \"%s\", \"device\": \"%s\", "
                   "\"seconds_per_epoch\": %.4f, \"images_per_second\": %.1f, \"test_accuracy\": %.4f, "
                   "\"peak_mib\": %.1f, \"epochs\": %lld, \"steps\": %lld, \"host_reads\": %lld, "
-                  "\"sync_each_step\": %s, \"schedule\": \"%s\", \"warmup_epochs\": %g}\n",
+                  "\"sync_each_step\": %s, \"fuse\": %s, \"multi_tensor\": %s, \"schedule\": \"%s\", "
+                  "\"warmup_epochs\": %g}\n",
                   model_name.c_str(), f.precision.c_str(), device_name(dev), median, ips, accuracy, peak_mib,
                   static_cast<long long>(f.epochs), static_cast<long long>(steps), static_cast<long long>(host_reads),
-                  sync_each_step ? "true" : "false", f.schedule.c_str(), f.warmup_epochs);
+                  sync_each_step ? "true" : "false", fuse ? "true" : "false", multi_tensor ? "true" : "false",
+                  f.schedule.c_str(), f.warmup_epochs);
     }
     return 0;
   } catch (const std::exception& e) {

@@ -1,4 +1,6 @@
 // Route each public kernel call to the backend of its device (see kernels/backends.h).
+#include <atomic>
+
 #include "kernels/backends.h"
 #include "kernels/error.h"
 #include "kernels/softmax.h"
@@ -63,6 +65,15 @@ void sgd_update(DeviceType dev, const std::vector<ParamSlot>& slots, const SgdPa
 void adam_update(DeviceType dev, const std::vector<ParamSlot>& slots, const AdamParams& p) {
   HL_DISPATCH(adam_update, slots, p);
 }
+namespace {
+std::atomic<bool>& multi_tensor_flag() {
+  static std::atomic<bool> on{true};
+  return on;
+}
+}  // namespace
+void set_multi_tensor(bool on) { multi_tensor_flag().store(on, std::memory_order_relaxed); }
+bool multi_tensor() { return multi_tensor_flag().load(std::memory_order_relaxed); }
+
 void unscale_grads(DeviceType dev, const std::vector<GradSlot>& slots, float inv_scale, int32_t* found_inf,
                    const double* scale) {
   HL_DISPATCH(unscale_grads, slots, inv_scale, found_inf, scale);

@@ -118,4 +118,12 @@ void optim_finish(DeviceType dev, const int32_t* skip, int64_t* applied_steps, c
 void scaler_update(DeviceType dev, const ScalerRule& rule, ScalerState* state, const int32_t* found_inf,
                    float* scale_f32, double* history_slot);
 
+// Whether one CUDA launch of the passes above covers many tensors (on, the default: every tensor, in
+// batches of as many as the kernel argument holds) or one launch runs per tensor (off), as a framework
+// without multi-tensor kernels would do. Off exists to measure what batching saves (bench/train
+// --no-multi-tensor; docs/performance.md); the results are the same bits either way. The CPU passes
+// loop over the tensors in any case and ignore it. Process-wide, for the calls that start after it.
+void set_multi_tensor(bool on);
+bool multi_tensor();
+
 }  // namespace hl::kernels

@@ -34,6 +34,10 @@
 #                                       # GPU, conv_bench, gemm_bench --sweep, MLP-512's GPU seeds under
 #                                       # tutorial 05's cosine schedule and tutorial 05 itself,
 #                                       # softmax_bench + PyTorch's softmax, bn_bench; ~8 minutes on an H200
+#   scripts/gpu_check.sh ablate         # issue #10: the fused epilogues (--no-fuse) and the multi-tensor
+#                                       # optimizer (--no-multi-tensor) switched off, MLP-512, LeNet and
+#                                       # VGG-small mixed, next to the defaults in two interleaved rounds,
+#                                       # then a profile of each default step; an estimated 3 minutes
 #   scripts/gpu_check.sh profile        # where a training step's time goes, halfling (bench/train
 #                                       # --profile) next to PyTorch (torch.profiler): LeNet and VGG-small
 #                                       # mixed, 100 steps per epoch (VGG-small needs CIFAR-10); then
@@ -41,7 +45,7 @@
 #                                       # (HALFLING_CONV=implicit_gemm_wmma, HALFLING_BN=per_channel)
 #
 # A session has 15 minutes of device time in all (since 2026-11-26), starts and idle time included:
-# one `short` command (about 5 minutes on an H200) and a follow-up of a few minutes at most. With more
+# one `short` command (about 5 minutes on an H200) and a follow-up of a few minutes at most (`ablate`). With more
 # time, one stage per command (each command builds again on a fresh machine): 1) preflight 2) test
 # 3) sanitize 4) bench-conv 5) bench-gemm 6) profile 7) train 8) bench-softmax 9) bench-bn. When a
 # session has less than 600 s left, pass a smaller HALFLING_BUDGET (e.g. HALFLING_BUDGET=300).
@@ -63,11 +67,11 @@
 # HALFLING_COMMIT, HALFLING_BUDGET, HALFLING_BUILD_TIMEOUT); also HALFLING_DATA (default data/),
 # HALFLING_CTEST_JOBS (8).
 set -uo pipefail
-usage="usage: scripts/gpu_check.sh preflight|build|test|sanitize [memcheck|racecheck]|bench-gemm|bench-conv|bench-softmax|bench-bn|bench|train|profile|short"
+usage="usage: scripts/gpu_check.sh preflight|build|test|sanitize [memcheck|racecheck]|bench-gemm|bench-conv|bench-softmax|bench-bn|bench|train|ablate|profile|short"
 [[ $# -ge 1 ]] || { echo "$usage" >&2; exit 2; }
 stage=$1
 case $stage in
-  preflight | build | test | train | profile | short) ;;
+  preflight | build | test | train | ablate | profile | short) ;;
   sanitize)
     case ${2:-} in "" | memcheck | racecheck) ;; *) echo "$usage" >&2; exit 2 ;; esac ;;
   bench-gemm | bench-softmax | bench-conv | bench-bn)
@@ -109,18 +113,15 @@ race+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps'  # the tuning tiles of
 race+=':SoftmaxCuda.*:CudaSoftmax.*:CudaReduce.*:CudaOptim.*:CudaBatchNorm.*:CudaPool.*'
 race+=':ConvCuda.SmallShapes*:ConvCuda.BetaAccumulates*:ConvCuda.BiasRelu*:ConvCuda.Im2colGemmChunks*'
 race+=':ConvCuda.NhwcRungOnTheShapesItComputesItself'  # implicit_gemm_nhwc's cp.async ring
+race+=':ConvCuda.NhwcWgradRungOnTheShapesItComputesItself'  # implicit_gemm_nhwc_wgrad's
 
 # short: racecheck on the kernels added or changed since the last GPU run (docs/gpu_status.md's table)
-# only, on small shapes, in two halves run side by side (the convolution's five rungs take the longest;
-# on the H200, racecheck of rung 1-3's small shapes alone took 57 s). The lists name what the run of
-# 2026-11-26 had to verify (226 s and 181 s there, beside the suite): a kernel changed since goes in.
-race_new='CudaGemm.SplitKEpiloguesApplyOnceToTheWholeSum:CudaGemm.SplitKOverStridedAndMisalignedOperands'
-race_new+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps'  # the sweep's tiles: wmma_pipelined changed
-race_new+=':Shapes/CudaGemmSweep.*/s7x13x5:Shapes/CudaGemmSweep.*/s17x33x65'  # mma_sync, split-K: ragged edges
-race_new+=':SoftmaxCuda.RegisterRowAtItsCapacityBoundaries:SoftmaxCuda.RegisterWarpAtItsCapacityBoundaries'
-race_new+=':SoftmaxCuda.ClusterRowAtItsCapacityBoundaries:CudaBatchNorm.TrainEvalBackwardMatchTheCpu'
-race_conv='ConvCuda.SmallShapesEveryVariantPassAndDtype:ConvCuda.NhwcRungOnTheShapesItComputesItself'
-race_conv+=':ConvCuda.TapTableIsBitIdenticalToRung3'
+# only, on small shapes, in two lists run side by side (on the H200, 2026-11-26, the two lists of that
+# run took 226 s and 181 s beside the suite). A kernel changed since goes in. Since 2026-11-26: rung 4b
+# of the convolution (implicit_gemm_nhwc_wgrad, new, opt-in; its own shapes, and every variant's small
+# shapes, where it hands most calls on), and the optimizer's launches (one per tensor on request).
+race_new='ConvCuda.NhwcWgradRungOnTheShapesItComputesItself:CudaOptim.OneLaunchPerTensorGivesTheSameBits'
+race_conv='ConvCuda.BetaAccumulatesIntoTheOutput'
 
 # The test stage leaves out CPU-only tests that take minutes (tutorials run with --device cpu, the CPU
 # accuracy bar): CI runs them on every commit, and on the H200 machine (16 cores shared with the CUDA
@@ -371,6 +372,34 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     step softmax-bench timeout 80 "$build/bench/softmax_bench"
     step pytorch-softmax timeout 45 python3 "$root/bench/pytorch/softmax.py"
     step bn-bench timeout 60 "$build/bench/bn_bench"
+    ;;
+  ablate)
+    # Issue #10's "explain each with its measured effect" (docs/performance.md): each technique switched
+    # off on its own, end to end, next to the defaults, interleaved in two rounds so that drift hits all
+    # alike. MLP-512 and LeNet run from the device-resident MNIST, VGG-small (when CIFAR-10 is here)
+    # 100 steps per epoch; each s/epoch is the median of epochs 2-3. Then one profile of each default
+    # step (bench/train --profile: its proportions, not its speed; the profile stage adds PyTorch's).
+    build_targets train
+    check_gpu
+    export HALFLING_DATA=${HALFLING_DATA:-$root/data}
+    ablate_models=()
+    [[ -d $HALFLING_DATA/mnist ]] && ablate_models+=(mlp512 lenet)
+    [[ -d $HALFLING_DATA/cifar10 ]] && ablate_models+=(vgg_small)
+    ((${#ablate_models[@]} > 0)) || record data FAILED "neither $HALFLING_DATA/mnist nor $HALFLING_DATA/cifar10"
+    for round in 1 2; do
+      for model in "${ablate_models[@]}"; do
+        for off in defaults no-fuse no-multi-tensor; do
+          flags=(--model "$model" --precision mixed --device cuda --epochs 3)
+          [[ $model == vgg_small ]] && flags+=(--max-steps 100)
+          [[ $off != defaults ]] && flags+=("--$off")
+          step "$model-$off-$round" timeout 90 "$build/bench/train" "${flags[@]}"
+        done
+      done
+    done
+    for model in "${ablate_models[@]}"; do
+      step "$model-profile" timeout 90 "$build/bench/train" --model "$model" --precision mixed --device cuda \
+        --epochs 2 --max-steps 100 --profile
+    done
     ;;
   profile)
     build_targets train

@@ -53,9 +53,11 @@ __device__ __forceinline__ int find_slot(const SlotBatch<Slot>& b, int64_t& chun
   return s;
 }
 
-// Split `slots` into batches of at most kMaxSlots and launch `launch(batch, blocks)` for each.
+// Split `slots` into batches of at most kMaxSlots (1 when multi_tensor() is off: one launch per
+// tensor, for measuring what batching saves) and launch `launch(batch, blocks)` for each.
 template <class Slot, class N, class Launch>
 void for_each_batch(const std::vector<Slot>& slots, N n_of, Launch launch) {
+  const int per_launch = multi_tensor() ? kMaxSlots : 1;
   SlotBatch<Slot> b;
   auto flush = [&] {
     if (b.count > 0 && b.first_block[b.count] > 0) launch(b, b.first_block[b.count]);
@@ -63,7 +65,7 @@ void for_each_batch(const std::vector<Slot>& slots, N n_of, Launch launch) {
   };
   for (const Slot& s : slots) {
     if (n_of(s) == 0) continue;
-    if (b.count == kMaxSlots) flush();
+    if (b.count == per_launch) flush();
     if (b.count == 0) b.first_block[0] = 0;
     b.slots[b.count] = s;
     b.first_block[b.count + 1] = b.first_block[b.count] + (n_of(s) + kChunk - 1) / kChunk;

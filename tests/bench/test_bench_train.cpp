@@ -110,6 +110,45 @@ TEST(BenchTrain, SyncEachStepAddsOneHostReadPerStepAndChangesNothingElse) {
   EXPECT_EQ(j[1]["test_accuracy"], j[0]["test_accuracy"]) << "the same steps, so the same model";
 }
 
+// --no-fuse runs each Linear + ReLU as two ops instead of one epilogue (docs/performance.md measures
+// the difference). ReLU commutes with the rounding of the GEMM's output (both keep the sign and map 0
+// to 0), and its backward mask is the same whether taken from the input or the output: the same model.
+// The flags are printed and in the JSON line, so a results file says what it timed.
+TEST(BenchTrain, NoFuseChangesTheLaunchesNotTheResult) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  nlohmann::json j[2];
+  std::string loss[2];
+  for (int fuse = 0; fuse < 2; ++fuse) {
+    const std::string flags = "--smoke --max-steps 8 --epochs 1 --device cpu --precision mixed --json ";
+    const auto [status, out] = run_train(flags + (fuse ? "" : "--no-fuse ") + "--data " + dir);
+    ASSERT_EQ(status, 0) << out;
+    const size_t at = out.find("  loss ");
+    ASSERT_NE(at, std::string::npos) << out;
+    loss[fuse] = out.substr(at, out.find(' ', at + 7) - at);  // the epoch's mean loss, 4 decimals
+    EXPECT_NE(out.find(fuse ? "Linear/Conv2d + ReLU: fused epilogues" : "Linear/Conv2d + ReLU: unfused (--no-fuse)"),
+              std::string::npos)
+        << out;
+    j[fuse] = nlohmann::json::parse(out.substr(out.rfind('{')));
+    EXPECT_EQ(j[fuse]["fuse"].get<bool>(), fuse == 1) << out;
+    EXPECT_TRUE(j[fuse]["multi_tensor"].get<bool>()) << out;
+  }
+  EXPECT_EQ(j[0]["test_accuracy"], j[1]["test_accuracy"]) << "the same arithmetic, so the same model";
+  EXPECT_EQ(loss[0], loss[1]) << "the same arithmetic, so the same training loss";
+}
+
+// --no-multi-tensor changes only how the CUDA optimizer launches its passes; on the CPU it would time
+// nothing, so it is refused there, with the reason, before any training.
+TEST(BenchTrain, NoMultiTensorIsRefusedOnTheCpu) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const auto [status, out] = run_train("--smoke --epochs 1 --device cpu --no-multi-tensor --data " + dir);
+  EXPECT_NE(status, 0) << out;
+  EXPECT_NE(out.find("--no-multi-tensor"), std::string::npos) << out;
+  EXPECT_NE(out.find("CUDA"), std::string::npos) << out;
+  EXPECT_EQ(out.find("epoch 1 "), std::string::npos) << "refused before training\n" << out;
+}
+
 TEST(BenchTrain, ExportWritesTheDataAndOnePermutationPerEpoch) {
   const std::string dir = hl::test::data_dir("mnist");
   if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";

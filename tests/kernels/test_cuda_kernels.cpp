@@ -702,6 +702,49 @@ TEST(CudaOptim, MultiTensorAdamMatchesTheCpu) {
   }
 }
 
+// kernels::set_multi_tensor(false) (bench/train --no-multi-tensor) launches each pass once per tensor,
+// to time what batching saves: the arithmetic is the same, so the bits must be too, for the updates
+// and for the unscale pass and its flag.
+TEST(CudaOptim, OneLaunchPerTensorGivesTheSameBits) {
+  HL_REQUIRE_CUDA();
+  struct Restore {
+    ~Restore() { kernels::set_multi_tensor(true); }
+  } restore;
+  kernels::set_multi_tensor(false);
+  ASSERT_FALSE(kernels::multi_tensor());
+  uint64_t seed = test::fresh_seed();
+  const OptimCase c = make_optim_case(seed);
+  kernels::SgdParams sgd;
+  sgd.lr = 0.05;
+  sgd.momentum = 0.9;
+  sgd.weight_decay = 5e-4;
+  check_optim_against_cpu(c, false, [&](DeviceType d, const auto& slots) { kernels::sgd_update(d, slots, sgd); },
+                          "sgd, one launch per tensor");
+  kernels::AdamParams adam;
+  adam.step = 3;
+  check_optim_against_cpu(c, true, [&](DeviceType d, const auto& slots) { kernels::adam_update(d, slots, adam); },
+                          "adam, one launch per tensor");
+  // Unscale: every slot's values, and one flag raised by a single inf in the last slot.
+  std::vector<std::unique_ptr<DeviceBuffer>> in, out;
+  std::vector<kernels::GradSlot> slots;
+  for (size_t i = 0; i < c.sizes.size(); ++i) {
+    std::vector<double> g = c.grad[i];
+    if (i + 1 == c.sizes.size()) g[g.size() / 2] = kInf;
+    in.push_back(std::make_unique<DeviceBuffer>(g, DType::f32));
+    out.push_back(std::make_unique<DeviceBuffer>(c.sizes[i], DType::f32));
+    out.back()->poison();
+    slots.push_back({in.back()->get(), DType::f32, out.back()->get(), DType::f32, static_cast<int64_t>(c.sizes[i])});
+  }
+  DeviceBuffer flag(std::vector<double>{0.0}, DType::i32);
+  kernels::unscale_grads(kCuda, slots, 0.25f, flag.i32());
+  EXPECT_EQ(flag.download()[0], 1.0) << "the inf in the last tensor's own launch";
+  for (size_t i = 0; i + 1 < c.sizes.size(); ++i) {
+    std::vector<double> ref(c.grad[i]);
+    for (double& x : ref) x *= 0.25;  // exact: a power of two
+    expect_all_equal(out[i]->download(), ref, "unscaled slot " + std::to_string(i) + ", one launch per tensor");
+  }
+}
+
 TEST(CudaOptim, F16WeightsSwallowSmallUpdatesMastersKeepThem) {
   // Paper §3.1: below 1 the f16 spacing is 2^-11, so 1 - 2^-13 rounds back to 1 in f16. With an
   // FP32 master the update is kept, and 16 of them move the f16 copy by 2^-9 (exactly representable).
