@@ -519,6 +519,15 @@ TEST(ConvCuda, BiasReluEpilogueLetsNaNThrough) {
   run_all_variants(p, s);
 }
 
+// Shapes whose channel counts are multiples of 32 (rung 4's own, and rung 4b's too).
+const std::vector<Shape> kNhwcShapes = {{"c32_7x9_k32_3x3_p1", 2, 32, 7, 9, 32, 3, 3, 1, 1, 1, 1},
+                                        {"c64_9x7_k160_3x3_p0", 1, 64, 9, 7, 160, 3, 3, 1, 1, 0, 0},
+                                        {"c32_11x6_k64_5x5_p2", 2, 32, 11, 6, 64, 5, 5, 1, 1, 2, 2},
+                                        {"c96_5x5_k32_1x1_p0", 3, 96, 5, 5, 32, 1, 1, 1, 1, 0, 0},
+                                        {"c32_9x8_k96_3x5_p1x2", 2, 32, 9, 8, 96, 3, 5, 1, 1, 1, 2},
+                                        {"c160_6x6_k64_3x3_p1", 2, 160, 6, 6, 64, 3, 3, 1, 1, 1, 1},
+                                        {"c32_13x13_k64_3x3_s2_p1", 2, 32, 13, 13, 64, 3, 3, 2, 2, 1, 1}};
+
 // Rung 4 (implicit_gemm_nhwc) computes itself only where the gathered channel count is a multiple of
 // 32 (and backward_data has stride 1); the small shapes above mostly send it to rung 3. These are its
 // own: several row tiles (K or C above 128), several column tiles with a partial last one, odd H/W,
@@ -527,13 +536,7 @@ TEST(ConvCuda, BiasReluEpilogueLetsNaNThrough) {
 TEST(ConvCuda, NhwcRungOnTheShapesItComputesItself) {
   HL_REQUIRE_CUDA();
   uint64_t seed = test::fresh_seed();
-  const Shape shapes[] = {{"c32_7x9_k32_3x3_p1", 2, 32, 7, 9, 32, 3, 3, 1, 1, 1, 1},
-                          {"c64_9x7_k160_3x3_p0", 1, 64, 9, 7, 160, 3, 3, 1, 1, 0, 0},
-                          {"c32_11x6_k64_5x5_p2", 2, 32, 11, 6, 64, 5, 5, 1, 1, 2, 2},
-                          {"c96_5x5_k32_1x1_p0", 3, 96, 5, 5, 32, 1, 1, 1, 1, 0, 0},
-                          {"c32_9x8_k96_3x5_p1x2", 2, 32, 9, 8, 96, 3, 5, 1, 1, 1, 2},
-                          {"c160_6x6_k64_3x3_p1", 2, 160, 6, 6, 64, 3, 3, 1, 1, 1, 1},
-                          {"c32_13x13_k64_3x3_s2_p1", 2, 32, 13, 13, 64, 3, 3, 2, 2, 1, 1}};
+  const std::vector<Shape>& shapes = kNhwcShapes;
   // A call handed to rung 3 would pass too (same results): count the calls rung 4 computed itself.
   // The stride-2 shape's backward_data is the one call here that rung 4 hands on by design (its
   // backward_data is the stride-1 transposed convolution only): the count must then stay put, which
@@ -568,19 +571,14 @@ TEST(ConvCuda, NhwcRungOnTheShapesItComputesItself) {
 TEST(ConvCuda, NhwcWgradRungOnTheShapesItComputesItself) {
   HL_REQUIRE_CUDA();
   uint64_t seed = test::fresh_seed();
-  const Shape shapes[] = {{"c32_7x9_k32_3x3_p1", 2, 32, 7, 9, 32, 3, 3, 1, 1, 1, 1},
-                          {"c64_9x7_k160_3x3_p0", 1, 64, 9, 7, 160, 3, 3, 1, 1, 0, 0},
-                          {"c32_11x6_k64_5x5_p2", 2, 32, 11, 6, 64, 5, 5, 1, 1, 2, 2},
-                          {"c96_5x5_k32_1x1_p0", 3, 96, 5, 5, 32, 1, 1, 1, 1, 0, 0},
-                          {"c32_9x8_k96_3x5_p1x2", 2, 32, 9, 8, 96, 3, 5, 1, 1, 1, 2},
-                          {"c32_13x13_k64_3x3_s2_p1", 2, 32, 13, 13, 64, 3, 3, 2, 2, 1, 1},
-                          {"c64_10x9_k32_5x5_s2x1_p2x0", 1, 64, 10, 9, 32, 5, 5, 2, 1, 2, 0},
-                          {"c8_10x10_k24_3x3_p1", 2, 8, 10, 10, 24, 3, 3, 1, 1, 1, 1},
-                          {"c24_7x5_k8_5x5_s1x2_p2x1", 3, 24, 7, 5, 8, 5, 5, 1, 2, 2, 1},
-                          {"c40_6x6_k136_3x3_p1", 4, 40, 6, 6, 136, 3, 3, 1, 1, 1, 1},
-                          {"n4_c16_32x32_k16_3x3_p1", 4, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1},
-                          {"n9_c8_13x11_k8_3x3_p1", 9, 8, 13, 11, 8, 3, 3, 1, 1, 1, 1},
-                          {"vgg_256_256_8x8", 8, 256, 8, 8, 256, 3, 3, 1, 1, 1, 1}};
+  std::vector<Shape> shapes = kNhwcShapes;
+  shapes.insert(shapes.end(), {{"c64_10x9_k32_5x5_s2x1_p2x0", 1, 64, 10, 9, 32, 5, 5, 2, 1, 2, 0},
+                               {"c8_10x10_k24_3x3_p1", 2, 8, 10, 10, 24, 3, 3, 1, 1, 1, 1},
+                               {"c24_7x5_k8_5x5_s1x2_p2x1", 3, 24, 7, 5, 8, 5, 5, 1, 2, 2, 1},
+                               {"c40_6x6_k136_3x3_p1", 4, 40, 6, 6, 136, 3, 3, 1, 1, 1, 1},
+                               {"n4_c16_32x32_k16_3x3_p1", 4, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1},
+                               {"n9_c8_13x11_k8_3x3_p1", 9, 8, 13, 11, 8, 3, 3, 1, 1, 1, 1},
+                               {"vgg_256_256_8x8", 8, 256, 8, 8, 256, 3, 3, 1, 1, 1, 1}});
   const bool own = runtime::cuda_compute_capability() >= 80;
   for (const Shape& s : shapes) {
     for (float beta : {0.0f, 1.0f}) {
