@@ -12,8 +12,9 @@ start=$SECONDS
 
 # RelWithDebInfo with -O1 -g1: optimized (so the tests finish) with line tables for the reports' line
 # numbers, as ASan's own documentation suggests. The default -O2 -g made this build the longest step of
-# CI (936 s of a 37-minute run on 2 cores, 2026-11-26): compiling tests/kernels/test_cuda_kernels.cpp
-# with the sanitizers took 26.9 s at -O2 -g and 9.9 s at -O1 -g1, framework/ops.cpp 7.6 s and 4.7 s.
+# CI (936 s of a 37-minute run on 2 cores that another build shared, 2026-11-26; 450 s at -O1 -g1 in the
+# fresh-clone CI run after): compiling tests/kernels/test_cuda_kernels.cpp with the sanitizers took 26.9 s
+# at -O2 -g and 9.9 s at -O1 -g1, framework/ops.cpp 7.6 s and 4.7 s.
 cmake -S "$root" -B "$build" -DHALFLING_CUDA=OFF -DHALFLING_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
   -DHALFLING_SANITIZE=address,undefined >"$build.configure.log" 2>&1 || {
