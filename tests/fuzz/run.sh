@@ -7,7 +7,8 @@
 # Exit status: 0 when every target ran its time without a finding; 1 when any target crashed,
 # leaked, hung or ran out of memory (the reproducer's path is printed: replay it with
 # `build-fuzz/fuzz/<target> <reproducer>`); 2 for a usage or build problem.
-# Environment: HALFLING_FUZZ_BUILD (default <repo>/build-fuzz), HALFLING_FUZZ_JOBS (build jobs, default 2).
+# Environment: HALFLING_FUZZ_BUILD (default <repo>/build-fuzz), HALFLING_FUZZ_JOBS (build jobs, and
+# targets fuzzed at once, default 2).
 set -euo pipefail
 
 seconds=${1:-60}
@@ -49,37 +50,75 @@ if ((${#targets[@]} == 0)); then
   exit 2
 fi
 
-failed=()
-for bin in "${targets[@]}"; do
-  [[ -x $bin && -f $bin ]] || continue
+# Each target runs in its own process, so they run side by side, up to $jobs at a time: each still
+# gets its full SECONDS, and on 2 cores the five targets take 3 rounds instead of 5. A target's
+# messages go to its own report file, printed in target order once all have finished, so that
+# the output of two targets never interleaves.
+fuzz_one() {
+  local bin=$1 name run status execs reproducers r
   name=$(basename "$bin")
   run="$build/runs/$name"
   rm -rf -- "$run"
   mkdir -p "$run/corpus" "$run/artifacts"
-  # A copy, so the run's new inputs never land in the committed seed corpus.
-  if [[ -d $repo/tests/fuzz/corpus/$name ]]; then
-    cp -R "$repo/tests/fuzz/corpus/$name/." "$run/corpus/"
-  else
-    echo "fuzz: $name has no seed corpus (tests/fuzz/corpus/$name/); starting from nothing" >&2
+  {
+    # A copy, so the run's new inputs never land in the committed seed corpus.
+    if [[ -d $repo/tests/fuzz/corpus/$name ]]; then
+      cp -R "$repo/tests/fuzz/corpus/$name/." "$run/corpus/"
+    else
+      echo "fuzz: $name has no seed corpus (tests/fuzz/corpus/$name/); starting from nothing"
+    fi
+    echo "fuzz: $name for ${seconds}s ($(find "$run/corpus" -type f | wc -l) seed files)"
+    # -timeout: one input taking 10 s is a hang. -rss_limit_mb / -malloc_limit_mb: the parsers must
+    # refuse absurd sizes instead of allocating them. detect_leaks: a leak is a finding too.
+    status=0
+    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
+      "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
+      -artifact_prefix="$run/artifacts/" -print_final_stats=1 "$run/corpus" >"$run/log.txt" 2>&1 || status=$?
+    execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$run/log.txt" | grep -o '[0-9]*$' || true)
+    reproducers=("$run"/artifacts/*)
+    if ((status != 0 || ${#reproducers[@]} > 0)); then
+      echo "fuzz: $name FAILED (exit $status) after ${execs:-?} inputs. Log: $run/log.txt"
+      grep -E "ERROR: |SUMMARY: |runtime error|==[0-9]+==" "$run/log.txt" | head -n 8 || true
+      for r in "${reproducers[@]}"; do
+        echo "fuzz:   reproducer: $r   (replay: $bin $r)"
+      done
+    else
+      echo "fuzz: $name ok: ${execs:-?} inputs, corpus now $(find "$run/corpus" -type f | wc -l) files"
+      touch "$run/ok"
+    fi
+  } >"$build/runs/$name.report" 2>&1
+}
+
+mkdir -p "$build/runs"
+names=()
+running=0
+for bin in "${targets[@]}"; do
+  [[ -x $bin && -f $bin ]] || continue
+  names+=("$(basename "$bin")")
+  rm -f -- "$build/runs/$(basename "$bin").report"
+  if ((running >= jobs)); then
+    wait -n || true
+    running=$((running - 1))
   fi
-  echo "fuzz: $name for ${seconds}s ($(find "$run/corpus" -type f | wc -l) seed files)"
-  # -timeout: one input taking 10 s is a hang. -rss_limit_mb / -malloc_limit_mb: the parsers must
-  # refuse absurd sizes instead of allocating them. detect_leaks: a leak is a finding too.
-  status=0
-  ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
-    "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
-    -artifact_prefix="$run/artifacts/" -print_final_stats=1 "$run/corpus" >"$run/log.txt" 2>&1 || status=$?
-  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$run/log.txt" | grep -o '[0-9]*$' || true)
-  reproducers=("$run"/artifacts/*)
-  if ((status != 0 || ${#reproducers[@]} > 0)); then
-    failed+=("$name")
-    echo "fuzz: $name FAILED (exit $status) after ${execs:-?} inputs. Log: $run/log.txt" >&2
-    grep -E "ERROR: |SUMMARY: |runtime error|==[0-9]+==" "$run/log.txt" | head -n 8 >&2 || true
-    for r in "${reproducers[@]}"; do
-      echo "fuzz:   reproducer: $r   (replay: $bin $r)" >&2
-    done
+  echo "fuzz: starting $(basename "$bin") (${seconds}s)"
+  fuzz_one "$bin" &
+  running=$((running + 1))
+done
+wait || true
+
+failed=()
+for name in "${names[@]}"; do
+  if [[ -f $build/runs/$name.report ]]; then
+    cat "$build/runs/$name.report"
   else
-    echo "fuzz: $name ok: ${execs:-?} inputs, corpus now $(find "$run/corpus" -type f | wc -l) files"
+    echo "fuzz: $name FAILED: it left no report" >&2
+    failed+=("$name")
+    continue
+  fi
+  # Only a target that reached its "ok" line passed: one whose job stopped early (set -e) failed.
+  if [[ ! -e $build/runs/$name/ok ]]; then
+    grep -q " FAILED" "$build/runs/$name.report" || echo "fuzz: $name FAILED: its run stopped early" >&2
+    failed+=("$name")
   fi
 done
 
@@ -87,4 +126,4 @@ if ((${#failed[@]} > 0)); then
   echo "fuzz: ${#failed[@]} target(s) failed: ${failed[*]}" >&2
   exit 1
 fi
-echo "fuzz: all ${#targets[@]} targets ran ${seconds}s each without a finding"
+echo "fuzz: all ${#names[@]} targets ran ${seconds}s each, $jobs at a time, without a finding"
