@@ -2,7 +2,12 @@
 // LeNet layers and the VGG-small 3x3 layers, for the three passes (forward, backward_data,
 // backward_weight), FP16 NCHW inputs and outputs, FP32 accumulation.
 //
-//   build/bench/conv_bench [--batch 128] [--runs 25] [--layers all|lenet|vgg]
+//   build/bench/conv_bench [--batch 128] [--runs 25] [--layers all|lenet|vgg] [--only TEXT]
+//                          [--passes forward,backward_data,backward_weight] [--variants a,b,...] [--no-cudnn]
+//
+// --only keeps the layers whose name contains TEXT (e.g. "256->256"), --passes and --variants the named
+// passes and rungs, --no-cudnn leaves cuDNN's search and column out: together they point a profiler
+// (scripts/gpu_check.sh ncu) at one kernel on one layer.
 //
 // Each measurement: two warm-up calls, then --runs calls timed one by one with CUDA events on the
 // halfling stream; the median is reported as TFLOP/s (2 * N*K*P*Q*C*R*S flops per pass) and as a
@@ -24,6 +29,7 @@
 #include <ctime>
 #include <functional>
 #include <iterator>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -235,7 +241,44 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "images per batch")->check(CLI::Range(1, 4096));
   app.add_option("--runs", runs, "timed calls per measurement (the median is reported)")->check(CLI::Range(1, 1000));
   app.add_option("--layers", which, "all, lenet or vgg")->check(CLI::IsMember({"all", "lenet", "vgg"}));
+  std::string only;
+  std::vector<std::string> pass_names, chosen_variants;
+  bool no_cudnn = false;
+  app.add_option("--only", only, "only the layers whose name contains this text, e.g. 256->256");
+  app.add_option("--passes", pass_names, "forward, backward_data, backward_weight (default: all three)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"forward", "backward_data", "backward_weight"}));
+  app.add_option("--variants", chosen_variants, "CUDA conv rungs to time (default: every one)")->delimiter(',');
+  app.add_flag("--no-cudnn", no_cudnn, "leave cuDNN (its algorithm search and its column) out");
   CLI11_PARSE(app, argc, argv);
+
+  // Checked before looking for a GPU, so that a typo is refused on any machine.
+  std::vector<Layer> layers;
+  if (which != "vgg") layers.insert(layers.end(), std::begin(kLeNet), std::end(kLeNet));
+  if (which != "lenet") layers.insert(layers.end(), std::begin(kVgg), std::end(kVgg));
+  std::string layer_names;
+  for (const Layer& L : layers) layer_names += std::string(layer_names.empty() ? "" : "; ") + L.name;
+  layers.erase(std::remove_if(layers.begin(), layers.end(),
+                              [&](const Layer& L) { return std::string(L.name).find(only) == std::string::npos; }),
+               layers.end());
+  if (layers.empty()) {
+    std::fprintf(stderr, "conv_bench: --only '%s' matches none of the layers (%s)\n", only.c_str(), layer_names.c_str());
+    return 2;
+  }
+  std::vector<ConvPass> passes;
+  for (ConvPass pass : {ConvPass::forward, ConvPass::backward_data, ConvPass::backward_weight})
+    if (pass_names.empty() ||
+        std::find(pass_names.begin(), pass_names.end(), kernels::conv_pass_name(pass)) != pass_names.end())
+      passes.push_back(pass);
+  std::vector<std::string> variants = kernels::ConvRegistry::instance().names(DeviceType::cuda);
+  for (const std::string& v : chosen_variants)
+    if (std::find(variants.begin(), variants.end(), v) == variants.end()) {
+      std::string known;
+      for (const std::string& n : variants) known += (known.empty() ? "" : ", ") + n;
+      std::fprintf(stderr, "conv_bench: --variants: no CUDA conv rung '%s' (known: %s)\n", v.c_str(), known.c_str());
+      return 2;
+    }
+  if (!chosen_variants.empty()) variants = chosen_variants;
 
   if (!runtime::cuda_available()) {
     std::printf("no CUDA device: %s\n", runtime::cuda_unavailable_reason().c_str());
@@ -248,12 +291,16 @@ int main(int argc, char** argv) {
     std::printf("# date: %s\n", today_utc().c_str());
     std::printf("# timing: 2 warm-up calls, median of up to %d timed calls (CUDA events)\n", runs);
 #ifdef HALFLING_HAVE_CUDNN
-    cudnnHandle_t handle;
-    check_cudnn(cudnnCreate(&handle), "cudnnCreate");
-    check_cudnn(cudnnSetStream(handle, stream()), "cudnnSetStream");
-    std::printf("# cuDNN %zu (best algorithm from cudnnFindConvolution*Algorithm, CUDNN_TENSOR_OP_MATH)\n",
-                cudnnGetVersion());
-    constexpr bool kCudnn = true;
+    const bool kCudnn = !no_cudnn;
+    cudnnHandle_t handle = nullptr;
+    if (kCudnn) {
+      check_cudnn(cudnnCreate(&handle), "cudnnCreate");
+      check_cudnn(cudnnSetStream(handle, stream()), "cudnnSetStream");
+      std::printf("# cuDNN %zu (best algorithm from cudnnFindConvolution*Algorithm, CUDNN_TENSOR_OP_MATH)\n",
+                  cudnnGetVersion());
+    } else {
+      std::printf("# cuDNN: left out (--no-cudnn)\n");
+    }
 #else
     std::printf("# cuDNN: not found when this benchmark was built (CMake found no cudnn.h/libcudnn), so there is "
                 "no cuDNN column\n");
@@ -261,10 +308,6 @@ int main(int argc, char** argv) {
 #endif
     std::printf("\n| layer | pass | variant | ms | TFLOP/s | %% of cuDNN |\n|---|---|---|---:|---:|---:|\n");
 
-    std::vector<Layer> layers;
-    if (which != "vgg") layers.insert(layers.end(), std::begin(kLeNet), std::end(kLeNet));
-    if (which != "lenet") layers.insert(layers.end(), std::begin(kVgg), std::end(kVgg));
-    const std::vector<std::string> variants = kernels::ConvRegistry::instance().names(DeviceType::cuda);
     std::mt19937 rng(1234);
 
     for (const Layer& L : layers) {
@@ -277,18 +320,21 @@ int main(int argc, char** argv) {
       HalfBuffer y(a.N * a.K * a.P() * a.Q(), rng), dx(a.N * a.C * a.H * a.W, rng), dw(a.K * a.C * a.R * a.S, rng);
       a.x = x.ptr, a.w = w.ptr, a.dy = dy.ptr, a.y = y.ptr, a.dx = dx.ptr, a.dw = dw.ptr;
 #ifdef HALFLING_HAVE_CUDNN
-      CudnnConv cudnn(handle, a);
+      std::optional<CudnnConv> cudnn;
+      if (kCudnn) cudnn.emplace(handle, a);
 #endif
-      for (ConvPass pass : {ConvPass::forward, ConvPass::backward_data, ConvPass::backward_weight}) {
+      for (ConvPass pass : passes) {
         ConvArgs p = a;
         p.pass = pass;
         const double tflop = 2.0 * static_cast<double>(p.macs()) * 1e-12;
         double ref_ms = 0.0;
 #ifdef HALFLING_HAVE_CUDNN
-        int algo = -1;
-        ref_ms = cudnn.time(p, runs, algo);
-        std::printf("| %s | %s | cuDNN (algo %d) | %.4f | %.2f | 100 |\n", L.name, kernels::conv_pass_name(pass), algo,
-                    ref_ms, tflop / (ref_ms * 1e-3));
+        if (cudnn) {
+          int algo = -1;
+          ref_ms = cudnn->time(p, runs, algo);
+          std::printf("| %s | %s | cuDNN (algo %d) | %.4f | %.2f | 100 |\n", L.name, kernels::conv_pass_name(pass), algo,
+                      ref_ms, tflop / (ref_ms * 1e-3));
+        }
 #endif
         for (const std::string& v : variants) {
           const auto* var = kernels::ConvRegistry::instance().find(v, DeviceType::cuda);
@@ -309,7 +355,7 @@ int main(int argc, char** argv) {
       }
     }
 #ifdef HALFLING_HAVE_CUDNN
-    cudnnDestroy(handle);
+    if (handle != nullptr) cudnnDestroy(handle);
 #endif
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -2,7 +2,12 @@
 // events after warm-up (median of many samples), next to the device copy bandwidth measured in the
 // same run, so every number is a ratio (DESIGN.md §6).
 //
-//   build/bench/softmax_bench [--samples N] [--quick] [--sweep]
+//   build/bench/softmax_bench [--samples N] [--quick] [--sweep] [--shapes RxC,...] [--variants a,b,...]
+//
+// --shapes replaces the default shapes (rows of 1024 columns or more are timed as bandwidth-bound,
+// shorter ones as launch-bound heads); --variants times only the named softmax rungs (the copy and the
+// cross-entropy rows stay). Both exist so that a profiler (scripts/gpu_check.sh ncu) can be pointed at
+// one kernel on one shape.
 //
 // --sweep also times register_row with every launch plan its rule can choose for each shape (block
 // size x packs per thread, through the tuning hook in register_row_plan.h), to tune kPreferredThreads.
@@ -20,6 +25,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <regex>
 #include <functional>
 #include <string>
 #include <vector>
@@ -160,6 +167,17 @@ void sweep_register_row(int64_t rows, int64_t cols, const void* x, void* y, int 
   }
 }
 
+// "128x65536" -> {128, 65536}; anything else is refused with a message naming the flag and the text.
+std::pair<int64_t, int64_t> parse_shape(const std::string& text) {
+  std::smatch m;
+  if (!std::regex_match(text, m, std::regex(R"(([0-9]{1,9})x([0-9]{1,9}))")))
+    throw std::runtime_error("softmax_bench: --shapes: '" + text + "' is not ROWSxCOLS (e.g. 128x65536)");
+  const int64_t rows = std::stoll(m[1].str()), cols = std::stoll(m[2].str());
+  if (rows < 1 || cols < 1 || rows * cols > (int64_t{1} << 30))
+    throw std::runtime_error("softmax_bench: --shapes: '" + text + "' needs rows and columns >= 1 and at most 2^30 values");
+  return {rows, cols};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -169,7 +187,29 @@ int main(int argc, char** argv) {
   app.add_option("--samples", samples, "timed samples per entry (the median is shown)")->check(CLI::Range(3, 1000));
   app.add_flag("--quick", quick, "fewer shapes (a smoke run)");
   app.add_flag("--sweep", sweep, "also time register_row with every launch plan (block size x packs per thread)");
+  std::vector<std::string> shape_texts, only;
+  app.add_option("--shapes", shape_texts, "ROWSxCOLS,... in place of the default shapes")->delimiter(',');
+  app.add_option("--variants", only, "softmax rungs to time (default: every CUDA rung)")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
+
+  // Checked before looking for a GPU, so that a typo is refused on any machine.
+  std::vector<std::pair<int64_t, int64_t>> chosen;
+  std::vector<std::string> rungs;
+  try {
+    for (const auto& t : shape_texts) chosen.push_back(parse_shape(t));
+    std::string known;
+    for (const auto& v : k::SoftmaxRegistry::instance().all())
+      if (v.device == DeviceType::cuda && v.name != "fused_xent" && v.name != "naive_fp16_nomax") {
+        known += (known.empty() ? "" : ", ") + v.name;
+        if (only.empty() || std::find(only.begin(), only.end(), v.name) != only.end()) rungs.push_back(v.name);
+      }
+    for (const auto& name : only)
+      if (std::find(rungs.begin(), rungs.end(), name) == rungs.end())
+        throw std::runtime_error("softmax_bench: --variants: no CUDA softmax rung '" + name + "' (known: " + known + ")");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
 
   if (!bench::print_gpu_header("softmax_bench")) return 0;
   std::printf("# CUDA events, 3 warm-up calls, median of %d samples; GB/s = (bytes read + written) / time;\n"
@@ -179,15 +219,16 @@ int main(int argc, char** argv) {
     std::printf("# --sweep: register_row TxP = T threads per block, P packs per thread; * = the rule's choice\n");
   std::printf("%-10s %-12s %-10s %-22s %10s %9s %7s\n", "op", "shape", "dtypes", "variant", "us/call", "GB/s", "%copy");
 
-  std::vector<std::string> rungs;
-  for (const auto& v : k::SoftmaxRegistry::instance().all())
-    if (v.device == DeviceType::cuda && v.name != "fused_xent" && v.name != "naive_fp16_nomax") rungs.push_back(v.name);
-
   std::vector<std::pair<int64_t, int64_t>> big = {{4096, 1024}, {4096, 4096}, {1024, 32768}, {128, 65536}};
   std::vector<std::pair<int64_t, int64_t>> heads = {{128, 10}, {1024, 10}};
   if (quick) {
     big = {{4096, 1024}};
     heads = {{128, 10}};
+  }
+  if (!chosen.empty()) {
+    big.clear();
+    heads.clear();
+    for (const auto& shape : chosen) (shape.second >= 1024 ? big : heads).push_back(shape);
   }
 
   for (auto [rows, cols] : big) {

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -173,6 +174,78 @@ TEST(GpuScripts, PtxChangedComparesKernelByKernel) {
   auto [s3, o3] = hl::test::run_command(script("ptx_changed.sh"));
   EXPECT_EQ(s3, 2) << o3;
   EXPECT_TRUE(contains(o3, "usage: scripts/ptx_changed.sh REV")) << o3;
+}
+
+// The names of every __global__ function in kernels/cuda/ (the declaration may span lines, and
+// __launch_bounds__ may hold a call: min_blocks(P, N)).
+std::set<std::string> kernel_names() {
+  std::set<std::string> names;
+  const std::regex global(R"(__global__\s+void\s+(?:__launch_bounds__\((?:[^()]|\([^()]*\))*\)\s*)?(\w+)\s*\()");
+  for (const auto& e : fs::recursive_directory_iterator(fs::path(HALFLING_SOURCE_DIR) / "kernels" / "cuda")) {
+    if (e.path().extension() != ".cu" && e.path().extension() != ".cuh") continue;
+    std::ifstream in(e.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (std::sregex_iterator m(text.begin(), text.end(), global), end; m != end; ++m) names.insert((*m)[1].str());
+  }
+  return names;
+}
+
+// gpu_check.sh's ncu stage picks each launch by its kernel's name (ncu -k regex:...). A name that
+// matches no kernel profiles nothing, and the step would still pass: so every alternative of every
+// ncu_kernel pattern must be the name of a kernel in kernels/cuda/ ('.' takes whatever runs first).
+TEST(GpuScripts, NcuProfilesKernelsThatExist) {
+  const std::set<std::string> kernels = kernel_names();
+  ASSERT_TRUE(kernels.count("gemm_wmma_pipelined_kernel")) << "the kernel scan found " << kernels.size() << " names";
+  ASSERT_TRUE(kernels.count("register_warp_forward_kernel")) << "a __launch_bounds__ with a call in it";
+  std::ifstream in(fs::path(HALFLING_SOURCE_DIR) / "scripts" / "gpu_check.sh");
+  ASSERT_TRUE(in);
+  const std::regex call(R"re(^\s*ncu_kernel ([a-z0-9_x-]+) '([^']*)' ([0-9]+) )re");
+  std::string line;
+  int calls = 0;
+  std::set<std::string> steps;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (!std::regex_search(line, m, call)) continue;
+    ++calls;
+    EXPECT_TRUE(steps.insert(m[1].str()).second) << "two ncu steps named " << m[1];
+    if (m[2].str() == ".") continue;
+    std::istringstream alternatives(m[2].str());
+    std::string name;
+    while (std::getline(alternatives, name, '|'))
+      EXPECT_TRUE(kernels.count(name)) << "ncu step " << m[1] << ": no __global__ function named '" << name << "'";
+  }
+  EXPECT_GE(calls, 10) << "the ncu_kernel calls were not found: has their form changed?";
+}
+
+// The benchmarks' choosers (the ncu stage's --shapes, --variants, --only) refuse a typo on any machine,
+// before looking for a GPU, and take what is valid (without a GPU: "no CUDA device", status 0).
+TEST(GpuBenches, ChoosersRefuseWhatDoesNotExist) {
+#ifndef HALFLING_WITH_CUDA
+  GTEST_SKIP() << "a CPU-only build has no softmax_bench or conv_bench";
+#else
+  const fs::path bin = fs::path(HALFLING_BINARY_DIR) / "bench";
+  const std::string softmax = "'" + (bin / "softmax_bench").string() + "'";
+  const std::string conv = "'" + (bin / "conv_bench").string() + "'";
+  const std::pair<std::string, std::string> refused[] = {
+      {softmax + " --shapes 128x", "--shapes: '128x' is not ROWSxCOLS"},
+      {softmax + " --shapes 0x10", "needs rows and columns >= 1"},
+      {softmax + " --shapes 65536x65536", "at most 2^30 values"},
+      {softmax + " --variants register_rows", "no CUDA softmax rung 'register_rows' (known: "},
+      {conv + " --only '512->512'", "--only '512->512' matches none of the layers (lenet_conv1"},
+      {conv + " --variants implicit_gemm", "no CUDA conv rung 'implicit_gemm' (known: "},
+  };
+  for (const auto& [command, message] : refused) {
+    auto [s, o] = hl::test::run_command(command);
+    EXPECT_EQ(s, 2) << command << "\n" << o;
+    EXPECT_TRUE(contains(o, message)) << command << "\n" << o;
+  }
+  auto [s1, o1] = hl::test::run_command(softmax + " --shapes 4096x1024,128x10 --variants register_warp,block_row");
+  EXPECT_EQ(s1, 0) << o1;
+  auto [s2, o2] = hl::test::run_command(conv + " --layers vgg --only '256->256' --passes backward_weight --variants "
+                                               "implicit_gemm_nhwc_wgrad --no-cudnn");
+  EXPECT_EQ(s2, 0) << o2;
+  if (contains(o1, "no CUDA device")) EXPECT_TRUE(contains(o2, "no CUDA device")) << o2;
+#endif
 }
 
 // shellcheck (scripts/setup.sh installs it) on every shell script of the project, run from the
