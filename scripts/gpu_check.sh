@@ -123,8 +123,10 @@ race+=':ConvCuda.NhwcWgradRungOnTheShapesItComputesItself'  # implicit_gemm_nhwc
 # only, on small shapes, in two lists run side by side (on the H200, 2026-11-26, the two lists of that
 # run took 226 s and 181 s beside the suite). A kernel changed since goes in. Since 2026-11-26: rung 4b
 # of the convolution (implicit_gemm_nhwc_wgrad, new, opt-in; its own shapes, and every variant's small
-# shapes, where it hands most calls on), and the optimizer's launches (one per tensor on request).
+# shapes, where it hands most calls on), the optimizer's launches (one per tensor on request), and
+# wmma_pipelined's sweep tiles #6-#8 (512-thread blocks; the test runs every tile of the table).
 race_new='ConvCuda.NhwcWgradRungOnTheShapesItComputesItself:CudaOptim.OneLaunchPerTensorGivesTheSameBits'
+race_new+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps'
 race_conv='ConvCuda.BetaAccumulatesIntoTheOutput'
 
 # The test stage leaves out CPU-only tests that take minutes (tutorials run with --device cpu, the CPU

@@ -31,6 +31,16 @@ inline constexpr Tile kBigTiles[] = {
     {256, 128, 32, 4, 2, 3},  // 3: the same warps, the block tall instead of wide; 170 regs, 75-90 KiB: 1/SM
     {128, 128, 32, 2, 2, 4},  // 4: 4 warps of 64 x 64; 196 regs, 68-80 KiB: 2 blocks/SM
     {128, 256, 32, 2, 4, 4},  // 5: as 2 with one more stage in flight; 170 regs, 100-120 KiB: 1/SM
+    // 6-8, added 2026-11-26 (not yet timed): 16 warps of entry 0's 64 x 32 (or 32 x 64) in a block twice
+    // its size. Why: at 4096^3 every tile above stayed at or below 222 TFLOP/s, and the 64 x 64 warp tiles
+    // (2-5), which need fewer shared-memory loads per multiply-add, were the slowest, while each of them
+    // left only 8 warps on an SM. What a block tile does change is the traffic from L2: a 128 x 128 tile
+    // brings in 16 KiB per 32-deep step for 1 MFLOP (64 FLOP per byte; 222 TFLOP/s is then 3.5 TB/s of
+    // L2 reads across the GPU), a 256 x 128 tile 24 KiB for 2 MFLOP (85 FLOP per byte). These keep entry
+    // 0's warps and 16 of them per SM, so only the block's size, and with it the L2 traffic, moves.
+    {256, 128, 32, 4, 4, 4},  // 6: 16 warps of 64 x 32; 100 regs, 100-120 KiB: 1 block/SM
+    {128, 256, 32, 4, 4, 4},  // 7: 16 warps of 32 x 64; 96 regs, 100-120 KiB: 1/SM
+    {256, 128, 64, 4, 4, 3},  // 8: as 6 with K step 64, half the barriers; 126 regs, 150-162 KiB: 1/SM
 };
 inline constexpr int kBigTileCount = static_cast<int>(sizeof(kBigTiles) / sizeof(kBigTiles[0]));
 
