@@ -11,8 +11,10 @@
 // same run, plus the norm-wise difference from cuBLAS's result as a sanity check (a wrong kernel is
 // not a fast kernel). The naive rung is skipped above 2048^3 multiply-adds unless named in
 // --variants. --sweep also times wmma_pipelined with each candidate block tile of
-// kernels/cuda/gemm/wmma_pipelined_tiles.h on the square sizes (its tuning hook; sm_80+), one row per
-// tile, labelled "wmma_pipelined #I" (the tiles are described under the table; #0 is the rung's own).
+// kernels/cuda/gemm/wmma_pipelined_tiles.h on every shape, the training shapes included (its tuning
+// hook; sm_80+; a forced tile never splits K, so on the long reductions of the weight gradients those
+// rows are slow by design), one row per tile, labelled "wmma_pipelined #I" (the tiles are described
+// under the table; #0 is the rung's own).
 // Without a GPU it prints "no CUDA device" and exits 0.
 #include <CLI/CLI.hpp>
 #include <cuda_runtime.h>
@@ -170,7 +172,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed runs before timing")->check(CLI::NonNegativeNumber);
   app.add_option("--out", out_name, "dtype of C")->check(CLI::IsMember({"f16", "f32"}));
   app.add_flag("--no-models", no_models, "skip the MLP-512 / LeNet training shapes");
-  app.add_flag("--sweep", sweep, "also time wmma_pipelined with each candidate block tile on the square sizes");
+  app.add_flag("--sweep", sweep, "also time wmma_pipelined with each candidate block tile on every shape");
   CLI11_PARSE(app, argc, argv);
 
   if (!runtime::cuda_available()) {
@@ -210,7 +212,7 @@ int main(int argc, char** argv) {
     if (sweep && !can_sweep) std::cout << "# --sweep: needs wmma_pipelined on an sm_80+ GPU; not run\n\n";
 
     for (const Shape& s : shapes) {
-      const bool sweep_here = sweep && can_sweep && s.name.rfind("square ", 0) == 0;
+      const bool sweep_here = sweep && can_sweep;
       GemmArgs g;
       g.device = DeviceType::cuda;
       g.op_a = s.op_a;

@@ -1,5 +1,6 @@
-// The block tiles of the `wmma_pipelined` GEMM rung (wmma_pipelined.cu) for large problems on sm_80+,
-// and the tuning hook through which `bench/gemm_bench --sweep` times each of them. Plain C++ with no
+// The block tiles of the `wmma_pipelined` GEMM rung (wmma_pipelined.cu) on sm_80+: entry 0 for large
+// problems, the others candidates, and the tuning hook through which `bench/gemm_bench --sweep` times
+// each of them on every shape it measures. Plain C++ with no
 // CUDA in it, so that the benchmark and the tests name the same tiles as the kernels.
 //
 // Why a sweep: at 4096^3 on an H200 the rung's tile (entry 0) ran at 29% of cuBLAS
@@ -41,6 +42,15 @@ inline constexpr Tile kBigTiles[] = {
     {256, 128, 32, 4, 4, 4},  // 6: 16 warps of 64 x 32; 100 regs, 100-120 KiB: 1 block/SM
     {128, 256, 32, 4, 4, 4},  // 7: 16 warps of 32 x 64; 96 regs, 100-120 KiB: 1/SM
     {256, 128, 64, 4, 4, 3},  // 8: as 6 with K step 64, half the barriers; 126 regs, 150-162 KiB: 1/SM
+    // 9-11, added 2026-11-26 (not yet timed): smaller blocks for issue #4's MNIST-sized shapes, where the
+    // fastest rung is still beyond 2x of cuBLAS's time. LeNet conv2's forward as a GEMM (25088 x 64 x 800)
+    // runs 128 x 128 blocks of which half the columns are past N = 64; its data gradient (25088 x 800 x 64)
+    // gives each block only two 32-deep steps, so (the likely reading, untested) a block mostly waits,
+    // for its first tile and then for its stores, and what hides waiting is more blocks per SM. The
+    // sweep now times every tile on the training shapes too.
+    {128, 64, 32, 4, 2, 4},  // 9: 8 warps of 32 x 32, nothing wasted at N = 64; 70 regs, 52-60 KiB: 3/SM
+    {64, 64, 32, 2, 2, 3},   // 10: the rung's own small tile (4 warps of 32 x 32), forced on every shape; 70 regs, 27-30 KiB: 7/SM
+    {128, 64, 32, 2, 2, 4},  // 11: 4 warps of entry 0's 64 x 32; 120 regs, 52-60 KiB: 3/SM
 };
 inline constexpr int kBigTileCount = static_cast<int>(sizeof(kBigTiles) / sizeof(kBigTiles[0]));
 
