@@ -33,7 +33,9 @@
 #                                       # changed since the last GPU run, small shapes), then, on a quiet
 #                                       # GPU, conv_bench, gemm_bench --sweep, MLP-512's GPU seeds under
 #                                       # tutorial 05's cosine schedule and tutorial 05 itself,
-#                                       # softmax_bench + PyTorch's softmax, bn_bench; ~8 minutes on an H200
+#                                       # softmax_bench --sweep (every register_row launch plan, never
+#                                       # timed before 2026-11-26) + PyTorch's softmax, bn_bench; ~5
+#                                       # minutes on an H200
 #   scripts/gpu_check.sh ablate         # issue #10: the fused epilogues (--no-fuse) and the multi-tensor
 #                                       # optimizer (--no-multi-tensor) switched off, MLP-512, LeNet and
 #                                       # VGG-small mixed, next to the defaults in two interleaved rounds,
@@ -375,7 +377,7 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     else
       record mnist FAILED "no $HALFLING_DATA/mnist: carry it (scripts/gpu_pack.sh packs it)"
     fi
-    step softmax-bench timeout 80 "$build/bench/softmax_bench"
+    step softmax-bench timeout 80 "$build/bench/softmax_bench" --sweep
     step pytorch-softmax timeout 45 python3 "$root/bench/pytorch/softmax.py"
     step bn-bench timeout 60 "$build/bench/bn_bench"
     ;;
