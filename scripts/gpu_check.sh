@@ -126,9 +126,10 @@ race+=':ConvCuda.NhwcWgradRungOnTheShapesItComputesItself'  # implicit_gemm_nhwc
 # run took 226 s and 181 s beside the suite). A kernel changed since goes in. Since 2026-11-26: rung 4b
 # of the convolution (implicit_gemm_nhwc_wgrad, new, opt-in; its own shapes, and every variant's small
 # shapes, where it hands most calls on), the optimizer's launches (one per tensor on request), and
-# wmma_pipelined's sweep tiles #6-#8 (512-thread blocks; the test runs every tile of the table).
+# wmma_pipelined's sweep tiles #6-#11 (the test runs every tile of the table), and the softmax rung
+# packed_row (new, opt-in; its block reductions share memory).
 race_new='ConvCuda.NhwcWgradRungOnTheShapesItComputesItself:CudaOptim.OneLaunchPerTensorGivesTheSameBits'
-race_new+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps'
+race_new+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps:SoftmaxCuda.PackedRowGivesRegisterRowsBits'
 race_conv='ConvCuda.BetaAccumulatesIntoTheOutput'
 
 # The test stage leaves out CPU-only tests that take minutes (tutorials run with --device cpu, the CPU
@@ -413,7 +414,8 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     # Issues #4, #6 and #7: why the kernels short of their targets are short, as counters rather than
     # guesses (docs/gpu_status.md, "Leads"). One launch of each, picked by its kernel's name, on the shape
     # where it misses: the GEMM rungs at 4096^3 next to cuBLAS's own kernel, the softmax rungs the
-    # chooser takes on the long rows next to register_warp where the target is met, and the two
+    # chooser takes on the long rows next to register_warp where the target is met (and the opt-in
+    # packed_row, written for those rows), and the two
     # weight-gradient kernels on VGG-small's 256->256 layer. Nsight Compute replays the launch once per
     # pass of counters; the clocks are left alone (--clock-control none, as the device notes ask) and
     # the caches are flushed between passes (its default), so a softmax shape that fits in L2 starts
@@ -456,6 +458,10 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
         --shapes 1024x32768 --variants register_row
       ncu_kernel softmax-128x65536-block_row 'block_row_forward_kernel' 1 "${softmax[@]}" \
         --shapes 128x65536 --variants block_row
+      ncu_kernel softmax-1024x32768-packed_row 'packed_row_forward_kernel' 1 "${softmax[@]}" \
+        --shapes 1024x32768 --variants packed_row
+      ncu_kernel softmax-128x65536-packed_row 'packed_row_forward_kernel' 1 "${softmax[@]}" \
+        --shapes 128x65536 --variants packed_row
       conv=("$build/bench/conv_bench" --batch 128 --runs 1 --layers vgg --only '256->256' --passes backward_weight
         --no-cudnn)
       ncu_kernel conv-256-wgrad-rung3 'conv_implicit_gemm_wgrad_kernel|conv_wgrad_reduce_kernel' 2 "${conv[@]}" \

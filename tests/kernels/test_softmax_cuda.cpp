@@ -69,6 +69,13 @@ void expect_register_row_listed(const k::SoftmaxArgs& a, const std::vector<std::
   if (registered_on_cuda("register_warp")) {
     EXPECT_EQ(listed("register_warp"), a.cols <= k::register_row::warp::kMaxCols) << a.describe();
   }
+  // packed_row: FP16 rows of whole packs in aligned buffers, up to 65536 columns, forward only.
+  if (registered_on_cuda("packed_row")) {
+    const bool forward = a.op == k::SoftmaxOp::softmax || a.op == k::SoftmaxOp::log_softmax;
+    const bool fits = a.x_type == DType::f16 && forward &&
+                      k::register_row::packed::plan(a.cols, register_row_width(a.x_type, a.cols, aligned_buffers)).threads > 0;
+    EXPECT_EQ(listed("packed_row"), fits) << a.describe();
+  }
   // cluster_row needs thread-block clusters: on a GPU below compute capability 9.0, or with a build
   // that has no sm_90 code, it refuses every row, and says so.
   if (registered_on_cuda("cluster_row")) {
@@ -467,6 +474,57 @@ TEST(SoftmaxCuda, RegisterWarpAtItsCapacityBoundaries) {
                       "at most 1024 columns");
 }
 
+// packed_row (kernels/cuda/softmax/packed_row.cu): every per-thread count (1, 2, 4 and 8 FP16 packs),
+// one warp and up to 1024 threads, its capacity (65536 columns), and what it declines: FP32 rows, rows
+// that are not whole packs (the scalar path) and longer rows, each with its reason.
+TEST(SoftmaxCuda, PackedRowAtItsCapacityBoundaries) {
+  HL_REQUIRE_CUDA();
+  if (!registered_on_cuda("packed_row")) GTEST_SKIP() << "packed_row is not registered in this build";
+  std::vector<std::pair<int64_t, int64_t>> cases;
+  for (int64_t cols : {7,    8,    100,  248,  256,  264,   512,   520,   1000,  1024,  1032,  2048,
+                       2056, 8192, 8200, 32760, 32768, 32776, 65528, 65535, 65536, 65544, 70000})
+    cases.push_back({5, cols});
+  cases.push_back({70000, 8});  // more rows than one grid covers: blocks step to further rows
+  sweep_register_rung(
+      "packed_row", cases, [](int64_t cols, int width) { return k::register_row::packed::plan(cols, width).per_thread; },
+      k::register_row::packed::compiled_for, "packed_row keeps");
+}
+
+// packed_row computes what register_row computes, in the same order (its header): wherever both take
+// a row, the two give the same bits, for every per-thread count of packed_row, both output dtypes,
+// softmax and log-softmax, on make_logits' special rows (all -inf, masked, 12, +inf, NaN) and random
+// ones. Small enough for racecheck (scripts/gpu_check.sh).
+TEST(SoftmaxCuda, PackedRowGivesRegisterRowsBits) {
+  HL_REQUIRE_CUDA();
+  if (!registered_on_cuda("packed_row") || !registered_on_cuda("register_row")) GTEST_SKIP() << "not registered";
+  uint64_t seed = hl::test::fresh_seed();
+  std::set<int> counts;
+  for (const int64_t cols : {256, 512, 1000, 2048, 8192, 32768}) {
+    const int64_t rows = 5;
+    counts.insert(k::register_row::packed::plan(cols, 8).per_thread);
+    const Expect e = reference(make_logits(rows, cols, 8.0, DType::f16, seed++, /*nonfinite=*/true), rows, cols);
+    const Tensor x = device_tensor(e.x, rows, cols, DType::f16);
+    for (DType ty : {DType::f16, DType::f32}) {
+      for (bool log : {false, true}) {
+        Tensor y1 = Tensor::full({rows, cols}, kNaN, ty, Device::cuda), y2 = Tensor::full({rows, cols}, 0.0, ty, Device::cuda);
+        k::softmax(forward_args(log, x, y1), "register_row");
+        k::softmax(forward_args(log, x, y2), "packed_row");
+        const std::vector<double> a = y1.to_double(), b = y2.to_double();
+        int64_t differ = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+          const bool same = (std::isnan(a[i]) && std::isnan(b[i])) ||
+                            (a[i] == b[i] && std::signbit(a[i]) == std::signbit(b[i]));
+          if (!same && differ++ < 3)
+            ADD_FAILURE() << "packed_row " << (log ? "log_softmax " : "softmax ") << dtype_name(ty) << " " << rows
+                          << "x" << cols << " element " << i << ": " << b[i] << ", register_row " << a[i];
+        }
+        EXPECT_EQ(differ, 0) << cols;
+      }
+    }
+  }
+  EXPECT_EQ(counts, (std::set<int>{1, 2, 4, 8})) << "every per-thread count of packed_row";
+}
+
 // cluster_row (kernels/cuda/softmax/cluster_row.cu): every per-thread count of its blocks on both
 // paths, clusters of 2, 4 and 8 blocks, chunks that leave the second block of a cluster with no
 // columns (a row of one pack: 1 column on the scalar path, 4 FP32 or 8 FP16 columns on the packed
@@ -567,6 +625,42 @@ TEST(SoftmaxRegisterRowPlan, CoversEveryRowUpToItsCapacity) {
   EXPECT_EQ(rr::plan(16384, 1).per_thread, 16);
 }
 
+// packed_row's plan (plain C++, no GPU): every FP16 row of whole packs up to 65536 columns gets a
+// block of whole warps with a compiled per-thread count and enough packs, no idle warp, and the most
+// packs per thread once a warp is not enough; FP32 packs, the scalar path, ragged and longer rows get
+// none.
+TEST(SoftmaxPackedRowPlan, CoversEveryFp16RowUpToItsCapacity) {
+  namespace pk = k::register_row::packed;
+  EXPECT_EQ(pk::kMaxCols, 65536);  // 1024 threads x 8 packs x 8
+  std::set<int> counts;
+  for (int64_t cols = 8; cols <= pk::kMaxCols; cols += 8) {
+    const k::register_row::Plan p = pk::plan(cols, 8);
+    ASSERT_GT(p.threads, 0) << cols;
+    ASSERT_EQ(p.threads % 32, 0) << cols;
+    ASSERT_LE(p.threads, pk::kMaxThreads) << cols;
+    ASSERT_TRUE(pk::compiled_for(p.per_thread, 8)) << cols;
+    const int64_t packs = cols / 8;
+    ASSERT_GE(int64_t{p.threads} * p.per_thread, packs) << cols;
+    ASSERT_LT(int64_t{p.threads - 32} * p.per_thread, packs) << cols << ": a whole warp idle";
+    if (p.threads > 32) {
+      ASSERT_EQ(p.per_thread, pk::kMaxPacks) << cols;
+    }
+    counts.insert(p.per_thread);
+  }
+  EXPECT_EQ(counts, (std::set<int>{1, 2, 4, 8}));
+  for (int64_t cols : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{9}, int64_t{65535}, int64_t{65544}})
+    EXPECT_EQ(pk::plan(cols, 8).threads, 0) << cols;
+  for (int width : {4, 1}) {
+    EXPECT_EQ(pk::plan(1024, width).threads, 0) << width;
+  }
+  // The shapes it is for: 1024x32768 in blocks of 512 threads (two to an SM), 128x65536 in 1024.
+  EXPECT_EQ(pk::plan(32768, 8).threads, 512);
+  EXPECT_EQ(pk::plan(65536, 8).threads, 1024);
+  EXPECT_EQ(pk::plan(65536, 8).per_thread, 8);
+  EXPECT_EQ(pk::plan(2048, 8).threads, 32);
+  EXPECT_EQ(pk::plan(1000, 8).per_thread, 4);
+}
+
 // register_warp's plan (plain C++, no GPU): every row up to 1024 columns gets the smallest compiled
 // per-lane count whose 32 lanes cover it, every compiled count is chosen for some row, and longer rows
 // get none.
@@ -626,6 +720,10 @@ TEST(SoftmaxRegisterRowPlan, EveryMemberOwnsAtMostItsPacksAndTheRowIsCovered) {
     }
     for (int64_t cols = width; cols <= rr::warp::kMaxCols; cols += width)
       ASSERT_TRUE(check(cols, width, 32, rr::warp::per_lane(cols, width), "register_warp"));
+  }
+  for (int64_t cols = 8; cols <= rr::packed::kMaxCols; cols += 8) {
+    const rr::Plan p = rr::packed::plan(cols, 8);
+    ASSERT_TRUE(check(cols, 8, p.threads, p.per_thread, "packed_row"));
   }
   // The scalar path takes any length, not only multiples of the pack width.
   for (int64_t cols = 1; cols <= rr::warp::kMaxCols; ++cols)

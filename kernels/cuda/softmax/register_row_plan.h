@@ -161,4 +161,39 @@ constexpr Plan plan(int64_t cols, int width) {
 
 }  // namespace cluster
 
+// ---- packed_row: the row kept in registers as its FP16 packs (packed_row.cu) --------------------------
+// register_row widens its row to FP32 as it loads it, so a thread's 32 values take 32 registers. Kept
+// as the 16-byte FP16 packs they arrive in, 64 values take the same 32 registers, and a 1024-thread
+// block holds 65536 columns; a row of 32768 needs only 512 threads, so an SM can hold two. The price:
+// the exponentials are not kept, so exp() runs twice per element (once for the sum, once for the
+// output) instead of once. FP16 rows of whole packs only (width 8): an FP32 row gains nothing (its packs
+// are already FP32).
+namespace packed {
+
+constexpr int kMaxThreads = 1024;  // one block per row; also the kernel's __launch_bounds__ (64 registers)
+constexpr int kMaxPacks = 8;       // 16-byte FP16 packs per thread: 64 values in 32 registers
+constexpr int kWidth = 8;          // FP16 values per pack
+constexpr int64_t kMaxCols = static_cast<int64_t>(kMaxThreads) * kMaxPacks * kWidth;  // 65536
+
+// The per-thread counts packed_row.cu instantiates: 1, 2, 4 or 8 FP16 packs.
+constexpr bool compiled_for(int per_thread, int width) {
+  return width == kWidth && (per_thread == 1 || per_thread == 2 || per_thread == 4 || per_thread == 8);
+}
+
+// Rule: the most packs per thread (8), so that a block has the fewest threads and an SM the most
+// blocks, in blocks of at least one warp; a row of at most 256 packs gets one warp and the fewest packs
+// per lane that cover it. {0, 0} when the row is not FP16 packs (width 8) or longer than kMaxCols.
+constexpr Plan plan(int64_t cols, int width) {
+  if (width != kWidth || cols < 1 || cols > kMaxCols || cols % kWidth != 0) return {};
+  const int64_t packs = cols / kWidth;
+  if (packs <= static_cast<int64_t>(32) * kMaxPacks) {
+    int p = 1;
+    while (32 * p < packs) p *= 2;
+    return {32, p};
+  }
+  return {static_cast<int>(((packs + kMaxPacks - 1) / kMaxPacks + 31) / 32 * 32), kMaxPacks};
+}
+
+}  // namespace packed
+
 }  // namespace hl::kernels::register_row
