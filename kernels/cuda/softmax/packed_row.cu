@@ -44,11 +44,8 @@ constexpr int N = plan_ns::kWidth;  // FP16 values per 16-byte pack
 template <int P, class TY>
 __device__ __forceinline__ void packed_forward_row(const BlockGroup& g, const __half* xr, TY* yr, int owned,
                                                    bool log) {
-  const int stride = g.size() * N, first = g.rank() * N;
   Pack<__half, N> raw[P];
-#pragma unroll
-  for (int i = 0; i < P; ++i)
-    if (i < owned) raw[i] = *reinterpret_cast<const Pack<__half, N>*>(xr + first + i * stride);
+  load_packs<P, N>(xr, g.rank(), g.size(), owned, raw);
   float m = -INFINITY;
 #pragma unroll
   for (int i = 0; i < P; ++i)
@@ -69,6 +66,7 @@ __device__ __forceinline__ void packed_forward_row(const BlockGroup& g, const __
   // everywhere in the row.
   const RowStats st = finish_stats(m, s);
   const float inv = isnan(st.log_sum) ? NAN : 1.0f / s;
+  const int stride = g.size() * N, first = g.rank() * N;
 #pragma unroll
   for (int i = 0; i < P; ++i) {
     if (i < owned) {

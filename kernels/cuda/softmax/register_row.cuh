@@ -22,15 +22,21 @@ namespace hl::kernels::cuda::softmax_detail {
 // index per pack keeps the register count down.
 using register_row::packs_owned;
 
-// v[i][k] = element k of pack i, as FP32; -inf past the end of the row. Returns this thread's max.
-// Every load is issued before the first value is used: P loads of 16 bytes in flight per thread.
+// raw[i] = the member's pack i (i < owned), as stored. Every load is issued before the first value is
+// used: P loads of 16 bytes in flight per thread.
 template <int P, int N, class T>
-__device__ __forceinline__ float load_row(const T* row, int rank, int size, int owned, float (&v)[P][N]) {
+__device__ __forceinline__ void load_packs(const T* row, int rank, int size, int owned, Pack<T, N> (&raw)[P]) {
   const int stride = size * N, first = rank * N;
-  Pack<T, N> raw[P];
 #pragma unroll
   for (int i = 0; i < P; ++i)
     if (i < owned) raw[i] = *reinterpret_cast<const Pack<T, N>*>(row + first + i * stride);
+}
+
+// v[i][k] = element k of pack i, as FP32; -inf past the end of the row. Returns this thread's max.
+template <int P, int N, class T>
+__device__ __forceinline__ float load_row(const T* row, int rank, int size, int owned, float (&v)[P][N]) {
+  Pack<T, N> raw[P];
+  load_packs<P, N>(row, rank, size, owned, raw);
   float m = -INFINITY;
 #pragma unroll
   for (int i = 0; i < P; ++i) {
