@@ -14,7 +14,8 @@
 // kernels/cuda/gemm/wmma_pipelined_tiles.h on every shape, the training shapes included (its tuning
 // hook; sm_80+; a forced tile never splits K, so on the long reductions of the weight gradients those
 // rows are slow by design), one row per tile, labelled "wmma_pipelined #I" (the tiles are described
-// under the table; #0 is the rung's own).
+// under the table; #0 is the rung's own), and wmma_smem with each candidate K step of
+// kernels/cuda/gemm/wmma_smem_k_step.h other than its own, labelled "wmma_smem k64".
 // Without a GPU it prints "no CUDA device" and exits 0.
 #include <CLI/CLI.hpp>
 #include <cuda_runtime.h>
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "kernels/cuda/gemm/wmma_pipelined_tiles.h"
+#include "kernels/cuda/gemm/wmma_smem_k_step.h"
 #include "kernels/error.h"
 #include "kernels/gemm.h"
 #include "kernels/half.h"
@@ -172,7 +174,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed runs before timing")->check(CLI::NonNegativeNumber);
   app.add_option("--out", out_name, "dtype of C")->check(CLI::IsMember({"f16", "f32"}));
   app.add_flag("--no-models", no_models, "skip the MLP-512 / LeNet training shapes");
-  app.add_flag("--sweep", sweep, "also time wmma_pipelined with each candidate block tile on every shape");
+  app.add_flag("--sweep", sweep,
+               "also time wmma_pipelined with each candidate block tile, and wmma_smem with each K step, on every shape");
   CLI11_PARSE(app, argc, argv);
 
   if (!runtime::cuda_available()) {
@@ -273,6 +276,12 @@ int main(int argc, char** argv) {
           const tiles::ScopedBigTile tile(i);
           time_row("wmma_pipelined", "wmma_pipelined #" + std::to_string(i));
         }
+        if (registry.find("wmma_smem", DeviceType::cuda) != nullptr)
+          for (int k : kernels::wmma_smem::kCandidateKSteps) {
+            if (k == kernels::wmma_smem::kKStep) continue;  // the rung's own row is above
+            const kernels::wmma_smem::ScopedKStep step(k);
+            time_row("wmma_smem", "wmma_smem k" + std::to_string(k));
+          }
       }
       runtime::cuda_free(A);
       runtime::cuda_free(B);
@@ -283,6 +292,8 @@ int main(int argc, char** argv) {
                    "(kernels/cuda/gemm/wmma_pipelined_tiles.h; #0 is the tile the rung uses for big problems):\n";
       for (int i = 0; i < tiles::kBigTileCount; ++i)
         std::cout << "#   #" << i << ": " << tiles::describe(tiles::kBigTiles[i]) << "\n";
+      std::cout << "# and wmma_smem with K step N ('wmma_smem kN'; the rung's own is "
+                << kernels::wmma_smem::kKStep << ": kernels/cuda/gemm/wmma_smem_k_step.h)\n";
     }
     std::cout << "\n# %cuBLAS = cuBLAS time / variant time (higher is better); 'vs cuBLAS' = ||C - C_cublas|| / "
                  "||C_cublas|| (expect ~1e-3 for an f16 C: both round to f16, ~1e-6 for f32)\n";

@@ -126,10 +126,11 @@ race+=':ConvCuda.NhwcWgradRungOnTheShapesItComputesItself'  # implicit_gemm_nhwc
 # run took 226 s and 181 s beside the suite). A kernel changed since goes in. Since 2026-11-26: rung 4b
 # of the convolution (implicit_gemm_nhwc_wgrad, new, opt-in; its own shapes, and every variant's small
 # shapes, where it hands most calls on), the optimizer's launches (one per tensor on request), and
-# wmma_pipelined's sweep tiles #6-#11 (the test runs every tile of the table), and the softmax rung
-# packed_row (new, opt-in; its block reductions share memory).
+# wmma_pipelined's sweep tiles #6-#11 (the test runs every tile of the table), wmma_smem's 64-deep K
+# step, and the softmax rung packed_row (new, opt-in; its block reductions share memory).
 race_new='ConvCuda.NhwcWgradRungOnTheShapesItComputesItself:CudaOptim.OneLaunchPerTensorGivesTheSameBits'
 race_new+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps:SoftmaxCuda.PackedRowGivesRegisterRowsBits'
+race_new+=':CudaGemm.WmmaSmemEveryKStepOneBlock'
 race_conv='ConvCuda.BetaAccumulatesIntoTheOutput'
 
 # The test stage leaves out CPU-only tests that take minutes (tutorials run with --device cpu, the CPU

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "kernels/cuda/gemm/wmma_pipelined_tiles.h"
+#include "kernels/cuda/gemm/wmma_smem_k_step.h"
 #include "kernels/dtype.h"
 #include "kernels/error.h"
 #include "kernels/gemm.h"
@@ -600,51 +601,67 @@ TEST(CudaGemm, SplitKVariantsEqualTheirRungWhereTheyDoNotSplit) {
   }
 }
 
-// wmma_pipelined with each block tile that bench/gemm_bench --sweep times (wmma_pipelined_tiles.h), so
-// that whichever one the measurements pick is already checked. The tuning hook forces the tile for
-// every problem, small or not, so small shapes cross every edge of a big tile. Every layout and C
-// dtype with the whole epilogue (alpha, beta, bias, ReLU) on each shape; with `strided`, also wide
-// leading dimensions and misaligned operands (the copies' scalar path) on the first shape.
+// A rung with each setting of a tuning hook that bench/gemm_bench --sweep times, so that whichever one
+// the measurements pick is already checked. with_setting(i, body) sets setting i for one scope (a
+// Scoped* guard: back to the rung's own choice, also when an assertion fails) and calls
+// body(label, may_refuse). The hook forces the setting for every problem, small or not, so small
+// shapes cross every edge. Every layout and C dtype with the whole epilogue (alpha, beta, bias, ReLU) on
+// each shape; with `strided`, also wide leading dimensions and misaligned operands (the copies' scalar
+// path) on the first shape. A setting that may be refused (may_refuse) can need more shared memory
+// than this GPU allows a block: the rung refuses it at launch with the numbers, as gemm_bench --sweep
+// reports, and that refusal is the right answer there, not a failure.
+template <class WithSetting>
+void check_every_setting(const std::string& variant, int settings, WithSetting&& with_setting,
+                         const std::vector<std::vector<int64_t>>& shapes, bool strided) {
+  uint64_t seed = test::fresh_seed();
+  for (int i = 0; i < settings; ++i) {
+    with_setting(i, [&](const std::string& label, bool may_refuse) {
+      const auto run = [&](const GemmArgs& g, const CaseOptions& o, const std::string& what) {
+        try {
+          EXPECT_TRUE(run_case(variant, g, o, seed)) << label << " " << what << g.describe();
+        } catch (const Error& e) {
+          const bool too_big = std::string(e.what()).find("bytes of shared memory per block") != std::string::npos;
+          EXPECT_TRUE(too_big && may_refuse) << label << " " << what << g.describe() << ": " << e.what();
+          if (too_big) std::cout << "[ info     ] " << label << " refused on this GPU: " << e.what() << "\n";
+        }
+      };
+      for (auto [op_a, op_b] : kAllLayouts) {
+        for (DType c : {DType::f32, DType::f16}) {
+          for (const auto& sh : shapes) {
+            GemmArgs g = problem(op_a, op_b, sh[0], sh[1], sh[2], DType::f16, c);
+            g.alpha = 0.5f;
+            g.beta = 0.75f;
+            g.relu = true;
+            g.bias_type = DType::f32;
+            run(g, {.bias = true}, "");
+          }
+          if (!strided) continue;
+          GemmArgs h = problem(op_a, op_b, shapes[0][0], shapes[0][1], shapes[0][2], DType::f16, c);
+          h.lda += 3;
+          h.ldb += 5;
+          h.ldc += 7;
+          run(h, {.bias = false, .a_offset = 1, .b_offset = 3}, "strided and misaligned ");
+        }
+      }
+    });
+  }
+}
+
+// wmma_pipelined with each block tile of wmma_pipelined_tiles.h. A candidate tile may need more shared
+// memory than this GPU allows (several need more than 99 KiB, up to 162 KiB for #8: fine on an A100 or
+// H100, not on an sm_86/89 GPU's 99 KiB); entry 0, the tile the rung itself chooses, must fit every GPU
+// it runs on.
 void check_every_tuning_tile(const std::vector<std::vector<int64_t>>& shapes, bool strided) {
   HL_REQUIRE_CUDA();
   if (runtime::cuda_compute_capability() < 80) GTEST_SKIP() << "the tuning tiles are for sm_80+; older GPUs keep their tile";
   namespace tiles = kernels::wmma_pipelined;
-  uint64_t seed = test::fresh_seed();
-  for (int i = 0; i < tiles::kBigTileCount; ++i) {
-    const tiles::ScopedBigTile forced(i);  // back to the rung's own choice, also when an assertion fails
-    const std::string tile = "tile #" + std::to_string(i) + " (" + tiles::describe(tiles::kBigTiles[i]) + ")";
-    // A candidate tile may need more shared memory than this GPU allows a block (several need more than
-    // 99 KiB, up to 162 KiB for #8: fine on an A100 or H100, not on an sm_86/89 GPU's 99 KiB). The rung refuses it at launch
-    // with the numbers, as gemm_bench --sweep reports; that refusal is the right answer there, not a
-    // failure. Entry 0, the tile the rung itself chooses, must fit every GPU it runs on.
-    const auto run = [&](const GemmArgs& g, const CaseOptions& o, const std::string& what) {
-      try {
-        EXPECT_TRUE(run_case("wmma_pipelined", g, o, seed)) << tile << " " << what << g.describe();
-      } catch (const Error& e) {
-        const bool too_big = std::string(e.what()).find("bytes of shared memory per block") != std::string::npos;
-        EXPECT_TRUE(too_big && i != 0) << tile << " " << what << g.describe() << ": " << e.what();
-        if (too_big) std::cout << "[ info     ] " << tile << " refused on this GPU: " << e.what() << "\n";
-      }
-    };
-    for (auto [op_a, op_b] : kAllLayouts) {
-      for (DType c : {DType::f32, DType::f16}) {
-        for (const auto& s : shapes) {
-          GemmArgs g = problem(op_a, op_b, s[0], s[1], s[2], DType::f16, c);
-          g.alpha = 0.5f;
-          g.beta = 0.75f;
-          g.relu = true;
-          g.bias_type = DType::f32;
-          run(g, {.bias = true}, "");
-        }
-        if (!strided) continue;
-        GemmArgs h = problem(op_a, op_b, shapes[0][0], shapes[0][1], shapes[0][2], DType::f16, c);
-        h.lda += 3;
-        h.ldb += 5;
-        h.ldc += 7;
-        run(h, {.bias = false, .a_offset = 1, .b_offset = 3}, "strided and misaligned ");
-      }
-    }
-  }
+  check_every_setting(
+      "wmma_pipelined", tiles::kBigTileCount,
+      [](int i, auto&& body) {
+        const tiles::ScopedBigTile forced(i);
+        body("tile #" + std::to_string(i) + " (" + tiles::describe(tiles::kBigTiles[i]) + ")", i != 0);
+      },
+      shapes, strided);
 }
 
 TEST(CudaGemm, WmmaPipelinedEveryTileTheSweepTimes) {
@@ -683,11 +700,54 @@ TEST(CudaGemm, WmmaPipelinedTuningHookRefusesAnIndexPastTheTable) {
   }
 }
 
+// wmma_smem with each K step of wmma_smem_k_step.h (every one fits the 48 KiB a block gets without
+// asking).
+void check_every_k_step(const std::vector<std::vector<int64_t>>& shapes, bool strided) {
+  HL_REQUIRE_CUDA();
+  namespace ks = kernels::wmma_smem;
+  constexpr int steps = static_cast<int>(sizeof(ks::kCandidateKSteps) / sizeof(ks::kCandidateKSteps[0]));
+  check_every_setting(
+      "wmma_smem", steps,
+      [](int i, auto&& body) {
+        const ks::ScopedKStep step(ks::kCandidateKSteps[i]);
+        body("K step " + std::to_string(ks::kCandidateKSteps[i]), false);
+      },
+      shapes, strided);
+}
+
+TEST(CudaGemm, WmmaSmemEveryKStepTheSweepTimes) {
+  // K = 300 and 77: multiples of neither step; M and N across and not multiples of the 128 x 128 tile.
+  check_every_k_step({{300, 270, 300}, {257, 513, 77}, {1, 1, 1}}, true);
+}
+
+TEST(CudaGemm, WmmaSmemEveryKStepOneBlock) {
+  // One block, K = 100 (a partial last step for both): small enough for compute-sanitizer racecheck
+  // (scripts/gpu_check.sh). A K step the kernel is not compiled for is refused, naming the header.
+  check_every_k_step({{70, 40, 100}}, false);
+  if (!runtime::cuda_available()) return;
+  const kernels::wmma_smem::ScopedKStep odd(48);
+  DeviceBuffer a(std::vector<double>(64, 1.0), DType::f16), b(std::vector<double>(64, 1.0), DType::f16);
+  DeviceBuffer c(std::vector<double>(64, 0.0), DType::f32);
+  GemmArgs g = problem(Op::N, Op::N, 8, 8, 8, DType::f16, DType::f32);
+  g.device = kCuda;
+  g.A = a.get();
+  g.B = b.get();
+  g.C = c.get();
+  try {
+    kernels::gemm(g, "wmma_smem");
+    ADD_FAILURE() << "wmma_smem ran with K step 48";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("wmma_smem_k_step.h"), std::string::npos) << e.what();
+  }
+}
+
 // The tuning hook is off unless the benchmark sets it, and the table's entry 0 is the tile the rung
 // uses for big problems (no GPU needed).
 TEST(CudaGemmTiles, HookOffByDefaultAndEveryTileWellFormed) {
   namespace tiles = kernels::wmma_pipelined;
   EXPECT_EQ(tiles::big_tile_for_tuning().load(), -1);
+  EXPECT_EQ(kernels::wmma_smem::k_step_for_tuning().load(), 0);  // wmma_smem's K step: its own
+  EXPECT_EQ(kernels::wmma_smem::kCandidateKSteps[0], kernels::wmma_smem::kKStep);
   ASSERT_GE(tiles::kBigTileCount, 2);
   const tiles::Tile t0 = tiles::kBigTiles[0];
   EXPECT_EQ(tiles::describe(t0), "128x128x32, 2x4 warps of 64x32, 4 stages");

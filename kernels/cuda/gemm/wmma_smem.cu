@@ -20,6 +20,9 @@
 // Still missing (next rung): the block loads a tile, waits for it (__syncthreads), computes, and
 // only then loads the next one, so the Tensor Cores idle during every global-memory trip.
 //
+// The K step is a template parameter: 32 is the rung's, and `bench/gemm_bench --sweep` also times 64
+// (wmma_smem_k_step.h says why), through a tuning hook that only the benchmark and the tests set.
+//
 // Precision as in every rung (paper §3.3): FP16 fragments, FP32 accumulators, one rounding on the
 // store. f16 inputs only; f32 inputs get a clear "unsupported" and fall back to smem_tiled.
 #include <cuda_fp16.h>
@@ -27,7 +30,9 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm/gemm_common.cuh"
+#include "kernels/cuda/gemm/wmma_smem_k_step.h"
 #include "kernels/cuda/gemm/wmma_tile.cuh"
+#include "kernels/error.h"
 #include "kernels/gemm.h"
 
 namespace hl::kernels::cuda {
@@ -37,13 +42,13 @@ namespace {
 using namespace nvcuda;
 using namespace gemm_detail;
 
-constexpr int kBM = 128, kBN = 128, kBK = 32;  // block tile of C and K step
-constexpr int kWarpsM = 2, kWarpsN = 4;        // 8 warps
+constexpr int kBM = 128, kBN = 128;      // block tile of C (the K step, kBK, is a template parameter)
+constexpr int kWarpsM = 2, kWarpsN = 4;  // 8 warps
 constexpr int kWM = kBM / kWarpsM, kWN = kBN / kWarpsN;  // 64 x 32 warp tile
 constexpr int kFM = kWM / 16, kFN = kWN / 16;            // 4 x 2 accumulator fragments per warp
 constexpr int kThreads = 32 * kWarpsM * kWarpsN;
 
-template <Op op_a, Op op_b>
+template <Op op_a, Op op_b, int kBK>
 __global__ void __launch_bounds__(kThreads) gemm_wmma_smem_kernel(GemmArgs g, bool a_vec, bool b_vec) {
   using TA = ATile<op_a, kBM, kBK>;
   using TB = BTile<op_b, kBN, kBK>;
@@ -95,20 +100,34 @@ __global__ void __launch_bounds__(kThreads) gemm_wmma_smem_kernel(GemmArgs g, bo
   warp_epilogue<kFM, kFN>(g, acc, scratch[warp], m0 + wm, n0 + wn);
 }
 
-template <Op op_a, Op op_b>
+template <Op op_a, Op op_b, int kBK>
 void launch(const GemmArgs& g) {
   const dim3 grid(blocks_for(g.N, kBN), blocks_for(g.M, kBM));
-  gemm_wmma_smem_kernel<op_a, op_b>
+  gemm_wmma_smem_kernel<op_a, op_b, kBK>
       <<<grid, kThreads, 0, stream()>>>(g, vector_aligned(g.A, g.lda), vector_aligned(g.B, g.ldb));
   HL_LAUNCH_CHECK("gemm_wmma_smem_kernel");
+}
+
+template <Op op_a, Op op_b>
+void launch_k_step(const GemmArgs& g) {
+  const int tuned = wmma_smem::k_step_for_tuning().load(std::memory_order_relaxed);
+  const int k = tuned > 0 ? tuned : wmma_smem::kKStep;
+  static_assert(sizeof(wmma_smem::kCandidateKSteps) / sizeof(int) == 2, "one launch per candidate below");
+  if (k == 32) {
+    launch<op_a, op_b, 32>(g);
+  } else if (k == 64) {
+    launch<op_a, op_b, 64>(g);
+  } else {
+    throw Error(detail::concat("wmma_smem: tuning K step ", k, " is not one of those in wmma_smem_k_step.h (32, 64)"));
+  }
 }
 
 void run(const GemmArgs& g) {
   check_grid_y(g, kBM, "wmma_smem");
   if (g.op_a == Op::N) {
-    g.op_b == Op::N ? launch<Op::N, Op::N>(g) : launch<Op::N, Op::T>(g);
+    g.op_b == Op::N ? launch_k_step<Op::N, Op::N>(g) : launch_k_step<Op::N, Op::T>(g);
   } else {
-    g.op_b == Op::N ? launch<Op::T, Op::N>(g) : launch<Op::T, Op::T>(g);
+    g.op_b == Op::N ? launch_k_step<Op::T, Op::N>(g) : launch_k_step<Op::T, Op::T>(g);
   }
 }
 

@@ -1,0 +1,37 @@
+// The K step of the `wmma_smem` GEMM rung (wmma_smem.cu), and the tuning hook through which
+// `bench/gemm_bench --sweep` times the candidates. Plain C++ with no CUDA in it, so that the benchmark
+// and the tests name the same steps as the kernel.
+//
+// Why a candidate: the rung loads a tile, waits for it, computes, and only then loads the next (it has
+// no pipeline: that is rung 5's lesson). At 4096^3 on an H200 it ran at 14% of cuBLAS
+// (bench/results/gpu_short_nvidia_h200_2026-11-26.txt) against issue #4's 25%. A 64-deep step doubles
+// the bytes each load phase puts in flight and the multiply-adds each wait pays for, and halves the
+// barriers, with the same warps; its shared memory (about 43 KiB with the epilogue's scratch) still
+// fits the 48 KiB a block gets without asking, and two blocks still share an SM (registers). Whether
+// that lifts the rung to 25% is a measurement, not a guess (added 2026-11-26; not yet timed).
+#pragma once
+#include <atomic>
+
+namespace hl::kernels::wmma_smem {
+
+inline constexpr int kKStep = 32;                   // the rung's own
+inline constexpr int kCandidateKSteps[] = {32, 64};  // what the kernel is compiled for
+
+// The tuning hook of `bench/gemm_bench --sweep`: when above 0, wmma_smem runs every problem with this
+// K step (one of kCandidateKSteps; any other is refused at launch). Process-wide and for measuring
+// only; training and the tests' default runs leave it at 0.
+inline std::atomic<int>& k_step_for_tuning() {
+  static std::atomic<int> k{0};
+  return k;
+}
+
+// The hook set to `k` for one scope, and back to 0 however the scope ends.
+class ScopedKStep {
+ public:
+  explicit ScopedKStep(int k) { k_step_for_tuning().store(k); }
+  ~ScopedKStep() { k_step_for_tuning().store(0); }
+  ScopedKStep(const ScopedKStep&) = delete;
+  ScopedKStep& operator=(const ScopedKStep&) = delete;
+};
+
+}  // namespace hl::kernels::wmma_smem
