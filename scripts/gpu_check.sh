@@ -132,6 +132,8 @@ race_new='ConvCuda.NhwcWgradRungOnTheShapesItComputesItself:CudaOptim.OneLaunchP
 race_new+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps:SoftmaxCuda.PackedRowGivesRegisterRowsBits'
 race_new+=':CudaGemm.WmmaSmemEveryKStepOneBlock'
 race_conv='ConvCuda.BetaAccumulatesIntoTheOutput'
+# short's memcheck runs these kernel tests in a second process, beside the rest (below).
+memcheck_second='ConvCuda.*:CudaConv.*:SoftmaxCuda.*:CudaSoftmax.*'
 
 # The test stage leaves out CPU-only tests that take minutes (tutorials run with --device cpu, the CPU
 # accuracy bar): CI runs them on every commit, and on the H200 machine (16 cores shared with the CUDA
@@ -350,11 +352,16 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     rm -f "$build/Testing/Temporary/LastTest.log"
     if [[ -x $sanitizer ]]; then
       # shellcheck disable=SC2016  # the inner bash expands its own arguments
+      # memcheck in two processes side by side: on 2026-11-26 the one process took 235 s of its 240, and
+      # the tests added since (sweep tiles, wmma_smem's K steps, packed_row) would have passed the limit.
+      # The convolution and softmax tests (about 95 s of that run) go to the second.
       bg_start memcheck 240 bash -c '"$1" --tool memcheck --error-exitcode 1 "$2/tests/test_framework" \
         --gtest_filter="$3" && "$1" --tool memcheck --error-exitcode 1 "$2/tests/test_datasets" \
         --gtest_filter="$4" && "$1" --tool memcheck --error-exitcode 1 "$2/tests/test_kernels" \
         --gtest_filter="$5"' memcheck "$sanitizer" "$build" "$framework_cuda" "$datasets_cuda" \
-        "$kernels_cuda-$heavy:CudaRuntime.AllocationFailureNamesTheSize"
+        "$kernels_cuda-$heavy:CudaRuntime.AllocationFailureNamesTheSize:$memcheck_second"
+      bg_start memcheck-conv-softmax 240 "$sanitizer" --tool memcheck --error-exitcode 1 \
+        "$build/tests/test_kernels" --gtest_filter="$memcheck_second-$heavy"
       bg_start racecheck-new 240 "$sanitizer" --tool racecheck --error-exitcode 1 "$build/tests/test_kernels" \
         --gtest_filter="$race_new"
       bg_start racecheck-new-conv 240 "$sanitizer" --tool racecheck --error-exitcode 1 \
@@ -366,7 +373,7 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
       --output-on-failure --no-tests=error -E "^(${cpu_only//:/|})\$"
     step cuda-skips cuda_skips
     if [[ -x $sanitizer ]]; then
-      for name in memcheck racecheck-new racecheck-new-conv; do bg_finish "$name"; done
+      for name in memcheck memcheck-conv-softmax racecheck-new racecheck-new-conv; do bg_finish "$name"; done
     fi
     export HALFLING_DATA=${HALFLING_DATA:-$root/data}
     step conv-bench timeout 100 "$build/bench/conv_bench" --batch 128
