@@ -676,13 +676,9 @@ TEST(CudaGemm, WmmaPipelinedEveryTileOneBlockRingWraps) {
   check_every_tuning_tile({{70, 40, 300}}, false);
 }
 
-TEST(CudaGemm, WmmaPipelinedTuningHookRefusesAnIndexPastTheTable) {
-  // The hook is read at every launch (the tests above cannot tell the tiles apart by their results): an
-  // index past the table is refused, naming the file that lists the tiles.
-  HL_REQUIRE_CUDA();
-  if (runtime::cuda_compute_capability() < 80) GTEST_SKIP() << "the tuning tiles are for sm_80+; older GPUs keep their tile";
-  namespace tiles = kernels::wmma_pipelined;
-  const tiles::ScopedBigTile past_the_table(tiles::kBigTileCount);
+// A tuning hook set to what the rung has no kernel for: `variant` refuses an 8 x 8 x 8 GEMM with an
+// Error that names `listed_in`, the file that lists what it has.
+void expect_tuning_refused(const std::string& variant, const std::string& setting, const std::string& listed_in) {
   DeviceBuffer a(std::vector<double>(64, 1.0), DType::f16), b(std::vector<double>(64, 1.0), DType::f16);
   DeviceBuffer c(std::vector<double>(64, 0.0), DType::f32);
   GemmArgs g = problem(Op::N, Op::N, 8, 8, 8, DType::f16, DType::f32);
@@ -690,14 +686,23 @@ TEST(CudaGemm, WmmaPipelinedTuningHookRefusesAnIndexPastTheTable) {
   g.A = a.get();
   g.B = b.get();
   g.C = c.get();
-  for (const std::string variant : {"wmma_pipelined", "wmma_pipelined_split_k"}) {
-    try {
-      kernels::gemm(g, variant);
-      ADD_FAILURE() << variant << " ran with tuning tile " << tiles::kBigTileCount;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("wmma_pipelined_tiles.h"), std::string::npos) << e.what();
-    }
+  try {
+    kernels::gemm(g, variant);
+    ADD_FAILURE() << variant << " ran with " << setting;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(listed_in), std::string::npos) << e.what();
   }
+}
+
+TEST(CudaGemm, WmmaPipelinedTuningHookRefusesAnIndexPastTheTable) {
+  // The hook is read at every launch (the tests above cannot tell the tiles apart by their results): an
+  // index past the table is refused, naming the file that lists the tiles.
+  HL_REQUIRE_CUDA();
+  if (runtime::cuda_compute_capability() < 80) GTEST_SKIP() << "the tuning tiles are for sm_80+; older GPUs keep their tile";
+  namespace tiles = kernels::wmma_pipelined;
+  const tiles::ScopedBigTile past_the_table(tiles::kBigTileCount);
+  for (const std::string variant : {"wmma_pipelined", "wmma_pipelined_split_k"})
+    expect_tuning_refused(variant, "tuning tile " + std::to_string(tiles::kBigTileCount), "wmma_pipelined_tiles.h");
 }
 
 // wmma_smem with each K step of wmma_smem_k_step.h (every one fits the 48 KiB a block gets without
@@ -726,19 +731,7 @@ TEST(CudaGemm, WmmaSmemEveryKStepOneBlock) {
   check_every_k_step({{70, 40, 100}}, false);
   if (!runtime::cuda_available()) return;
   const kernels::wmma_smem::ScopedKStep odd(48);
-  DeviceBuffer a(std::vector<double>(64, 1.0), DType::f16), b(std::vector<double>(64, 1.0), DType::f16);
-  DeviceBuffer c(std::vector<double>(64, 0.0), DType::f32);
-  GemmArgs g = problem(Op::N, Op::N, 8, 8, 8, DType::f16, DType::f32);
-  g.device = kCuda;
-  g.A = a.get();
-  g.B = b.get();
-  g.C = c.get();
-  try {
-    kernels::gemm(g, "wmma_smem");
-    ADD_FAILURE() << "wmma_smem ran with K step 48";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("wmma_smem_k_step.h"), std::string::npos) << e.what();
-  }
+  expect_tuning_refused("wmma_smem", "K step 48", "wmma_smem_k_step.h");
 }
 
 // The tuning hook is off unless the benchmark sets it, and the table's entry 0 is the tile the rung
