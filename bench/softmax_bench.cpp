@@ -25,9 +25,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <regex>
 #include <functional>
+#include <regex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
