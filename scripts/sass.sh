@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The sm_90 machine code (SASS) of one kernels/cuda file, read without a GPU: what a session without
+# one can still learn about a kernel's inner loop (kernels/cuda/gemm/README.md, "Reading the machine
+# code", is the worked example). Needs nvcc and a disassembler; no GPU.
+#
+#   scripts/sass.sh FILE.cu [REGEX]          a summary line per kernel whose mangled name matches REGEX
+#   SASS_DUMP=out.sass scripts/sass.sh ...   also writes the whole disassembly there
+#
+# The summary counts, per kernel, its instructions and the ones that matter in a Tensor Core loop:
+# HMMA (mma.sync), LDSM (ldmatrix), LDGSTS (cp.async), BAR (__syncthreads). They are static counts (an
+# unrolled loop body counts once per copy, a loop not at all more than once): the dump is what to read.
+#
+# The disassembler: cuobjdump from the CUDA toolkit when it is there. This project's development
+# machine has CUDA 13's nvcc without cuobjdump or nvdisasm; NVDISASM=/path/to/nvdisasm then names one
+# from another toolkit, such as Debian bookworm's non-free nvidia-cuda-toolkit (11.8: `apt-get download
+# nvidia-cuda-toolkit`, then `dpkg -x` it anywhere). 11.8 decodes sm_90 code but not the ELF header
+# CUDA 12+ writes (the ABI version and the e_flags layout changed), so the script hands it a copy with
+# the header rewritten in the 11.x form (sm_90, virtual sm_90, 64-bit); the code is not touched.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+src=${1:-}
+regex=${2:-.}
+if [[ -z $src || ! -f $src ]]; then
+  echo "usage: scripts/sass.sh FILE.cu [REGEX]   (FILE.cu: a kernels/cuda source file)" >&2
+  exit 2
+fi
+nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+[[ -x $nvcc ]] || {
+  echo "sass.sh: nvcc not found (set NVCC)" >&2
+  exit 2
+}
+cuobjdump=$(dirname "$nvcc")/cuobjdump
+if [[ ! -x $cuobjdump && -z ${NVDISASM:-} ]]; then
+  echo "sass.sh: no cuobjdump next to $nvcc; set NVDISASM to an nvdisasm (see this script's header)" >&2
+  exit 2
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+"$nvcc" -std=c++17 -O3 -DNDEBUG -DHALFLING_WITH_CUDA=1 --expt-relaxed-constexpr -I"$root" -isystem /usr/include/stb \
+  -arch=sm_90 -cubin -o "$tmp/k.cubin" "$src"
+if [[ -x $cuobjdump ]]; then
+  "$cuobjdump" -sass "$tmp/k.cubin" >"$tmp/k.sass"
+else
+  python3 - "$tmp/k.cubin" <<'PY'
+import struct, sys
+path = sys.argv[1]
+elf = bytearray(open(path, "rb").read())
+elf[8] = 7  # EI_ABIVERSION of CUDA 11.x cubins
+struct.pack_into("<I", elf, 48, 0x005A055A)  # e_flags: sm_90, virtual sm_90, 64-bit addresses, unified textures
+open(path, "wb").write(elf)
+PY
+  "$NVDISASM" -c "$tmp/k.cubin" >"$tmp/k.sass"
+fi
+[[ -n ${SASS_DUMP:-} ]] && cp "$tmp/k.sass" "$SASS_DUMP"
+
+# One line per kernel: instructions, HMMA, LDSM, LDGSTS, BAR, then the (mangled) name.
+awk -v re="$regex" '
+  function flush() { if (name != "" && name ~ re) printf "%6d insts %4d HMMA %4d LDSM %4d LDGSTS %3d BAR  %s\n", n, h, l, g, b, name }
+  /^[[:space:]]*(\.text\.|Function : )/ {
+    flush(); name = $0; sub(/^[[:space:]]*(\.text\.|Function : )/, "", name); sub(/:$/, "", name); n = h = l = g = b = 0; next
+  }
+  /^[[:space:]]*\/\*[0-9a-f]+\*\// { n++; if (/HMMA/) h++; if (/LDSM/) l++; if (/LDGSTS/) g++; if (/ BAR\./) b++ }
+  END { flush() }' "$tmp/k.sass"
