@@ -4,7 +4,7 @@
 // weight gradient (TN) of every MLP-512 and LeNet layer, the convolutions as their im2col GEMMs.
 //
 //   build/bench/gemm_bench [--sizes 512,1024,...] [--variants a,b,...] [--runs N] [--out f16|f32]
-//                          [--no-models] [--sweep]
+//                          [--no-models] [--sweep] [--tile I]
 //
 // Inputs are FP16 (random values in [-1, 1)), C is --out (default f16), FP32 accumulation everywhere
 // (paper §3.3). Each row shows the median time, TFLOP/s (2MNK / time) and the ratio to cuBLAS in the
@@ -15,7 +15,10 @@
 // hook; sm_80+; a forced tile never splits K, so on the long reductions of the weight gradients those
 // rows are slow by design), one row per tile, labelled "wmma_pipelined #I" (the tiles are described
 // under the table; #0 is the rung's own), and wmma_smem with each candidate K step of
-// kernels/cuda/gemm/wmma_smem_k_step.h other than its own, labelled "wmma_smem k64".
+// kernels/cuda/gemm/wmma_smem_k_step.h other than its own, labelled "wmma_smem k64". --tile I runs
+// every wmma_pipelined row with tile #I instead (rows labelled "wmma_pipelined #I"): what
+// scripts/gpu_check.sh's ncu stage uses to profile one candidate tile. A tile past the table is refused
+// (exit status 2) on any machine.
 // Without a GPU it prints "no CUDA device" and exits 0.
 #include <CLI/CLI.hpp>
 #include <cuda_runtime.h>
@@ -168,6 +171,7 @@ int main(int argc, char** argv) {
   int runs = 20, warmup = 3;
   std::string out_name = "f16";
   bool no_models = false, sweep = false;
+  int forced_tile = -1;
   app.add_option("--sizes", sizes, "square sizes M = N = K")->delimiter(',');
   app.add_option("--variants", variants, "variants to time (default: every CUDA variant)")->delimiter(',');
   app.add_option("--runs", runs, "timed runs per case (the median is shown)")->check(CLI::PositiveNumber);
@@ -176,7 +180,14 @@ int main(int argc, char** argv) {
   app.add_flag("--no-models", no_models, "skip the MLP-512 / LeNet training shapes");
   app.add_flag("--sweep", sweep,
                "also time wmma_pipelined with each candidate block tile, and wmma_smem with each K step, on every shape");
+  app.add_option("--tile", forced_tile, "run wmma_pipelined with block tile #I of wmma_pipelined_tiles.h (sm_80+)");
   CLI11_PARSE(app, argc, argv);
+  // Checked before looking for a GPU, so that a typo is refused on any machine.
+  if (forced_tile != -1 && (forced_tile < 0 || forced_tile >= tiles::kBigTileCount)) {
+    std::fprintf(stderr, "gemm_bench: --tile %d: wmma_pipelined_tiles.h lists tiles #0 to #%d\n", forced_tile,
+                 tiles::kBigTileCount - 1);
+    return 2;
+  }
 
   if (!runtime::cuda_available()) {
     std::cout << "no CUDA device: " << runtime::cuda_unavailable_reason() << "\n";
@@ -213,6 +224,10 @@ int main(int argc, char** argv) {
     const bool can_sweep = runtime::cuda_compute_capability() >= 80 &&
                            registry.find("wmma_pipelined", DeviceType::cuda) != nullptr;
     if (sweep && !can_sweep) std::cout << "# --sweep: needs wmma_pipelined on an sm_80+ GPU; not run\n\n";
+    if (forced_tile >= 0 && runtime::cuda_compute_capability() < 80) {
+      std::cout << "# --tile: the tuning tiles are for sm_80+; wmma_pipelined runs its own tile on this GPU\n\n";
+      forced_tile = -1;
+    }
 
     for (const Shape& s : shapes) {
       const bool sweep_here = sweep && can_sweep;
@@ -270,7 +285,14 @@ int main(int argc, char** argv) {
         }
         std::fflush(stdout);
       };
-      for (const std::string& v : variants) time_row(v, v);
+      for (const std::string& v : variants) {
+        if (forced_tile >= 0 && v.rfind("wmma_pipelined", 0) == 0) {
+          const tiles::ScopedBigTile forced(forced_tile);
+          time_row(v, v + " #" + std::to_string(forced_tile));
+        } else {
+          time_row(v, v);
+        }
+      }
       if (sweep_here) {
         for (int i = 0; i < tiles::kBigTileCount; ++i) {
           const tiles::ScopedBigTile tile(i);

@@ -127,10 +127,11 @@ race+=':ConvCuda.NhwcWgradRungOnTheShapesItComputesItself'  # implicit_gemm_nhwc
 # of the convolution (implicit_gemm_nhwc_wgrad, new, opt-in; its own shapes, and every variant's small
 # shapes, where it hands most calls on), the optimizer's launches (one per tensor on request), and
 # wmma_pipelined's sweep tiles #6-#11 (the test runs every tile of the table), wmma_smem's 64-deep K
-# step, and the softmax rung packed_row (new, opt-in; its block reductions share memory).
+# step, the softmax rung packed_row (new, opt-in; its block reductions share memory), and the lean-copy
+# sweep tiles #12-#14 in the blocks and steps where the lean copy runs (copy_plan.h).
 race_new='ConvCuda.NhwcWgradRungOnTheShapesItComputesItself:CudaOptim.OneLaunchPerTensorGivesTheSameBits'
 race_new+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps:SoftmaxCuda.PackedRowGivesRegisterRowsBits'
-race_new+=':CudaGemm.WmmaSmemEveryKStepOneBlock'
+race_new+=':CudaGemm.WmmaSmemEveryKStepOneBlock:CudaGemm.WmmaPipelinedLeanTilesInsideAndOnTheEdges'
 race_conv='ConvCuda.BetaAccumulatesIntoTheOutput'
 # short's memcheck runs these kernel tests in a second process, beside the rest (below).
 memcheck_second='ConvCuda.*:CudaConv.*:SoftmaxCuda.*:CudaSoftmax.*'
@@ -455,6 +456,9 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
       # filled on the host): whatever its kernel is called, '.' takes it.
       ncu_kernel gemm-4096-cublas '.' 1 "${gemm[@]}" --variants cublas
       ncu_kernel gemm-4096-wmma_pipelined 'gemm_wmma_pipelined_kernel' 1 "${gemm[@]}" --variants wmma_pipelined
+      # Tile #12: entry 0 with the lean copy (copy_plan.h): the same kernel with fewer copy instructions.
+      ncu_kernel gemm-4096-wmma_pipelined-lean 'gemm_wmma_pipelined_kernel' 1 "${gemm[@]}" --variants wmma_pipelined \
+        --tile 12
       ncu_kernel gemm-4096-mma_sync 'gemm_mma_sync_kernel' 1 "${gemm[@]}" --variants mma_sync
       ncu_kernel gemm-4096-wmma_smem 'gemm_wmma_smem_kernel' 1 "${gemm[@]}" --variants wmma_smem
       softmax=("$build/bench/softmax_bench" --samples 3)

@@ -217,15 +217,16 @@ TEST(GpuScripts, NcuProfilesKernelsThatExist) {
   EXPECT_GE(calls, 10) << "the ncu_kernel calls were not found: has their form changed?";
 }
 
-// The benchmarks' choosers (the ncu stage's --shapes, --variants, --only) refuse a typo on any machine,
+// The benchmarks' choosers (the ncu stage's --shapes, --variants, --only, --tile) refuse a typo on any machine,
 // before looking for a GPU, and take what is valid (without a GPU: "no CUDA device", status 0).
 TEST(GpuBenches, ChoosersRefuseWhatDoesNotExist) {
 #ifndef HALFLING_WITH_CUDA
-  GTEST_SKIP() << "a CPU-only build has no softmax_bench or conv_bench";
+  GTEST_SKIP() << "a CPU-only build has no softmax_bench, conv_bench or gemm_bench";
 #else
   const fs::path bin = fs::path(HALFLING_BINARY_DIR) / "bench";
-  const std::string softmax = "'" + (bin / "softmax_bench").string() + "'";
-  const std::string conv = "'" + (bin / "conv_bench").string() + "'";
+  // append(), not "'" + ... + "'": g++ 12 reports a false -Wrestrict on the latter.
+  const auto quoted = [&](const char* name) { return std::string("'").append((bin / name).string()).append("'"); };
+  const std::string softmax = quoted("softmax_bench"), conv = quoted("conv_bench"), gemm = quoted("gemm_bench");
   const std::pair<std::string, std::string> refused[] = {
       {softmax + " --shapes 128x", "--shapes: '128x' is not ROWSxCOLS"},
       {softmax + " --shapes 0x10", "needs rows and columns >= 1"},
@@ -233,6 +234,8 @@ TEST(GpuBenches, ChoosersRefuseWhatDoesNotExist) {
       {softmax + " --variants register_rows", "no CUDA softmax rung 'register_rows' (known: "},
       {conv + " --only '512->512'", "--only '512->512' matches none of the layers (lenet_conv1"},
       {conv + " --variants implicit_gemm", "no CUDA conv rung 'implicit_gemm' (known: "},
+      {gemm + " --tile 99", "--tile 99: wmma_pipelined_tiles.h lists tiles #0 to #"},
+      {gemm + " --tile -2", "--tile -2: wmma_pipelined_tiles.h lists tiles #0 to #"},
   };
   for (const auto& [command, message] : refused) {
     auto [s, o] = hl::test::run_command(command);
@@ -244,7 +247,12 @@ TEST(GpuBenches, ChoosersRefuseWhatDoesNotExist) {
   auto [s2, o2] = hl::test::run_command(conv + " --layers vgg --only '256->256' --passes backward_weight --variants "
                                                "implicit_gemm_nhwc_wgrad --no-cudnn");
   EXPECT_EQ(s2, 0) << o2;
-  if (contains(o1, "no CUDA device")) EXPECT_TRUE(contains(o2, "no CUDA device")) << o2;
+  auto [s3, o3] = hl::test::run_command(gemm + " --sizes 256 --no-models --variants wmma_pipelined --tile 12 --runs 1");
+  EXPECT_EQ(s3, 0) << o3;
+  if (contains(o1, "no CUDA device")) {
+    EXPECT_TRUE(contains(o2, "no CUDA device")) << o2;
+    EXPECT_TRUE(contains(o3, "no CUDA device")) << o3;
+  }
 #endif
 }
 

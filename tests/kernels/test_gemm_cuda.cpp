@@ -676,6 +676,31 @@ TEST(CudaGemm, WmmaPipelinedEveryTileOneBlockRingWraps) {
   check_every_tuning_tile({{70, 40, 300}}, false);
 }
 
+// The lean copy (copy_plan.h) runs only in blocks that lie inside both matrices, on full K steps, with
+// both matrices 16-byte aligned; the shapes above have odd leading dimensions, so there the lean tiles
+// take the general copy throughout. These shapes have leading dimensions that are multiples of 8, blocks
+// inside and on the edges along M and N (304 and 272: two whole 128-row or -column blocks and a
+// partial one), and a partial last K step (296 = 9 x 32 + 8; 104 = 3 x 32 + 8 = 64 + 40), so that one
+// launch mixes both copies, step by step and block by block. Small enough for compute-sanitizer
+// racecheck (scripts/gpu_check.sh, race_new).
+TEST(CudaGemm, WmmaPipelinedLeanTilesInsideAndOnTheEdges) {
+  HL_REQUIRE_CUDA();
+  if (runtime::cuda_compute_capability() < 80) GTEST_SKIP() << "the tuning tiles are for sm_80+; older GPUs keep their tile";
+  namespace tiles = kernels::wmma_pipelined;
+  std::vector<int> lean;
+  for (int i = 0; i < tiles::kBigTileCount; ++i)
+    if (tiles::kBigTiles[i].lean) lean.push_back(i);
+  ASSERT_FALSE(lean.empty()) << "no tile of wmma_pipelined_tiles.h uses the lean copy";
+  check_every_setting(
+      "wmma_pipelined", static_cast<int>(lean.size()),
+      [&](int j, auto&& body) {
+        const int i = lean[static_cast<size_t>(j)];
+        const tiles::ScopedBigTile forced(i);
+        body("tile #" + std::to_string(i) + " (" + tiles::describe(tiles::kBigTiles[i]) + ")", true);
+      },
+      {{256, 128, 296}, {304, 272, 104}}, false);
+}
+
 // A tuning hook set to what the rung has no kernel for: `variant` refuses an 8 x 8 x 8 GEMM with an
 // Error that names `listed_in`, the file that lists what it has.
 void expect_tuning_refused(const std::string& variant, const std::string& setting, const std::string& listed_in) {
@@ -755,7 +780,7 @@ TEST(CudaGemmTiles, HookOffByDefaultAndEveryTileWellFormed) {
     for (int j = 0; j < i; ++j) {                 // no tile timed twice
       const tiles::Tile u = tiles::kBigTiles[j];
       EXPECT_FALSE(u.bm == t.bm && u.bn == t.bn && u.bk == t.bk && u.warps_m == t.warps_m && u.warps_n == t.warps_n &&
-                   u.stages == t.stages);
+                   u.stages == t.stages && u.lean == t.lean);
     }
   }
 }

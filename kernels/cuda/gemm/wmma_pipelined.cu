@@ -28,6 +28,9 @@
 //      0.4673 to 0.0426 ms (one gemm_bench run), and nothing that does not split moved.
 //      Which big tile is best on a GPU is measured, not guessed: wmma_pipelined_tiles.h lists the
 //      candidates (entry 0 is the one used here) and `bench/gemm_bench --sweep` times each of them.
+//      Some candidates (LEAN) also copy differently: the general copy spends about 40 instructions
+//      per 16-byte vector, the lean one a plan made before the K loop (copy_plan.h; the README's
+//      "Reading the machine code").
 //
 // Everything else is as in wmma_smem: padded shared-memory rows, predicated edges with zero fill,
 // 128-bit copies with a scalar fallback inside the kernel for misaligned matrices (so this rung too
@@ -53,10 +56,12 @@ using namespace nvcuda;
 using namespace gemm_detail;
 
 // A tile configuration: block tile BM x BN, K step BK, warps arranged WARPS_M x WARPS_N, STAGES
-// shared-memory buffers in the ring.
-template <int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int STAGES_>
+// shared-memory buffers in the ring; LEAN: the full K steps copied through plans made before the loop
+// (copy_plan.h; the sweep's candidates only, until a GPU has timed them).
+template <int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int STAGES_, bool LEAN_ = false>
 struct Config {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;
+  static constexpr bool LEAN = LEAN_;
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;  // warp tile
   static constexpr int FM = WM / 16, FN = WN / 16;            // accumulator fragments per warp
   static constexpr int kThreads = 32 * WARPS_M * WARPS_N;
@@ -68,7 +73,7 @@ struct Config {
 template <int I>
 using BigTile = Config<wmma_pipelined::kBigTiles[I].bm, wmma_pipelined::kBigTiles[I].bn, wmma_pipelined::kBigTiles[I].bk,
                        wmma_pipelined::kBigTiles[I].warps_m, wmma_pipelined::kBigTiles[I].warps_n,
-                       wmma_pipelined::kBigTiles[I].stages>;
+                       wmma_pipelined::kBigTiles[I].stages, wmma_pipelined::kBigTiles[I].lean>;
 using BigAmpere = BigTile<0>;                     // sm_80+
 using BigTuring = Config<128, 128, 32, 2, 4, 2>;  // sm_75: synchronous copies, 2 buffers suffice
 using Small = Config<64, 64, 32, 2, 2, 3>;        // small GEMMs: 4x the blocks of the big tile
@@ -109,8 +114,13 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 
   const int64_t k_tiles = (g.K + BK - 1) / BK;
 
-  // Issue the copies of K tile kt into stage s (asynchronous on sm_80+).
+  // Issue the copies of K tile kt into stage s (asynchronous on sm_80+): through the plans when the
+  // tile is LEAN and the step allows it, else the general copy.
+  [[maybe_unused]] LeanCopies<op_a, op_b, TA, TB, BM, BN, BK, Cfg::kThreads, Cfg::LEAN> lean(g, m0, n0, a_vec && b_vec);
   const auto load_stage = [&](int s, int64_t kt) {
+    if constexpr (Cfg::LEAN) {
+      if (lean.issue(a_stage(s), b_stage(s), g, kt)) return;
+    }
     load_operand_tiles<op_a, op_b, TA, TB, Cfg::kThreads, true>(a_stage(s), b_stage(s), g, m0, n0, kt * BK, a_vec,
                                                                  b_vec);
   };

@@ -19,6 +19,7 @@ struct Tile {
   int bm, bn, bk;        // block tile M x N, K step
   int warps_m, warps_n;  // warps per block along M and N: each owns (bm / warps_m) x (bn / warps_n) of C
   int stages;            // cp.async buffers in the shared-memory ring
+  bool lean = false;     // the full K steps copied through per-thread plans made before the loop (copy_plan.h)
 };
 
 // Noted for each entry: registers per thread on sm_90 (ptxas -v, the same within 4 in every layout, no
@@ -51,14 +52,22 @@ inline constexpr Tile kBigTiles[] = {
     {128, 64, 32, 4, 2, 4},  // 9: 8 warps of 32 x 32, nothing wasted at N = 64; 70 regs, 52-60 KiB: 3/SM
     {64, 64, 32, 2, 2, 3},   // 10: the rung's own small tile (4 warps of 32 x 32), forced on every shape; 70 regs, 27-30 KiB: 7/SM
     {128, 64, 32, 2, 2, 4},  // 11: 4 warps of entry 0's 64 x 32; 120 regs, 52-60 KiB: 3/SM
+    // 12-14, added 2026-11-26 (not yet timed): entries 0, 1 and 6 with the lean copy (copy_plan.h). Why: in
+    // the sm_90 code, the general copy spends about 48 instructions per 16-byte vector (index division,
+    // 64-bit edge checks, three-way branch), 4 vectors per thread per K step here, so a warp issues ~190
+    // copy instructions per 32 HMMAs: if issue slots, not Tensor Cores, are what every tile above ran
+    // out of, the block shape could not have moved it. The lean copy is about 4 instructions per vector.
+    {128, 128, 32, 2, 4, 4, true},  // 12: entry 0, lean copy
+    {128, 128, 64, 2, 4, 3, true},  // 13: entry 1, lean copy
+    {256, 128, 32, 4, 4, 4, true},  // 14: entry 6, lean copy
 };
 inline constexpr int kBigTileCount = static_cast<int>(sizeof(kBigTiles) / sizeof(kBigTiles[0]));
 
-// "128x256x32, 2x4 warps of 64x64, 3 stages"
+// "128x256x32, 2x4 warps of 64x64, 3 stages" (and ", lean copy" for a tile that uses it)
 inline std::string describe(const Tile& t) {
   return std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" + std::to_string(t.bk) + ", " +
          std::to_string(t.warps_m) + "x" + std::to_string(t.warps_n) + " warps of " + std::to_string(t.bm / t.warps_m) +
-         "x" + std::to_string(t.bn / t.warps_n) + ", " + std::to_string(t.stages) + " stages";
+         "x" + std::to_string(t.bn / t.warps_n) + ", " + std::to_string(t.stages) + " stages" + (t.lean ? ", lean copy" : "");
 }
 
 // The tuning hook of `bench/gemm_bench --sweep`: when 0 or above, wmma_pipelined (and
