@@ -15,7 +15,9 @@
 // hook; sm_80+; a forced tile never splits K, so on the long reductions of the weight gradients those
 // rows are slow by design), one row per tile, labelled "wmma_pipelined #I" (the tiles are described
 // under the table; #0 is the rung's own), and wmma_smem with each candidate K step of
-// kernels/cuda/gemm/wmma_smem_k_step.h other than its own, labelled "wmma_smem k64". --tile I runs
+// kernels/cuda/gemm/wmma_smem_k_step.h other than its own, labelled "wmma_smem k64", and with each K step
+// and its batched copy, "wmma_smem k32 batched" and "wmma_smem k64 batched", and mma_sync with the lean
+// copy of tiles #12-#14 (kernels/cuda/gemm/mma_sync_lanes.h), "mma_sync lean". --tile I runs
 // every wmma_pipelined row with tile #I instead (rows labelled "wmma_pipelined #I"): what
 // scripts/gpu_check.sh's ncu stage uses to profile one candidate tile. A tile past the table is refused
 // (exit status 2) on any machine.
@@ -30,9 +32,11 @@
 #include <ctime>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/gemm/mma_sync_lanes.h"
 #include "kernels/cuda/gemm/wmma_pipelined_tiles.h"
 #include "kernels/cuda/gemm/wmma_smem_k_step.h"
 #include "kernels/error.h"
@@ -298,12 +302,19 @@ int main(int argc, char** argv) {
           const tiles::ScopedBigTile tile(i);
           time_row("wmma_pipelined", "wmma_pipelined #" + std::to_string(i));
         }
+        if (registry.find("mma_sync", DeviceType::cuda) != nullptr) {
+          const kernels::mma_sync::ScopedLeanCopy lean;
+          time_row("mma_sync", "mma_sync lean");
+        }
         if (registry.find("wmma_smem", DeviceType::cuda) != nullptr)
-          for (int k : kernels::wmma_smem::kCandidateKSteps) {
-            if (k == kernels::wmma_smem::kKStep) continue;  // the rung's own row is above
-            const kernels::wmma_smem::ScopedKStep step(k);
-            time_row("wmma_smem", "wmma_smem k" + std::to_string(k));
-          }
+          for (bool batched : {false, true})
+            for (int k : kernels::wmma_smem::kCandidateKSteps) {
+              if (k == kernels::wmma_smem::kKStep && !batched) continue;  // the rung's own row is above
+              const kernels::wmma_smem::ScopedKStep step(k);
+              std::optional<kernels::wmma_smem::ScopedBatchedCopy> batch;
+              if (batched) batch.emplace();
+              time_row("wmma_smem", "wmma_smem k" + std::to_string(k) + (batched ? " batched" : ""));
+            }
       }
       runtime::cuda_free(A);
       runtime::cuda_free(B);
@@ -315,7 +326,9 @@ int main(int argc, char** argv) {
       for (int i = 0; i < tiles::kBigTileCount; ++i)
         std::cout << "#   #" << i << ": " << tiles::describe(tiles::kBigTiles[i]) << "\n";
       std::cout << "# and wmma_smem with K step N ('wmma_smem kN'; the rung's own is "
-                << kernels::wmma_smem::kKStep << ": kernels/cuda/gemm/wmma_smem_k_step.h)\n";
+                << kernels::wmma_smem::kKStep
+                << "), and with the batched copy ('batched'): kernels/cuda/gemm/wmma_smem_k_step.h;\n"
+                << "# 'mma_sync lean': mma_sync with the lean copy of tiles #12-#14 (kernels/cuda/gemm/mma_sync_lanes.h)\n";
     }
     std::cout << "\n# %cuBLAS = cuBLAS time / variant time (higher is better); 'vs cuBLAS' = ||C - C_cublas|| / "
                  "||C_cublas|| (expect ~1e-3 for an f16 C: both round to f16, ~1e-6 for f32)\n";

@@ -128,10 +128,12 @@ race+=':ConvCuda.NhwcWgradRungOnTheShapesItComputesItself'  # implicit_gemm_nhwc
 # shapes, where it hands most calls on), the optimizer's launches (one per tensor on request), and
 # wmma_pipelined's sweep tiles #6-#11 (the test runs every tile of the table), wmma_smem's 64-deep K
 # step, the softmax rung packed_row (new, opt-in; its block reductions share memory), and the lean-copy
-# sweep tiles #12-#14 in the blocks and steps where the lean copy runs (copy_plan.h).
+# sweep tiles #12-#14, wmma_smem's batched copy and mma_sync's lean copy in the blocks and steps where
+# they run (copy_plan.h).
 race_new='ConvCuda.NhwcWgradRungOnTheShapesItComputesItself:CudaOptim.OneLaunchPerTensorGivesTheSameBits'
 race_new+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps:SoftmaxCuda.PackedRowGivesRegisterRowsBits'
 race_new+=':CudaGemm.WmmaSmemEveryKStepOneBlock:CudaGemm.WmmaPipelinedLeanTilesInsideAndOnTheEdges'
+race_new+=':CudaGemm.WmmaSmemBatchedCopyInsideAndOnTheEdges:CudaGemm.MmaSyncLeanCopyInsideAndOnTheEdges'
 race_conv='ConvCuda.BetaAccumulatesIntoTheOutput'
 # short's memcheck runs these kernel tests in a second process, beside the rest (below).
 memcheck_second='ConvCuda.*:CudaConv.*:SoftmaxCuda.*:CudaSoftmax.*'

@@ -24,7 +24,9 @@
 #include <vector>
 
 #include "kernels/cuda/gemm/copy_plan.h"
+#include "kernels/cuda/gemm/mma_sync_lanes.h"
 #include "kernels/cuda/gemm/wmma_pipelined_tiles.h"
+#include "kernels/cuda/gemm/wmma_smem_k_step.h"
 #include "tests/test_util.h"
 
 namespace hl {
@@ -142,16 +144,20 @@ void play_layout(std::mt19937_64& rng, int cases, const std::string& label) {
   }
 }
 
-// Every layout of lean tile I (A with op N is K-contiguous, B with op T is).
+// Every layout of a BM x BN x BK block of kThreads threads (A with op N is K-contiguous, B with op T is).
+template <int BM, int BN, int BK, int kThreads>
+void play_every_layout(std::mt19937_64& rng, int cases, const std::string& label) {
+  play_layout<BM, BN, BK, kThreads, true, false>(rng, cases, label + ", op N,N");
+  play_layout<BM, BN, BK, kThreads, true, true>(rng, cases, label + ", op N,T");
+  play_layout<BM, BN, BK, kThreads, false, false>(rng, cases, label + ", op T,N");
+  play_layout<BM, BN, BK, kThreads, false, true>(rng, cases, label + ", op T,T");
+}
+
 template <int I>
 void play_tile(std::mt19937_64& rng, int cases) {
   constexpr tiles::Tile t = tiles::kBigTiles[I];
-  constexpr int kThreads = 32 * t.warps_m * t.warps_n;
-  const std::string label = "tile #" + std::to_string(I) + " (" + tiles::describe(t) + ")";
-  play_layout<t.bm, t.bn, t.bk, kThreads, true, false>(rng, cases, label + ", op N,N");
-  play_layout<t.bm, t.bn, t.bk, kThreads, true, true>(rng, cases, label + ", op N,T");
-  play_layout<t.bm, t.bn, t.bk, kThreads, false, false>(rng, cases, label + ", op T,N");
-  play_layout<t.bm, t.bn, t.bk, kThreads, false, true>(rng, cases, label + ", op T,T");
+  play_every_layout<t.bm, t.bn, t.bk, 32 * t.warps_m * t.warps_n>(
+      rng, cases, "tile #" + std::to_string(I) + " (" + tiles::describe(t) + ")");
 }
 
 // Tile I if it uses the lean copy (1: played), else nothing (0): the other tiles never build a plan,
@@ -176,6 +182,26 @@ TEST(CopyPlan, EveryLeanTileCopiesEveryFullStepOfABlockInside) {
   std::mt19937_64 rng(seed);
   const int played = play_lean_tiles(rng, 6, std::make_integer_sequence<int, tiles::kBigTileCount>{});
   EXPECT_GE(played, 1) << "no tile of wmma_pipelined_tiles.h uses the lean copy: this test checks nothing";
+}
+
+TEST(CopyPlan, WmmaSmemBatchedCopyCopiesEveryFullStepOfABlockInside) {
+  // wmma_smem's batched copy: its 128 x 128 block of 8 warps (wmma_smem.cu) with each K step of
+  // wmma_smem_k_step.h, every layout.
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  static_assert(sizeof(kernels::wmma_smem::kCandidateKSteps) / sizeof(int) == 2 &&
+                    kernels::wmma_smem::kCandidateKSteps[0] == 32 && kernels::wmma_smem::kCandidateKSteps[1] == 64,
+                "play each K step of wmma_smem_k_step.h below");
+  play_every_layout<128, 128, 32, 256>(rng, 6, "wmma_smem, K step 32");
+  play_every_layout<128, 128, 64, 256>(rng, 6, "wmma_smem, K step 64");
+}
+
+TEST(CopyPlan, MmaSyncLeanCopyCopiesEveryFullStepOfABlockInside) {
+  // mma_sync's block: 128 x 128 x 32, 4 warps (mma_sync_lanes.h), every layout.
+  namespace ml = kernels::cuda::mma_lanes;
+  const uint64_t seed = test::fresh_seed();
+  std::mt19937_64 rng(seed);
+  play_every_layout<ml::kBM, ml::kBN, ml::kBK, ml::kThreads>(rng, 6, "mma_sync");
 }
 
 TEST(CopyPlan, SharesAreEqualAndSpacedAsDocumented) {

@@ -19,12 +19,14 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "kernels/cuda/gemm/mma_sync_lanes.h"
 #include "kernels/cuda/gemm/wmma_pipelined_tiles.h"
 #include "kernels/cuda/gemm/wmma_smem_k_step.h"
 #include "kernels/dtype.h"
@@ -676,13 +678,16 @@ TEST(CudaGemm, WmmaPipelinedEveryTileOneBlockRingWraps) {
   check_every_tuning_tile({{70, 40, 300}}, false);
 }
 
-// The lean copy (copy_plan.h) runs only in blocks that lie inside both matrices, on full K steps, with
-// both matrices 16-byte aligned; the shapes above have odd leading dimensions, so there the lean tiles
-// take the general copy throughout. These shapes have leading dimensions that are multiples of 8, blocks
-// inside and on the edges along M and N (304 and 272: two whole 128-row or -column blocks and a
-// partial one), and a partial last K step (296 = 9 x 32 + 8; 104 = 3 x 32 + 8 = 64 + 40), so that one
-// launch mixes both copies, step by step and block by block. Small enough for compute-sanitizer
-// racecheck (scripts/gpu_check.sh, race_new).
+// The planned copies (copy_plan.h: wmma_pipelined's lean tiles, wmma_smem's batched copy) run only in
+// blocks that lie inside both matrices, on full K steps, with both matrices 16-byte aligned; the shapes
+// above have odd leading dimensions, so there those settings take the general copy throughout. These
+// shapes have leading dimensions that are multiples of 8, blocks inside and on the edges along M and N
+// (304 and 272: two whole 128-row or -column blocks and a partial one), and a partial last K step
+// (296 = 9 x 32 + 8 = 4 x 64 + 40; 104 = 3 x 32 + 8 = 64 + 40), so that one launch mixes both copies,
+// step by step and block by block. Small enough for compute-sanitizer racecheck (scripts/gpu_check.sh,
+// race_new).
+const std::vector<std::vector<int64_t>> kPlannedCopyShapes = {{256, 128, 296}, {304, 272, 104}};
+
 TEST(CudaGemm, WmmaPipelinedLeanTilesInsideAndOnTheEdges) {
   HL_REQUIRE_CUDA();
   if (runtime::cuda_compute_capability() < 80) GTEST_SKIP() << "the tuning tiles are for sm_80+; older GPUs keep their tile";
@@ -698,7 +703,7 @@ TEST(CudaGemm, WmmaPipelinedLeanTilesInsideAndOnTheEdges) {
         const tiles::ScopedBigTile forced(i);
         body("tile #" + std::to_string(i) + " (" + tiles::describe(tiles::kBigTiles[i]) + ")", true);
       },
-      {{256, 128, 296}, {304, 272, 104}}, false);
+      kPlannedCopyShapes, false);
 }
 
 // A tuning hook set to what the rung has no kernel for: `variant` refuses an 8 x 8 x 8 GEMM with an
@@ -731,16 +736,20 @@ TEST(CudaGemm, WmmaPipelinedTuningHookRefusesAnIndexPastTheTable) {
 }
 
 // wmma_smem with each K step of wmma_smem_k_step.h (every one fits the 48 KiB a block gets without
-// asking).
-void check_every_k_step(const std::vector<std::vector<int64_t>>& shapes, bool strided) {
+// asking), with its own copy and with the batched copy (only_batched: the latter alone).
+void check_every_k_step(const std::vector<std::vector<int64_t>>& shapes, bool strided, bool only_batched = false) {
   HL_REQUIRE_CUDA();
   namespace ks = kernels::wmma_smem;
   constexpr int steps = static_cast<int>(sizeof(ks::kCandidateKSteps) / sizeof(ks::kCandidateKSteps[0]));
   check_every_setting(
-      "wmma_smem", steps,
-      [](int i, auto&& body) {
-        const ks::ScopedKStep step(ks::kCandidateKSteps[i]);
-        body("K step " + std::to_string(ks::kCandidateKSteps[i]), false);
+      "wmma_smem", only_batched ? steps : 2 * steps,
+      [&](int i, auto&& body) {
+        const int k = ks::kCandidateKSteps[i % steps];
+        const bool batched = only_batched || i >= steps;
+        const ks::ScopedKStep step(k);
+        std::optional<ks::ScopedBatchedCopy> batch;
+        if (batched) batch.emplace();
+        body("K step " + std::to_string(k) + (batched ? ", batched copy" : ""), false);
       },
       shapes, strided);
 }
@@ -759,12 +768,38 @@ TEST(CudaGemm, WmmaSmemEveryKStepOneBlock) {
   expect_tuning_refused("wmma_smem", "K step 48", "wmma_smem_k_step.h");
 }
 
+// mma_sync with the lean copy (its tuning hook, mma_sync_lanes.h): where the general copy does
+// everything (odd leading dimensions, strided and misaligned operands) and where both run in one
+// launch (kPlannedCopyShapes; racecheck in scripts/gpu_check.sh).
+void check_mma_sync_lean(const std::vector<std::vector<int64_t>>& shapes, bool strided) {
+  HL_REQUIRE_CUDA();
+  if (runtime::cuda_compute_capability() < 80) GTEST_SKIP() << "mma_sync needs sm_80+";
+  check_every_setting(
+      "mma_sync", 1,
+      [](int, auto&& body) {
+        const kernels::mma_sync::ScopedLeanCopy lean;
+        body("lean copy", false);
+      },
+      shapes, strided);
+}
+
+TEST(CudaGemm, MmaSyncLeanCopyEverywhere) { check_mma_sync_lean({{300, 270, 300}, {257, 513, 77}, {1, 1, 1}}, true); }
+
+TEST(CudaGemm, MmaSyncLeanCopyInsideAndOnTheEdges) { check_mma_sync_lean(kPlannedCopyShapes, false); }
+
+TEST(CudaGemm, WmmaSmemBatchedCopyInsideAndOnTheEdges) {
+  // The batched copy where it runs, next to the general copy in the same launch (kPlannedCopyShapes).
+  check_every_k_step(kPlannedCopyShapes, false, true);
+}
+
 // The tuning hook is off unless the benchmark sets it, and the table's entry 0 is the tile the rung
 // uses for big problems (no GPU needed).
 TEST(CudaGemmTiles, HookOffByDefaultAndEveryTileWellFormed) {
   namespace tiles = kernels::wmma_pipelined;
   EXPECT_EQ(tiles::big_tile_for_tuning().load(), -1);
   EXPECT_EQ(kernels::wmma_smem::k_step_for_tuning().load(), 0);  // wmma_smem's K step: its own
+  EXPECT_FALSE(kernels::wmma_smem::batched_copy_for_tuning().load());  // and its own copy
+  EXPECT_FALSE(kernels::mma_sync::lean_copy_for_tuning().load());      // mma_sync's own copy
   EXPECT_EQ(kernels::wmma_smem::kCandidateKSteps[0], kernels::wmma_smem::kKStep);
   ASSERT_GE(tiles::kBigTileCount, 2);
   const tiles::Tile t0 = tiles::kBigTiles[0];

@@ -1,26 +1,31 @@
 // A thread's share of one operand tile's global -> shared copies, worked out once before the K loop
-// instead of once per vector per K step: the "lean copy" of the `wmma_pipelined` sweep tiles that
-// set `lean` (wmma_pipelined_tiles.h). Plain C++ with host/device functions (HL_HOST_DEVICE), so that
-// the kernel calls exactly this code and a CPU test (tests/kernels/test_copy_plan.cpp) plays every
-// thread of a block through it against the tile the general copy (wmma_tile.cuh, load_tile) writes.
+// instead of once per vector per K step. Used by the GEMM rungs' tuning candidates (not yet timed on a
+// GPU): the "lean copy" of wmma_pipelined's tiles #12-#14 (wmma_pipelined_tiles.h) and of mma_sync
+// (mma_sync_lanes.h), one cp.async per vector; and wmma_smem's "batched copy" (wmma_smem_k_step.h),
+// every load of a K step before any store. Plain C++ with host/device functions (HL_HOST_DEVICE), so
+// that the kernels call exactly this code and a CPU test (tests/kernels/test_copy_plan.cpp) plays
+// every thread of a block through it against the tile the general copy (wmma_tile.cuh, load_tile)
+// writes.
 //
 // Why (issue #4): the general copy finds each 16-byte vector's row and column with a division, checks
 // both against the matrix in 64-bit arithmetic, and branches three ways (a 128-bit copy, zeros, or the
-// scalar fallback for a vector that straddles an edge or a misaligned matrix). In the sm_90 code of
-// wmma_pipelined and mma_sync that is about 48 instructions per vector on the common path, and a
-// thread copies 4 (wmma_pipelined's 128 x 128 x 32 tile, 8 warps) to 8 vectors (mma_sync, 4 warps) per
-// K step: about 190 to 380 instructions per warp per K step, next to its 32 or 64 HMMAs
-// (kernels/cuda/gemm/README.md, "Reading the machine code"). If the Tensor Cores take an HMMA.16816
+// scalar fallback for a vector that straddles an edge or a misaligned matrix). In the sm_90 code that
+// is 41 instructions per vector on the common path, and a thread copies 4 (wmma_pipelined's 128 x 128
+// x 32 tile, 8 warps) or 8 vectors (mma_sync, 4 warps) per K step: about 200 or 360 instructions per
+// thread per K step, next to a warp's 32 or 64 HMMAs (bench/results/sass_gemm_copy_2026-11-26.txt;
+// kernels/cuda/gemm/README.md, "Reading the machine code"). If the Tensor Cores take an HMMA.16816
 // every few cycles and an SM sub-partition issues one instruction per cycle, the copy code alone takes
 // most of the issue slots, which would explain why every tile of the sweep stopped near 30% of cuBLAS
-// whatever its shape. A hypothesis until a GPU times it (gemm_bench --sweep, tiles #12-#14).
+// whatever its shape. A hypothesis until a GPU times it. In wmma_smem, whose copies are synchronous,
+// the same loop stores each vector right after loading it, so a thread waits for memory once per
+// vector instead of once per K step.
 //
 // What a plan does instead. A thread's vectors in a tile of kRows x kCols halves (kVecsPerRow vectors
 // per row, numbered row by row, vector v going to thread v % kThreads) share one column and lie
 // kRowStep rows apart, so the whole set is a first vector and a stride, in the tile and in the matrix;
 // from one K step to the next the source moves by a fixed amount. For a block whose tile lies wholly
 // inside the matrices, and a K step that does too (every one but a partial last step), nothing needs
-// checking: each vector is one 16-byte cp.async from a pointer the thread carries from step to step.
+// checking: each vector is one 16-byte copy from a pointer the thread carries from step to step.
 // Blocks on the matrices' edges, the partial last step, and matrices whose pointer or leading
 // dimension does not allow 16-byte copies keep the general copy, which handles all of those.
 #pragma once

@@ -25,6 +25,9 @@
 // scalar fallback), every epilogue, as every rung. Not split along K (wmma_pipelined_split_k does
 // that for the small outputs with long reductions).
 //
+// `bench/gemm_bench --sweep` also times it with the lean copy of wmma_pipelined's tiles #12-#14
+// (copy_plan.h), through a tuning hook in mma_sync_lanes.h that only the benchmark and the tests set.
+//
 // The lane arithmetic (which row each lane hands to ldmatrix, which registers feed which mma, where each
 // accumulator goes) lives in mma_sync_lanes.h, where a CPU test plays a whole block through it against
 // models of the two instructions written from the PTX ISA (tests/kernels/test_mma_sync_lanes.cpp).
@@ -123,7 +126,8 @@ __device__ __forceinline__ void load_b(unsigned (&b)[4], const __half* tile, int
 
 #endif  // sm_80+
 
-template <Op op_a, Op op_b>
+// kLean: the lean copy of mma_sync_lanes.h's tuning hook where it applies.
+template <Op op_a, Op op_b, bool kLean>
 __global__ void __launch_bounds__(kThreads) gemm_mma_sync_kernel(GemmArgs g, bool a_vec, bool b_vec) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using S = Smem<op_a, op_b>;
@@ -142,7 +146,12 @@ __global__ void __launch_bounds__(kThreads) gemm_mma_sync_kernel(GemmArgs g, boo
 
   const int64_t k_tiles = (g.K + kBK - 1) / kBK;
 
+  [[maybe_unused]] PlannedCopiesIf<kLean, op_a, op_b, TA, TB, kBM, kBN, kBK, kThreads, true> lean(g, m0, n0,
+                                                                                                a_vec && b_vec);
   const auto load_stage = [&](int s, int64_t kt) {
+    if constexpr (kLean) {
+      if (lean.copy(a_stage(s), b_stage(s), g, kt * kBK)) return;
+    }
     load_operand_tiles<op_a, op_b, TA, TB, kThreads, true>(a_stage(s), b_stage(s), g, m0, n0, kt * kBK, a_vec, b_vec);
   };
 
@@ -213,9 +222,9 @@ __global__ void __launch_bounds__(kThreads) gemm_mma_sync_kernel(GemmArgs g, boo
 #endif
 }
 
-template <Op op_a, Op op_b>
+template <Op op_a, Op op_b, bool kLean>
 void launch(const GemmArgs& g) {
-  const auto kernel = gemm_mma_sync_kernel<op_a, op_b>;
+  const auto kernel = gemm_mma_sync_kernel<op_a, op_b, kLean>;
   constexpr size_t bytes = Smem<op_a, op_b>::kBytes;
   static std::once_flag opted_in;  // more than 48 KiB of dynamic shared memory: allowed once per kernel
   std::call_once(opted_in, [&] {
@@ -227,12 +236,17 @@ void launch(const GemmArgs& g) {
   HL_LAUNCH_CHECK("gemm_mma_sync_kernel");
 }
 
-void run(const GemmArgs& g) {
+template <bool kLean>
+void run_layout(const GemmArgs& g) {
   if (g.op_a == Op::N) {
-    g.op_b == Op::N ? launch<Op::N, Op::N>(g) : launch<Op::N, Op::T>(g);
+    g.op_b == Op::N ? launch<Op::N, Op::N, kLean>(g) : launch<Op::N, Op::T, kLean>(g);
   } else {
-    g.op_b == Op::N ? launch<Op::T, Op::N>(g) : launch<Op::T, Op::T>(g);
+    g.op_b == Op::N ? launch<Op::T, Op::N, kLean>(g) : launch<Op::T, Op::T, kLean>(g);
   }
+}
+
+void run(const GemmArgs& g) {
+  mma_sync::lean_copy_for_tuning().load(std::memory_order_relaxed) ? run_layout<true>(g) : run_layout<false>(g);
 }
 
 const char* unsupported(const GemmArgs& g) {
@@ -244,7 +258,7 @@ const char* unsupported(const GemmArgs& g) {
   // Ampere GPU by JIT, and leave C unwritten: refuse instead. ptxVersion is the virtual architecture
   // of the code the driver loaded for this GPU (0 when unknown, e.g. without a GPU).
   if (cc == 0) return nullptr;  // no GPU: nothing is loaded, nothing would run
-  static const int loaded_arch = loaded_ptx_version(gemm_mma_sync_kernel<Op::N, Op::N>);
+  static const int loaded_arch = loaded_ptx_version(gemm_mma_sync_kernel<Op::N, Op::N, false>);
   if (loaded_arch != 0 && loaded_arch < 80)
     return "this build has no code for compute capability 8.0 or newer, which mma_sync needs (add 80 or newer to "
            "CMAKE_CUDA_ARCHITECTURES)";

@@ -10,6 +10,8 @@
 // banks (correct, and several times slower). The simulation finds all three on any machine.
 #pragma once
 
+#include <atomic>
+
 #include "kernels/half.h"  // HL_HOST_DEVICE
 
 namespace hl::kernels::cuda::mma_lanes {
@@ -89,3 +91,28 @@ HL_HOST_DEVICE TilePos accumulator_pos(int lane, int e) {
 }
 
 }  // namespace hl::kernels::cuda::mma_lanes
+
+namespace hl::kernels::mma_sync {
+
+// The tuning hook of `bench/gemm_bench --sweep` (added 2026-11-26; not yet timed): when true, mma_sync
+// copies the K steps of blocks that lie inside both matrices through the lean copy (copy_plan.h,
+// PlannedCopies in wmma_tile.cuh), as wmma_pipelined's tiles #12-#14 do, instead of the general copy.
+// This rung has 4 warps for a 128 x 128 x 32 block, so each thread copies 8 vectors per K step: about
+// 330 instructions of the general copy next to a warp's 64 HMMAs (kernels/cuda/gemm/README.md,
+// "Reading the machine code"). Process-wide and for measuring only; training and the tests' default
+// runs leave it off.
+inline std::atomic<bool>& lean_copy_for_tuning() {
+  static std::atomic<bool> on{false};
+  return on;
+}
+
+// The lean copy on for one scope, and off again however the scope ends.
+class ScopedLeanCopy {
+ public:
+  ScopedLeanCopy() { lean_copy_for_tuning().store(true); }
+  ~ScopedLeanCopy() { lean_copy_for_tuning().store(false); }
+  ScopedLeanCopy(const ScopedLeanCopy&) = delete;
+  ScopedLeanCopy& operator=(const ScopedLeanCopy&) = delete;
+};
+
+}  // namespace hl::kernels::mma_sync

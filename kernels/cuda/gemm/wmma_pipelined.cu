@@ -116,10 +116,11 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 
   // Issue the copies of K tile kt into stage s (asynchronous on sm_80+): through the plans when the
   // tile is LEAN and the step allows it, else the general copy.
-  [[maybe_unused]] LeanCopies<op_a, op_b, TA, TB, BM, BN, BK, Cfg::kThreads, Cfg::LEAN> lean(g, m0, n0, a_vec && b_vec);
+  [[maybe_unused]] PlannedCopiesIf<Cfg::LEAN, op_a, op_b, TA, TB, BM, BN, BK, Cfg::kThreads, true> lean(g, m0, n0,
+                                                                                                     a_vec && b_vec);
   const auto load_stage = [&](int s, int64_t kt) {
     if constexpr (Cfg::LEAN) {
-      if (lean.issue(a_stage(s), b_stage(s), g, kt)) return;
+      if (lean.copy(a_stage(s), b_stage(s), g, kt * BK)) return;
     }
     load_operand_tiles<op_a, op_b, TA, TB, Cfg::kThreads, true>(a_stage(s), b_stage(s), g, m0, n0, kt * BK, a_vec,
                                                                  b_vec);

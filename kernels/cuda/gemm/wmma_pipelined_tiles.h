@@ -53,10 +53,11 @@ inline constexpr Tile kBigTiles[] = {
     {64, 64, 32, 2, 2, 3},   // 10: the rung's own small tile (4 warps of 32 x 32), forced on every shape; 70 regs, 27-30 KiB: 7/SM
     {128, 64, 32, 2, 2, 4},  // 11: 4 warps of entry 0's 64 x 32; 120 regs, 52-60 KiB: 3/SM
     // 12-14, added 2026-11-26 (not yet timed): entries 0, 1 and 6 with the lean copy (copy_plan.h). Why: in
-    // the sm_90 code, the general copy spends about 48 instructions per 16-byte vector (index division,
-    // 64-bit edge checks, three-way branch), 4 vectors per thread per K step here, so a warp issues ~190
-    // copy instructions per 32 HMMAs: if issue slots, not Tensor Cores, are what every tile above ran
-    // out of, the block shape could not have moved it. The lean copy is about 4 instructions per vector.
+    // the sm_90 code, the general copy spends 41 instructions per 16-byte vector (index division, 64-bit
+    // edge checks, three-way branch), 4 vectors per thread per K step for entry 0, so a warp issues about
+    // 200 copy instructions per 32 HMMAs: if issue slots, not Tensor Cores, are what every tile above ran
+    // out of, the block shape could not have moved it. Tile #12's copies of a K step are 65 instructions
+    // (bench/results/sass_gemm_copy_2026-11-26.txt).
     {128, 128, 32, 2, 4, 4, true},  // 12: entry 0, lean copy
     {128, 128, 64, 2, 4, 3, true},  // 13: entry 1, lean copy
     {256, 128, 32, 4, 4, 4, true},  // 14: entry 6, lean copy

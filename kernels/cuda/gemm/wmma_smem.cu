@@ -21,7 +21,9 @@
 // only then loads the next one, so the Tensor Cores idle during every global-memory trip.
 //
 // The K step is a template parameter: 32 is the rung's, and `bench/gemm_bench --sweep` also times 64
-// (wmma_smem_k_step.h says why), through a tuning hook that only the benchmark and the tests set.
+// (wmma_smem_k_step.h says why), through a tuning hook that only the benchmark and the tests set; and
+// so is a second candidate, the batched copy: every load of a K step issued before any store, where
+// the general copy waits for each vector's load before it stores it (wmma_smem_k_step.h).
 //
 // Precision as in every rung (paper §3.3): FP16 fragments, FP32 accumulators, one rounding on the
 // store. f16 inputs only; f32 inputs get a clear "unsupported" and fall back to smem_tiled.
@@ -48,7 +50,8 @@ constexpr int kWM = kBM / kWarpsM, kWN = kBN / kWarpsN;  // 64 x 32 warp tile
 constexpr int kFM = kWM / 16, kFN = kWN / 16;            // 4 x 2 accumulator fragments per warp
 constexpr int kThreads = 32 * kWarpsM * kWarpsN;
 
-template <Op op_a, Op op_b, int kBK>
+// kBatched: the batched copy of wmma_smem_k_step.h (a tuning candidate) where it applies.
+template <Op op_a, Op op_b, int kBK, bool kBatched>
 __global__ void __launch_bounds__(kThreads) gemm_wmma_smem_kernel(GemmArgs g, bool a_vec, bool b_vec) {
   using TA = ATile<op_a, kBM, kBK>;
   using TB = BTile<op_b, kBN, kBK>;
@@ -75,12 +78,18 @@ __global__ void __launch_bounds__(kThreads) gemm_wmma_smem_kernel(GemmArgs g, bo
 #pragma unroll
     for (int j = 0; j < kFN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
 
+  [[maybe_unused]] PlannedCopiesIf<kBatched, op_a, op_b, TA, TB, kBM, kBN, kBK, kThreads, false> batched(
+      g, m0, n0, a_vec && b_vec);
   for (int64_t k0 = 0; k0 < g.K; k0 += kBK) {
-    // Tile origins in stored coordinates: op(A)[m0.., k0..] is stored at (m0, k0) for N, (k0, m0) for T.
-    load_tile<TA, kThreads, false>(As, A, g.lda, a_rows, a_cols, op_a == Op::N ? m0 : k0, op_a == Op::N ? k0 : m0,
-                                   a_vec);
-    load_tile<TB, kThreads, false>(Bs, B, g.ldb, b_rows, b_cols, op_b == Op::N ? k0 : n0, op_b == Op::N ? n0 : k0,
-                                   b_vec);
+    bool copied = false;
+    if constexpr (kBatched) copied = batched.copy(As, Bs, g, k0);
+    if (!copied) {
+      // Tile origins in stored coordinates: op(A)[m0.., k0..] is stored at (m0, k0) for N, (k0, m0) for T.
+      load_tile<TA, kThreads, false>(As, A, g.lda, a_rows, a_cols, op_a == Op::N ? m0 : k0,
+                                     op_a == Op::N ? k0 : m0, a_vec);
+      load_tile<TB, kThreads, false>(Bs, B, g.ldb, b_rows, b_cols, op_b == Op::N ? k0 : n0,
+                                     op_b == Op::N ? n0 : k0, b_vec);
+    }
     __syncthreads();  // the tiles are complete
 
 #pragma unroll
@@ -100,35 +109,40 @@ __global__ void __launch_bounds__(kThreads) gemm_wmma_smem_kernel(GemmArgs g, bo
   warp_epilogue<kFM, kFN>(g, acc, scratch[warp], m0 + wm, n0 + wn);
 }
 
-template <Op op_a, Op op_b, int kBK>
+template <Op op_a, Op op_b, int kBK, bool kBatched>
 void launch(const GemmArgs& g) {
   const dim3 grid(blocks_for(g.N, kBN), blocks_for(g.M, kBM));
-  gemm_wmma_smem_kernel<op_a, op_b, kBK>
+  gemm_wmma_smem_kernel<op_a, op_b, kBK, kBatched>
       <<<grid, kThreads, 0, stream()>>>(g, vector_aligned(g.A, g.lda), vector_aligned(g.B, g.ldb));
   HL_LAUNCH_CHECK("gemm_wmma_smem_kernel");
 }
 
-template <Op op_a, Op op_b>
+template <Op op_a, Op op_b, bool kBatched>
 void launch_k_step(const GemmArgs& g) {
   const int tuned = wmma_smem::k_step_for_tuning().load(std::memory_order_relaxed);
   const int k = tuned > 0 ? tuned : wmma_smem::kKStep;
   static_assert(sizeof(wmma_smem::kCandidateKSteps) / sizeof(int) == 2, "one launch per candidate below");
   if (k == 32) {
-    launch<op_a, op_b, 32>(g);
+    launch<op_a, op_b, 32, kBatched>(g);
   } else if (k == 64) {
-    launch<op_a, op_b, 64>(g);
+    launch<op_a, op_b, 64, kBatched>(g);
   } else {
     throw Error(detail::concat("wmma_smem: tuning K step ", k, " is not one of those in wmma_smem_k_step.h (32, 64)"));
   }
 }
 
+template <bool kBatched>
+void run_layout(const GemmArgs& g) {
+  if (g.op_a == Op::N) {
+    g.op_b == Op::N ? launch_k_step<Op::N, Op::N, kBatched>(g) : launch_k_step<Op::N, Op::T, kBatched>(g);
+  } else {
+    g.op_b == Op::N ? launch_k_step<Op::T, Op::N, kBatched>(g) : launch_k_step<Op::T, Op::T, kBatched>(g);
+  }
+}
+
 void run(const GemmArgs& g) {
   check_grid_y(g, kBM, "wmma_smem");
-  if (g.op_a == Op::N) {
-    g.op_b == Op::N ? launch_k_step<Op::N, Op::N>(g) : launch_k_step<Op::N, Op::T>(g);
-  } else {
-    g.op_b == Op::N ? launch_k_step<Op::T, Op::N>(g) : launch_k_step<Op::T, Op::T>(g);
-  }
+  wmma_smem::batched_copy_for_tuning().load(std::memory_order_relaxed) ? run_layout<true>(g) : run_layout<false>(g);
 }
 
 const char* unsupported(const GemmArgs& g) { return unsupported_wmma(g); }

@@ -1,5 +1,5 @@
-// The K step of the `wmma_smem` GEMM rung (wmma_smem.cu), and the tuning hook through which
-// `bench/gemm_bench --sweep` times the candidates. Plain C++ with no CUDA in it, so that the benchmark
+// The K step of the `wmma_smem` GEMM rung (wmma_smem.cu), and the tuning hooks through which
+// `bench/gemm_bench --sweep` times the candidates: other K steps, and the batched copy (below). Plain C++ with no CUDA in it, so that the benchmark
 // and the tests name the same steps as the kernel.
 //
 // Why a candidate: the rung loads a tile, waits for it, computes, and only then loads the next (it has
@@ -32,6 +32,29 @@ class ScopedKStep {
   ~ScopedKStep() { k_step_for_tuning().store(0); }
   ScopedKStep(const ScopedKStep&) = delete;
   ScopedKStep& operator=(const ScopedKStep&) = delete;
+};
+
+// The second candidate, with either K step: the batched copy (added 2026-11-26; not yet timed). The
+// rung's copy (wmma_tile.cuh's load_tile, synchronous below rung 5) is a loop whose every iteration
+// stores to shared memory the vector it has just loaded, and in the sm_90 code each store waits for
+// its load (scripts/sass.sh: LDG.E.128 then STS.128 of the same registers): a thread waits for global
+// memory once per vector, 4 times per 32-deep K step, where the rung means to wait once per step. In
+// blocks that lie inside both matrices, on full K steps, the batched copy (PlannedCopies in
+// wmma_tile.cuh, from plans made before the K loop: copy_plan.h) issues every load of the step, then
+// every store. The rest of the rung, and its lesson (no overlap of copies with math: rung 5's), stay.
+// When true, wmma_smem runs every problem with the batched copy; process-wide and for measuring only.
+inline std::atomic<bool>& batched_copy_for_tuning() {
+  static std::atomic<bool> on{false};
+  return on;
+}
+
+// The batched copy on for one scope, and off again however the scope ends.
+class ScopedBatchedCopy {
+ public:
+  ScopedBatchedCopy() { batched_copy_for_tuning().store(true); }
+  ~ScopedBatchedCopy() { batched_copy_for_tuning().store(false); }
+  ScopedBatchedCopy(const ScopedBatchedCopy&) = delete;
+  ScopedBatchedCopy& operator=(const ScopedBatchedCopy&) = delete;
 };
 
 }  // namespace hl::kernels::wmma_smem

@@ -122,49 +122,70 @@ __device__ __forceinline__ void load_operand_tiles(__half* a_tile, __half* b_til
                                   op_b == Op::N ? k0 : n0, op_b == Op::N ? n0 : k0, b_vec);
 }
 
-// ---- the lean copy (copy_plan.h): each thread's vectors worked out once, before the K loop ----------
+// ---- planned copies (copy_plan.h): each thread's vectors worked out once, before the K loop ---------
 
 template <class Tile, int kThreads>
 using PlanOf = copy_plan::Plan<copy_plan::Shape<Tile::kRows, Tile::kCols, Tile::kLd, kThreads>>;
 
-// Both operands' plans for one block (kLean), or nothing (this empty version keeps the rungs and
-// tiles that do not use the lean copy exactly as they were).
-template <Op op_a, Op op_b, class TA, class TB, int BM, int BN, int BK, int kThreads, bool kLean>
-struct LeanCopies {
-  __device__ LeanCopies(const GemmArgs&, int64_t, int64_t, bool) {}
-};
-
-template <Op op_a, Op op_b, class TA, class TB, int BM, int BN, int BK, int kThreads>
-struct LeanCopies<op_a, op_b, TA, TB, BM, BN, BK, kThreads, true> {
+// Both operands' plans for one block. The K steps of a block whose tiles lie inside both matrices are
+// copied through them: with kAsync (wmma_pipelined's lean tiles), one cp.async per vector; without
+// (wmma_smem's batched copy), every load of the step first, into registers, then every store, so that
+// the step waits for memory once rather than once per vector (the general copy, a loop whose every
+// iteration stores what it has just loaded, waits for each load in turn).
+template <Op op_a, Op op_b, class TA, class TB, int BM, int BN, int BK, int kThreads, bool kAsync>
+struct PlannedCopies {
   PlanOf<TA, kThreads> a;
   PlanOf<TB, kThreads> b;
   bool inside;  // this block's tiles lie inside both matrices along M and N, and both allow 16-byte copies
 
   // The stored matrices as load_operand_tiles reads them: op(A) rows [m0, m0 + BM) and op(B) columns
   // [n0, n0 + BN), from K step 0. vec_ok: both matrices are vector_aligned.
-  __device__ LeanCopies(const GemmArgs& g, int64_t m0, int64_t n0, bool vec_ok)
+  __device__ PlannedCopies(const GemmArgs& g, int64_t m0, int64_t n0, bool vec_ok)
       : a(threadIdx.x, g.lda, op_a == Op::N ? m0 : 0, op_a == Op::N ? 0 : m0, op_a == Op::N),
         b(threadIdx.x, g.ldb, op_b == Op::N ? 0 : n0, op_b == Op::N ? n0 : 0, op_b == Op::T),
         inside(vec_ok && m0 + BM <= g.M && n0 + BN <= g.N) {}
 
-  // Issues K step kt's copies, one 16-byte cp.async per vector, if the block is inside and the step lies
-  // wholly inside K, and says whether it did; otherwise the caller uses the general copy, which checks
-  // every edge. The steps must come in order (0, 1, 2, ...: the plans carry their offsets from one to
-  // the next), as the ring fills them; only the last one can be partial. Block-uniform, so no warp
-  // diverges on it.
-  __device__ bool issue(__half* a_tile, __half* b_tile, const GemmArgs& g, int64_t kt) {
-    if (!inside || (kt + 1) * BK > g.K) return false;
+  // Copies the K step that starts at k0 if the block is inside and the step lies wholly inside K, and
+  // says whether it did; otherwise the caller uses the general copy, which checks every edge. The steps
+  // must come in order (0, BK, 2 BK, ...: the plans carry their offsets from one to the next), as a
+  // kernel's K loop takes them; only the last one can be partial. Block-uniform, so no warp diverges.
+  __device__ bool copy(__half* a_tile, __half* b_tile, const GemmArgs& g, int64_t k0) {
+    if (!inside || k0 + BK > g.K) return false;
     const __half* A = static_cast<const __half*>(g.A);
     const __half* B = static_cast<const __half*>(g.B);
+    constexpr int kA = decltype(a)::Shape::kPerThread, kB = decltype(b)::Shape::kPerThread;
+    if constexpr (kAsync) {
 #pragma unroll
-    for (int i = 0; i < decltype(a)::Shape::kPerThread; ++i) copy16<true>(a_tile + a.dst_of(i), A + a.src_of(i));
+      for (int i = 0; i < kA; ++i) copy16<true>(a_tile + a.dst_of(i), A + a.src_of(i));
 #pragma unroll
-    for (int i = 0; i < decltype(b)::Shape::kPerThread; ++i) copy16<true>(b_tile + b.dst_of(i), B + b.src_of(i));
+      for (int i = 0; i < kB; ++i) copy16<true>(b_tile + b.dst_of(i), B + b.src_of(i));
+    } else {
+      uint4 va[kA], vb[kB];
+#pragma unroll
+      for (int i = 0; i < kA; ++i) va[i] = *reinterpret_cast<const uint4*>(A + a.src_of(i));
+#pragma unroll
+      for (int i = 0; i < kB; ++i) vb[i] = *reinterpret_cast<const uint4*>(B + b.src_of(i));
+#pragma unroll
+      for (int i = 0; i < kA; ++i) *reinterpret_cast<uint4*>(a_tile + a.dst_of(i)) = va[i];
+#pragma unroll
+      for (int i = 0; i < kB; ++i) *reinterpret_cast<uint4*>(b_tile + b.dst_of(i)) = vb[i];
+    }
     a.advance();
     b.advance();
     return true;
   }
 };
+
+// What a kernel declares in place of PlannedCopies when it does not use them: nothing, so that the
+// rungs and tiles that copy only the general way stay exactly as they were.
+struct NoPlannedCopies {
+  template <class... Args>
+  __device__ explicit NoPlannedCopies(const Args&...) {}
+};
+
+template <bool kOn, Op op_a, Op op_b, class TA, class TB, int BM, int BN, int BK, int kThreads, bool kAsync>
+using PlannedCopiesIf =
+    std::conditional_t<kOn, PlannedCopies<op_a, op_b, TA, TB, BM, BN, BK, kThreads, kAsync>, NoPlannedCopies>;
 
 // ---- the epilogue of one warp ----------------------------------------------------------------------
 
