@@ -129,7 +129,8 @@ race+=':ConvCuda.NhwcWgradRungOnTheShapesItComputesItself'  # implicit_gemm_nhwc
 # wmma_pipelined's sweep tiles #6-#11 (the test runs every tile of the table), wmma_smem's 64-deep K
 # step, the softmax rung packed_row (new, opt-in; its block reductions share memory), and the lean-copy
 # sweep tiles #12-#14, wmma_smem's batched copy and mma_sync's lean copy in the blocks and steps where
-# they run (copy_plan.h).
+# they run (copy_plan.h). (The softmax rung packed_warp, new since too, uses no shared memory: memcheck
+# covers it, with every SoftmaxCuda test.)
 race_new='ConvCuda.NhwcWgradRungOnTheShapesItComputesItself:CudaOptim.OneLaunchPerTensorGivesTheSameBits'
 race_new+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps:SoftmaxCuda.PackedRowGivesRegisterRowsBits'
 race_new+=':CudaGemm.WmmaSmemEveryKStepOneBlock:CudaGemm.WmmaPipelinedLeanTilesInsideAndOnTheEdges'
@@ -468,6 +469,8 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
         --shapes 4096x1024 --variants register_warp
       ncu_kernel softmax-4096x4096-register_row 'register_row_forward_kernel' 1 "${softmax[@]}" \
         --shapes 4096x4096 --variants register_row
+      ncu_kernel softmax-4096x4096-packed_warp 'packed_warp_forward_kernel' 1 "${softmax[@]}" \
+        --shapes 4096x4096 --variants packed_warp
       ncu_kernel softmax-1024x32768-register_row 'register_row_forward_kernel' 1 "${softmax[@]}" \
         --shapes 1024x32768 --variants register_row
       ncu_kernel softmax-128x65536-block_row 'block_row_forward_kernel' 1 "${softmax[@]}" \

@@ -76,6 +76,13 @@ void expect_register_row_listed(const k::SoftmaxArgs& a, const std::vector<std::
                       k::register_row::packed::plan(a.cols, register_row_width(a.x_type, a.cols, aligned_buffers)).threads > 0;
     EXPECT_EQ(listed("packed_row"), fits) << a.describe();
   }
+  // packed_warp: FP16 rows of whole packs in aligned buffers, up to 4096 columns, forward only.
+  if (registered_on_cuda("packed_warp")) {
+    const bool forward = a.op == k::SoftmaxOp::softmax || a.op == k::SoftmaxOp::log_softmax;
+    const bool fits = a.x_type == DType::f16 && forward &&
+                      k::register_row::packed_warp::per_lane(a.cols, register_row_width(a.x_type, a.cols, aligned_buffers)) > 0;
+    EXPECT_EQ(listed("packed_warp"), fits) << a.describe();
+  }
   // cluster_row needs thread-block clusters: on a GPU below compute capability 9.0, or with a build
   // that has no sm_90 code, it refuses every row, and says so.
   if (registered_on_cuda("cluster_row")) {
@@ -525,6 +532,58 @@ TEST(SoftmaxCuda, PackedRowGivesRegisterRowsBits) {
   EXPECT_EQ(counts, (std::set<int>{1, 2, 4, 8})) << "every per-thread count of packed_row";
 }
 
+// packed_warp (kernels/cuda/softmax/packed_warp.cu): every per-lane count (1 to 16 FP16 packs), its
+// capacity (4096 columns), row counts that are not a multiple of its 8 rows per block, more rows than
+// one grid covers, and what it declines: FP32 rows, rows that are not whole packs and longer rows, each
+// with its reason.
+TEST(SoftmaxCuda, PackedWarpAtItsCapacityBoundaries) {
+  HL_REQUIRE_CUDA();
+  if (!registered_on_cuda("packed_warp")) GTEST_SKIP() << "packed_warp is not registered in this build";
+  std::vector<std::pair<int64_t, int64_t>> cases;
+  for (int64_t cols : {7, 8, 100, 248, 256, 264, 512, 520, 1000, 1024, 1032, 2048, 2056, 3000, 4088, 4096, 4104, 8192})
+    cases.push_back({9, cols});
+  cases.push_back({530000, 8});  // 66250 blocks of 8 warps > 65535: warps step to further rows
+  sweep_register_rung("packed_warp", cases, k::register_row::packed_warp::per_lane,
+                      k::register_row::packed_warp::compiled_for, "packed_warp keeps");
+}
+
+// packed_warp computes what register_warp computes, with the same packs per lane and the same warp
+// reductions in the same order (its header): wherever both take a row with the same count (whole
+// FP16 packs up to 1024 columns: 1, 2 and 4 packs per lane), the two give the same bits, for both
+// output dtypes, softmax and log-softmax, on make_logits' special rows and random ones.
+TEST(SoftmaxCuda, PackedWarpGivesRegisterWarpsBits) {
+  HL_REQUIRE_CUDA();
+  if (!registered_on_cuda("packed_warp") || !registered_on_cuda("register_warp")) GTEST_SKIP() << "not registered";
+  namespace rr = k::register_row;
+  uint64_t seed = hl::test::fresh_seed();
+  std::set<int> counts;
+  for (const int64_t cols : {64, 256, 512, 1000, 1024}) {
+    const int64_t rows = 11;  // not a multiple of the 8 rows per block
+    ASSERT_EQ(rr::packed_warp::per_lane(cols, 8), rr::warp::per_lane(cols, 8)) << cols;
+    counts.insert(rr::packed_warp::per_lane(cols, 8));
+    const Expect e = reference(make_logits(rows, cols, 8.0, DType::f16, seed++, /*nonfinite=*/true), rows, cols);
+    const Tensor x = device_tensor(e.x, rows, cols, DType::f16);
+    for (DType ty : {DType::f16, DType::f32}) {
+      for (bool log : {false, true}) {
+        Tensor y1 = Tensor::full({rows, cols}, kNaN, ty, Device::cuda), y2 = Tensor::full({rows, cols}, 0.0, ty, Device::cuda);
+        k::softmax(forward_args(log, x, y1), "register_warp");
+        k::softmax(forward_args(log, x, y2), "packed_warp");
+        const std::vector<double> a = y1.to_double(), b = y2.to_double();
+        int64_t differ = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+          const bool same = (std::isnan(a[i]) && std::isnan(b[i])) ||
+                            (a[i] == b[i] && std::signbit(a[i]) == std::signbit(b[i]));
+          if (!same && differ++ < 3)
+            ADD_FAILURE() << "packed_warp " << (log ? "log_softmax " : "softmax ") << dtype_name(ty) << " " << rows
+                          << "x" << cols << " element " << i << ": " << b[i] << ", register_warp " << a[i];
+        }
+        EXPECT_EQ(differ, 0) << cols;
+      }
+    }
+  }
+  EXPECT_EQ(counts, (std::set<int>{1, 2, 4})) << "every per-lane count the two share";
+}
+
 // cluster_row (kernels/cuda/softmax/cluster_row.cu): every per-thread count of its blocks on both
 // paths, clusters of 2, 4 and 8 blocks, chunks that leave the second block of a cluster with no
 // columns (a row of one pack: 1 column on the scalar path, 4 FP32 or 8 FP16 columns on the packed
@@ -725,6 +784,8 @@ TEST(SoftmaxRegisterRowPlan, EveryMemberOwnsAtMostItsPacksAndTheRowIsCovered) {
     const rr::Plan p = rr::packed::plan(cols, 8);
     ASSERT_TRUE(check(cols, 8, p.threads, p.per_thread, "packed_row"));
   }
+  for (int64_t cols = 8; cols <= rr::packed_warp::kMaxCols; cols += 8)
+    ASSERT_TRUE(check(cols, 8, 32, rr::packed_warp::per_lane(cols, 8), "packed_warp"));
   // The scalar path takes any length, not only multiples of the pack width.
   for (int64_t cols = 1; cols <= rr::warp::kMaxCols; ++cols)
     ASSERT_TRUE(check(cols, 1, 32, rr::warp::per_lane(cols, 1), "register_warp"));
@@ -772,6 +833,35 @@ void expect_pinned_rung_declines(const std::string& rung, int64_t rows, int64_t 
   a.op = k::SoftmaxOp::xent_fused;
   a.cols = 10;
   EXPECT_THROW(k::SoftmaxRegistry::instance().select(a, rung), Error);
+}
+
+// packed_warp's plan (plain C++, no GPU): every FP16 row of whole packs up to 4096 columns gets the
+// smallest compiled per-lane count whose 32 lanes cover it; FP32 packs, the scalar path, ragged and
+// longer rows get none. Up to 1024 columns it is register_warp's count, so the two compute the same
+// packs (SoftmaxCuda.PackedWarpGivesRegisterWarpsBits).
+TEST(SoftmaxPackedWarpPlan, CoversEveryFp16RowUpToItsCapacity) {
+  namespace rr = k::register_row;
+  namespace pw = rr::packed_warp;
+  EXPECT_EQ(pw::kMaxCols, 4096);  // 32 lanes x 16 packs x 8
+  std::set<int> counts;
+  for (int64_t cols = 8; cols <= pw::kMaxCols; cols += 8) {
+    const int p = pw::per_lane(cols, 8);
+    ASSERT_TRUE(pw::compiled_for(p, 8)) << cols;
+    const int64_t packs = cols / 8;
+    ASSERT_GE(int64_t{32} * p, packs) << cols;
+    ASSERT_TRUE(p == 1 || int64_t{32} * (p / 2) < packs) << cols << ": " << p << " packs per lane, half would do";
+    if (cols <= rr::warp::kMaxCols) {
+      ASSERT_EQ(p, rr::warp::per_lane(cols, 8)) << cols;
+    }
+    counts.insert(p);
+  }
+  EXPECT_EQ(counts, (std::set<int>{1, 2, 4, 8, 16}));
+  for (int64_t cols : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{9}, int64_t{4095}, int64_t{4104}})
+    EXPECT_EQ(pw::per_lane(cols, 8), 0) << cols;
+  for (int width : {4, 1}) {
+    EXPECT_EQ(pw::per_lane(1024, width), 0) << width;
+  }
+  EXPECT_EQ(pw::per_lane(4096, 8), 16);  // the shape it is for: 4096x4096, 16 packs per lane
 }
 
 // An opt-in rung (cluster_row: verified, and slower where it was timed): the chooser never picks it, a
@@ -826,6 +916,14 @@ TEST(SoftmaxCudaChooser, RegisterWarpTakesRowsOf33To1024Columns) {
     }
   }
   expect_pinned_rung_declines("register_warp", 4096, 1025, "at most 1024 columns");
+}
+
+// The rungs written without a GPU stay opt-in until they have run on one: the chooser never picks
+// them; pinned, they run where they fit and decline past their capacity with the reason.
+TEST(SoftmaxCudaChooser, RungsNotYetRunOnAGpuStayOptIn) {
+  if (!registered_on_cuda("packed_row")) GTEST_SKIP() << "CPU-only build: no CUDA softmax rungs are registered";
+  expect_opt_in_rung("packed_row", 128, {8, 4096, 32768, 65536}, 65544, "at most 65536 columns");
+  expect_opt_in_rung("packed_warp", 4096, {8, 1024, 2048, 4096}, 4104, "at most 4096 columns");
 }
 
 TEST(SoftmaxCudaChooser, ClusterRowStaysOptInSlowerWhereTimed) {

@@ -137,8 +137,8 @@ void ladder(Device dev, bool smoke) {
     const Tensor x = xc.to(dev);
     for (const auto& rung : k::SoftmaxRegistry::instance().names(dev)) {
       if (rung == "fused_xent" || rung == "naive_fp16_nomax") continue;
-      {  // a rung that cannot take this shape (register_row past its register capacity, packed_row on rows
-         // that are not whole 16-byte packs) says so
+      {  // a rung that cannot take this shape (register_row past its register capacity, packed_row and
+         // packed_warp on rows that are not whole 16-byte packs) says so
         k::SoftmaxArgs probe;
         probe.device = x.device();
         probe.rows = rows;
@@ -166,7 +166,7 @@ void ladder(Device dev, bool smoke) {
   }
   if (dev == Device::cpu)
     std::printf("(on a GPU this section times naive, block_row, warp_row, register_warp, register_row, online\n"
-                " and the opt-in cluster_row and packed_row)\n");
+                " and the opt-in cluster_row, packed_row and packed_warp)\n");
 }
 
 // ---- 3. fused vs unfused cross-entropy ---------------------------------------------------------------------

@@ -39,48 +39,6 @@ namespace plan_ns = hl::kernels::register_row::packed;
 
 constexpr int N = plan_ns::kWidth;  // FP16 values per 16-byte pack
 
-// Softmax or log-softmax of row xr -> yr by the block: the member's `owned` packs (packs_owned) of its
-// P, pack i of the member being pack rank + i * size of the row, as in register_row.cuh.
-template <int P, class TY>
-__device__ __forceinline__ void packed_forward_row(const BlockGroup& g, const __half* xr, TY* yr, int owned,
-                                                   bool log) {
-  Pack<__half, N> raw[P];
-  load_packs<P, N>(xr, g.rank(), g.size(), owned, raw);
-  float m = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < P; ++i)
-#pragma unroll
-    for (int k = 0; k < N; ++k)
-      if (i < owned) m = fmaxf(m, to_f32(raw[i].v[k]));  // fmaxf ignores NaN; the sum below carries it
-  m = g.max(m);
-  // Sum of exp(x - max), in register_row's order (pack by pack, value by value); masked (-inf)
-  // entries give exp(-inf) = 0.
-  float s = 0.0f;
-#pragma unroll
-  for (int i = 0; i < P; ++i)
-#pragma unroll
-    for (int k = 0; k < N; ++k)
-      if (i < owned) s += expf(to_f32(raw[i].v[k]) - m);
-  s = g.sum(s);
-  // The NaN convention of finish_stats: no finite maximum, or a NaN entry (s is NaN), gives NaN
-  // everywhere in the row.
-  const RowStats st = finish_stats(m, s);
-  const float inv = isnan(st.log_sum) ? NAN : 1.0f / s;
-  const int stride = g.size() * N, first = g.rank() * N;
-#pragma unroll
-  for (int i = 0; i < P; ++i) {
-    if (i < owned) {
-      Pack<TY, N> q;
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        const float x = to_f32(raw[i].v[k]);
-        q.v[k] = from_f32<TY>(log ? log_prob(x, st) : expf(x - m) * inv);  // the second exp()
-      }
-      *reinterpret_cast<Pack<TY, N>*>(yr + first + i * stride) = q;
-    }
-  }
-}
-
 // One block per row (rows step by the grid); P packs of 8 FP16 values per thread.
 template <int P, class TY>
 __global__ void __launch_bounds__(plan_ns::kMaxThreads)

@@ -140,6 +140,53 @@ __device__ __forceinline__ void register_backward_row(const Group& g, const TY* 
   register_backward_row<P, N>(g, yr, dyr, gr, owned, [&](float v) { return g.sum(v); });
 }
 
+// ---- the row kept as FP16 packs (packed_row: a block per row; packed_warp: a warp per row) ------------
+
+// Softmax or log-softmax of one FP16 row xr -> yr by group g, the row kept in registers as the 16-byte
+// packs it arrives in (8 values per pack; the member's `owned` packs of its P, pack i of the member
+// being pack rank + i * size of the row, as above), and exp() computed twice: once for the sum, once
+// for the output. The same order as register_forward_row, so both give the same bits for the same
+// group and packs.
+template <int P, class Group, class TY>
+__device__ __forceinline__ void packed_forward_row(const Group& g, const __half* xr, TY* yr, int owned, bool log) {
+  constexpr int N = 8;  // FP16 values per 16-byte pack
+  Pack<__half, N> raw[P];
+  load_packs<P, N>(xr, g.rank(), g.size(), owned, raw);
+  float m = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < P; ++i)
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      if (i < owned) m = fmaxf(m, to_f32(raw[i].v[k]));  // fmaxf ignores NaN; the sum below carries it
+  m = g.max(m);
+  // Sum of exp(x - max), in register_row's order (pack by pack, value by value); masked (-inf)
+  // entries give exp(-inf) = 0.
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < P; ++i)
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      if (i < owned) s += expf(to_f32(raw[i].v[k]) - m);
+  s = g.sum(s);
+  // The NaN convention of finish_stats: no finite maximum, or a NaN entry (s is NaN), gives NaN
+  // everywhere in the row.
+  const RowStats st = finish_stats(m, s);
+  const float inv = isnan(st.log_sum) ? NAN : 1.0f / s;
+  const int stride = g.size() * N, first = g.rank() * N;
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    if (i < owned) {
+      Pack<TY, N> q;
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const float x = to_f32(raw[i].v[k]);
+        q.v[k] = from_f32<TY>(log ? log_prob(x, st) : expf(x - m) * inv);  // the second exp()
+      }
+      *reinterpret_cast<Pack<TY, N>*>(yr + first + i * stride) = q;
+    }
+  }
+}
+
 // f(std::integral_constant<int, P>) for a per-thread count of the plan; only the counts for which
 // Compiled(P, N) holds are instantiated (one kernel per count and dtype pair), any other throws.
 template <bool (*Compiled)(int, int), int N, class F>

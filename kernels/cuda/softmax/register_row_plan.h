@@ -196,4 +196,34 @@ constexpr Plan plan(int64_t cols, int width) {
 
 }  // namespace packed
 
+// ---- packed_warp: a warp per row, the row kept as its FP16 packs (packed_warp.cu) ---------------------
+// register_warp's warp per row (no shared memory, no barriers, eight rows to a 256-thread block) with
+// packed_row's FP16 packs: a lane keeps up to 16 packs, 128 values in 64 registers, so a warp holds a
+// row of 4096 columns, where register_warp's FP32 values stop at 1024 (64 FP16 values per lane as FP32
+// spilled or left one block per SM: the warp namespace above). exp() runs twice per element, as in
+// packed_row. FP16 rows of whole packs only (width 8).
+namespace packed_warp {
+
+constexpr int kWarpsPerBlock = 8;  // 256 threads
+constexpr int kMaxPacks = 16;      // 16-byte FP16 packs per lane: 128 values in 64 registers
+constexpr int kWidth = 8;          // FP16 values per pack
+constexpr int64_t kMaxCols = static_cast<int64_t>(32) * kMaxPacks * kWidth;  // 4096
+
+// The per-lane counts packed_warp.cu instantiates: 1, 2, 4, 8 or 16 FP16 packs.
+constexpr bool compiled_for(int per_thread, int width) {
+  return width == kWidth && per_thread >= 1 && per_thread <= kMaxPacks && (per_thread & (per_thread - 1)) == 0;
+}
+
+// The smallest compiled count whose 32 lanes cover the row's packs; 0 when the row is not FP16 packs
+// (width 8, whole packs) or longer than kMaxCols.
+constexpr int per_lane(int64_t cols, int width) {
+  if (width != kWidth || cols < 1 || cols > kMaxCols || cols % kWidth != 0) return 0;
+  const int64_t packs = cols / kWidth;
+  int p = 1;
+  while (static_cast<int64_t>(32) * p < packs) p *= 2;
+  return p;
+}
+
+}  // namespace packed_warp
+
 }  // namespace hl::kernels::register_row
