@@ -497,6 +497,31 @@ TEST(SoftmaxCuda, PackedRowAtItsCapacityBoundaries) {
       k::register_row::packed::compiled_for, "packed_row keeps");
 }
 
+// Runs `rung` and `ref` on the same FP16 logits (make_logits' special rows, all -inf, masked, 12, +inf
+// and NaN, and random ones), both output dtypes, softmax and log-softmax, and fails on every element
+// whose bits differ (a NaN matches a NaN): for two rungs that compute in the same order. The outputs
+// start different (NaN and 0), so an element that neither writes differs too.
+void expect_same_bits(const std::string& rung, const std::string& ref, int64_t rows, int64_t cols, uint64_t seed) {
+  const Expect e = reference(make_logits(rows, cols, 8.0, DType::f16, seed, /*nonfinite=*/true), rows, cols);
+  const Tensor x = device_tensor(e.x, rows, cols, DType::f16);
+  for (DType ty : {DType::f16, DType::f32}) {
+    for (bool log : {false, true}) {
+      Tensor y1 = Tensor::full({rows, cols}, kNaN, ty, Device::cuda), y2 = Tensor::full({rows, cols}, 0.0, ty, Device::cuda);
+      k::softmax(forward_args(log, x, y1), ref);
+      k::softmax(forward_args(log, x, y2), rung);
+      const std::vector<double> a = y1.to_double(), b = y2.to_double();
+      int64_t differ = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        const bool same = (std::isnan(a[i]) && std::isnan(b[i])) || (a[i] == b[i] && std::signbit(a[i]) == std::signbit(b[i]));
+        if (!same && differ++ < 3)
+          ADD_FAILURE() << rung << " " << (log ? "log_softmax " : "softmax ") << dtype_name(ty) << " " << rows << "x"
+                        << cols << " element " << i << ": " << b[i] << ", " << ref << " " << a[i];
+      }
+      EXPECT_EQ(differ, 0) << rung << " against " << ref << ", " << cols << " columns";
+    }
+  }
+}
+
 // packed_row computes what register_row computes, in the same order (its header): wherever both take
 // a row, the two give the same bits, for every per-thread count of packed_row, both output dtypes,
 // softmax and log-softmax, on make_logits' special rows (all -inf, masked, 12, +inf, NaN) and random
@@ -509,25 +534,7 @@ TEST(SoftmaxCuda, PackedRowGivesRegisterRowsBits) {
   for (const int64_t cols : {256, 512, 1000, 2048, 8192, 32768}) {
     const int64_t rows = 5;
     counts.insert(k::register_row::packed::plan(cols, 8).per_thread);
-    const Expect e = reference(make_logits(rows, cols, 8.0, DType::f16, seed++, /*nonfinite=*/true), rows, cols);
-    const Tensor x = device_tensor(e.x, rows, cols, DType::f16);
-    for (DType ty : {DType::f16, DType::f32}) {
-      for (bool log : {false, true}) {
-        Tensor y1 = Tensor::full({rows, cols}, kNaN, ty, Device::cuda), y2 = Tensor::full({rows, cols}, 0.0, ty, Device::cuda);
-        k::softmax(forward_args(log, x, y1), "register_row");
-        k::softmax(forward_args(log, x, y2), "packed_row");
-        const std::vector<double> a = y1.to_double(), b = y2.to_double();
-        int64_t differ = 0;
-        for (size_t i = 0; i < a.size(); ++i) {
-          const bool same = (std::isnan(a[i]) && std::isnan(b[i])) ||
-                            (a[i] == b[i] && std::signbit(a[i]) == std::signbit(b[i]));
-          if (!same && differ++ < 3)
-            ADD_FAILURE() << "packed_row " << (log ? "log_softmax " : "softmax ") << dtype_name(ty) << " " << rows
-                          << "x" << cols << " element " << i << ": " << b[i] << ", register_row " << a[i];
-        }
-        EXPECT_EQ(differ, 0) << cols;
-      }
-    }
+    expect_same_bits("packed_row", "register_row", rows, cols, seed++);
   }
   EXPECT_EQ(counts, (std::set<int>{1, 2, 4, 8})) << "every per-thread count of packed_row";
 }
@@ -561,25 +568,7 @@ TEST(SoftmaxCuda, PackedWarpGivesRegisterWarpsBits) {
     const int64_t rows = 11;  // not a multiple of the 8 rows per block
     ASSERT_EQ(rr::packed_warp::per_lane(cols, 8), rr::warp::per_lane(cols, 8)) << cols;
     counts.insert(rr::packed_warp::per_lane(cols, 8));
-    const Expect e = reference(make_logits(rows, cols, 8.0, DType::f16, seed++, /*nonfinite=*/true), rows, cols);
-    const Tensor x = device_tensor(e.x, rows, cols, DType::f16);
-    for (DType ty : {DType::f16, DType::f32}) {
-      for (bool log : {false, true}) {
-        Tensor y1 = Tensor::full({rows, cols}, kNaN, ty, Device::cuda), y2 = Tensor::full({rows, cols}, 0.0, ty, Device::cuda);
-        k::softmax(forward_args(log, x, y1), "register_warp");
-        k::softmax(forward_args(log, x, y2), "packed_warp");
-        const std::vector<double> a = y1.to_double(), b = y2.to_double();
-        int64_t differ = 0;
-        for (size_t i = 0; i < a.size(); ++i) {
-          const bool same = (std::isnan(a[i]) && std::isnan(b[i])) ||
-                            (a[i] == b[i] && std::signbit(a[i]) == std::signbit(b[i]));
-          if (!same && differ++ < 3)
-            ADD_FAILURE() << "packed_warp " << (log ? "log_softmax " : "softmax ") << dtype_name(ty) << " " << rows
-                          << "x" << cols << " element " << i << ": " << b[i] << ", register_warp " << a[i];
-        }
-        EXPECT_EQ(differ, 0) << cols;
-      }
-    }
+    expect_same_bits("packed_warp", "register_warp", rows, cols, seed++);
   }
   EXPECT_EQ(counts, (std::set<int>{1, 2, 4})) << "every per-lane count the two share";
 }
