@@ -123,19 +123,20 @@ race+=':ConvCuda.NhwcWgradRungOnTheShapesItComputesItself'  # implicit_gemm_nhwc
 
 # short: racecheck on the kernels added or changed since the last GPU run (docs/gpu_status.md's table)
 # only, on small shapes, in two lists run side by side (on the H200, 2026-11-26, the two lists of that
-# run took 226 s and 181 s beside the suite). A kernel changed since goes in. Since 2026-11-26: rung 4b
-# of the convolution (implicit_gemm_nhwc_wgrad, new, opt-in; its own shapes, and every variant's small
-# shapes, where it hands most calls on), the optimizer's launches (one per tensor on request), and
-# wmma_pipelined's sweep tiles #6-#11 (the test runs every tile of the table), wmma_smem's 64-deep K
-# step, the softmax rung packed_row (new, opt-in; its block reductions share memory), and the lean-copy
-# sweep tiles #12-#14, wmma_smem's batched copy and mma_sync's lean copy in the blocks and steps where
-# they run (copy_plan.h). (The softmax rung packed_warp, new since too, uses no shared memory: memcheck
-# covers it, with every SoftmaxCuda test.)
+# run took 226 s and 181 s beside the suite, of their 240). A kernel changed since goes in. Since
+# 2026-11-26: rung 4b of the convolution (implicit_gemm_nhwc_wgrad, new, opt-in; its own shapes, and
+# every variant's small shapes, where it hands most calls on), the optimizer's launches (one per tensor
+# on request), wmma_pipelined's sweep tiles #6-#11 (the test runs every tile of the table), wmma_smem's
+# 64-deep K step, and the softmax rung packed_row (new, opt-in; its block reductions share memory): the
+# first list. The lean-copy sweep tiles #12-#14, wmma_smem's batched copy and mma_sync's lean copy in
+# the blocks and steps where they run (copy_plan.h): the second, beside the convolution variants' small
+# shapes, since the first holds rung 4b's own shapes, the heavier half. (The softmax rung packed_warp,
+# new since too, uses no shared memory: memcheck covers it, with every SoftmaxCuda test.)
 race_new='ConvCuda.NhwcWgradRungOnTheShapesItComputesItself:CudaOptim.OneLaunchPerTensorGivesTheSameBits'
 race_new+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps:SoftmaxCuda.PackedRowGivesRegisterRowsBits'
-race_new+=':CudaGemm.WmmaSmemEveryKStepOneBlock:CudaGemm.WmmaPipelinedLeanTilesInsideAndOnTheEdges'
-race_new+=':CudaGemm.WmmaSmemBatchedCopyInsideAndOnTheEdges:CudaGemm.MmaSyncLeanCopyInsideAndOnTheEdges'
-race_conv='ConvCuda.BetaAccumulatesIntoTheOutput'
+race_new+=':CudaGemm.WmmaSmemEveryKStepOneBlock'
+race_second='ConvCuda.BetaAccumulatesIntoTheOutput:CudaGemm.WmmaPipelinedLeanTilesInsideAndOnTheEdges'
+race_second+=':CudaGemm.WmmaSmemBatchedCopyInsideAndOnTheEdges:CudaGemm.MmaSyncLeanCopyInsideAndOnTheEdges'
 # short's memcheck runs these kernel tests in a second process, beside the rest (below).
 memcheck_second='ConvCuda.*:CudaConv.*:SoftmaxCuda.*:CudaSoftmax.*'
 
@@ -368,8 +369,8 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
         "$build/tests/test_kernels" --gtest_filter="$memcheck_second-$heavy"
       bg_start racecheck-new 240 "$sanitizer" --tool racecheck --error-exitcode 1 "$build/tests/test_kernels" \
         --gtest_filter="$race_new"
-      bg_start racecheck-new-conv 240 "$sanitizer" --tool racecheck --error-exitcode 1 \
-        "$build/tests/test_kernels" --gtest_filter="$race_conv"
+      bg_start racecheck-new-second 240 "$sanitizer" --tool racecheck --error-exitcode 1 \
+        "$build/tests/test_kernels" --gtest_filter="$race_second"
     else
       record compute-sanitizer FAILED "not found: $sanitizer"
     fi
@@ -377,7 +378,7 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
       --output-on-failure --no-tests=error -E "^(${cpu_only//:/|})\$"
     step cuda-skips cuda_skips
     if [[ -x $sanitizer ]]; then
-      for name in memcheck memcheck-conv-softmax racecheck-new racecheck-new-conv; do bg_finish "$name"; done
+      for name in memcheck memcheck-conv-softmax racecheck-new racecheck-new-second; do bg_finish "$name"; done
     fi
     export HALFLING_DATA=${HALFLING_DATA:-$root/data}
     step conv-bench timeout 100 "$build/bench/conv_bench" --batch 128
