@@ -10,7 +10,7 @@
 # HMMA (mma.sync), LDSM (ldmatrix), LDGSTS (cp.async), BAR (__syncthreads). They are static counts (an
 # unrolled loop body counts once per copy, a loop not at all more than once): the dump is what to read.
 #
-# The disassembler: cuobjdump from the CUDA toolkit when it is there. This project's development
+# The disassembler: NVDISASM when set, else cuobjdump from the CUDA toolkit. This project's development
 # machine has CUDA 13's nvcc without cuobjdump or nvdisasm; NVDISASM=/path/to/nvdisasm then names one
 # from another toolkit, such as Debian bookworm's non-free nvidia-cuda-toolkit (11.8: `apt-get download
 # nvidia-cuda-toolkit`, then `dpkg -x` it anywhere). 11.8 decodes sm_90 code but not the ELF header
@@ -30,7 +30,12 @@ nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
   exit 2
 }
 cuobjdump=$(dirname "$nvcc")/cuobjdump
-if [[ ! -x $cuobjdump && -z ${NVDISASM:-} ]]; then
+if [[ -n ${NVDISASM:-} ]]; then  # an explicit choice wins
+  [[ -x $NVDISASM ]] || {
+    echo "sass.sh: NVDISASM=$NVDISASM is not an executable" >&2
+    exit 2
+  }
+elif [[ ! -x $cuobjdump ]]; then
   echo "sass.sh: no cuobjdump next to $nvcc; set NVDISASM to an nvdisasm (see this script's header)" >&2
   exit 2
 fi
@@ -39,7 +44,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 "$nvcc" -std=c++17 -O3 -DNDEBUG -DHALFLING_WITH_CUDA=1 --expt-relaxed-constexpr -I"$root" -isystem /usr/include/stb \
   -arch=sm_90 -cubin -o "$tmp/k.cubin" "$src"
-if [[ -x $cuobjdump ]]; then
+if [[ -z ${NVDISASM:-} ]]; then
   "$cuobjdump" -sass "$tmp/k.cubin" >"$tmp/k.sass"
 else
   python3 - "$tmp/k.cubin" <<'PY'

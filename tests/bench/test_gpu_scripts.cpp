@@ -256,6 +256,27 @@ TEST(GpuBenches, ChoosersRefuseWhatDoesNotExist) {
 #endif
 }
 
+// scripts/sass.sh (a kernel file's machine code, read without a GPU) refuses what it cannot do before
+// compiling anything: no file, a file that is not there, a disassembler that is not there. Each with
+// exit status 2 and a line that says what is wrong, on any machine.
+TEST(GpuScripts, SassRefusesWhatItCannotRead) {
+  // append(), not "'" + ... + "'": g++ 12 reports a false -Wrestrict on the latter.
+  const std::string script =
+      std::string("'").append((fs::path(HALFLING_SOURCE_DIR) / "scripts" / "sass.sh").string()).append("'");
+  const std::string file = (fs::path(HALFLING_SOURCE_DIR) / "kernels" / "cuda" / "gemm" / "mma_sync.cu").string();
+  const std::pair<std::string, std::string> refused[] = {
+      {script, "usage: scripts/sass.sh FILE.cu [REGEX]"},
+      {script + " no_such_file.cu", "usage: scripts/sass.sh FILE.cu [REGEX]"},
+      {"NVCC=/bin/true NVDISASM=/no/such/nvdisasm " + script + " '" + file + "'",
+       "NVDISASM=/no/such/nvdisasm is not an executable"},
+  };
+  for (const auto& [command, message] : refused) {
+    auto [s, o] = hl::test::run_command(command);
+    EXPECT_EQ(s, 2) << command << "\n" << o;
+    EXPECT_TRUE(contains(o, message)) << command << "\n" << o;
+  }
+}
+
 // shellcheck (scripts/setup.sh installs it) on every shell script of the project, run from the
 // repository root: the scripts' `# shellcheck source=scripts/...` directives are relative to it, and
 // a sourced file is only followed when it is one of the inputs.
