@@ -98,7 +98,7 @@ namespace hl::kernels::mma_sync {
 // copies the K steps of blocks that lie inside both matrices through the lean copy (copy_plan.h,
 // PlannedCopies in wmma_tile.cuh), as wmma_pipelined's tiles #12-#14 do, instead of the general copy.
 // This rung has 4 warps for a 128 x 128 x 32 block, so each thread copies 8 vectors per K step: about
-// 330 instructions of the general copy next to a warp's 64 HMMAs (kernels/cuda/gemm/README.md,
+// 360 instructions of the general copy next to a warp's 64 HMMAs (kernels/cuda/gemm/README.md,
 // "Reading the machine code"). Process-wide and for measuring only; training and the tests' default
 // runs leave it off.
 inline std::atomic<bool>& lean_copy_for_tuning() {
