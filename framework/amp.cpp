@@ -209,24 +209,54 @@ void LossScaler::step(optim::Optimizer& opt) {
   stage_ = Stage::stepped;
 }
 
-void LossScaler::update() {
-  HL_CHECK(stage_ == Stage::stepped, "LossScaler::update: no step() since the last update()");
-  const Device dev = state_.device();
+void LossScaler::reserve_history() {
   // The history's capacity is managed here, on the host, which knows the step index; growing it is
   // a device-to-device copy (asynchronous), amortized by doubling.
   const int64_t cap = history_.defined() ? history_.numel() : 0;
   if (history_len_ >= cap) {
-    Tensor bigger = Tensor::empty({std::max<int64_t>(256, 2 * cap)}, DType::f64, dev);
+    Tensor bigger = Tensor::empty({std::max<int64_t>(256, 2 * cap)}, DType::f64, state_.device());
     if (cap > 0) bigger.slice_rows(0, cap).copy_(history_);
     history_ = bigger;
   }
+}
+
+void LossScaler::update() {
+  HL_CHECK(stage_ == Stage::stepped, "LossScaler::update: no step() since the last update()");
+  const Device dev = state_.device();
+  double* slot = nullptr;
+  if (recording_) {
+    slot = replay_slot_.data<double>();  // replayed_update() files it after each replay
+  } else {
+    reserve_history();
+    slot = history_.data<double>() + history_len_;
+  }
   kernels::scaler_update(dev, config_.rule(), state_device(),
                          config_.kind == ScalerConfig::Kind::none ? nullptr : flag_.data<int32_t>(),
-                         scale32_.data<float>(), history_.data<double>() + history_len_);
-  ++history_len_;
-  ++steps_;
+                         scale32_.data<float>(), slot);
+  if (!recording_) {
+    ++history_len_;
+    ++steps_;
+  }
   stage_ = Stage::ready;
   unscaled_opt_ = nullptr;
+}
+
+void LossScaler::begin_recording(Device dev) {
+  HL_CHECK(stage_ == Stage::ready, "LossScaler::begin_recording: in the middle of a step (call update() first)");
+  place_on(dev);  // before the recording: moving the state is a copy from the host
+  if (!replay_slot_.defined() || replay_slot_.device() != dev) replay_slot_ = Tensor::zeros({1}, DType::f64, dev);
+  recording_ = true;
+}
+
+void LossScaler::end_recording() { recording_ = false; }
+
+void LossScaler::replayed_update() {
+  HL_CHECK(!recording_, "LossScaler::replayed_update: still recording (call end_recording() first)");
+  HL_CHECK(replay_slot_.defined(), "LossScaler::replayed_update: no step has been recorded");
+  reserve_history();
+  history_.slice_rows(history_len_, history_len_ + 1).copy_(replay_slot_);
+  ++history_len_;
+  ++steps_;
 }
 
 std::map<std::string, std::string> LossScaler::state() const {

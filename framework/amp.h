@@ -82,6 +82,15 @@ class LossScaler {
   // the step.
   void update();
 
+  // CUDA graphs (framework/cuda_graph.h; the trainer's TrainOptions::cuda_graph). A recording runs
+  // nothing, so the host's part of update() (the step count, the history entry) must happen at each
+  // replay instead. Between begin_recording() and end_recording(), update() writes the scale in force
+  // to a slot of its own and counts nothing; after each replay of such a step, replayed_update()
+  // appends the slot to the history (a device-to-device copy) and counts the step.
+  void begin_recording(Device dev);
+  void end_recording();
+  void replayed_update();
+
   // The getters below read the device state: a host synchronization on CUDA (between steps only).
   double get_scale() const;
   const ScalerConfig& config() const { return config_; }
@@ -107,7 +116,12 @@ class LossScaler {
   double* scale_device() { return reinterpret_cast<double*>(state_.data_ptr()); }
   kernels::ScalerState* state_device() { return reinterpret_cast<kernels::ScalerState*>(state_.data_ptr()); }
 
+  // Room in history_ for one more entry (a device-to-device copy when it grows).
+  void reserve_history();
+
   ScalerConfig config_;
+  bool recording_ = false;
+  Tensor replay_slot_;  // f64 [1]: the scale in force, written by a recorded update()
   int64_t steps_ = 0;        // update() calls, including those before a load_state()
   int64_t history_len_ = 0;  // update() calls on this object: the entries of history_
   Stage stage_ = Stage::ready;

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <iterator>
 #include <new>
 
 #include "kernels/error.h"
@@ -66,16 +67,38 @@ CachingAllocator::~CachingAllocator() {
   }
 }
 
+namespace {
+// The allocator and pool the calling thread records into (begin_pool_capture), if any.
+thread_local const CachingAllocator* t_capture_owner = nullptr;
+thread_local int t_capture_pool = 0;
+
+// Takes a cached block of exactly `size` out of `blocks`, or returns null.
+void* take(std::multimap<size_t, void*>& blocks, size_t size) {
+  auto it = blocks.find(size);
+  if (it == blocks.end()) return nullptr;
+  void* ptr = it->second;
+  blocks.erase(it);
+  return ptr;
+}
+}  // namespace
+
+int CachingAllocator::capturing_pool() const { return t_capture_owner == this ? t_capture_pool : 0; }
+
+CachingAllocator::Pool& CachingAllocator::pool(int id) {
+  auto it = pools_.find(id);
+  HL_CHECK(it != pools_.end(), "CachingAllocator: no memory pool ", id, " (released already?)");
+  return it->second;
+}
+
 void* CachingAllocator::allocate(size_t bytes) {
   const size_t size = round_size(bytes);
   std::lock_guard<std::mutex> lock(mu_);
-  void* ptr = nullptr;
-  // A cached block of exactly this rounded size; rounding makes exact matches common.
-  auto it = free_blocks_.find(size);
-  if (it != free_blocks_.end()) {
-    ptr = it->second;
-    free_blocks_.erase(it);
-  } else {
+  const int capture = capturing_pool();
+  // A cached block of exactly this rounded size (rounding makes exact matches common): while
+  // recording, the pool's own first, then the common cache.
+  void* ptr = capture != 0 ? take(pool(capture).free_blocks, size) : nullptr;
+  if (ptr == nullptr) ptr = take(free_blocks_, size);
+  if (ptr == nullptr) {
     try {
       ptr = raw_alloc_(size);
     } catch (const Error&) {
@@ -87,6 +110,7 @@ void* CachingAllocator::allocate(size_t bytes) {
     stats_.backend_allocs += 1;
   }
   live_[ptr] = size;
+  if (capture != 0) pool_of_[ptr] = capture;
   if (host_memory_) {
     HL_UNPOISON(ptr, bytes);
     HL_POISON(static_cast<char*>(ptr) + bytes, size - bytes);  // the rounding slack
@@ -103,8 +127,69 @@ void CachingAllocator::deallocate(void* ptr) {
   if (it == live_.end()) return;  // not ours: never free what we did not allocate
   stats_.current_bytes -= it->second;
   if (host_memory_) HL_POISON(ptr, it->second);  // cached, not free: any use now is a use after free
-  free_blocks_.emplace(it->second, ptr);
+  // A pool's block goes back to its pool; while recording, so does any block this thread frees.
+  const auto member = pool_of_.find(ptr);
+  int owner = member != pool_of_.end() ? member->second : capturing_pool();
+  if (owner != 0 && pools_.count(owner) == 0) owner = 0;  // defensive: a released pool owns nothing
+  if (owner != 0) {
+    pool_of_[ptr] = owner;
+    pools_[owner].free_blocks.emplace(it->second, ptr);
+  } else {
+    free_blocks_.emplace(it->second, ptr);
+  }
   live_.erase(it);
+}
+
+int CachingAllocator::create_pool() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int id = next_pool_++;
+  pools_[id];
+  return id;
+}
+
+void CachingAllocator::begin_pool_capture(int id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pool(id);  // throws for an unknown pool
+  HL_CHECK(t_capture_owner == nullptr, "CachingAllocator::begin_pool_capture: this thread already records into pool ",
+           t_capture_pool);
+  t_capture_owner = this;
+  t_capture_pool = id;
+}
+
+void CachingAllocator::end_pool_capture() {
+  if (t_capture_owner != this) return;
+  t_capture_owner = nullptr;
+  t_capture_pool = 0;
+}
+
+void CachingAllocator::release_pool(int id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pools_.find(id);
+  if (it == pools_.end()) return;
+  HL_CHECK(capturing_pool() != id, "CachingAllocator::release_pool: pool ", id, " is being recorded into");
+  free_blocks_.merge(it->second.free_blocks);
+  pools_.erase(it);
+  for (auto m = pool_of_.begin(); m != pool_of_.end();) m = m->second == id ? pool_of_.erase(m) : std::next(m);
+}
+
+size_t CachingAllocator::pool_cached_bytes(int id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = pools_.find(id);
+  size_t total = 0;
+  if (it != pools_.end())
+    for (const auto& [size, ptr] : it->second.free_blocks) total += size;
+  return total;
+}
+
+size_t CachingAllocator::pool_live_bytes(int id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t total = 0;
+  for (const auto& [ptr, owner] : pool_of_) {
+    if (owner != id) continue;
+    const auto live = live_.find(ptr);
+    if (live != live_.end()) total += live->second;
+  }
+  return total;
 }
 
 void CachingAllocator::release_cached() {

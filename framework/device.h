@@ -51,15 +51,41 @@ class CachingAllocator {
 
   void* allocate(size_t bytes);
   void deallocate(void* ptr);
-  // Return every cached (unused) block to the backend.
+  // Return every cached (unused) block to the backend. Blocks kept for a pool (below) stay.
   void release_cached();
   MemoryStats stats() const;
   void reset_peak();
   static size_t round_size(size_t bytes);
 
+  // Private pools, for CUDA graphs (framework/cuda_graph.h). A recorded graph replays with the raw
+  // addresses it was recorded with, so every block it may touch must stay its own until it is
+  // destroyed: never handed to another tensor in between, where a replay would overwrite it.
+  //  - While the calling thread records into pool P (begin_pool_capture), its allocations become P's
+  //    (taken from P's cached blocks first, then from the common cache or the backend), and every
+  //    block it frees goes to P's cache, even one allocated before (the recording may have read it).
+  //  - Afterwards, a block of P that any thread frees goes back to P's cache, where only a later
+  //    recording into P can take it.
+  //  - release_pool(P), once the graph is gone: P's cached blocks join the common cache, and its live
+  //    blocks become ordinary ones. Replays already queued stay safe: later work on the same stream
+  //    runs after them.
+  // Other threads (the DataLoader's prefetch worker) allocate from the common cache meanwhile.
+  int create_pool();
+  void begin_pool_capture(int pool);  // the calling thread; one pool at a time
+  void end_pool_capture();
+  void release_pool(int pool);
+  // Blocks of `pool`: cached (free) and live, in bytes.
+  size_t pool_cached_bytes(int pool) const;
+  size_t pool_live_bytes(int pool) const;
+
  private:
+  struct Pool {
+    std::multimap<size_t, void*> free_blocks;  // size -> block
+  };
   // Returns the cached blocks to the backend; call with mu_ held.
   void release_cached_locked();
+  // The pool the calling thread records into here, or 0.
+  int capturing_pool() const;
+  Pool& pool(int id);  // call with mu_ held; throws for an unknown id
 
   RawAlloc raw_alloc_;
   RawFree raw_free_;
@@ -67,6 +93,9 @@ class CachingAllocator {
   mutable std::mutex mu_;
   std::multimap<size_t, void*> free_blocks_;  // size -> block
   std::map<void*, size_t> live_;              // block -> size
+  std::map<int, Pool> pools_;                 // id -> pool
+  std::map<void*, int> pool_of_;              // block -> pool id, for blocks that belong to a pool
+  int next_pool_ = 1;
   MemoryStats stats_;
 };
 

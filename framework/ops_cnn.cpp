@@ -9,6 +9,7 @@
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
 #include "kernels/pool.h"
+#include "kernels/runtime.h"
 
 namespace hl {
 
@@ -277,6 +278,10 @@ Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed) {
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   if (!training || p == 0.0) return dropout(x, p, training, uint64_t{0});
+  // The seed is drawn on the host, once per call: a CUDA graph would replay one mask forever.
+  HL_CHECK(!runtime::cuda_capturing(), "dropout: a training-mode dropout draws its mask's seed on the host at each "
+           "step, so a recorded CUDA graph would replay the same mask at every step; train this model without "
+           "CUDA graphs (for ", x.describe(), ")");
   return dropout(x, p, training, gen.next_u64());
 }
 

@@ -43,6 +43,9 @@ void cuda_synchronize();
 // (tests/framework/test_amp_nosync.cpp); 0 without CUDA.
 int64_t cuda_sync_count();
 // The halfling stream (a cudaStream_t), as an opaque pointer so that .cpp files need no CUDA headers.
+// While the calling thread records a CUDA graph (below), its capture stream instead: every launch of
+// that thread is then recorded, and other threads (the DataLoader's prefetch worker) go on using the
+// halfling stream itself.
 void* cuda_stream();
 
 // CUDA events (cudaEvent_t, opaque like the stream): a marker in the halfling stream that the host
@@ -58,5 +61,27 @@ bool cuda_event_query(void* event);        // true once reached (and for an even
 // recorded events, in milliseconds. Both must have been reached (cuda_event_synchronize on `end`).
 void* cuda_timing_event_create();
 float cuda_event_elapsed_ms(void* start, void* end);
+
+// CUDA graphs (framework/cuda_graph.h builds on these): the work one host thread queues is recorded
+// once, not run, and replayed later with one launch. cuda_capture_begin() gives the calling thread a
+// capture stream of its own (cuda_stream() returns it) in relaxed capture mode; cuda_capture_end()
+// instantiates what was recorded and returns the executable graph (a cudaGraphExec_t, opaque).
+// While a thread records, anything of that thread that would wait for the device or touch host
+// memory throws hl::Error naming the call, instead of breaking the capture obscurely: cuda_synchronize,
+// cuda_event_synchronize, cuda_event_record, cuda_free, cuda_host_free, and copies to or from the
+// host (a recorded copy would re-read the same host bytes at every replay). cuda_malloc is allowed.
+void cuda_capture_begin();
+void* cuda_capture_end();
+// End a recording after an error, discarding it; never throws. Does nothing when none is open.
+void cuda_capture_abort() noexcept;
+bool cuda_capturing();  // the calling thread is recording
+// Queue one replay on the halfling stream (ordered after everything queued before it).
+void cuda_graph_launch(void* exec);
+// Free an executable graph; a replay still running finishes first (the driver defers the free).
+void cuda_graph_destroy(void* exec) noexcept;
+// How many times device memory has gone back to the driver (cuda_free), process-wide. A recorded graph
+// holds raw addresses: when this count moves, memory it may use can be gone (a scratch buffer that
+// grew, a cache released after an out-of-memory error), and the graph must be recorded again.
+int64_t cuda_free_count();
 
 }  // namespace hl::runtime

@@ -5,6 +5,7 @@
 // string. Everything else throws hl::Error with a message that says what to do next.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdio>
 #include <string>
 
@@ -112,7 +113,9 @@ int cuda_compute_capability() { return probe().available ? probe().capability : 
 
 int cuda_sm_count() { return probe().available ? probe().sm_count : 0; }
 
-void* cuda_stream() {
+namespace {
+
+cudaStream_t halfling_stream() {
   // Created on first use: non-blocking, so it never synchronizes with the legacy default stream that
   // libraries or user code may be using. Never destroyed: it lives as long as the process.
   static cudaStream_t stream = [] {
@@ -124,12 +127,29 @@ void* cuda_stream() {
   return stream;
 }
 
-namespace {
+// The capture stream of a thread that records a CUDA graph (cuda_capture_begin), else null. Per
+// thread, so that the DataLoader's prefetch worker keeps queueing its copies on the halfling stream,
+// where they run, instead of into the recording.
+thread_local cudaStream_t t_capture = nullptr;
+
 // Per host thread: the DataLoader's prefetch worker waits on its copy events by design, and those
 // waits must not show up as waits of the training thread that asks.
 thread_local int64_t t_syncs = 0;
 void count_sync() { ++t_syncs; }
+
+std::atomic<int64_t> g_frees{0};
+
+// What may not happen while this thread records: the call would wait for the device (which a
+// recording cannot), or free memory the recording may address.
+void refuse_while_capturing(const char* op, const char* why) {
+  HL_CHECK(t_capture == nullptr, op, " while this thread records a CUDA graph (framework/cuda_graph.h): ", why,
+           ". A recorded step must queue device work only; run this outside the recording (or the step without "
+           "a graph)");
+}
+
 }  // namespace
+
+void* cuda_stream() { return t_capture != nullptr ? t_capture : halfling_stream(); }
 
 int64_t cuda_sync_count() { return t_syncs; }
 
@@ -154,6 +174,9 @@ void* cuda_malloc(size_t bytes) {
 // that free memory from their destructors must not turn a clean exit into a crash.
 void cuda_free(void* ptr) {
   if (ptr == nullptr) return;
+  refuse_while_capturing("cuda_free", "cudaFree waits for the device, and the recording may address this memory "
+                                      "(a scratch buffer that grew? an eager step before recording sizes them)");
+  g_frees.fetch_add(1, std::memory_order_relaxed);
   count_sync();  // cudaFree waits for the device
   const cudaError_t status = cudaFree(ptr);
   if (status == cudaErrorCudartUnloading) return;
@@ -175,6 +198,7 @@ void* cuda_host_alloc(size_t bytes) {
 
 void cuda_host_free(void* ptr) {
   if (ptr == nullptr) return;
+  refuse_while_capturing("cuda_host_free", "cudaFreeHost waits for the device");
   count_sync();  // cudaFreeHost waits for the device, like cudaFree
   const cudaError_t status = cudaFreeHost(ptr);
   if (status == cudaErrorCudartUnloading) return;
@@ -183,6 +207,9 @@ void cuda_host_free(void* ptr) {
 
 void cuda_memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind) {
   if (bytes == 0) return;
+  if (kind != CopyKind::device_to_device)
+    refuse_while_capturing("cuda_memcpy_async", "a recorded copy to or from host memory would copy the same host "
+                                                "bytes again at every replay");
   cudaMemcpyKind k = cudaMemcpyDeviceToDevice;
   switch (kind) {
     case CopyKind::host_to_device: k = cudaMemcpyHostToDevice; break;
@@ -199,6 +226,7 @@ void cuda_memset_async(void* dst, int value, size_t bytes) {
 
 void cuda_synchronize() {
   require_cuda("cuda_synchronize");
+  refuse_while_capturing("cuda_synchronize", "a wait for the device (a value read back to the host?)");
   count_sync();
   HL_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(cuda_stream())));
 }
@@ -231,10 +259,13 @@ void cuda_event_destroy(void* event) {
 }
 
 void cuda_event_record(void* event) {
+  refuse_while_capturing("cuda_event_record", "an event recorded into the graph would mark no point the host can "
+                                              "wait on (the profiler's timing events?)");
   HL_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(cuda_stream())));
 }
 
 void cuda_event_synchronize(void* event) {
+  refuse_while_capturing("cuda_event_synchronize", "a wait for the device");
   count_sync();
   HL_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
 }
@@ -250,5 +281,74 @@ bool cuda_event_query(void* event) {
   HL_CUDA_CHECK(status);
   return true;
 }
+
+// ---- CUDA graphs ---------------------------------------------------------------------------------------
+
+void cuda_capture_begin() {
+  require_cuda("cuda_capture_begin");
+  HL_CHECK(t_capture == nullptr, "cuda_capture_begin: this thread is already recording a CUDA graph");
+  cudaStream_t s = nullptr;
+  HL_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  // Relaxed: cudaMalloc stays allowed (the caching allocator may need a new block while a step is
+  // recorded); the waits it would also allow are refused above, with a message, before CUDA sees them.
+  const cudaError_t status = cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed);
+  if (status != cudaSuccess) {
+    cudaStreamDestroy(s);
+    cudaGetLastError();
+    throw Error(detail::concat("cuda_capture_begin: cudaStreamBeginCapture failed: ", cudaGetErrorString(status)));
+  }
+  t_capture = s;
+}
+
+void* cuda_capture_end() {
+  HL_CHECK(t_capture != nullptr, "cuda_capture_end: this thread is not recording a CUDA graph");
+  cudaStream_t s = t_capture;
+  t_capture = nullptr;
+  cudaGraph_t graph = nullptr;
+  const cudaError_t status = cudaStreamEndCapture(s, &graph);
+  cudaStreamDestroy(s);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    throw Error(detail::concat("cuda_capture_end: the recording failed (", cudaGetErrorString(status), ", ",
+                               cudaGetErrorName(status),
+                               "): something in the step was not recordable, such as work on another stream"));
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiateWithFlags(&exec, graph, 0);
+  cudaGraphDestroy(graph);  // the executable graph is a copy
+  if (inst != cudaSuccess) {
+    cudaGetLastError();
+    throw Error(detail::concat("cuda_capture_end: cudaGraphInstantiate failed: ", cudaGetErrorString(inst)));
+  }
+  return exec;
+}
+
+void cuda_capture_abort() noexcept {
+  if (t_capture == nullptr) return;
+  cudaStream_t s = t_capture;
+  t_capture = nullptr;
+  cudaGraph_t graph = nullptr;
+  cudaStreamEndCapture(s, &graph);  // also ends a capture that an illegal call invalidated
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+  cudaGetLastError();  // the failed capture's error is the caller's to report, not the next launch's
+}
+
+bool cuda_capturing() { return t_capture != nullptr; }
+
+void cuda_graph_launch(void* exec) {
+  HL_CHECK(exec != nullptr, "cuda_graph_launch: no graph");
+  HL_CHECK(t_capture == nullptr, "cuda_graph_launch: this thread is recording a CUDA graph");
+  HL_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), halfling_stream()));
+}
+
+void cuda_graph_destroy(void* exec) noexcept {
+  if (exec == nullptr) return;
+  cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec));
+  cudaGetLastError();  // cudaErrorCudartUnloading at process exit, as in cuda_free: nothing to report
+}
+
+int64_t cuda_free_count() { return g_frees.load(std::memory_order_relaxed); }
 
 }  // namespace hl::runtime

@@ -34,5 +34,12 @@ void cuda_event_synchronize(void*) {}
 bool cuda_event_query(void*) { return true; }
 void* cuda_timing_event_create() { no_cuda("cuda_timing_event_create"); }
 float cuda_event_elapsed_ms(void*, void*) { no_cuda("cuda_event_elapsed_ms"); }
+void cuda_capture_begin() { no_cuda("cuda_capture_begin"); }
+void* cuda_capture_end() { no_cuda("cuda_capture_end"); }
+void cuda_capture_abort() noexcept {}
+bool cuda_capturing() { return false; }
+void cuda_graph_launch(void*) { no_cuda("cuda_graph_launch"); }
+void cuda_graph_destroy(void*) noexcept {}
+int64_t cuda_free_count() { return 0; }
 
 }  // namespace hl::runtime

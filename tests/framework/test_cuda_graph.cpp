@@ -1,0 +1,295 @@
+// CUDA graphs (framework/cuda_graph.h) and what they rest on:
+//  - the caching allocator's private pools (framework/device.h), over a counting host backend, so
+//    that the rules that keep a graph's memory its own are checked on every machine;
+//  - the loss scaler's recording hooks (framework/amp.h), on the CPU, where a "recorded" step really
+//    runs: recording, then replayed_update(), must leave the state of an ordinary step;
+//  - the graph itself on a GPU (skipped without one): a replay reruns the recorded kernels on the
+//    memory they were recorded with, the pool keeps that memory from other tensors, and what cannot be
+//    recorded (a wait for the device, a timing event, freed memory) is refused with the call's name.
+// The trainer's use of it (TrainOptions::cuda_graph, the same bits as the usual loop) is tested in
+// tests/tutorials/test_trainer.cpp.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <utility>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "framework/amp.h"
+#include "framework/cuda_graph.h"
+#include "framework/device.h"
+#include "framework/nn.h"
+#include "framework/ops.h"
+#include "framework/ops_cnn.h"
+#include "framework/optim.h"
+#include "framework/tensor.h"
+#include "kernels/runtime.h"
+#include "tests/test_util.h"
+
+namespace {
+
+using namespace hl;
+
+// f() throws an hl::Error whose message contains `text`.
+template <class F>
+void expect_error(F&& f, const std::string& text) {
+  const std::string message = hl::test::error_of(std::forward<F>(f));
+  EXPECT_NE(message.find(text), std::string::npos) << "expected an error containing '" << text << "', got: " << message;
+}
+
+// ---- private pools, over a counting host backend --------------------------------------------------------
+
+int g_allocs = 0, g_frees = 0;
+void* counting_alloc(size_t n) {
+  ++g_allocs;
+  return ::operator new(n);
+}
+void counting_free(void* p) {
+  ++g_frees;
+  ::operator delete(p);
+}
+
+struct PoolFixture : ::testing::Test {
+  void SetUp() override { g_allocs = g_frees = 0; }
+  CachingAllocator a{counting_alloc, counting_free};
+};
+
+// While recording, the pool takes blocks (its own cached ones first, then the common cache's, then
+// new ones) and keeps every block the recording thread frees, even one from before; afterwards none
+// of them is handed to an allocation outside the pool, until the pool is released.
+TEST_F(PoolFixture, RecordedBlocksStayThePoolsUntilItIsReleased) {
+  void* before = a.allocate(1000);   // live before the recording (a recorded kernel may read it)
+  void* cached = a.allocate(4096);
+  a.deallocate(cached);              // in the common cache
+  const int pool = a.create_pool();
+  a.begin_pool_capture(pool);
+  void* from_cache = a.allocate(4096);
+  EXPECT_EQ(from_cache, cached) << "a recording may take a block of the common cache";
+  void* tmp = a.allocate(2000);
+  a.deallocate(tmp);
+  void* again = a.allocate(2000);
+  EXPECT_EQ(again, tmp) << "within a recording, the pool reuses its blocks (stream order holds inside a graph)";
+  a.deallocate(before);  // freed while recording: the recording may have read it
+  a.deallocate(again);
+  a.end_pool_capture();
+  const size_t r1000 = CachingAllocator::round_size(1000), r2000 = CachingAllocator::round_size(2000);
+  EXPECT_EQ(a.pool_cached_bytes(pool), r1000 + r2000);
+  EXPECT_EQ(a.pool_live_bytes(pool), CachingAllocator::round_size(4096)) << "from_cache is live in the pool";
+
+  // Outside the recording, the same sizes come from the backend, never from the pool.
+  const int allocs = g_allocs;
+  void* other1000 = a.allocate(1000);
+  void* other2000 = a.allocate(2000);
+  EXPECT_NE(other1000, before);
+  EXPECT_NE(other2000, tmp);
+  EXPECT_EQ(g_allocs, allocs + 2);
+  // A live pool block freed after the recording goes back to the pool, not to the common cache.
+  a.deallocate(from_cache);
+  EXPECT_EQ(a.pool_live_bytes(pool), 0u);
+  void* other4096 = a.allocate(4096);
+  EXPECT_NE(other4096, from_cache);
+
+  // release_cached gives back only the common cache: the pool's blocks are still the graph's.
+  a.deallocate(other1000);
+  a.deallocate(other2000);
+  a.deallocate(other4096);
+  const int frees = g_frees;
+  a.release_cached();
+  EXPECT_EQ(g_frees, frees + 3);
+  EXPECT_EQ(a.pool_cached_bytes(pool), r1000 + r2000 + CachingAllocator::round_size(4096));
+
+  // Released: the pool's blocks serve everyone again.
+  a.release_pool(pool);
+  EXPECT_EQ(a.pool_cached_bytes(pool), 0u);
+  const int allocs_after = g_allocs;
+  void* reused = a.allocate(2000);
+  EXPECT_EQ(reused, tmp);
+  EXPECT_EQ(g_allocs, allocs_after);
+  a.deallocate(reused);
+  EXPECT_EQ(a.stats().current_bytes, 0u);
+  a.release_cached();
+  EXPECT_EQ(g_frees, g_allocs) << "every block went back to the backend";
+}
+
+// Only the recording thread's allocations join the pool: another thread (the DataLoader's prefetch
+// worker) allocates and frees through the common cache meanwhile.
+TEST_F(PoolFixture, OtherThreadsKeepTheCommonCacheDuringARecording) {
+  const int pool = a.create_pool();
+  a.begin_pool_capture(pool);
+  void* worker_block = nullptr;
+  std::thread worker([&] {
+    worker_block = a.allocate(3000);
+    a.deallocate(worker_block);
+  });
+  worker.join();
+  a.end_pool_capture();
+  EXPECT_EQ(a.pool_cached_bytes(pool), 0u) << "the worker's block is not the pool's";
+  void* p = a.allocate(3000);
+  EXPECT_EQ(p, worker_block) << "it went to the common cache";
+  a.deallocate(p);
+  a.release_pool(pool);
+  a.release_cached();
+}
+
+// A live block of a released pool is an ordinary block: freed later, it goes to the common cache.
+TEST_F(PoolFixture, LiveBlocksOfAReleasedPoolBecomeOrdinary) {
+  const int pool = a.create_pool();
+  a.begin_pool_capture(pool);
+  void* kept = a.allocate(1500);  // e.g. a gradient that outlives the recorded step
+  a.end_pool_capture();
+  a.release_pool(pool);
+  a.deallocate(kept);
+  void* p = a.allocate(1500);
+  EXPECT_EQ(p, kept);
+  a.deallocate(p);
+  a.release_cached();
+}
+
+TEST_F(PoolFixture, MisuseIsRefusedWithTheReason) {
+  expect_error([&] { a.begin_pool_capture(42); }, "no memory pool 42");
+  const int pool = a.create_pool();
+  a.begin_pool_capture(pool);
+  const int second = a.create_pool();
+  expect_error([&] { a.begin_pool_capture(second); }, "already records into pool");
+  expect_error([&] { a.release_pool(pool); }, "is being recorded into");
+  a.end_pool_capture();
+  a.release_pool(pool);
+  a.release_pool(second);
+  a.release_pool(second);  // twice: nothing left to release
+}
+
+// ---- the loss scaler's recording hooks, on the CPU --------------------------------------------------------
+
+// The CPU runs a "recorded" step for real, so a step run between begin_recording() and
+// end_recording(), followed by replayed_update(), must leave exactly the state of an ordinary step:
+// the same scale, counters, step count and history (including the history's growth past 256).
+TEST(LossScalerRecording, ReplayedUpdatesKeepTheStateOfOrdinarySteps) {
+  auto run = [](bool recorded) {
+    Generator gen(5);
+    nn::Linear lin(3, 2, gen);
+    optim::SGD sgd(lin.parameters(), {.lr = 0.01});
+    amp::LossScaler scaler(amp::ScalerConfig::parse("dynamic:init=1024,interval=3"));
+    const Tensor x = Tensor::randn({4, 3}, gen);
+    const Tensor y = Tensor::from_vector(std::vector<int32_t>{0, 1, 1, 0}, {4});
+    for (int step = 0; step < 300; ++step) {
+      // Every 7th step overflows (an inf input), so the scale both grows and backs off.
+      const Tensor in = step % 7 == 3 ? mul(x, std::numeric_limits<double>::infinity()) : x;
+      if (recorded) scaler.begin_recording(Device::cpu);
+      sgd.zero_grad();
+      scaler.scale(cross_entropy(lin(in), y)).backward();
+      scaler.step(sgd);
+      scaler.update();
+      if (recorded) {
+        scaler.end_recording();
+        EXPECT_EQ(scaler.steps(), step) << "a recorded update counts nothing by itself";
+        scaler.replayed_update();
+      }
+    }
+    return scaler;
+  };
+  const amp::LossScaler plain = run(false), replayed = run(true);
+  EXPECT_EQ(replayed.steps(), 300);
+  EXPECT_EQ(replayed.state(), plain.state());
+  EXPECT_EQ(replayed.scale_history(), plain.scale_history());
+  ASSERT_EQ(plain.scale_history().size(), 300u);
+  EXPECT_GT(plain.skipped_steps(), 0) << "the test must exercise the skipped steps";
+}
+
+TEST(LossScalerRecording, MisuseIsRefused) {
+  amp::LossScaler scaler;
+  expect_error([&] { scaler.replayed_update(); }, "no step has been recorded");
+  scaler.begin_recording(Device::cpu);
+  expect_error([&] { scaler.replayed_update(); }, "still recording");
+  scaler.end_recording();
+}
+
+// ---- the graph -------------------------------------------------------------------------------------------
+
+// Without a GPU, a recording is refused before the function runs.
+TEST(CudaGraph, WithoutAGpuNothingIsRecorded) {
+  if (runtime::cuda_available()) GTEST_SKIP() << "a GPU is present: the GPU tests below cover it";
+  CudaGraph g;
+  bool ran = false;
+  expect_error([&] { g.capture([&] { ran = true; }); }, "CUDA is not available");
+  EXPECT_FALSE(ran);
+  EXPECT_FALSE(g.captured());
+  EXPECT_FALSE(runtime::cuda_capturing());
+  expect_error([&] { g.replay(); }, "nothing has been recorded");
+}
+
+// A replay reruns the recorded kernels on the memory they were recorded with: the recording itself
+// computes nothing, and each replay adds into the same accumulator from the input's current values.
+TEST(CudaGraph, ReplaysRerunTheRecordedKernelsOnTheSameMemory) {
+  HL_REQUIRE_CUDA();
+  Tensor x = Tensor::full({1000}, 1.0).to(Device::cuda);
+  Tensor acc = Tensor::zeros({1000}, DType::f32, Device::cuda);
+  CudaGraph g;
+  g.capture([&] { acc.copy_(add(acc, mul(x, 2.0))); });  // a temporary (the product) lives in the pool
+  EXPECT_EQ(g.captures(), 1);
+  EXPECT_EQ(acc.to_vector()[0], 0.0f) << "recording runs nothing";
+  g.replay();
+  g.replay();
+  x.fill_(5.0);  // an input changed between replays is read by the next one
+  g.replay();
+  const std::vector<float> v = acc.to_vector();
+  for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], 2.0f + 2.0f + 10.0f) << i;
+  EXPECT_EQ(g.replays(), 3);
+  EXPECT_FALSE(g.stale());
+}
+
+// The pool keeps the recording's temporaries from tensors made between replays: a replay must not
+// write into them.
+TEST(CudaGraph, TensorsMadeBetweenReplaysAreNotOverwritten) {
+  HL_REQUIRE_CUDA();
+  const Tensor x = Tensor::full({4096}, 3.0).to(Device::cuda);
+  Tensor out = Tensor::zeros({4096}, DType::f32, Device::cuda);
+  CudaGraph g;
+  g.capture([&] { out.copy_(add(mul(x, 2.0), 1.0)); });  // two temporaries of 4096 floats, then freed
+  std::vector<Tensor> others;
+  for (int i = 0; i < 4; ++i) others.push_back(Tensor::full({4096}, -7.0).to(Device::cuda));
+  g.replay();
+  for (const Tensor& t : others)
+    for (float v : t.to_vector()) ASSERT_EQ(v, -7.0f);
+  for (float v : out.to_vector()) ASSERT_EQ(v, 7.0f);
+  g.reset();
+  EXPECT_FALSE(g.captured());
+}
+
+// What cannot be recorded is refused with the call's name, the recording is discarded, and the
+// stream works as before.
+TEST(CudaGraph, WaitsInsideARecordingAreRefusedAndLeaveNothingBehind) {
+  HL_REQUIRE_CUDA();
+  const Tensor x = Tensor::full({16}, 1.0).to(Device::cuda);
+  CudaGraph g;
+  expect_error([&] { g.capture([&] { (void)sum(x).item(); }); }, "records a CUDA graph");
+  EXPECT_FALSE(g.captured());
+  EXPECT_FALSE(runtime::cuda_capturing());
+  expect_error([&] { g.capture([&] { (void)x.to(Device::cpu); }); }, "cuda_memcpy_async");
+  expect_error([&] { g.capture([] { runtime::cuda_synchronize(); }); }, "cuda_synchronize");
+  void* event = runtime::cuda_event_create();
+  expect_error([&] { g.capture([&] { runtime::cuda_event_record(event); }); },
+                                    "cuda_event_record");
+  runtime::cuda_event_destroy(event);
+  Generator gen(1);
+  expect_error([&] { g.capture([&] { (void)dropout(x, 0.5, true, gen); }); }, "dropout");
+  EXPECT_EQ(sum(x).item(), 16.0) << "the stream still runs work";
+}
+
+// Device memory given back to the driver makes a recording stale (it may address it).
+TEST(CudaGraph, FreedDeviceMemoryMakesARecordingStale) {
+  HL_REQUIRE_CUDA();
+  Tensor acc = Tensor::zeros({8}, DType::f32, Device::cuda);
+  CudaGraph g;
+  g.capture([&] { acc.copy_(add(acc, 1.0)); });
+  EXPECT_FALSE(g.stale());
+  runtime::cuda_free(runtime::cuda_malloc(256));
+  EXPECT_TRUE(g.stale());
+  g.capture([&] { acc.copy_(add(acc, 1.0)); });
+  EXPECT_FALSE(g.stale());
+  EXPECT_EQ(g.captures(), 2);
+}
+
+}  // namespace
