@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
   tutorial::add_common_flags(app, f, {"fp32", "fp16", "mixed"});
   tutorial::add_schedule_flags(app, f);  // default constant: DESIGN.md §4 as it stands, as the PyTorch script
   std::string model_name = "mlp512", export_dir, dump_dir;
-  bool json = false, fuse = true, multi_tensor = true, profile = false, sync_each_step = false;
+  bool json = false, fuse = true, multi_tensor = true, profile = false, sync_each_step = false, cuda_graph = false;
   int64_t max_steps = -1;
   app.add_option("--model", model_name, "the model: " + model_names());
   app.add_option("--max-steps", max_steps, "stop each epoch after this many steps");
@@ -153,6 +153,9 @@ int main(int argc, char** argv) {
                "read back after every step whether the loss scaler applied it (one host synchronization per "
                "step, what PyTorch's GradScaler does): to measure what halfling's synchronization-free step saves "
                "(docs/performance.md)");
+  app.add_flag("--cuda-graph", cuda_graph,
+               "record a training step as a CUDA graph and replay it for the epoch's batches: one launch per step "
+               "(framework/cuda_graph.h; --device cuda only; not with --profile)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -169,6 +172,11 @@ int main(int argc, char** argv) {
              "train: --no-multi-tensor changes only the CUDA optimizer's launches; with --device cpu it would "
              "measure nothing (the CPU passes loop over the tensors in any case)");
     kernels::set_multi_tensor(multi_tensor);
+    HL_CHECK(!cuda_graph || dev == Device::cuda,
+             "train: --cuda-graph records the CUDA launches of a step; with --device cpu there are none to record");
+    HL_CHECK(!cuda_graph || !profile,
+             "train: --cuda-graph with --profile: the profiler's timing events cannot be recorded into a graph, and a "
+             "replayed step has no layers to time; profile without the graph");
 
     const std::string dir = f.data.empty() ? tutorial::default_data_dir(spec.dataset) : f.data;
     data::Dataset train, test;
@@ -228,6 +236,7 @@ int main(int argc, char** argv) {
     tutorial::TrainOptions opts;
     opts.scaler = &scaler;
     opts.max_steps = f.smoke && max_steps < 0 ? 4 : max_steps;
+    opts.cuda_graph = cuda_graph;
     // An installed after_step callback makes the trainer read the step's outcome back to the host
     // (tutorials/common/trainer.h): the per-step wait halfling's step otherwise avoids.
     if (sync_each_step) opts.after_step = [](int64_t, bool) {};
@@ -238,13 +247,16 @@ int main(int argc, char** argv) {
                 dev == Device::cuda ? (" (" + runtime::cuda_device_description() + ")").c_str() : "",
                 omp_get_max_threads());
     std::printf("learning rate: %s\n", lrs.str().c_str());
-    std::printf("Linear/Conv2d + ReLU: %s; optimizer passes: %s\n", fuse ? "fused epilogues" : "unfused (--no-fuse)",
-                multi_tensor ? "multi-tensor launches" : "one launch per tensor (--no-multi-tensor)");
+    std::printf("Linear/Conv2d + ReLU: %s; optimizer passes: %s; steps: %s\n",
+                fuse ? "fused epilogues" : "unfused (--no-fuse)",
+                multi_tensor ? "multi-tensor launches" : "one launch per tensor (--no-multi-tensor)",
+                cuda_graph ? "replays of a recorded CUDA graph (--cuda-graph)" : "launched one kernel at a time");
     std::vector<double> seconds;
     int64_t images_per_epoch = 0;
     int64_t skipped = 0;
     int64_t profiled_steps = 0;
     int64_t steps = 0, host_reads = 0;  // reads back to the host during the training epochs
+    int64_t captures = 0, replays = 0;  // --cuda-graph
     for (int64_t e = 0; e < f.epochs; ++e) {
       // The profile leaves out the first epoch's warm-up, as the summary does, when there are more.
       const bool profiled = profile && (e > 0 || f.epochs == 1);
@@ -257,6 +269,8 @@ int main(int argc, char** argv) {
       seconds.push_back(r.seconds);
       images_per_epoch = r.images;
       skipped += r.skipped_steps;
+      captures += r.graph_captures;
+      replays += r.graph_replays;
       std::printf("epoch %lld  %.3f s  %.0f img/s  loss %.4f  skipped %lld\n", static_cast<long long>(e + 1),
                   r.seconds, r.images_per_second, r.loss, static_cast<long long>(r.skipped_steps));
     }
@@ -285,16 +299,21 @@ int main(int argc, char** argv) {
     // plus one per step with --sync-each-step.
     std::printf("host reads while training: %lld in %lld steps%s\n", static_cast<long long>(host_reads),
                 static_cast<long long>(steps), sync_each_step ? " (--sync-each-step)" : "");
+    if (cuda_graph)
+      std::printf("CUDA graph: %lld steps replayed, %lld recordings (one per epoch, more if the step had to be "
+                  "recorded again)\n",
+                  static_cast<long long>(replays), static_cast<long long>(captures));
     if (json) {
       std::printf("{\"framework\": \"halfling\", \"model\": \"%s\", \"precision\": \"%s\", \"device\": \"%s\", "
                   "\"seconds_per_epoch\": %.4f, \"images_per_second\": %.1f, \"test_accuracy\": %.4f, "
                   "\"peak_mib\": %.1f, \"epochs\": %lld, \"steps\": %lld, \"host_reads\": %lld, "
-                  "\"sync_each_step\": %s, \"fuse\": %s, \"multi_tensor\": %s, \"schedule\": \"%s\", "
-                  "\"warmup_epochs\": %g}\n",
+                  "\"sync_each_step\": %s, \"fuse\": %s, \"multi_tensor\": %s, \"cuda_graph\": %s, "
+                  "\"graph_replays\": %lld, \"schedule\": \"%s\", \"warmup_epochs\": %g}\n",
                   model_name.c_str(), f.precision.c_str(), device_name(dev), median, ips, accuracy, peak_mib,
                   static_cast<long long>(f.epochs), static_cast<long long>(steps), static_cast<long long>(host_reads),
                   sync_each_step ? "true" : "false", fuse ? "true" : "false", multi_tensor ? "true" : "false",
-                  f.schedule.c_str(), f.warmup_epochs);
+                  cuda_graph ? "true" : "false", static_cast<long long>(replays), f.schedule.c_str(),
+                  f.warmup_epochs);
     }
     return 0;
   } catch (const std::exception& e) {

@@ -37,9 +37,10 @@
 #                                       # timed before 2026-11-26) + PyTorch's softmax, bn_bench; ~5
 #                                       # minutes on an H200
 #   scripts/gpu_check.sh ablate         # issue #10: the fused epilogues (--no-fuse) and the multi-tensor
-#                                       # optimizer (--no-multi-tensor) switched off, MLP-512, LeNet and
-#                                       # VGG-small mixed, next to the defaults in two interleaved rounds,
-#                                       # then a profile of each default step; an estimated 3 minutes
+#                                       # optimizer (--no-multi-tensor) switched off, and the step as a
+#                                       # CUDA graph (--cuda-graph), MLP-512, LeNet and VGG-small mixed,
+#                                       # next to the defaults in two interleaved rounds, then a profile
+#                                       # of each default step; an estimated 4 minutes
 #   scripts/gpu_check.sh ncu            # issues #4, #6, #7: Nsight Compute's counters (speed of light,
 #                                       # stall reasons, bank conflicts, occupancy) for one launch of each
 #                                       # kernel still short of its target, and of the reference it is
@@ -99,7 +100,7 @@ start_results "gpu_$label" "scripts/gpu_check.sh $stage${2:+ $2}"
 # The GoogleTest filters of the CUDA tests, per test program. Names verified against the sources: the
 # kernel tests have "Cuda" in their suite names; the others are listed one by one.
 kernels_cuda='*Cuda*'
-framework_cuda='*DeviceMismatch*:AmpNoSyncCuda.*:Optim.StateFollowsTheModelToTheGpu'
+framework_cuda='*DeviceMismatch*:AmpNoSyncCuda.*:Optim.StateFollowsTheModelToTheGpu:CudaGraph.*'
 datasets_cuda='DataLoader.DeliversToCuda:DataLoader.GpuPathsMatchTheHostPath:Dataset.ToCudaCopiesEverything'
 datasets_cuda+=':GatherRows.CudaMatchesCpu'
 # Not under the sanitizers (each kernel launch is 10-100x slower there): the big GEMM sweep shapes and
@@ -397,10 +398,12 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     ;;
   ablate)
     # Issue #10's "explain each with its measured effect" (docs/performance.md): each technique switched
-    # off on its own, end to end, next to the defaults, interleaved in two rounds so that drift hits all
-    # alike. MLP-512 and LeNet run from the device-resident MNIST, VGG-small (when CIFAR-10 is here)
-    # 100 steps per epoch; each s/epoch is the median of epochs 2-3. Then one profile of each default
-    # step (bench/train --profile: its proportions, not its speed; the profile stage adds PyTorch's).
+    # off on its own, end to end, next to the defaults, and the step replayed as a CUDA graph
+    # (--cuda-graph, not yet run on a GPU before this stage: it is off by default until it has been),
+    # interleaved in two rounds so that drift hits all alike. MLP-512 and LeNet run from the
+    # device-resident MNIST, VGG-small (when CIFAR-10 is here) 100 steps per epoch; each s/epoch is the
+    # median of epochs 2-3. Then one profile of each default step (bench/train --profile: its
+    # proportions, not its speed; the profile stage adds PyTorch's).
     build_targets train
     check_gpu
     export HALFLING_DATA=${HALFLING_DATA:-$root/data}
@@ -410,11 +413,11 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     ((${#ablate_models[@]} > 0)) || record data FAILED "neither $HALFLING_DATA/mnist nor $HALFLING_DATA/cifar10"
     for round in 1 2; do
       for model in "${ablate_models[@]}"; do
-        for off in defaults no-fuse no-multi-tensor; do
+        for variant in defaults no-fuse no-multi-tensor cuda-graph; do
           flags=(--model "$model" --precision mixed --device cuda --epochs 3)
           [[ $model == vgg_small ]] && flags+=(--max-steps 100)
-          [[ $off != defaults ]] && flags+=("--$off")
-          step "$model-$off-$round" timeout 90 "$build/bench/train" "${flags[@]}"
+          [[ $variant != defaults ]] && flags+=("--$variant")
+          step "$model-$variant-$round" timeout 90 "$build/bench/train" "${flags[@]}"
         done
       done
     done

@@ -149,6 +149,46 @@ TEST(BenchTrain, NoMultiTensorIsRefusedOnTheCpu) {
   EXPECT_EQ(out.find("epoch 1 "), std::string::npos) << "refused before training\n" << out;
 }
 
+// --cuda-graph records a step and replays it (framework/cuda_graph.h): on the CPU there is nothing to
+// record, and the profiler's events cannot be recorded, so both are refused before any training. On a
+// GPU it trains the same model as the usual loop (the same bits: tests/tutorials/test_trainer.cpp),
+// and says how many steps it replayed.
+TEST(BenchTrain, CudaGraphIsRefusedWhereItCannotRecordAndOtherwiseChangesNothing) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  {
+    const auto [status, out] = run_train("--smoke --epochs 1 --device cpu --cuda-graph --data " + dir);
+    EXPECT_NE(status, 0) << out;
+    EXPECT_NE(out.find("--cuda-graph records the CUDA launches"), std::string::npos) << out;
+    EXPECT_EQ(out.find("epoch 1 "), std::string::npos) << "refused before training\n" << out;
+  }
+  HL_REQUIRE_CUDA();
+  {
+    const auto [status, out] = run_train("--smoke --epochs 1 --device cuda --cuda-graph --profile --data " + dir);
+    EXPECT_NE(status, 0) << out;
+    EXPECT_NE(out.find("--cuda-graph with --profile"), std::string::npos) << out;
+  }
+  nlohmann::json j[2];
+  std::string loss[2];
+  for (int graph = 0; graph < 2; ++graph) {
+    // 2 epochs of 8 steps: each epoch's first step runs as usual, the other 7 replay.
+    const std::string flags = "--smoke --max-steps 8 --epochs 2 --device cuda --precision mixed --json ";
+    const auto [status, out] = run_train(flags + (graph ? "--cuda-graph " : "") + "--data " + dir);
+    ASSERT_EQ(status, 0) << out;
+    const size_t at = out.rfind("  loss ");
+    ASSERT_NE(at, std::string::npos) << out;
+    loss[graph] = out.substr(at, out.find(' ', at + 7) - at);
+    j[graph] = nlohmann::json::parse(out.substr(out.rfind('{')));
+    EXPECT_EQ(j[graph]["cuda_graph"].get<bool>(), graph == 1) << out;
+    EXPECT_EQ(j[graph]["graph_replays"].get<int64_t>(), graph ? 14 : 0) << out;
+    if (graph) {
+      EXPECT_NE(out.find("CUDA graph: 14 steps replayed, 2 recordings"), std::string::npos) << out;
+    }
+  }
+  EXPECT_EQ(j[0]["test_accuracy"], j[1]["test_accuracy"]) << "the same kernels, so the same model";
+  EXPECT_EQ(loss[0], loss[1]);
+}
+
 TEST(BenchTrain, ExportWritesTheDataAndOnePermutationPerEpoch) {
   const std::string dir = hl::test::data_dir("mnist");
   if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "datasets/dataloader.h"
 #include "framework/amp.h"
 #include "framework/autograd.h"
+#include "framework/profiler.h"
 #include "framework/nn.h"
 #include "framework/ops.h"
 #include "framework/optim.h"
@@ -433,6 +435,126 @@ TEST(Trainer, KeepOnDeviceAndACudaEpoch) {
   EXPECT_EQ(gpu.images, 10);
   EXPECT_NEAR(gpu.loss, cpu.loss, 1e-5 * cpu.loss) << "f32 math on both";
   EXPECT_EQ(gpu.accuracy, cpu.accuracy);
+}
+
+// ---- TrainOptions::cuda_graph ---------------------------------------------------------------------------
+
+// Everything a run's future depends on, as bytes: the parameters, the optimizer's state tensors and
+// the loss scaler's state and history.
+struct RunState {
+  std::vector<std::vector<uint8_t>> tensors;
+  std::map<std::string, std::string> scaler;
+  std::vector<double> history;
+  bool operator==(const RunState&) const = default;
+};
+
+std::vector<uint8_t> bytes_of(const Tensor& t) {
+  const Tensor h = t.detach().to(hl::Device::cpu);
+  const uint8_t* p = static_cast<const uint8_t*>(h.data_ptr());
+  return std::vector<uint8_t>(p, p + h.nbytes());
+}
+
+// Two epochs of a small `mixed` classifier on the GPU (fused Linear + ReLU, FP32 masters, SGD with
+// momentum, a dynamic loss scale that starts at 2^24, high enough for the FP16 gradients to overflow,
+// so that steps are skipped on the device, and grows every 3 clean steps; 133 samples in batches of 16: 8 full batches and a partial one), with the learning
+// rate changed after step 3 of the first epoch. Returns the state after training and each epoch's
+// result.
+std::pair<RunState, std::vector<tut::EpochResult>> mixed_run(bool cuda_graph) {
+  const hl::Device dev = hl::Device::cuda;
+  hl::Generator gen(11);
+  auto model = std::make_shared<hl::nn::Sequential>();
+  model->add(std::make_shared<hl::nn::Flatten>());
+  model->add(std::make_shared<hl::nn::Linear>(4, 32, gen));
+  model->add(std::make_shared<hl::nn::ReLU>());
+  model->add(std::make_shared<hl::nn::Linear>(32, 3, gen));
+  model->fuse_linear_relu(true);
+  model->to(dev);
+  hl::optim::SGD sgd(model->parameters(), {.lr = 0.05, .momentum = 0.9, .master_weights = true});
+  model->to(hl::DType::f16);
+  hl::amp::LossScaler scaler(hl::amp::ScalerConfig::parse("dynamic:init=16777216,interval=3"));
+  hl::data::Dataset ds = synthetic(133, 9);
+  ds = ds.to(dev);
+  hl::data::DataLoader loader(ds, {.batch_size = 16, .shuffle = true, .seed = 3, .device = dev,
+                                   .dtype = hl::DType::f16});
+  tut::TrainOptions o = quiet();
+  o.scaler = &scaler;
+  o.cuda_graph = cuda_graph;
+  int64_t epoch_now = 0;
+  o.on_step_end = [&](int64_t step) {
+    if (epoch_now == 0 && step == 3) sgd.set_lr(0.02);
+  };
+  std::vector<tut::EpochResult> results;
+  for (epoch_now = 0; epoch_now < 2; ++epoch_now)
+    results.push_back(tut::train_epoch(*model, sgd, loader, epoch_now, o));
+  RunState st;
+  for (const Tensor& p : model->parameters()) st.tensors.push_back(bytes_of(p));
+  for (const auto& [name, t] : sgd.state().tensors) st.tensors.push_back(bytes_of(t));
+  st.scaler = scaler.state();
+  st.history = scaler.scale_history();
+  return {st, results};
+}
+
+// The same run with and without the graph gives the same bits: the replays run the same kernels with
+// the same arguments, the scaler's host bookkeeping follows every replay, and a new learning rate is
+// recorded again. Each epoch: its first step runs as usual, 7 full batches replay, the partial one runs
+// as usual.
+TEST(Trainer, CudaGraphGivesTheUsualLoopsBits) {
+  HL_REQUIRE_CUDA();
+  const auto [plain, plain_epochs] = mixed_run(false);
+  const auto [graphed, graph_epochs] = mixed_run(true);
+  EXPECT_TRUE(graphed == plain) << "parameters, optimizer state or scaler state differ";
+  EXPECT_EQ(graphed.history, plain.history);
+  ASSERT_EQ(graph_epochs.size(), 2u);
+  for (size_t e = 0; e < 2; ++e) {
+    EXPECT_EQ(graph_epochs[e].loss, plain_epochs[e].loss) << e;
+    EXPECT_EQ(graph_epochs[e].accuracy, plain_epochs[e].accuracy) << e;
+    EXPECT_EQ(graph_epochs[e].skipped_steps, plain_epochs[e].skipped_steps) << e;
+    EXPECT_EQ(graph_epochs[e].steps, 9) << e;
+    EXPECT_EQ(graph_epochs[e].graph_replays, 7) << e;
+    EXPECT_EQ(plain_epochs[e].graph_replays, 0) << e;
+  }
+  EXPECT_EQ(graph_epochs[0].graph_captures, 2) << "recorded at step 1, again at step 4 for the new rate";
+  EXPECT_EQ(graph_epochs[1].graph_captures, 1);
+  EXPECT_GT(graph_epochs[0].skipped_steps, 0) << "the run must exercise skipped steps inside replays";
+  EXPECT_EQ(graphed.history.size(), 18u);
+}
+
+// Host code inside a step cannot be replayed, and the profiler's events cannot be recorded: both are
+// refused before the epoch starts, and a CPU loader is refused everywhere. A read back to the host
+// inside the step is refused while it is recorded, and leaves the loop usable.
+TEST(Trainer, CudaGraphRefusesWhatItCannotReplay) {
+  hl::Generator gen(5);
+  Probe model(gen);
+  hl::optim::SGD sgd(model.parameters(), {.lr = 0.1});
+  tut::TrainOptions o = quiet();
+  o.cuda_graph = true;
+  hl::data::DataLoader cpu_loader(synthetic(8, 6), {.batch_size = 4, .shuffle = false});
+  std::string message = hl::test::error_of([&] { tut::train_epoch(model, sgd, cpu_loader, 0, o); });
+  EXPECT_NE(message.find("cuda_graph records the CUDA launches"), std::string::npos) << message;
+  HL_REQUIRE_CUDA();
+  model.to(hl::Device::cuda);
+  hl::data::DataLoader loader(synthetic(8, 6).to(hl::Device::cuda),
+                              {.batch_size = 4, .shuffle = false, .device = hl::Device::cuda});
+  o.after_backward = [](int64_t) {};
+  message = hl::test::error_of([&] { tut::train_epoch(model, sgd, loader, 0, o); });
+  EXPECT_NE(message.find("after_backward"), std::string::npos) << message;
+  o.after_backward = nullptr;
+  hl::profiler::start(false);
+  message = hl::test::error_of([&] { tut::train_epoch(model, sgd, loader, 0, o); });
+  hl::profiler::stop();
+  EXPECT_NE(message.find("profiler"), std::string::npos) << message;
+  // Probe reads a pixel back to the host in its forward pass: the recording refuses that wait.
+  message = hl::test::error_of([&] { tut::train_epoch(model, sgd, loader, 0, o); });
+  EXPECT_NE(message.find("records a CUDA graph"), std::string::npos) << message;
+  // After a refused recording, the same loop still trains, with and without a graph.
+  hl::nn::Sequential plain;
+  plain.add(std::make_shared<hl::nn::Flatten>());
+  plain.add(std::make_shared<hl::nn::Linear>(4, 3, gen));
+  plain.to(hl::Device::cuda);
+  hl::optim::SGD plain_sgd(plain.parameters(), {.lr = 0.1});
+  EXPECT_EQ(tut::train_epoch(plain, plain_sgd, loader, 0, o).graph_replays, 1) << "two steps: one as usual, one replayed";
+  o.cuda_graph = false;
+  EXPECT_EQ(tut::train_epoch(model, sgd, loader, 0, o).steps, 2);
 }
 
 TEST(Trainer, FormatSeconds) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "framework/autograd.h"
+#include "framework/cuda_graph.h"
 #include "framework/ops.h"
 #include "framework/profiler.h"
 #include "kernels/runtime.h"
@@ -67,13 +68,40 @@ int64_t steps_per_epoch(const data::DataLoader& loader, const TrainOptions& opti
   return options.max_steps >= 0 ? std::min(options.max_steps, loader.num_batches()) : loader.num_batches();
 }
 
+namespace {
+// Restores LossScaler recording state on every exit from a recording.
+struct ScalerRecording {
+  amp::LossScaler* scaler;
+  ScalerRecording(amp::LossScaler* s, Device dev) : scaler(s) {
+    if (scaler != nullptr) scaler->begin_recording(dev);
+  }
+  ~ScalerRecording() {
+    if (scaler != nullptr) scaler->end_recording();
+  }
+  ScalerRecording(const ScalerRecording&) = delete;
+  ScalerRecording& operator=(const ScalerRecording&) = delete;
+};
+
+bool same_layout(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() && a.device() == b.device();
+}
+}  // namespace
+
 EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoader& loader, int64_t epoch,
                         const TrainOptions& options) {
+  const Device dev = loader.options().device;
+  if (options.cuda_graph) {
+    HL_CHECK(dev == Device::cuda, "train_epoch: cuda_graph records the CUDA launches of a step, and this loader's "
+             "batches are on the ", device_name(dev), " (give the loader .device = cuda)");
+    HL_CHECK(!options.after_backward, "train_epoch: cuda_graph cannot call after_backward: host code inside a step "
+             "would run once, when the step is recorded, and not at its replays");
+    HL_CHECK(!profiler::enabled(), "train_epoch: cuda_graph with the profiler on: its timing events cannot be "
+             "recorded, and a replayed step has no layers to time (profile without the graph)");
+  }
   model.train();
   loader.start_epoch(epoch);
   const bool show = options.progress && isatty(STDERR_FILENO);
   const int64_t steps = steps_per_epoch(loader, options);
-  const Device dev = loader.options().device;
   Tensor loss_sum = Tensor::zeros({}, DType::f32, dev);  // stays on the device
   Tensor correct = Tensor::zeros({}, DType::f32, dev);
   EpochResult r;
@@ -90,17 +118,18 @@ EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoad
     profiler::Scope scope("data");
     return loader.next(b);
   };
-  for (data::Batch b; step < steps && next_batch(b); ++step) {
-    profiler::Scope step_scope("step");
+  // One step on (x, y): forward, loss, backward, update, and the epoch's sums. With a graph the sums
+  // are accumulated in place, so that a replay adds into the same two tensors.
+  auto run_step = [&](const Tensor& x, const Tensor& y) {
     opt.zero_grad();
     Tensor logits, loss;
     {
       profiler::Scope scope("forward");
-      logits = model(b.x);
+      logits = model(x);
     }
     {
       profiler::Scope scope("loss");
-      loss = cross_entropy(logits, b.y);  // f32 whatever the logits (paper §3.3)
+      loss = cross_entropy(logits, y);  // f32 whatever the logits (paper §3.3)
     }
     if (options.scaler != nullptr) {
       amp::LossScaler& s = *options.scaler;
@@ -120,18 +149,52 @@ EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoad
       if (options.clip_grad_norm > 0.0) opt.clip_grad_norm(options.clip_grad_norm);
       opt.step();
     }
+    NoGradGuard no_grad;
+    const double n = static_cast<double>(y.numel());
+    const Tensor batch_loss = add(loss_sum, mul(cast(loss.detach(), DType::f32), n));
+    const Tensor batch_correct = add(correct, cast(correct_count(logits.detach(), y), DType::f32));
+    if (options.cuda_graph) {
+      loss_sum.copy_(batch_loss);
+      correct.copy_(batch_correct);
+    } else {
+      loss_sum = batch_loss;
+      correct = batch_correct;
+    }
+  };
+  // TrainOptions::cuda_graph: the recorded step, the input tensors it reads, and the learning rate it
+  // was recorded with (a kernel argument, so a new one needs a new recording).
+  CudaGraph graph;
+  Tensor graph_x, graph_y;
+  double graph_lr = 0.0;
+  for (data::Batch b; step < steps && next_batch(b); ++step) {
+    profiler::Scope step_scope("step");
+    if (!options.cuda_graph || step == 0) {
+      run_step(b.x, b.y);  // without a graph; with one, the epoch's first step warms everything up
+    } else {
+      if (!graph_x.defined()) {
+        graph_x = Tensor::empty(b.x.shape(), b.x.dtype(), dev);
+        graph_y = Tensor::empty(b.y.shape(), b.y.dtype(), dev);
+      }
+      if (!same_layout(b.x, graph_x) || !same_layout(b.y, graph_y)) {
+        run_step(b.x, b.y);  // a batch of another shape (the last, partial one) runs without the graph
+      } else {
+        graph_x.copy_(b.x);  // device to device, queued before the replay
+        graph_y.copy_(b.y);
+        if (!graph.captured() || graph.stale() || opt.lr() != graph_lr) {
+          const ScalerRecording recording(options.scaler, dev);
+          graph.capture([&] { run_step(graph_x, graph_y); });
+          graph_lr = opt.lr();
+        }
+        graph.replay();
+        if (options.scaler != nullptr) options.scaler->replayed_update();
+      }
+    }
     // Only an installed callback pays for knowing whether the step was applied: last_step_skipped()
     // reads the scaler's device state back (a host synchronization each step).
     if (options.on_step_end) options.on_step_end(step);
     if (options.after_step)
       options.after_step(step, options.scaler == nullptr || !options.scaler->last_step_skipped());
     ++r.steps;
-    {
-      NoGradGuard no_grad;
-      const double n = static_cast<double>(b.y.numel());
-      loss_sum = add(loss_sum, mul(cast(loss.detach(), DType::f32), n));
-      correct = add(correct, cast(correct_count(logits.detach(), b.y), DType::f32));
-    }
     r.images += b.y.numel();
     if (show && std::chrono::duration<double>(Clock::now() - last_draw).count() > 0.25) {
       last_draw = Clock::now();
@@ -143,6 +206,8 @@ EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoad
   // the clock, or the time would only measure how fast the host can queue launches.
   if (dev == Device::cuda) runtime::cuda_synchronize();
   r.seconds = since(t0);
+  r.graph_captures = graph.captures();
+  r.graph_replays = graph.replays();
   if (options.scaler != nullptr) r.skipped_steps = options.scaler->skipped_steps() - skipped_before;
   if (r.images > 0) {
     r.loss = loss_sum.item() / static_cast<double>(r.images);

@@ -23,6 +23,8 @@ struct EpochResult {
   int64_t images = 0;
   int64_t skipped_steps = 0;  // steps the loss scaler skipped on overflow
   int64_t steps = 0;
+  int64_t graph_captures = 0;  // TrainOptions::cuda_graph: steps recorded (each also replayed once)
+  int64_t graph_replays = 0;   // steps run as a replay, the recorded ones included
 };
 
 struct TrainOptions {
@@ -40,6 +42,16 @@ struct TrainOptions {
   // Called after each step with its index only: costs no synchronization (e.g. a learning-rate
   // schedule). Runs before after_step when both are set.
   std::function<void(int64_t step)> on_step_end;
+  // Record a training step as a CUDA graph and replay it for the epoch's batches: one launch per step
+  // instead of hundreds (framework/cuda_graph.h). CUDA only. The epoch's first step runs as usual
+  // (it sizes every cache and scratch buffer the recording will address); the second is recorded
+  // and replayed; every later batch of the same shape is copied into the recorded input tensors and
+  // replayed. A batch of another shape (a last, partial one) runs as usual; a changed learning rate,
+  // or device memory given back to the driver (CudaGraph::stale), records the step again. The
+  // results are those of the usual loop, bit for bit: the same kernels with the same arguments.
+  // Refused with after_backward (host code inside a step would run once, when it is recorded) and
+  // while the profiler is on (its timing events cannot be recorded).
+  bool cuda_graph = false;
 };
 
 // Put an MNIST-sized training and test set on `dev` whole (MNIST: 47 MB as bytes, ~220 MB as
