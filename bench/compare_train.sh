@@ -15,6 +15,8 @@
 # the header (default: git rev-parse HEAD). PROFILE=1 passes --profile to both programs and appends
 # their logs, with the per-step profiles (framework/profiler.h; torch.profiler), to the result: their
 # s/epoch are then slowed by the profiling and are not measurements.
+# HALFLING_FLAGS="--cuda-graph" (or any bench/train flags) goes to halfling's runs only, and into the
+# header: e.g. halfling's step replayed as a CUDA graph against PyTorch eager.
 #
 # PyTorch on the CPU has two thread pools: its own OpenMP pool (convolutions, elementwise ops) and
 # OpenBLAS's (the GEMMs of Linear layers; Debian's OpenBLAS is the pthreads build). Given N threads
@@ -38,6 +40,7 @@ if [[ -n ${PRECISIONS:-} ]]; then
   precisions=$PRECISIONS
 fi
 epochs=${3:-3}
+read -r -a halfling_flags <<< "${HALFLING_FLAGS:-}"
 steps=()
 [[ -n ${MAX_STEPS:-} ]] && steps=(--max-steps "$MAX_STEPS")
 [[ -n ${PROFILE:-} ]] && steps+=(--profile)
@@ -63,6 +66,7 @@ declare -A dataset=([mlp512]=mnist [lenet]=mnist [vgg_small]=cifar10)
   # Other work on the machine changes CPU timings a lot: the load before the run is part of the record.
   echo "# load average before the run: $(cut -d' ' -f1-3 /proc/loadavg)"
   [[ -n ${PROFILE:-} ]] && echo "# PROFILE=1: both sides profiled (slower); the logs with the profiles follow the table"
+  [[ -n ${HALFLING_FLAGS:-} ]] && echo "# HALFLING_FLAGS=$HALFLING_FLAGS: passed to halfling's runs only"
   [[ -n ${MAX_STEPS:-} ]] && echo "# MAX_STEPS=$MAX_STEPS: each epoch stops after $MAX_STEPS steps; s/epoch covers those steps only"
   [[ $device == cuda ]] && echo "# gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo unknown)"
   echo "# pytorch: $($python -c 'import torch; print(torch.__version__)')"
@@ -78,7 +82,8 @@ for model in "${model_list[@]}"; do
   "$prog" --model "$model" --epochs "$epochs" --export "$work/$ds" > /dev/null
   for p in $precisions; do
     echo "## halfling $model $p" >&2
-    "$prog" --model "$model" --precision "$p" --device "$device" --epochs "$epochs" "${steps[@]}" --json | tee "$work/log" >&2
+    "$prog" --model "$model" --precision "$p" --device "$device" --epochs "$epochs" "${steps[@]}" \
+      "${halfling_flags[@]}" --json | tee "$work/log" >&2
     tail -n 1 "$work/log" >> "$work/results.jsonl"
     [[ -n ${PROFILE:-} ]] && { echo "## halfling $model $p"; cat "$work/log"; } >> "$work/profiles"
     layouts=("$OMP_NUM_THREADS:1")  # torch threads : OpenBLAS threads
