@@ -2,7 +2,8 @@
 // checked on the CPU, so it is exercised on every build, with or without a GPU.
 //
 // The kernels in implicit_gemm_nhwc_wgrad.cu copy x and dY to NHWC (rung 4's nhwc_source), then fill
-// each stage of their ring with tile_vec's thread-to-vector map, make_row, dy_index and x_index, write
+// each stage of their ring with tile_vec's thread-to-vector map, the row cursors (cursor_at, advance,
+// row_at), dy_index and x_index, write
 // one FP32 partial tile per block and reduction slice (split_for), and add the slices into the weight
 // gradient through kcrs_index. Here the same functions fill the same tiles, block by block, slice by
 // slice, K step by K step and thread by thread, and float64 products stand in for the Tensor Cores.
@@ -90,6 +91,12 @@ Emulated emulate(const ConvArgs& a, const std::vector<double>& x, const std::vec
       for (int bx = 0; bx < col_tiles; ++bx) {
         const int m0 = by * wg::kBM, n0 = bx * wg::kBN;
         std::fill(acc.begin(), acc.end(), 0.0);
+        // Each thread's row cursors, decomposed once per block and advanced once per stage.
+        const wg::Stride stride = wg::stride_of(g, wg::kBK);
+        std::vector<wg::RowCursor> cursors(static_cast<size_t>(wg::kThreads * wg::kVecs));
+        for (int tid = 0; tid < wg::kThreads; ++tid)
+          for (int i = 0; i < wg::kVecs; ++i)
+            cursors[static_cast<size_t>(tid * wg::kVecs + i)] = wg::cursor_at(g, j_begin + wg::tile_vec(tid, i).row);
         for (int k0 = j_begin; k0 < j_end; k0 += wg::kBK) {
           std::fill(As.begin(), As.end(), kNaN);  // a slot no thread fills poisons its products
           std::fill(Bs.begin(), Bs.end(), kNaN);
@@ -99,7 +106,10 @@ Emulated emulate(const ConvArgs& a, const std::vector<double>& x, const std::vec
             for (int i = 0; i < wg::kVecs; ++i) {
               const wg::TileVec t = wg::tile_vec(tid, i);
               EXPECT_EQ(t.vec, vec) << "thread " << tid << " copy " << i << " changes tile column";
-              const wg::Row row = wg::make_row(g, k0 + t.row, j_end);
+              wg::RowCursor& cursor = cursors[static_cast<size_t>(tid * wg::kVecs + i)];
+              EXPECT_EQ(cursor.j, k0 + t.row) << "thread " << tid << " copy " << i;
+              const wg::Row row = wg::row_at(g, cursor, j_end);
+              wg::advance(g, stride, cursor);
               test::copy8(&As[static_cast<size_t>(t.row * wg::kLdA + 8 * t.vec)], dyh,
                           wg::dy_index(g, row, m0 + 8 * vec), "A (dY)");
               test::copy8(&Bs[static_cast<size_t>(t.row * wg::kLdB + 8 * t.vec)], xh, wg::x_index(g, row, col),
@@ -167,6 +177,34 @@ void check_call(const ConvShape& s, uint32_t seed, int sms, double beta) {
   for (int w : got.partial_writes) partials_not_once += w != 1;
   EXPECT_EQ(weights_not_once, 0u) << what << ": weights not written exactly once";
   EXPECT_EQ(partials_not_once, 0u) << what << ": partial sums not written exactly once";
+}
+
+// A row cursor advanced by any stride keeps the digits (n, p, q) of its index: the same as dividing,
+// for output sizes smaller and larger than the stride (several images per step: P * Q < step), one
+// row or one column, and strides that are and are not multiples of Q.
+TEST(ConvNhwcWgradIndex, RowCursorsAdvanceLikeDividing) {
+  const int sizes[][2] = {{1, 1}, {1, 7}, {7, 1}, {2, 2}, {3, 5}, {8, 8}, {16, 16}, {32, 32}, {14, 14}, {5, 33}, {40, 3}};
+  for (const auto& [P, Q] : sizes) {
+    wg::Problem g{};
+    g.N = 1000;
+    g.P = P;
+    g.Q = Q;
+    for (int step : {1, 7, 32, 33, 64, 1000}) {
+      for (int j0 : {0, 1, Q - 1, P * Q - 1, 3 * P * Q + 2}) {
+        wg::RowCursor c = wg::cursor_at(g, j0);
+        const wg::Stride d = wg::stride_of(g, step);
+        for (int k = 0; k < 200; ++k) {
+          const int j = j0 + k * step;
+          const int n = j / (P * Q), p = (j % (P * Q)) / Q, q = j % Q;
+          ASSERT_EQ(c.j, j);
+          ASSERT_TRUE(c.n == n && c.p == p && c.q == q)
+              << "P " << P << " Q " << Q << " step " << step << " from " << j0 << ": at " << j << " (" << c.n << ", "
+              << c.p << ", " << c.q << "), want (" << n << ", " << p << ", " << q << ")";
+          wg::advance(g, d, c);
+        }
+      }
+    }
+  }
 }
 
 TEST(ConvNhwcWgradIndex, WeightGradientEqualsTheReference) {

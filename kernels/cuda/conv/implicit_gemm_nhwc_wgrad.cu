@@ -10,7 +10,9 @@
 // tile row are 256 contiguous bytes of dY, and the 128 (r, s, c) columns of a B tile row are runs of
 // C contiguous channels of x, one run per filter tap (implicit_gemm_nhwc_wgrad.h has the arithmetic).
 // A thread's share of a stage is 2 + 2 cp.async copies of 16 bytes, with one bounds test each for the
-// padding, fed into the GEMM ladder's 4-stage ring (global -> shared overlapped with the math).
+// padding, fed into the GEMM ladder's 4-stage ring (global -> shared overlapped with the math). Its
+// rows are the same in every stage, so their reduction indices are advanced from stage to stage as
+// mixed-radix digits (RowCursor) instead of divided afresh: no division in the K loop.
 //
 // Both tiles are stored with the reduction index as their row, so the fragments read A col_major and
 // B row_major (in rung 3 it is the other way round): the same WMMA FP16 products with FP32 accumulators
@@ -77,16 +79,24 @@ __global__ void __launch_bounds__(kThreads)
   const int vec = tile_vec(threadIdx.x, 0).vec;
   const Column col = make_column(g, n0 + 8 * vec);
   const int m = m0 + 8 * vec;
+  // And its rows: the same rows of every stage, so their reduction indices are decomposed once here
+  // and then advanced by kBK per stage without a division (RowCursor).
+  RowCursor cursor[kVecs];
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) cursor[i] = cursor_at(g, j_begin + tile_vec(threadIdx.x, i).row);
+  const Stride stride = stride_of(g, kBK);
 
-  // One stage: reduction rows [k0, k0 + kBK) of both tiles, 16 bytes per copy, zeros where there is
-  // nothing to read (padding taps, columns or channels past the edge, rows past the slice).
-  const auto load_stage = [&](int s, int k0) {
+  // One stage, the next one in order (stages are loaded exactly once each, first to last): reduction
+  // rows [k0, k0 + kBK) of both tiles, 16 bytes per copy, zeros where there is nothing to read (padding
+  // taps, columns or channels past the edge, rows past the slice).
+  const auto load_stage = [&](int s) {
     __half* as = a_stage(s);
     __half* bs = b_stage(s);
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {
       const TileVec t = tile_vec(threadIdx.x, i);
-      const Row row = make_row(g, k0 + t.row, j_end);
+      const Row row = row_at(g, cursor[i], j_end);
+      advance(g, stride, cursor[i]);
       __half* adst = as + t.row * kLdA + 8 * t.vec;
       const int64_t a_idx = dy_index(g, row, m);
       if (a_idx >= 0) {
@@ -115,14 +125,14 @@ __global__ void __launch_bounds__(kThreads)
   // the end keep the count right).
   const int steps = (j_end - j_begin + kBK - 1) / kBK;
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < steps) load_stage(s, j_begin + s * kBK);
+    if (s < steps) load_stage(s);
     cp_async_commit();
   }
   for (int t = 0; t < steps; ++t) {
     cp_async_wait<kStages - 2>();
     __syncthreads();  // step t is visible to every warp; every warp is done with step t - 1's buffer
     const int next = t + kStages - 1;
-    if (next < steps) load_stage(next % kStages, j_begin + next * kBK);
+    if (next < steps) load_stage(next % kStages);
     cp_async_commit();
 
     const __half* as = a_stage(t % kStages);

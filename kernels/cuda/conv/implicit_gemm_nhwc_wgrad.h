@@ -57,7 +57,7 @@ struct Problem {
   int K;           // output channels: the GEMM's rows
   int R, S, sh, sw, ph, pw;
   int P, Q;  // dY is [N][P][Q][K]
-  HL_HOST_DEVICE int npq() const { return N * P * Q; }  // the reduction; below 2^31 (hand_off_reason)
+  HL_HOST_DEVICE int npq() const { return N * P * Q; }  // the reduction; below 2^31 - 64 (hand_off_reason)
   HL_HOST_DEVICE int rsc() const { return R * S * C; }  // the GEMM's columns: (r, s, c), c fastest
 };
 
@@ -103,11 +103,12 @@ inline const char* hand_off_reason(const ConvArgs& a, int cc, int loaded_arch, i
   if (a.K % 8 != 0) return "an output channel count that is not a multiple of 8";
   if (cc != 0 && cc < 80) return "a GPU below compute capability 8.0 (cp.async, 68 KiB of shared memory)";
   if (loaded_arch != 0 && loaded_arch < 80) return "a build without code for compute capability 8.0 or newer";
-  // 32-bit sizes: Problem's fields, the reduction index j, the column index and a row's offsets.
+  // 32-bit sizes: Problem's fields, the reduction index j (which a RowCursor carries up to 2 * kBK past
+  // the reduction's end), the column index and a row's offsets.
   constexpr int64_t kMax = std::numeric_limits<int>::max();
   const int64_t P = a.P(), Q = a.Q();
   if (std::max({a.N, a.K, a.C, a.H, a.W, P, Q, a.R, a.S, a.stride_h, a.stride_w, a.pad_h, a.pad_w}) > kMax ||
-      a.K * a.C * a.R * a.S > kMax || a.C * a.H * a.W > kMax || a.K * P * Q > kMax || a.N * P * Q > kMax ||
+      a.K * a.C * a.R * a.S > kMax || a.C * a.H * a.W > kMax || a.K * P * Q > kMax || a.N * P * Q > kMax - 2 * kBK ||
       P * a.stride_h + a.R > kMax || Q * a.stride_w + a.S > kMax)
     return "tensors past 32-bit sizes";
   if ((a.K + kBM - 1) / kBM > 65535) return "more than 65535 row tiles";
@@ -153,27 +154,63 @@ HL_HOST_DEVICE Column make_column(const Problem& g, int col) {
   return c;
 }
 
-// One reduction index j = (n, p, q), decomposed once per stage: where its dY row starts, where its
-// image starts in x, and the top-left corner of its input window.
+// A reduction index j = (n, p, q) as a thread walks it: each thread copies the same rows of every stage,
+// so its indices advance by kBK from one stage to the next. Written as the digits of j in the mixed
+// radix (N, P, Q), that is an addition with carries (advance), and the K loop has no division in it:
+// the two divisions per row that decomposing j afresh costs were about 50 instructions each in the
+// sm_90 machine code, four times per stage (bench/results/sass_conv_wgrad_2026-11-26.txt).
+struct RowCursor {
+  int j, n, p, q;
+};
+HL_HOST_DEVICE RowCursor cursor_at(const Problem& g, int j) {
+  const int pq = g.P * g.Q;
+  const int n = j / pq, rem = j - n * pq;
+  const int p = rem / g.Q;
+  return RowCursor{j, n, p, rem - p * g.Q};
+}
+// The stride `step` (kBK in the kernel) as digits, decomposed once per block.
+struct Stride {
+  int step, dn, dp, dq;
+};
+HL_HOST_DEVICE Stride stride_of(const Problem& g, int step) {
+  const int a = step / g.Q;
+  return Stride{step, a / g.P, a - (a / g.P) * g.P, step - a * g.Q};
+}
+// c.j += d.step, digit by digit: q + dq < 2Q and p + dp + 1 < 2P, so each carry is one subtraction.
+HL_HOST_DEVICE void advance(const Problem& g, const Stride& d, RowCursor& c) {
+  c.j += d.step;
+  c.q += d.dq;
+  c.p += d.dp;
+  c.n += d.dn;
+  if (c.q >= g.Q) {
+    c.q -= g.Q;
+    ++c.p;
+  }
+  if (c.p >= g.P) {
+    c.p -= g.P;
+    ++c.n;
+  }
+}
+
+// One reduction index of a stage: where its dY row starts, where its image starts in x, and the
+// top-left corner of its input window.
 struct Row {
   int64_t dy_base;  // j * K
   int64_t x_base;   // n * H * W * C
   int y0, x0;       // p * sh - ph, q * sw - pw
   bool ok;          // past the slice's end (or the reduction's): zeros
 };
-HL_HOST_DEVICE Row make_row(const Problem& g, int j, int j_end) {
-  Row r{0, 0, 0, 0, j < j_end};
+HL_HOST_DEVICE Row row_at(const Problem& g, const RowCursor& c, int j_end) {
+  Row r{0, 0, 0, 0, c.j < j_end};
   if (r.ok) {
-    const int pq = g.P * g.Q;
-    const int n = j / pq, rem = j - n * pq;
-    const int p = rem / g.Q, q = rem - p * g.Q;
-    r.dy_base = static_cast<int64_t>(j) * g.K;
-    r.x_base = static_cast<int64_t>(n) * g.H * g.W * g.C;
-    r.y0 = p * g.sh - g.ph;  // hand_off_reason keeps P * sh + R below 2^31
-    r.x0 = q * g.sw - g.pw;
+    r.dy_base = static_cast<int64_t>(c.j) * g.K;
+    r.x_base = static_cast<int64_t>(c.n) * g.H * g.W * g.C;
+    r.y0 = c.p * g.sh - g.ph;  // hand_off_reason keeps P * sh + R below 2^31
+    r.x0 = c.q * g.sw - g.pw;
   }
   return r;
 }
+HL_HOST_DEVICE Row make_row(const Problem& g, int j, int j_end) { return row_at(g, cursor_at(g, j), j_end); }
 
 // Where the 8 output channels [m, m + 8) of reduction row `row` start in dYh, or -1 (zeros) past K
 // or past the slice. K is a multiple of 8: a vector is wholly inside or wholly outside.
