@@ -72,4 +72,36 @@ HL_HOST_DEVICE GemmArgs split_slice(const GemmArgs& whole, int64_t k_len, int64_
   return g;
 }
 
+// The second pass's sum of element i over the slices' partial matrices (each `total` floats apart):
+// slice 0 first, then one addition per slice in slice order, which fixes the bits (a split GEMM gives
+// the same result on every run). The loads of kSumBatch slices are issued before their additions,
+// so that a thread waits for memory about twice per batch instead of once every three slices: with a
+// few hundred slices and an output of a few hundred elements (LeNet conv1's weight gradient as a GEMM:
+// 32 x 25, 242 slices) the pass is a few hundred threads each walking its column of partials, and
+// written as one loop nvcc kept about three loads in flight. In the sm_90 machine code of this form,
+// 11 of a batch's 16 loads are issued before its first addition waits, and the other 5 during the
+// additions (bench/results/sass_split_k_reduce_2026-11-26.txt). The order of the additions is the
+// plain loop's, so the result is the same float, bit for bit (tests/kernels/test_gemm_split.cpp).
+inline constexpr int kSumBatch = 16;
+HL_HOST_DEVICE float sum_slices(const float* partial, int64_t total, int64_t i, int64_t slices) {
+  float sum = partial[i];  // not 0 + partial: a lone slice's -0 must stay -0, as in an unsplit rung
+  int64_t z = 1;
+  for (; z + kSumBatch <= slices; z += kSumBatch) {
+    float v[kSumBatch];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int b = 0; b < kSumBatch; ++b) v[b] = partial[(z + b) * total + i];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int b = 0; b < kSumBatch; ++b) sum += v[b];
+  }
+#if defined(__CUDA_ARCH__)
+#pragma unroll 1
+#endif
+  for (; z < slices; ++z) sum += partial[z * total + i];  // the last slices, fewer than a batch
+  return sum;
+}
+
 }  // namespace hl::kernels

@@ -24,6 +24,7 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cuda/gemm/mma_sync_lanes.h"
@@ -458,6 +459,33 @@ TEST(CudaGemm, SplitKLongReductionsMatchFloat64) {
                              SweepShape{70, 130, 4099}}) {
     expect_split_by_both_rungs(s.M, s.N, s.K);
     for (auto [op_a, op_b] : kAllLayouts) check_every_variant(make_problem(op_a, op_b, s.M, s.N, s.K, seed), false);
+  }
+}
+
+// The second pass loads the partials of kernels::kSumBatch slices before adding them (sum_slices in
+// gemm_split.h); a slice count of several batches plus a remainder runs both of its loops, with the
+// epilogue (alpha, beta, bias, ReLU) after them. Light enough for compute-sanitizer memcheck, which
+// leaves out SplitKLongReductionsMatchFloat64 (every variant at K up to 100352).
+TEST(CudaGemm, SplitKSecondPassOverBatchesOfSlices) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  const int64_t M = 7, N = 13, K = 16384;
+  const int64_t sms = runtime::cuda_sm_count();
+  for (const auto& [variant, k_step, tile] : {std::tuple<std::string, int64_t, int64_t>{"wmma_pipelined_split_k", 32, 64},
+                                              {"smem_tiled_split_k", 8, 128}}) {
+    const kernels::SplitKPlan plan = kernels::plan_split_k(((M + tile - 1) / tile) * ((N + tile - 1) / tile), K, sms, k_step);
+    ASSERT_GT(plan.slices, 2 * kernels::kSumBatch) << variant << " on " << sms << " SMs";
+    ASSERT_NE((plan.slices - 1) % kernels::kSumBatch, 0) << variant << ": the remainder loop must run too";
+    for (auto [op_a, op_b] : kAllLayouts) {
+      for (DType c : {DType::f32, DType::f16}) {
+        GemmArgs g = problem(op_a, op_b, M, N, K, DType::f16, c);
+        g.alpha = 0.5f;
+        g.beta = 1.0f;
+        g.relu = true;
+        g.bias_type = DType::f32;
+        EXPECT_TRUE(run_case(variant, g, {.bias = true}, seed)) << variant << " " << g.describe();
+      }
+    }
   }
 }
 

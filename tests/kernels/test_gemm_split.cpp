@@ -6,12 +6,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <sstream>
 #include <utility>
 #include <vector>
 
 #include "kernels/gemm.h"
 #include "kernels/gemm_split.h"
+#include "kernels/half.h"
 #include "tests/test_util.h"
 
 namespace hl {
@@ -163,6 +165,47 @@ TEST(GemmSplitK, SlicesSummedWithOneEpilogueGiveTheWholeGemm) {
       }
     }
   }
+}
+
+// The second pass's sum (sum_slices, which split_k_reduce_kernel runs per element) is the plain loop's,
+// slice 0 first and one addition at a time, bit for bit: for every slice count around the batch of
+// loads (1 to 3 batches and remainders, and the 242 slices of LeNet conv1's weight gradient), on
+// values of mixed magnitudes and signs where the order of the additions changes the result, with -0
+// alone (it must stay -0) and with an inf and a NaN among them.
+TEST(GemmSplitK, SliceSumsAreThePlainLoopsBitForBit) {
+  const auto plain = [](const std::vector<float>& p, int64_t total, int64_t i, int64_t slices) {
+    float sum = p[static_cast<size_t>(i)];
+    for (int64_t z = 1; z < slices; ++z) sum += p[static_cast<size_t>(z * total + i)];
+    return sum;
+  };
+  const int64_t total = 7;
+  std::vector<int64_t> counts = {242};
+  for (int64_t n = 1; n <= 3 * kernels::kSumBatch + 2; ++n) counts.push_back(n);
+  int order_matters = 0;
+  for (const int64_t slices : counts) {
+    // Values of magnitudes 2^-20 to 2^20: float additions of these depend on their order.
+    const std::vector<double> r =
+        test::random_values(static_cast<size_t>(slices * total), static_cast<uint64_t>(slices), -1.0, 1.0, DType::f32);
+    std::vector<float> p(r.size());
+    for (size_t k = 0; k < p.size(); ++k)
+      p[k] = static_cast<float>(std::ldexp(r[k], static_cast<int>(k * 7919 % 41) - 20));
+    for (int64_t i = 0; i < total; ++i) {
+      const float got = kernels::sum_slices(p.data(), total, i, slices), want = plain(p, total, i, slices);
+      ASSERT_EQ(float_bits(got), float_bits(want)) << slices << " slices, element " << i;
+      // The same values summed in reverse give another float somewhere: the check can see an order.
+      float reverse = 0.0f;
+      for (int64_t z = slices - 1; z >= 0; --z) reverse += p[static_cast<size_t>(z * total + i)];
+      order_matters += float_bits(reverse) != float_bits(want);
+    }
+  }
+  EXPECT_GT(order_matters, 0);
+  const std::vector<float> zeros = {-0.0f};
+  EXPECT_EQ(float_bits(kernels::sum_slices(zeros.data(), 1, 0, 1)), float_bits(-0.0f));
+  std::vector<float> special(40, 1.0f);
+  special[20] = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(std::isinf(kernels::sum_slices(special.data(), 1, 0, 40)));
+  special[30] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(kernels::sum_slices(special.data(), 1, 0, 40)));
 }
 
 }  // namespace

@@ -20,9 +20,7 @@ namespace {
 __global__ void split_k_reduce_kernel(GemmArgs g, const float* __restrict__ partial, int64_t slices) {
   const int64_t total = g.M * g.N;
   for (int64_t i = global_thread_index(); i < total; i += global_thread_count()) {
-    float sum = partial[i];  // not 0 + partial: a lone slice's -0 must stay -0, as in an unsplit rung
-    for (int64_t z = 1; z < slices; ++z) sum += partial[z * total + i];
-    epilogue_store(g, i / g.N, i % g.N, sum);
+    epilogue_store(g, i / g.N, i % g.N, sum_slices(partial, total, i, slices));
   }
 }
 
