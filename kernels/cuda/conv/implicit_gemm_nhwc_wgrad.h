@@ -210,7 +210,6 @@ HL_HOST_DEVICE Row row_at(const Problem& g, const RowCursor& c, int j_end) {
   }
   return r;
 }
-HL_HOST_DEVICE Row make_row(const Problem& g, int j, int j_end) { return row_at(g, cursor_at(g, j), j_end); }
 
 // Where the 8 output channels [m, m + 8) of reduction row `row` start in dYh, or -1 (zeros) past K
 // or past the slice. K is a multiple of 8: a vector is wholly inside or wholly outside.

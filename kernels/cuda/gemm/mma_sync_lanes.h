@@ -12,6 +12,7 @@
 
 #include <atomic>
 
+#include "kernels/cuda/gemm/tuning_hook.h"
 #include "kernels/half.h"  // HL_HOST_DEVICE
 
 namespace hl::kernels::cuda::mma_lanes {
@@ -106,13 +107,10 @@ inline std::atomic<bool>& lean_copy_for_tuning() {
   return on;
 }
 
-// The lean copy on for one scope, and off again however the scope ends.
-class ScopedLeanCopy {
+// The lean copy on for one scope (tuning_hook.h).
+class ScopedLeanCopy : public ScopedHook<bool> {
  public:
-  ScopedLeanCopy() { lean_copy_for_tuning().store(true); }
-  ~ScopedLeanCopy() { lean_copy_for_tuning().store(false); }
-  ScopedLeanCopy(const ScopedLeanCopy&) = delete;
-  ScopedLeanCopy& operator=(const ScopedLeanCopy&) = delete;
+  ScopedLeanCopy() : ScopedHook(lean_copy_for_tuning(), true) {}
 };
 
 }  // namespace hl::kernels::mma_sync

@@ -13,6 +13,8 @@
 #include <atomic>
 #include <string>
 
+#include "kernels/cuda/gemm/tuning_hook.h"
+
 namespace hl::kernels::wmma_pipelined {
 
 struct Tile {
@@ -80,14 +82,10 @@ inline std::atomic<int>& big_tile_for_tuning() {
   return index;
 }
 
-// The hook set to `index` for one scope, and back to -1 however the scope ends (an exception, a failed
-// test assertion): what the benchmark and the tests use.
-class ScopedBigTile {
+// The hook set to `index` for one scope (tuning_hook.h): what the benchmark and the tests use.
+class ScopedBigTile : public ScopedHook<int> {
  public:
-  explicit ScopedBigTile(int index) { big_tile_for_tuning().store(index); }
-  ~ScopedBigTile() { big_tile_for_tuning().store(-1); }
-  ScopedBigTile(const ScopedBigTile&) = delete;
-  ScopedBigTile& operator=(const ScopedBigTile&) = delete;
+  explicit ScopedBigTile(int index) : ScopedHook(big_tile_for_tuning(), index) {}
 };
 
 }  // namespace hl::kernels::wmma_pipelined

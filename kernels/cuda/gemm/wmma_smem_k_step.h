@@ -12,6 +12,8 @@
 #pragma once
 #include <atomic>
 
+#include "kernels/cuda/gemm/tuning_hook.h"
+
 namespace hl::kernels::wmma_smem {
 
 inline constexpr int kKStep = 32;                   // the rung's own
@@ -25,13 +27,10 @@ inline std::atomic<int>& k_step_for_tuning() {
   return k;
 }
 
-// The hook set to `k` for one scope, and back to 0 however the scope ends.
-class ScopedKStep {
+// The hook set to `k` for one scope (tuning_hook.h).
+class ScopedKStep : public ScopedHook<int> {
  public:
-  explicit ScopedKStep(int k) { k_step_for_tuning().store(k); }
-  ~ScopedKStep() { k_step_for_tuning().store(0); }
-  ScopedKStep(const ScopedKStep&) = delete;
-  ScopedKStep& operator=(const ScopedKStep&) = delete;
+  explicit ScopedKStep(int k) : ScopedHook(k_step_for_tuning(), k) {}
 };
 
 // The second candidate, with either K step: the batched copy (added 2026-11-26; not yet timed). The
@@ -48,13 +47,10 @@ inline std::atomic<bool>& batched_copy_for_tuning() {
   return on;
 }
 
-// The batched copy on for one scope, and off again however the scope ends.
-class ScopedBatchedCopy {
+// The batched copy on for one scope (tuning_hook.h).
+class ScopedBatchedCopy : public ScopedHook<bool> {
  public:
-  ScopedBatchedCopy() { batched_copy_for_tuning().store(true); }
-  ~ScopedBatchedCopy() { batched_copy_for_tuning().store(false); }
-  ScopedBatchedCopy(const ScopedBatchedCopy&) = delete;
-  ScopedBatchedCopy& operator=(const ScopedBatchedCopy&) = delete;
+  ScopedBatchedCopy() : ScopedHook(batched_copy_for_tuning(), true) {}
 };
 
 }  // namespace hl::kernels::wmma_smem
