@@ -17,7 +17,8 @@
 // under the table; #0 is the rung's own), and wmma_smem with each candidate K step of
 // kernels/cuda/gemm/wmma_smem_k_step.h other than its own, labelled "wmma_smem k64", and with each K step
 // and its batched copy, "wmma_smem k32 batched" and "wmma_smem k64 batched", and mma_sync with the lean
-// copy of tiles #12-#14 (kernels/cuda/gemm/mma_sync_lanes.h), "mma_sync lean". --tile I runs
+// copy of tiles #12-#14 (kernels/cuda/gemm/mma_sync_lanes.h), "mma_sync lean", and wgmma with each tile of
+// kernels/cuda/gemm/wgmma_layout.h other than its own, "wgmma #I" (Hopper only). --tile I runs
 // every wmma_pipelined row with tile #I instead (rows labelled "wmma_pipelined #I"): what
 // scripts/gpu_check.sh's ncu stage uses to profile one candidate tile. A tile past the table is refused
 // (exit status 2) on any machine.
@@ -37,6 +38,7 @@
 #include <vector>
 
 #include "kernels/cuda/gemm/mma_sync_lanes.h"
+#include "kernels/cuda/gemm/wgmma_layout.h"
 #include "kernels/cuda/gemm/wmma_pipelined_tiles.h"
 #include "kernels/cuda/gemm/wmma_smem_k_step.h"
 #include "kernels/error.h"
@@ -306,6 +308,11 @@ int main(int argc, char** argv) {
           const kernels::mma_sync::ScopedLeanCopy lean;
           time_row("mma_sync", "mma_sync lean");
         }
+        if (registry.find("wgmma", DeviceType::cuda) != nullptr)
+          for (int i = 1; i < kernels::cuda::wgmma_layout::kTileCount; ++i) {  // #0 is the rung's own row
+            const kernels::wgmma::ScopedTile tile(i);
+            time_row("wgmma", "wgmma #" + std::to_string(i));
+          }
         if (registry.find("wmma_smem", DeviceType::cuda) != nullptr)
           for (bool batched : {false, true})
             for (int k : kernels::wmma_smem::kCandidateKSteps) {
@@ -328,7 +335,13 @@ int main(int argc, char** argv) {
       std::cout << "# and wmma_smem with K step N ('wmma_smem kN'; the rung's own is "
                 << kernels::wmma_smem::kKStep
                 << "), and with the batched copy ('batched'): kernels/cuda/gemm/wmma_smem_k_step.h;\n"
-                << "# 'mma_sync lean': mma_sync with the lean copy of tiles #12-#14 (kernels/cuda/gemm/mma_sync_lanes.h)\n";
+                << "# 'mma_sync lean': mma_sync with the lean copy of tiles #12-#14 (kernels/cuda/gemm/mma_sync_lanes.h);\n"
+                << "# 'wgmma #I': wgmma with tile #I of kernels/cuda/gemm/wgmma_layout.h (compute capability 9.0 only):\n";
+      for (int i = 0; i < kernels::cuda::wgmma_layout::kTileCount; ++i)
+        std::cout << "#   #" << i << ": 128x" << kernels::cuda::wgmma_layout::kTiles[i].bn << "x64, 2 warpgroups, "
+                  << kernels::cuda::wgmma_layout::kTiles[i].stages << " stages, "
+                  << kernels::cuda::wgmma_layout::kTiles[i].in_flight << " wgmma group in flight"
+                  << (i == 0 ? " (the rung's own)" : "") << "\n";
     }
     std::cout << "\n# %cuBLAS = cuBLAS time / variant time (higher is better); 'vs cuBLAS' = ||C - C_cublas|| / "
                  "||C_cublas|| (expect ~1e-3 for an f16 C: both round to f16, ~1e-6 for f32)\n";

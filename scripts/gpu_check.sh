@@ -131,13 +131,16 @@ race+=':ConvCuda.NhwcWgradRungOnTheShapesItComputesItself'  # implicit_gemm_nhwc
 # 64-deep K step, and the softmax rung packed_row (new, opt-in; its block reductions share memory): the
 # first list. The lean-copy sweep tiles #12-#14, wmma_smem's batched copy and mma_sync's lean copy in
 # the blocks and steps where they run (copy_plan.h): the second, beside the convolution variants' small
-# shapes, since the first holds rung 4b's own shapes, the heavier half. (The softmax rung packed_warp,
-# new since too, uses no shared memory: memcheck covers it, with every SoftmaxCuda test.)
+# shapes, since the first holds rung 4b's own shapes, the heavier half; and the GEMM rung wgmma (new
+# since 2026-11-27, Hopper only), whose ring is filled by cp.async and ordinary stores and read by the
+# Tensor Cores through the async proxy. (The softmax rung packed_warp, new since too, uses no shared
+# memory: memcheck covers it, with every SoftmaxCuda test.)
 race_new='ConvCuda.NhwcWgradRungOnTheShapesItComputesItself:CudaOptim.OneLaunchPerTensorGivesTheSameBits'
 race_new+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps:SoftmaxCuda.PackedRowGivesRegisterRowsBits'
 race_new+=':CudaGemm.WmmaSmemEveryKStepOneBlock'
 race_second='ConvCuda.BetaAccumulatesIntoTheOutput:CudaGemm.WmmaPipelinedLeanTilesInsideAndOnTheEdges'
 race_second+=':CudaGemm.WmmaSmemBatchedCopyInsideAndOnTheEdges:CudaGemm.MmaSyncLeanCopyInsideAndOnTheEdges'
+race_second+=':CudaGemm.WgmmaEveryTileInsideAndOnTheEdges'  # the wgmma rung (new since 2026-11-26), both tiles
 # short's memcheck runs these kernel tests in a second process, beside the rest (below).
 memcheck_second='ConvCuda.*:CudaConv.*:SoftmaxCuda.*:CudaSoftmax.*'
 
@@ -468,6 +471,7 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
         --tile 12
       ncu_kernel gemm-4096-mma_sync 'gemm_mma_sync_kernel' 1 "${gemm[@]}" --variants mma_sync
       ncu_kernel gemm-4096-wmma_smem 'gemm_wmma_smem_kernel' 1 "${gemm[@]}" --variants wmma_smem
+      ncu_kernel gemm-4096-wgmma 'gemm_wgmma_kernel' 1 "${gemm[@]}" --variants wgmma
       softmax=("$build/bench/softmax_bench" --samples 3)
       ncu_kernel softmax-4096x1024-register_warp 'register_warp_forward_kernel' 1 "${softmax[@]}" \
         --shapes 4096x1024 --variants register_warp

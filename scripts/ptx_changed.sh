@@ -6,7 +6,8 @@
 #   scripts/ptx_changed.sh REV [FILE...]     e.g. scripts/ptx_changed.sh d105cb3
 #   scripts/ptx_changed.sh d105cb3 kernels/cuda/softmax/warp_row.cu
 #
-# For every kernels/cuda/**/*.cu (or the FILEs named), the PTX for compute_90 at REV (a temporary git
+# For every kernels/cuda/**/*.cu (or the FILEs named), the PTX for compute_90 (compute_90a for the files
+# built for sm_90a: kernels/cuda/gemm/wgmma.cu) at REV (a temporary git
 # worktree) and in the working tree, compared kernel by kernel (.entry), with the hashes nvcc puts in
 # anonymous-namespace names, branch labels and the names derived from a kernel's own normalized. Prints
 # one line per file (same / same code under a new signature / changed / new / gone kernels) and the names
@@ -43,10 +44,14 @@ if ((${#files[@]} == 0)); then
   mapfile -t files < <(cd "$root" && { ls kernels/cuda/*.cu kernels/cuda/*/*.cu; git -C "$work/old" ls-files 'kernels/cuda/*.cu'; } | sort -u)
 fi
 
-# ptx TREE FILE OUT: the PTX of one file of a tree, or nothing when the tree lacks the file.
+# ptx TREE FILE OUT: the PTX of one file of a tree, or nothing when the tree lacks the file. The files
+# CMakeLists.txt builds for sm_90a (HALFLING_SM90A_SOURCES: instructions of that target alone) are
+# compiled for compute_90a, the others for compute_90.
 ptx() {
   [[ -f $1/$2 ]] || return 0
-  "$nvcc" -DHALFLING_WITH_CUDA=1 -I"$1" -isystem=/usr/include/stb -O3 -DNDEBUG -arch=compute_90 -ptx \
+  local arch=compute_90
+  [[ $2 != kernels/cuda/gemm/wgmma.cu ]] || arch=compute_90a
+  "$nvcc" -DHALFLING_WITH_CUDA=1 -I"$1" -isystem=/usr/include/stb -O3 -DNDEBUG -arch=$arch -ptx \
     --expt-relaxed-constexpr -std=c++17 -x cu -o "$3" "$1/$2"
 }
 
@@ -57,7 +62,7 @@ for f in "${files[@]}"; do
   ptx "$root" "$f" "$work/ptx/$n.new" || exit 2
 done
 
-echo "# PTX (compute_90) per kernel: $rev vs the working tree of $(git -C "$root" rev-parse --short HEAD)"
+echo "# PTX (compute_90; compute_90a for wgmma.cu) per kernel: $rev vs the working tree of $(git -C "$root" rev-parse --short HEAD)"
 python3 - "$work/ptx" "${files[@]}" <<'PY'
 import os, re, sys
 

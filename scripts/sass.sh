@@ -7,7 +7,7 @@
 #   SASS_DUMP=out.sass scripts/sass.sh ...   also writes the whole disassembly there
 #
 # The summary counts, per kernel, its instructions and the ones that matter in a Tensor Core loop:
-# HMMA (mma.sync), LDSM (ldmatrix), LDGSTS (cp.async), BAR (__syncthreads). They are static counts (an
+# HMMA (mma.sync), HGMMA (wgmma), LDSM (ldmatrix), LDGSTS (cp.async), BAR (__syncthreads). They are static counts (an
 # unrolled loop body counts once per copy, a loop not at all more than once): the dump is what to read.
 #
 # The disassembler: NVDISASM when set, else cuobjdump from the CUDA toolkit. This project's development
@@ -42,8 +42,12 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
+# The files CMakeLists.txt builds for sm_90a (instructions of that target alone: wgmma) are listed
+# for it; the others for sm_90, as the GPU builds compile them.
+target=(-arch=sm_90)
+[[ $src != *kernels/cuda/gemm/wgmma.cu ]] || target=("-gencode=arch=compute_90a,code=sm_90a")
 "$nvcc" -std=c++17 -O3 -DNDEBUG -DHALFLING_WITH_CUDA=1 --expt-relaxed-constexpr -I"$root" -isystem /usr/include/stb \
-  -arch=sm_90 -cubin -o "$tmp/k.cubin" "$src"
+  "${target[@]}" -cubin -o "$tmp/k.cubin" "$src"
 if [[ -z ${NVDISASM:-} ]]; then
   "$cuobjdump" -sass "$tmp/k.cubin" >"$tmp/k.sass"
 else
@@ -59,11 +63,11 @@ PY
 fi
 [[ -n ${SASS_DUMP:-} ]] && cp "$tmp/k.sass" "$SASS_DUMP"
 
-# One line per kernel: instructions, HMMA, LDSM, LDGSTS, BAR, then the (mangled) name.
+# One line per kernel: instructions, HMMA, HGMMA, LDSM, LDGSTS, BAR, then the (mangled) name.
 awk -v re="$regex" '
-  function flush() { if (name != "" && name ~ re) printf "%6d insts %4d HMMA %4d LDSM %4d LDGSTS %3d BAR  %s\n", n, h, l, g, b, name }
+  function flush() { if (name != "" && name ~ re) printf "%6d insts %4d HMMA %4d HGMMA %4d LDSM %4d LDGSTS %3d BAR  %s\n", n, h, w, l, g, b, name }
   /^[[:space:]]*(\.text\.|Function : )/ {
-    flush(); name = $0; sub(/^[[:space:]]*(\.text\.|Function : )/, "", name); sub(/:$/, "", name); n = h = l = g = b = 0; next
+    flush(); name = $0; sub(/^[[:space:]]*(\.text\.|Function : )/, "", name); sub(/:$/, "", name); n = h = w = l = g = b = 0; next
   }
-  /^[[:space:]]*\/\*[0-9a-f]+\*\// { n++; if (/HMMA/) h++; if (/LDSM/) l++; if (/LDGSTS/) g++; if (/ BAR\./) b++ }
+  /^[[:space:]]*\/\*[0-9a-f]+\*\// { n++; if (/ HMMA/) h++; if (/HGMMA/) w++; if (/LDSM/) l++; if (/LDGSTS/) g++; if (/ BAR\./) b++ }
   END { flush() }' "$tmp/k.sass"

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "kernels/cuda/gemm/mma_sync_lanes.h"
+#include "kernels/cuda/gemm/wgmma_layout.h"
 #include "kernels/cuda/gemm/wmma_pipelined_tiles.h"
 #include "kernels/cuda/gemm/wmma_smem_k_step.h"
 #include "kernels/dtype.h"
@@ -69,7 +70,8 @@ struct RungTolerance {
 
 RungTolerance tolerance_for(const std::string& variant, DType ab_type) {
   const bool tensor_cores =
-      variant.rfind("wmma", 0) == 0 || variant == "mma_sync" || (variant == "cublas" && ab_type == DType::f16);
+      variant.rfind("wmma", 0) == 0 || variant == "mma_sync" || variant == "wgmma" ||
+      (variant == "cublas" && ab_type == DType::f16);
   if (tensor_cores) {
     return {4.0, 5e-5,
             "Tensor Core adders align each block of 4-16 terms to the largest and truncate (Fasi et al. 2021, "
@@ -815,6 +817,44 @@ TEST(CudaGemm, MmaSyncLeanCopyEverywhere) { check_mma_sync_lean({{300, 270, 300}
 
 TEST(CudaGemm, MmaSyncLeanCopyInsideAndOnTheEdges) { check_mma_sync_lean(kPlannedCopyShapes, false); }
 
+// wgmma (sm_90a, compute capability 9.0 only) with each tile of wgmma_layout.h: entry 0 is the rung's
+// own, the others what gemm_bench --sweep times next to it. All fit an H100's or H200's 227 KiB.
+void check_every_wgmma_tile(const std::vector<std::vector<int64_t>>& shapes, bool strided) {
+  HL_REQUIRE_CUDA();
+  if (runtime::cuda_compute_capability() != 90) GTEST_SKIP() << "wgmma runs on compute capability 9.0 only";
+  namespace wl = kernels::cuda::wgmma_layout;
+  check_every_setting(
+      "wgmma", wl::kTileCount,
+      [](int i, auto&& body) {
+        const kernels::wgmma::ScopedTile forced(i);
+        body("wgmma tile #" + std::to_string(i) + " (128x" + std::to_string(wl::kTiles[i].bn) + "x64, " +
+                 std::to_string(wl::kTiles[i].stages) + " stages, " + std::to_string(wl::kTiles[i].in_flight) +
+                 " wgmma group in flight)",
+             false);
+      },
+      shapes, strided);
+}
+
+TEST(CudaGemm, WgmmaEveryTileTheSweepTimes) {
+  // M and N across and not multiples of either tile; K = 300 (4 whole 64-deep steps and a partial one:
+  // the rings of 3 and 4 stages wrap) and 77; 1 x 1 x 1; and the training shapes' kind, K = 784.
+  check_every_wgmma_tile({{300, 270, 300}, {257, 513, 77}, {1, 1, 1}, {128, 512, 784}}, true);
+}
+
+TEST(CudaGemm, WgmmaEveryTileInsideAndOnTheEdges) {
+  // Leading dimensions multiples of 8 (every copy inside a matrix is a cp.async), whole blocks and a
+  // partial one along M and N, a partial last K step: small enough for compute-sanitizer racecheck
+  // (scripts/gpu_check.sh, race_new).
+  check_every_wgmma_tile(kPlannedCopyShapes, false);
+}
+
+TEST(CudaGemm, WgmmaTuningHookRefusesAnIndexPastTheTable) {
+  HL_REQUIRE_CUDA();
+  if (runtime::cuda_compute_capability() != 90) GTEST_SKIP() << "wgmma runs on compute capability 9.0 only";
+  const kernels::wgmma::ScopedTile past_the_table(kernels::cuda::wgmma_layout::kTileCount);
+  expect_tuning_refused("wgmma", "tile " + std::to_string(kernels::cuda::wgmma_layout::kTileCount), "wgmma_layout.h");
+}
+
 TEST(CudaGemm, WmmaSmemBatchedCopyInsideAndOnTheEdges) {
   // The batched copy where it runs, next to the general copy in the same launch (kPlannedCopyShapes).
   check_every_k_step(kPlannedCopyShapes, false, true);
@@ -866,9 +906,10 @@ GemmArgs dummy_problem(DType ab) {
 
 TEST(CudaGemmRegistry, ListsEveryRungAndCublas) {
   if (cuda_variant("naive") == nullptr) GTEST_SKIP() << "halfling was built without CUDA: no CUDA GEMM variants";
-  const std::vector<std::string> expected = {"wmma_pipelined_split_k", "wmma_pipelined", "mma_sync",
-                                             "wmma_smem",              "wmma",           "smem_tiled_split_k",
-                                             "smem_tiled",             "naive",          "cublas"};
+  const std::vector<std::string> expected = {"wgmma",     "wmma_pipelined_split_k", "wmma_pipelined",
+                                             "mma_sync",  "wmma_smem",              "wmma",
+                                             "smem_tiled_split_k", "smem_tiled",    "naive",
+                                             "cublas"};
   std::vector<std::string> names = cuda_variants();
   // Highest priority first: the ladder top to bottom, then the cuBLAS reference point.
   std::vector<std::string> ours;
@@ -880,12 +921,13 @@ TEST(CudaGemmRegistry, ListsEveryRungAndCublas) {
 TEST(CudaGemmRegistry, RungsNotYetRunOnAGpuAreOptIn) {
   // A rung written in a session without a GPU lands opt-in (registry.h): it runs when named, never by
   // default, until its tests, the sanitizers and gemm_bench have run on a GPU. Every GEMM rung has
-  // (the split-K rungs and mma_sync on an H200, 2026-11-26); a new one means adding it here.
+  // (the split-K rungs and mma_sync on an H200, 2026-11-26) but wgmma, written on 2026-11-27 without
+  // one; a new one means adding it here, a promotion taking it out.
   if (cuda_variant("naive") == nullptr) GTEST_SKIP() << "halfling was built without CUDA: no CUDA GEMM variants";
   std::vector<std::string> opt_in;
   for (const auto& v : GemmRegistry::instance().all())
     if (v.device == kCuda && v.opt_in) opt_in.push_back(v.name);
-  EXPECT_EQ(opt_in, std::vector<std::string>{});
+  EXPECT_EQ(opt_in, std::vector<std::string>{"wgmma"});
 }
 
 TEST(CudaGemmRegistry, DefaultIsTheFastestRungThatSupportsTheArguments) {
@@ -916,6 +958,25 @@ TEST(CudaGemmRegistry, WmmaRungsRefuseF32InputsWithAReason) {
       EXPECT_NE(msg.find(std::string("variant '") + name + "' cannot run gemm NN M=256"), std::string::npos) << msg;
       EXPECT_NE(msg.find("f16 inputs only"), std::string::npos) << msg;
     }
+  }
+}
+
+TEST(CudaGemmRegistry, WgmmaTakesF16OnHopperAndRefusesWhatItCannotRun) {
+  if (cuda_variant("naive") == nullptr) GTEST_SKIP() << "halfling was built without CUDA: no CUDA GEMM variants";
+  const auto* v = cuda_variant("wgmma");
+  ASSERT_NE(v, nullptr);
+  const char* why = v->unsupported(dummy_problem(DType::f32));
+  ASSERT_NE(why, nullptr);
+  EXPECT_NE(std::string(why).find("f16 inputs only"), std::string::npos) << why;
+  // f16 inputs: taken on compute capability 9.0 (and without a GPU, where nothing runs), refused with
+  // the reason on any other GPU, which cannot load sm_90a code.
+  const int cc = runtime::cuda_compute_capability();
+  why = v->unsupported(dummy_problem(DType::f16));
+  if (cc == 0 || cc == 90) {
+    EXPECT_EQ(why, nullptr) << why;
+  } else {
+    ASSERT_NE(why, nullptr);
+    EXPECT_NE(std::string(why).find("compute capability 9.0"), std::string::npos) << why;
   }
 }
 

@@ -44,7 +44,7 @@ inline const char* unsupported_dtypes(const GemmArgs& g) {
 inline const char* unsupported_wmma(const GemmArgs& g) {
   if (const char* why = unsupported_dtypes(g)) return why;
   if (g.ab_type != DType::f16)
-    return "the Tensor Core rungs (wmma*, mma_sync) take f16 inputs only (FP16 Tensor Core products); use "
+    return "the Tensor Core rungs (wmma*, mma_sync, wgmma) take f16 inputs only (FP16 Tensor Core products); use "
            "smem_tiled or cublas for f32";
   const int cc = runtime::cuda_compute_capability();  // the probe is cached
   if (cc != 0 && cc < 70) return "the WMMA rungs need compute capability 7.0 or newer (FP16 Tensor Cores)";
@@ -56,6 +56,18 @@ inline const char* unsupported_wmma(const GemmArgs& g) {
 // use this to choose, per matrix, between 128-bit loads and their scalar fallback.
 inline bool vector_aligned(const void* p, int64_t ld) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld % 8 == 0;
+}
+
+// The most dynamic shared memory a block of this GPU may ask for (after cudaFuncSetAttribute), read
+// once: a tile that needs more is refused with the numbers rather than failing to launch.
+inline int max_shared_memory_per_block() {
+  static const int allowed = [] {
+    int device = 0, optin = 0;
+    HL_CUDA_CHECK(cudaGetDevice(&device));
+    HL_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return optin;
+  }();
+  return allowed;
 }
 
 inline unsigned blocks_for(int64_t n, int64_t tile) { return static_cast<unsigned>((n + tile - 1) / tile); }

@@ -190,12 +190,7 @@ void launch(const GemmArgs& g, const SplitK& split = {}, int64_t slices = 1) {
   constexpr size_t bytes = Smem<op_a, op_b, Cfg>::kBytes;
   // More than 48 KiB of dynamic shared memory must be allowed explicitly, once per kernel.
   // (The tiles the rung chooses fit every GPU it runs on; a tile forced by the tuning hook may not.)
-  static const int allowed = [] {
-    int device = 0, optin = 0;
-    HL_CUDA_CHECK(cudaGetDevice(&device));
-    HL_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    return optin;
-  }();
+  const int allowed = max_shared_memory_per_block();
   HL_CHECK(bytes <= static_cast<size_t>(allowed), "wmma_pipelined: a ", Cfg::BM, "x", Cfg::BN, "x", Cfg::BK,
            " tile with ", Cfg::STAGES, " stages needs ", bytes, " bytes of shared memory per block; this GPU allows ",
            allowed);

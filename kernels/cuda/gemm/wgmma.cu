@@ -1,0 +1,370 @@
+// GEMM ladder, rung 7: "wgmma" — Hopper's warpgroup-wide Tensor Core instruction, wgmma.mma_async,
+// reading both operands straight from shared memory.
+//
+// What changes from rung 5 (wmma_pipelined) and rung 6 (mma_sync): the instruction, and what it needs.
+// Rungs 3 to 6 all end in mma.sync (nvcuda::wmma compiles to it): a warp multiplies 16 x 8 x 16 at a
+// time from fragments it first loads into its own registers. On Hopper (compute capability 9.0) that
+// instruction is the path the hardware keeps for compatibility; the Tensor Cores reach their rate
+// through wgmma.mma_async, which
+//   1. is issued by a warpgroup (4 warps, 128 threads) for a 64 x N x 16 product, N up to 256 here:
+//      one instruction does what 64 to 128 mma.sync do;
+//   2. reads A and B from shared memory itself, through 64-bit descriptors (start address, two
+//      strides, a swizzle mode), so no thread loads a fragment: the 200 or so instructions per thread
+//      and K step that the lower rungs spend on copies and fragment loads shrink to the copies alone;
+//   3. runs asynchronously: it is committed as a group and awaited (wgmma.commit_group,
+//      wgmma.wait_group), with wgmma.fence before it touches accumulators that ordinary code wrote.
+// The accumulators stay FP32 in registers (paper §3.3: FP16 products, FP32 sums), 64 to 128 per thread.
+//
+// What it demands: its operands in shared memory in one of the ISA's canonical layouts. This rung uses
+// the 128-byte swizzle (wgmma_layout.h): rows of 128 bytes in atoms of 8, the 16-byte chunk c of row r
+// stored at c ^ r, which is also what keeps the copies and the Tensor Cores' reads free of bank
+// conflicts, with no padding. Both storage orders of each operand are taken as they are (K-major, or
+// M/N-major with the instruction's transpose bit), so every layout of C = op(A) op(B) copies whole
+// 16-byte runs with cp.async. Writes by cp.async (and the ordinary stores of the edges) are seen by
+// wgmma, which reads through the "async proxy", only after fence.proxy.async in each writing thread and
+// a barrier.
+//
+// What stays: the cp.async ring of rung 5 (here 3 or 4 stages of 64-deep K tiles), the zero-filled
+// edges and scalar fallback for any M, N, K >= 1 and any alignment, and the common epilogue (alpha,
+// beta, bias, ReLU, f16 or f32 C) through an FP32 staging tile in shared memory, as in mma_sync.
+// What it leaves for later rungs: the TMA copy engine and a producer warp (here every thread copies,
+// then every warpgroup waits for its wgmma before the next barrier), and split-K.
+//
+// Only compute capability 9.0 runs it: wgmma exists in the sm_90a target alone, so this file is built
+// for 90a whatever CMAKE_CUDA_ARCHITECTURES says (CMakeLists.txt: the halfling_sm90a object library),
+// and every other GPU is refused with the reason. f16 inputs only.
+//
+// Status: written in a session without a GPU (2026-11-27): opt-in until its tests, compute-sanitizer
+// and gemm_bench have run on one (kernels/registry.h). The layouts, descriptors and accumulator map
+// pass a CPU simulation against a model of the instruction written from the PTX ISA
+// (tests/kernels/test_wgmma_layout.cpp); the GPU tests are the loop over every variant in
+// tests/kernels/test_gemm_cuda.cpp and CudaGemm.Wgmma*.
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <mutex>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemm/gemm_common.cuh"
+#include "kernels/cuda/gemm/wgmma_layout.h"
+#include "kernels/cuda/gemm/wmma_tile.cuh"  // copy16, cp_async_commit, cp_async_wait
+#include "kernels/gemm.h"
+
+namespace hl::kernels::cuda {
+
+namespace {
+
+using namespace gemm_detail;
+using namespace wgmma_layout;
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- the instructions ----------------------------------------------------------------------------------
+
+// This thread's shared-memory writes (cp.async's, once awaited, and ordinary stores) become visible to
+// the async proxy, through which wgmma reads; a barrier must follow before another thread's wgmma.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// Orders this warpgroup's earlier register and shared-memory accesses before the wgmma that follow.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// The accumulators are written by the Tensor Cores after the instruction that names them has issued;
+// the compiler must not read them (or move them) before wgmma_wait. An empty asm that "modifies" each
+// one, placed after the wait (volatile asm keeps its order), pins every later read behind it.
+template <int N>
+__device__ __forceinline__ void pin_accumulators(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D (64 x N, FP32, in the registers of the warpgroup's 128 threads) += A (64 x 16) * B (16 x N), both
+// f16 in shared memory as the descriptors say. kTransA / kTransB: 0 for a K-major operand, 1 for an
+// M- or N-major one. The first operand of the predicate is 1: D is always accumulated into (it starts
+// at zero). The operand lists are long because the instruction names every accumulator register.
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred accumulate;\n"
+      "setp.ne.b32 accumulate, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, accumulate, 1, 1, %67, %68;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(1), "n"(kTransA), "n"(kTransB));
+}
+
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred accumulate;\n"
+      "setp.ne.b32 accumulate, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, accumulate, 1, 1, %131, %132;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(1), "n"(kTransA), "n"(kTransB));
+}
+
+// m64nBNk16 for the two N this rung uses.
+template <int BN, int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b) {
+  if constexpr (BN == 128) {
+    wgmma_m64n128k16<kTransA, kTransB>(d, desc_a, desc_b);
+  } else {
+    static_assert(BN == 256, "wgmma.cu instantiates N = 128 and 256");
+    wgmma_m64n256k16<kTransA, kTransB>(d, desc_a, desc_b);
+  }
+}
+
+// ---- the copies ------------------------------------------------------------------------------------------
+
+// One operand's X x 64 tile of a stage, from the stored matrix (rows x cols, row stride ld; the tile's
+// first stored element at (r0, c0)) into the swizzled layout: 16-byte cp.async where the 8 values lie
+// inside the matrix and it allows 16-byte accesses (vec_ok), zeros where they lie wholly outside (the
+// K edge then adds 0 * 0, never a stale or NaN value), and 8 scalar loads otherwise.
+template <bool kKMajor, int X>
+__device__ __forceinline__ void copy_tile(unsigned char* tile, const __half* src, int64_t ld, int64_t rows,
+                                          int64_t cols, int64_t r0, int64_t c0, bool vec_ok) {
+  constexpr int kChunks = X * kBK / 8;
+  static_assert(kChunks % kThreads == 0, "every thread copies the same number of chunks");
+#pragma unroll
+  for (int i = 0; i < kChunks / kThreads; ++i) {
+    const Chunk c = chunk_of<kKMajor, X>(static_cast<int>(threadIdx.x) + i * kThreads);
+    const int64_t gr = r0 + c.row, gc = c0 + c.col;
+    unsigned char* dst = tile + c.bytes;
+    if (gr >= rows || gc >= cols) {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    } else if (vec_ok && gc + 8 <= cols) {
+      copy16<true>(reinterpret_cast<__half*>(dst), src + gr * ld + gc);
+    } else {
+      alignas(16) __half v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = gc + j < cols ? src[gr * ld + gc + j] : __float2half(0.0f);
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(v);
+    }
+  }
+}
+
+// The same copy for a tile that lies wholly inside a matrix allowing 16-byte accesses: no checks, one
+// cp.async per chunk. The general copy above spends most of its instructions per chunk on the checks and
+// the scalar path (about 70 per chunk in the sm_90a listing, against the Tensor Cores' 4 instructions
+// per K step); here the chunks of a thread are a fixed stride apart in both memories, so each costs
+// an address addition and the copy.
+template <bool kKMajor, int X>
+__device__ __forceinline__ void copy_tile_inside(unsigned char* tile, const __half* src, int64_t ld, int64_t r0,
+                                                 int64_t c0) {
+  constexpr int kChunks = X * kBK / 8;
+#pragma unroll
+  for (int i = 0; i < kChunks / kThreads; ++i) {
+    const Chunk c = chunk_of<kKMajor, X>(static_cast<int>(threadIdx.x) + i * kThreads);
+    copy16<true>(reinterpret_cast<__half*>(tile + c.bytes), src + (r0 + c.row) * ld + c0 + c.col);
+  }
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// kInFlight: the groups of wgmma left running across the barrier (wgmma_layout.h, TileConfig). A tile
+// whose shared memory leaves room for two blocks per SM gets them: at most 128 registers per thread.
+template <Op op_a, Op op_b, int BN, int kStages, int kInFlight>
+__global__ void __launch_bounds__(kThreads, (Tile<BN, kStages>::kBlocksPerSm))
+    gemm_wgmma_kernel(GemmArgs g, bool a_vec, bool b_vec) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = Tile<BN, kStages>;
+  static_assert(kInFlight == 0 || kInFlight == 1, "wgmma groups left running: none or one");
+  static_assert(kStages - 2 - kInFlight >= 0, "a ring with a tile in flight beside the one being read");
+  constexpr int kAhead = kStages - 1 - kInFlight;  // tiles the ring copies ahead of the one being read
+  constexpr bool kAKMajor = op_a == Op::N, kBKMajor = op_b == Op::T;
+
+  // The ring starts on a 1024-byte boundary (Tile::kSmemBytes has the slack): the swizzle pattern is
+  // anchored to addresses, and the descriptors' base offset of 0 says every atom starts on one.
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* const ring = smem_raw + (kAtomBytes - smem_address(smem_raw) % kAtomBytes) % kAtomBytes;
+  const uint32_t ring_addr = smem_address(ring);
+
+  const int wg = static_cast<int>(threadIdx.x) / 128, t = static_cast<int>(threadIdx.x) % 128;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kBM, n0 = static_cast<int64_t>(blockIdx.x) * BN;
+  const int64_t k_tiles = (g.K + kBK - 1) / kBK;
+
+  const __half* A = static_cast<const __half*>(g.A);
+  const __half* B = static_cast<const __half*>(g.B);
+  // The stored matrices: A is M x K (op N) or K x M (op T), B is K x N (op N) or N x K (op T).
+  const int64_t a_rows = kAKMajor ? g.M : g.K, a_cols = kAKMajor ? g.K : g.M;
+  const int64_t b_rows = kBKMajor ? g.N : g.K, b_cols = kBKMajor ? g.K : g.N;
+  // Whether this block's tiles lie inside both matrices along M and N, both allowing 16-byte copies:
+  // then every K step but a partial last one takes the copy without checks. Block-uniform.
+  const bool inside = a_vec && b_vec && m0 + kBM <= g.M && n0 + BN <= g.N;
+  const auto load_stage = [&](int s, int64_t kt) {
+    unsigned char* stage = ring + s * T::kStageBytes;
+    const int64_t k0 = kt * kBK;
+    if (inside && k0 + kBK <= g.K) {
+      copy_tile_inside<kAKMajor, kBM>(stage, A, g.lda, kAKMajor ? m0 : k0, kAKMajor ? k0 : m0);
+      copy_tile_inside<kBKMajor, BN>(stage + T::kABytes, B, g.ldb, kBKMajor ? n0 : k0, kBKMajor ? k0 : n0);
+      return;
+    }
+    copy_tile<kAKMajor, kBM>(stage, A, g.lda, a_rows, a_cols, kAKMajor ? m0 : k0, kAKMajor ? k0 : m0, a_vec);
+    copy_tile<kBKMajor, BN>(stage + T::kABytes, B, g.ldb, b_rows, b_cols, kBKMajor ? n0 : k0, kBKMajor ? k0 : n0,
+                            b_vec);
+  };
+
+  float acc[T::kAccPerThread];
+#pragma unroll
+  for (int i = 0; i < T::kAccPerThread; ++i) acc[i] = 0.0f;
+
+  // The ring, as in wmma_pipelined: kAhead tiles in flight, one commit group per tile.
+  for (int s = 0; s < kAhead; ++s) {
+    if (s < k_tiles) load_stage(s, s);
+    cp_async_commit();
+  }
+  for (int64_t kt = 0; kt < k_tiles; ++kt) {
+    cp_async_wait<kAhead - 1>();  // this thread's copies of tile kt have landed
+    fence_proxy_async();          // ... and are visible to wgmma
+    __syncthreads();  // everyone's are; every wgmma of tile kt - 1 - kInFlight has completed (waited below)
+    const int64_t next = kt + kAhead;
+    if (next < k_tiles) load_stage(static_cast<int>(next % kStages), next);  // into that tile's buffer
+    cp_async_commit();
+
+    const uint32_t a_tile = ring_addr + static_cast<uint32_t>(kt % kStages) * T::kStageBytes;
+    const uint32_t b_tile = a_tile + T::kABytes;
+    wgmma_fence();
+#pragma unroll
+    for (int slice = 0; slice < kBK / kInstrK; ++slice) {
+      wgmma_m64k16<BN, kAKMajor ? 0 : 1, kBKMajor ? 0 : 1>(acc, slice_descriptor<kAKMajor>(a_tile, wg * kWgRows, slice),
+                                                          slice_descriptor<kBKMajor>(b_tile, 0, slice));
+    }
+    wgmma_commit();
+    // With kInFlight = 0 this step's buffer is free for the copies the next iteration issues after its
+    // barrier; with 1, the previous step's is, while this step's multiply-adds go on.
+    wgmma_wait<kInFlight>();
+    pin_accumulators(acc);
+  }
+  wgmma_wait<0>();
+  pin_accumulators(acc);
+  cp_async_wait<0>();
+  __syncthreads();  // every warpgroup is done reading the ring: it becomes the epilogue's staging tile
+
+  // Epilogue: the accumulators' places are known (accumulator_pos), so they go to a 128 x BN FP32
+  // staging tile as pairs (8-byte stores; rows padded by 8 floats), and every thread then takes
+  // consecutive columns: coalesced writes of C through the common epilogue, as in mma_sync.
+  float* Cs = reinterpret_cast<float*>(ring);
+#pragma unroll
+  for (int i = 0; i < T::kAccPerThread; i += 2) {
+    const TilePos p = accumulator_pos(t, i);
+    *reinterpret_cast<float2*>(Cs + (wg * kWgRows + p.row) * T::kLdC + p.col) = make_float2(acc[i], acc[i + 1]);
+  }
+  __syncthreads();
+  for (int e = static_cast<int>(threadIdx.x); e < kBM * BN; e += kThreads) {
+    const int mi = e / BN, ni = e % BN;
+    const int64_t m = m0 + mi, n = n0 + ni;
+    if (m < g.M && n < g.N) epilogue_store(g, m, n, Cs[mi * T::kLdC + ni]);
+  }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // built for a target without wgmma: unsupported() refuses every GPU this could run on
+#endif
+}
+
+template <Op op_a, Op op_b, int BN, int kStages, int kInFlight>
+void launch(const GemmArgs& g) {
+  const auto kernel = gemm_wgmma_kernel<op_a, op_b, BN, kStages, kInFlight>;
+  constexpr int bytes = Tile<BN, kStages>::kSmemBytes;
+  const int allowed = max_shared_memory_per_block();
+  HL_CHECK(bytes <= allowed, "wgmma: a 128x", BN, "x64 tile with ", kStages, " stages needs ", bytes,
+           " bytes of shared memory per block; this GPU allows ", allowed);
+  static std::once_flag opted_in;  // more than 48 KiB of dynamic shared memory: allowed once per kernel
+  std::call_once(opted_in, [&] {
+    HL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  });
+  check_grid_y(g, kBM, "wgmma");
+  const dim3 grid(blocks_for(g.N, BN), blocks_for(g.M, kBM));
+  kernel<<<grid, kThreads, bytes, stream()>>>(g, vector_aligned(g.A, g.lda), vector_aligned(g.B, g.ldb));
+  HL_LAUNCH_CHECK("gemm_wgmma_kernel");
+}
+
+template <int I>
+void run_tile(const GemmArgs& g) {
+  constexpr int BN = kTiles[I].bn, S = kTiles[I].stages, F = kTiles[I].in_flight;
+  if (g.op_a == Op::N) {
+    g.op_b == Op::N ? launch<Op::N, Op::N, BN, S, F>(g) : launch<Op::N, Op::T, BN, S, F>(g);
+  } else {
+    g.op_b == Op::N ? launch<Op::T, Op::N, BN, S, F>(g) : launch<Op::T, Op::T, BN, S, F>(g);
+  }
+}
+
+void run(const GemmArgs& g) {
+  const int tile = wgmma::tile_for_tuning().load(std::memory_order_relaxed);
+  HL_CHECK(tile < kTileCount, "gemm wgmma: the tuning hook names tile #", tile, "; wgmma_layout.h lists ", kTileCount);
+  static_assert(kTileCount == 3, "run() dispatches every tile of wgmma_layout.h's table");
+  switch (tile) {
+    case 1:
+      return run_tile<1>(g);
+    case 2:
+      return run_tile<2>(g);
+    default:
+      return run_tile<0>(g);
+  }
+}
+
+const char* unsupported(const GemmArgs& g) {
+  if (const char* why = unsupported_wmma(g)) return why;
+  const int cc = runtime::cuda_compute_capability();  // cached; 0 without a GPU
+  if (cc != 0 && cc != 90)
+    return "wgmma needs compute capability 9.0: wgmma.mma_async is an sm_90a instruction, for Hopper GPUs only";
+  return nullptr;
+}
+
+}  // namespace
+
+// Priority 60, above every other rung: the instruction Hopper's Tensor Cores are built for. Opt-in
+// until it has run on a GPU (kernels/registry.h); until then the automatic choice never takes it.
+HL_REGISTER_VARIANT(GemmArgs, {"wgmma", DeviceType::cuda, 60,
+                               "wgmma.mma_async (sm_90a) from 128-byte-swizzled shared memory, 2 warpgroups, "
+                               "cp.async ring of 64-deep K tiles",
+                               run, unsupported, /*opt_in=*/true});
+
+}  // namespace hl::kernels::cuda
