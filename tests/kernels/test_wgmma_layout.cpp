@@ -10,11 +10,13 @@
 // ((8,m),(T,2k)):((8T,SBO),(1,T)), MN-major ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)), T = 8 halves,
 // then the 16-byte chunk index XORed with address bits 7-9). The product must equal the float64 one
 // exactly (small integers), every read must land inside its tile on a value the copies wrote, and
-// every element of C must be written once. What this cannot check is whether that reading of the ISA
-// is the hardware's, nor the ring, the fences and the barriers: tests/kernels/test_gemm_cuda.cpp does
-// that on a GPU.
+// every element of C must be written once. The ring's schedule (which buffer each step refills, how
+// many copy groups it leaves pending, how many groups of wgmma run across the barrier) is played step
+// by step too. What this cannot check is whether that reading of the ISA is the hardware's, nor the
+// fences and the barriers themselves: tests/kernels/test_gemm_cuda.cpp does that on a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -266,6 +268,79 @@ TEST(WgmmaLayout, EveryTileFitsTheRingAndTheEpilogue) {
   EXPECT_EQ((wl::Tile<128, 3>::kBlocksPerSm), 2);
   EXPECT_EQ((wl::Tile<256, 4>::kBlocksPerSm), 1);
   EXPECT_EQ((wl::Tile<128, 4>::kBlocksPerSm), 1);
+}
+
+// The K loop's schedule, played step by step for one warpgroup (the other does the same, between the
+// same barriers): copies go into a buffer only when no wgmma may still read it and the tile it holds
+// has been read; a wgmma reads a buffer only when it holds its tile and this thread's copies of it have
+// landed (cp.async.wait_group leaves copies_left_pending groups pending); every tile is read once.
+struct Schedule {
+  int stages, in_flight, ahead, pending;  // pending: copy groups left pending at the wait
+};
+Schedule schedule_of(const wl::TileConfig& t) {
+  return {t.stages, t.in_flight, wl::ring_ahead(t.stages, t.in_flight), wl::copies_left_pending(t.stages, t.in_flight)};
+}
+
+std::vector<std::string> play_ring(const Schedule& cfg, int k_tiles) {
+  std::vector<std::string> problems;
+  const int S = cfg.stages, ahead = cfg.ahead;
+  std::vector<int> holds(static_cast<size_t>(S), -1);  // the tile each buffer holds (or is being copied)
+  std::vector<int> group_of_tile(static_cast<size_t>(k_tiles), -1);
+  std::vector<bool> read(static_cast<size_t>(k_tiles), false);
+  int groups = 0, landed = 0;  // copy groups committed; groups known complete (a prefix)
+  std::vector<int> running;    // tiles whose wgmma may still be reading (oldest first)
+  const auto copy = [&](int tile, const std::string& when) {
+    const int b = tile % S;
+    for (int r : running)
+      if (r % S == b) problems.push_back(when + ": tile " + std::to_string(tile) + " overwrites the buffer a running wgmma reads");
+    const int old = holds[static_cast<size_t>(b)];
+    if (old >= 0 && !read[static_cast<size_t>(old)])
+      problems.push_back(when + ": tile " + std::to_string(tile) + " overwrites tile " + std::to_string(old) + " before it is read");
+    holds[static_cast<size_t>(b)] = tile;
+    group_of_tile[static_cast<size_t>(tile)] = groups;
+  };
+  for (int s = 0; s < ahead; ++s) {
+    if (s < k_tiles) copy(s, "prologue");
+    ++groups;
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const std::string when = "step " + std::to_string(kt);
+    landed = std::max(landed, groups - cfg.pending);
+    const int next = kt + ahead;
+    if (next < k_tiles) copy(next, when);
+    ++groups;
+    if (holds[static_cast<size_t>(kt % S)] != kt) problems.push_back(when + ": its buffer does not hold its tile");
+    if (group_of_tile[static_cast<size_t>(kt)] < 0 || group_of_tile[static_cast<size_t>(kt)] >= landed)
+      problems.push_back(when + ": reads its tile before the copies have landed");
+    if (read[static_cast<size_t>(kt)]) problems.push_back(when + ": reads its tile twice");
+    read[static_cast<size_t>(kt)] = true;
+    running.push_back(kt);
+    while (static_cast<int>(running.size()) > cfg.in_flight) running.erase(running.begin());  // wgmma.wait_group
+  }
+  for (int kt = 0; kt < k_tiles; ++kt)
+    if (!read[static_cast<size_t>(kt)]) problems.push_back("tile " + std::to_string(kt) + " is never read");
+  return problems;
+}
+
+TEST(WgmmaLayout, TheRingNeverOverwritesWhatAWgmmaMayStillRead) {
+  for (const wl::TileConfig& cfg : wl::kTiles) {
+    for (int k_tiles = 1; k_tiles <= 12; ++k_tiles) {
+      for (const std::string& p : play_ring(schedule_of(cfg), k_tiles))
+        ADD_FAILURE() << "tile 128x" << cfg.bn << ", " << cfg.stages << " stages, " << cfg.in_flight
+                      << " in flight, " << k_tiles << " K steps: " << p;
+    }
+  }
+  // ... and the simulation catches the two ways to get the schedule wrong: copying one tile further
+  // ahead than the ring allows (into a buffer a wgmma may still read, or whose tile is still unread),
+  // and leaving one more copy group pending (reading a tile before its copies have landed).
+  for (const wl::TileConfig& cfg : wl::kTiles) {
+    Schedule further = schedule_of(cfg), hastier = schedule_of(cfg);
+    ++further.ahead;
+    ++further.pending;  // the waits keep pace with the deeper ring: only the buffers are wrong
+    ++hastier.pending;
+    EXPECT_FALSE(play_ring(further, 8).empty()) << cfg.stages << " stages, " << cfg.in_flight << " in flight";
+    EXPECT_FALSE(play_ring(hastier, 8).empty()) << cfg.stages << " stages, " << cfg.in_flight << " in flight";
+  }
 }
 
 TEST(WgmmaLayout, ABlockThroughAModelOfTheInstruction) {

@@ -218,8 +218,8 @@ __global__ void __launch_bounds__(kThreads, (Tile<BN, kStages>::kBlocksPerSm))
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = Tile<BN, kStages>;
   static_assert(kInFlight == 0 || kInFlight == 1, "wgmma groups left running: none or one");
-  static_assert(kStages - 2 - kInFlight >= 0, "a ring with a tile in flight beside the one being read");
-  constexpr int kAhead = kStages - 1 - kInFlight;  // tiles the ring copies ahead of the one being read
+  constexpr int kAhead = ring_ahead(kStages, kInFlight);  // tiles copied ahead of the one being read
+  static_assert(kAhead >= 1, "a ring with a tile in flight beside the one being read");
   constexpr bool kAKMajor = op_a == Op::N, kBKMajor = op_b == Op::T;
 
   // The ring starts on a 1024-byte boundary (Tile::kSmemBytes has the slack): the swizzle pattern is
@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, (Tile<BN, kStages>::kBlocksPerSm))
     cp_async_commit();
   }
   for (int64_t kt = 0; kt < k_tiles; ++kt) {
-    cp_async_wait<kAhead - 1>();  // this thread's copies of tile kt have landed
+    cp_async_wait<copies_left_pending(kStages, kInFlight)>();  // this thread's copies of tile kt have landed
     fence_proxy_async();          // ... and are visible to wgmma
     __syncthreads();  // everyone's are; every wgmma of tile kt - 1 - kInFlight has completed (waited below)
     const int64_t next = kt + kAhead;

@@ -48,6 +48,18 @@ inline constexpr TileConfig kTiles[] = {
 };
 inline constexpr int kTileCount = static_cast<int>(sizeof(kTiles) / sizeof(kTiles[0]));
 
+// The ring's schedule (wgmma.cu's K loop). Step kt waits for its tile's copies, then (after the
+// barrier) refills the buffer of tile kt + ring_ahead, then issues tile kt's wgmma and waits until at
+// most in_flight groups of them are still running. The refilled buffer is that of tile
+// kt - 1 - in_flight, whose wgmma every warpgroup has waited for before the barrier; so the ring keeps
+// stages - 1 - in_flight tiles copied ahead, and a thread may leave that many, less the one it needs
+// now, of its copy groups pending (cp.async.wait_group). tests/kernels/test_wgmma_layout.cpp plays the
+// schedule through for every tile and K.
+HL_HOST_DEVICE constexpr int ring_ahead(int stages, int in_flight) { return stages - 1 - in_flight; }
+HL_HOST_DEVICE constexpr int copies_left_pending(int stages, int in_flight) {
+  return ring_ahead(stages, in_flight) - 1;
+}
+
 template <int BN, int Stages>
 struct Tile {
   static_assert(BN % 64 == 0 && BN >= 64 && BN <= 256, "wgmma's N: a multiple of 64 up to 256 here");
