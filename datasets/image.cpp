@@ -24,6 +24,11 @@ namespace {
 // malicious header can claim up to 2^24 x 2^24; refusing it before decoding keeps a bad file from
 // costing gigabytes (and lets the fuzzer run under its memory limit).
 constexpr int64_t kMaxPixels = int64_t{1} << 26;
+// Longest side accepted: 65535 pixels, JPEG's own limit. A side is bounded as well as the total
+// because stb_image_resize's scratch memory grows with the longest side of the source (about 84 bytes
+// per row): a 1 x 16776963 BMP, inside the pixel limit, made resize_image allocate 1.4 GB (found by
+// fuzz_image). At 65535 that scratch stays under 6 MB.
+constexpr int64_t kMaxSide = 65535;
 
 std::string dims(const Image& img) {
   return detail::concat(img.width, "x", img.height, "x", img.channels);
@@ -100,15 +105,20 @@ std::string truncation(Format f, const uint8_t* d, size_t n) {
     return "truncated JPEG: no end-of-image marker (FF D9) after the image data";
   }
   if (f == Format::bmp && n >= 34) {
-    // Uncompressed BMP (BI_RGB): the pixel rows, each padded to 4 bytes, start at the data offset.
+    // Uncompressed BMP (BI_RGB, or BI_BITFIELDS: the same rows, with channel masks): the pixel rows,
+    // each padded to 4 bytes, start at the data offset.
     const uint64_t offset = le32(d + 10), header = le32(d + 14);
     if (header < 40) return "";  // an old OS/2 header: left to stb_image
     const auto width = static_cast<int32_t>(le32(d + 18)), height = static_cast<int32_t>(le32(d + 22));
     const uint32_t bpp = d[28] | (d[29] << 8), compression = le32(d + 30);
+    // stb_image decodes any other compression code as if it were BI_RGB (it refuses RLE only), so a
+    // few damaged header bytes turned a 51-byte file into a 1 x 16776963 image of zeros (fuzz_image).
+    if (compression != 0 && compression != 3)
+      return detail::concat("unsupported BMP: compression ", compression,
+                            " (halfling reads uncompressed BMP: BI_RGB or BI_BITFIELDS)");
     const int64_t rows = height < 0 ? -static_cast<int64_t>(height) : height;
     // Sizes stb_image refuses anyway (over 2^24) are left to it; below that the product cannot overflow.
-    if (compression != 0 || width <= 0 || rows == 0 || rows > (1 << 24) || width > (1 << 24) || bpp == 0 || bpp > 32)
-      return "";
+    if (width <= 0 || rows == 0 || rows > (1 << 24) || width > (1 << 24) || bpp == 0 || bpp > 32) return "";
     const uint64_t row = (static_cast<uint64_t>(width) * bpp + 31) / 32 * 4;
     const uint64_t need = offset + row * static_cast<uint64_t>(rows);
     if (n < need) return detail::concat("truncated BMP: ", width, "x", height, " at ", bpp, " bits per pixel needs ",
@@ -209,8 +219,9 @@ Image decode_image(const uint8_t* data, size_t size, const std::string& source, 
   // A BMP whose rows are stored top to bottom has a negative height in its header, and stbi_info
   // reports it as it is; the decoder returns the image the right way up, with the height positive.
   const int64_t rows = std::abs(static_cast<int64_t>(h));
-  if (w <= 0 || rows == 0 || w * rows > kMaxPixels)
-    fail("the header claims ", w, "x", rows, " pixels; halfling accepts at most ", kMaxPixels, " pixels");
+  if (w <= 0 || rows == 0 || w > kMaxSide || rows > kMaxSide || w * rows > kMaxPixels)
+    fail("the header claims ", w, "x", rows, " pixels; halfling accepts at most ", kMaxSide, " per side and ",
+         kMaxPixels, " in all");
   std::unique_ptr<stbi_uc, void (*)(void*)> pixels(stbi_load_from_memory(data, len, &w, &h, &comp, channels),
                                                      &stbi_image_free);
   if (!pixels) fail("cannot decode (", stbi_failure_reason(), ")");
@@ -225,8 +236,11 @@ Image read_image(const std::string& path, int channels) {
 }
 
 Image resize_image(const Image& img, int64_t width, int64_t height) {
-  HL_CHECK(width > 0 && height > 0 && width * height <= kMaxPixels, "resize_image: cannot resize ", dims(img), " to ",
-           width, "x", height);
+  HL_CHECK(width > 0 && height > 0 && width <= kMaxSide && height <= kMaxSide && width * height <= kMaxPixels,
+           "resize_image: cannot resize ", dims(img), " to ", width, "x", height, " (at most ", kMaxSide,
+           " pixels per side and ", kMaxPixels, " in all)");
+  HL_CHECK(img.width <= kMaxSide && img.height <= kMaxSide, "resize_image: the image ", dims(img),
+           " has a side over ", kMaxSide, " pixels (stb_image_resize's scratch memory grows with it)");
   HL_CHECK(img.width > 0 && img.height > 0 && img.channels > 0 &&
                img.pixels.size() == static_cast<size_t>(img.width * img.height * img.channels),
            "resize_image: the image ", dims(img), " holds ", img.pixels.size(), " bytes");

@@ -189,7 +189,8 @@ TEST(Image, ResizeGridAndScale) {
   EXPECT_HL_ERROR(data::make_grid({img, half}, 2), "make_grid", "32x32x3");
 }
 
-// resize_image: each side at least 1, at most 2^26 pixels in all, and a whole image to start from;
+// resize_image: each side at least 1 (and at most 65535: RefusesSidesOver65535), at most 2^26 pixels
+// in all, and a whole image to start from;
 // one side kept is still a resize.
 TEST(Image, ResizeImageChecksAndOneSideKept) {
   const Image img = random_image(6, 4, 1, fresh_seed());
@@ -335,11 +336,11 @@ TEST(Image, TopDownBmpDecodesTheRightWayUp) {
   over[28] = 1;
   over.resize(54 + 8 + size_t{1024} * 8193, 0);
   EXPECT_HL_ERROR(data::decode_image(over.data(), over.size(), "o.bmp"),
-                  "decode_image(o.bmp): the header claims 8192x8193 pixels; halfling accepts at most 67108864 pixels");
+                  "decode_image(o.bmp): the header claims 8192x8193 pixels; halfling accepts at most 65535 per side and 67108864 in all");
   Bytes empty = bottom_up;
   for (size_t k = 0; k < 4; ++k) empty[22 + k] = 0;
   EXPECT_HL_ERROR(data::decode_image(empty.data(), empty.size(), "e.bmp"),
-                  "decode_image(e.bmp): the header claims 7x0 pixels; halfling accepts at most 67108864 pixels");
+                  "decode_image(e.bmp): the header claims 7x0 pixels; halfling accepts at most 65535 per side and 67108864 in all");
 }
 
 // The truncation check reads the header up to the compression field (byte 34), so a file of 34
@@ -351,13 +352,14 @@ TEST(Image, BmpTruncationCheckEdges) {
   const Bytes tall = bmp_header(1, 1 << 24), wide = bmp_header(1 << 24, 1);
   EXPECT_HL_ERROR(data::decode_image(tall.data(), tall.size(), "t.bmp"), "truncated BMP: 1x16777216 at 24 bits");
   EXPECT_HL_ERROR(data::decode_image(wide.data(), wide.size(), "w.bmp"), "truncated BMP: 16777216x1 at 24 bits");
-  // Past 2^24 rows, stb_image refuses the image itself.
+  // Past 2^24 rows the truncation check leaves the file to stb_image, and the side limit (65535)
+  // refuses it before decoding.
   const Bytes taller = bmp_header(1, (1 << 24) + 1);
   EXPECT_HL_ERROR(data::decode_image(taller.data(), taller.size(), "t.bmp"),
-                  "decode_image(t.bmp): cannot decode (too large)");
+                  "decode_image(t.bmp): the header claims 1x16777217 pixels; halfling accepts at most 65535 per side");
   const Bytes wider = bmp_header((1 << 24) + 1, 1);
   EXPECT_HL_ERROR(data::decode_image(wider.data(), wider.size(), "w.bmp"),
-                  "decode_image(w.bmp): cannot decode (too large)");
+                  "decode_image(w.bmp): the header claims 16777217x1 pixels; halfling accepts at most 65535 per side");
   // Bits per pixel: 1 to 32 are measured; 0 and 64 are left to stb_image, which refuses them.
   for (const auto& [bpp, what] : {std::pair{0, "cannot decode (invalid)"}, std::pair{64, "cannot decode (bad masks)"},
                                    std::pair{1, "truncated BMP: 2x3 at 1 bits per pixel needs 66 bytes"}}) {
@@ -373,15 +375,17 @@ TEST(Image, BmpTruncationCheckEdges) {
   // A width of 0 is not for the truncation check to measure: the size check refuses it.
   const Bytes zero = bmp_header(0, 3);
   EXPECT_HL_ERROR(data::decode_image(zero.data(), 40, "z.bmp"),
-                  "decode_image(z.bmp): the header claims 0x3 pixels; halfling accepts at most 67108864 pixels");
+                  "decode_image(z.bmp): the header claims 0x3 pixels; halfling accepts at most 65535 per side and 67108864 in all");
 }
 
 TEST(Image, WideBmpCutShortIsCaughtBeforeDecoding) {
   // 65537 = 0x00010001 pixels wide: the width's third byte is not 0 (a 32-bit little-endian read
-  // must use all four bytes). Cut in half, the file must be refused as truncated, with its size.
+  // must use all four bytes). Cut in half, the file must be refused as truncated, with its size (the
+  // truncation check runs first); whole, it is refused for its width, past the 65535 a side may have.
   const Image wide{65537, 1, 3, Bytes(65537 * 3, 100)};
   const Bytes bmp = encode(wide, "bmp");
-  ASSERT_EQ(data::decode_image(bmp.data(), bmp.size(), "w.bmp").width, 65537);
+  EXPECT_HL_ERROR(data::decode_image(bmp.data(), bmp.size(), "w.bmp"),
+                  "decode_image(w.bmp): the header claims 65537x1 pixels; halfling accepts at most 65535 per side");
   EXPECT_HL_ERROR(data::decode_image(bmp.data(), bmp.size() / 2, "w.bmp"), "decode_image(w.bmp)",
                   "truncated BMP: 65537x1 at 24 bits per pixel needs " + std::to_string(bmp.size()) + " bytes");
 }
@@ -511,12 +515,79 @@ TEST(Image, PngChunkLengthAtTheEndOfTheFile) {
                                             room + 1, " bytes of data, the file has ", room, " more"));
 }
 
+// 65535 pixels per side is a limit too: stb_image_resize's scratch memory grows with the longest side
+// of the source (a 1 x 16776963 BMP from fuzz_image, inside the pixel limit, made resize_image
+// allocate 1.4 GB). A header claiming one more is refused before decoding; 65535 passes that check
+// (and fails later, having no pixel data); resize_image refuses a longer side, source or target.
+TEST(Image, RefusesSidesOver65535) {
+  for (const auto& [w, h] : {std::pair<uint32_t, uint32_t>{1, 65536}, {65536, 1}, {65536, 1024}}) {
+    const Bytes over = png_header_only(w, h);
+    EXPECT_HL_ERROR(data::decode_image(over.data(), over.size(), "long.png"),
+                    detail::concat("decode_image(long.png): the header claims ", w, "x", h,
+                                   " pixels; halfling accepts at most 65535 per side and 67108864 in all"));
+  }
+  const Bytes side = png_header_only(1, 65535);
+  const std::string msg = error_of([&] { data::decode_image(side.data(), side.size(), "side.png"); });
+  EXPECT_NE(msg.find("decode_image(side.png): cannot decode"), std::string::npos) << msg;
+  const Image column{1, 65536, 1, Bytes(65536, 5)};
+  EXPECT_HL_ERROR(data::resize_image(column, 8, 8),
+                  "resize_image: the image 1x65536x1 has a side over 65535 pixels (stb_image_resize's scratch "
+                  "memory grows with it)");
+  const Image longest{1, 65535, 1, Bytes(65535, 5)};
+  for (uint8_t p : data::resize_image(longest, 8, 8).pixels) EXPECT_EQ(p, 5);
+  const Image one{1, 1, 1, Bytes{7}};
+  EXPECT_HL_ERROR(data::resize_image(one, 65536, 1), "resize_image: cannot resize 1x1x1 to 65536x1 (at most 65535 "
+                                                     "pixels per side and 67108864 in all)");
+  EXPECT_EQ(data::resize_image(one, 65535, 1).pixels.size(), 65535u);
+}
+
+// stb_image decodes a BMP with any compression code but the two RLE ones as if it were uncompressed:
+// the file fuzz_image found (51 bytes, compression 0xff030000, 1 x 16776963 pixels) came out as an
+// image of zeros. Only BI_RGB (0) and BI_BITFIELDS (3) are read; BI_BITFIELDS gets the truncation
+// check too, and a whole one decodes.
+TEST(Image, BmpWithAnotherCompressionIsRefused) {
+  for (const uint32_t code : {1u, 2u, 4u, 5u, 6u, 0xff030000u}) {
+    Bytes b = bmp_header(2, 3);
+    for (size_t k = 0; k < 4; ++k) b[30 + k] = static_cast<uint8_t>(code >> (8 * k));
+    b.resize(b.size() + 24, 0);
+    EXPECT_HL_ERROR(data::decode_image(b.data(), b.size(), "c.bmp"),
+                    detail::concat("decode_image(c.bmp): unsupported BMP: compression ", code,
+                                   " (halfling reads uncompressed BMP: BI_RGB or BI_BITFIELDS)"));
+  }
+  // The fuzzer's file itself (its seed corpus keeps it), in every channel count fuzz_image asks for.
+  const std::string found =
+      std::string(HALFLING_SOURCE_DIR) + "/tests/fuzz/corpus/fuzz_image/regress_bmp_tall_unknown_compression.bmp";
+  for (int channels : {0, 1, 3})
+    EXPECT_HL_ERROR(data::read_image(found, channels), "unsupported BMP: compression 4278386688");
+  // BI_BITFIELDS at 32 bits per pixel: three masks (R, G, B) after the 40-byte header, then the rows.
+  Bytes bf = bmp_header(2, 3);
+  bf[28] = 32;
+  bf[30] = 3;
+  bf[10] = 54 + 12;
+  const uint32_t masks[3] = {0x00ff0000u, 0x0000ff00u, 0x000000ffu};
+  for (uint32_t m : masks)
+    for (size_t k = 0; k < 4; ++k) bf.push_back(static_cast<uint8_t>(m >> (8 * k)));
+  EXPECT_HL_ERROR(data::decode_image(bf.data(), bf.size(), "bf.bmp"),
+                  "decode_image(bf.bmp): truncated BMP: 2x3 at 32 bits per pixel needs 90 bytes, the file has 66");
+  for (int px = 0; px < 6; ++px)
+    for (uint8_t v : {uint8_t{30}, uint8_t{20}, uint8_t{10}, uint8_t{0}}) bf.push_back(v);  // B, G, R, unused
+  const Image img = data::decode_image(bf.data(), bf.size(), "bf.bmp", 3);
+  EXPECT_EQ(img.width, 2);
+  EXPECT_EQ(img.height, 3);
+  for (int64_t y = 0; y < 3; ++y)
+    for (int64_t x = 0; x < 2; ++x) {
+      EXPECT_EQ(img.at(y, x, 0), 10);
+      EXPECT_EQ(img.at(y, x, 1), 20);
+      EXPECT_EQ(img.at(y, x, 2), 30);
+    }
+}
+
 // 2^26 pixels is the limit: a header claiming one more row is refused before any decoding; a
 // header claiming exactly 2^26 passes that check (and fails later, having no pixel data).
 TEST(Image, RefusesHeadersClaimingMoreThan2To26Pixels) {
   const Bytes over = png_header_only(8192, 8193);
   EXPECT_HL_ERROR(data::decode_image(over.data(), over.size(), "big.png"),
-                  "decode_image(big.png): the header claims 8192x8193 pixels; halfling accepts at most 67108864 pixels");
+                  "decode_image(big.png): the header claims 8192x8193 pixels; halfling accepts at most 65535 per side and 67108864 in all");
   const Bytes limit = png_header_only(8192, 8192);
   const std::string msg = error_of([&] { data::decode_image(limit.data(), limit.size(), "limit.png"); });
   EXPECT_NE(msg.find("decode_image(limit.png): cannot decode"), std::string::npos) << msg;

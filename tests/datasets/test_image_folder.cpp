@@ -181,16 +181,17 @@ TEST(ImageFolder, ResizeTargetLimits) {
   struct Target {
     int64_t height, width;
   };
-  for (const Target t : {Target{-1, -1}, Target{70000, 10}, Target{10, 70000}, Target{65537, 65537}, Target{0, 4}}) {
+  for (const Target t : {Target{-1, -1}, Target{70000, 10}, Target{10, 70000}, Target{65537, 65537}, Target{0, 4},
+                         Target{65536, 1}, Target{1, 65536}}) {
     ImageFolderOptions opt;
     opt.use_cache = false;
     opt.height = t.height;
     opt.width = t.width;
     EXPECT_HL_ERROR(data::load_image_folder(root.str(), "train", opt),
-                    "give both height and width (or neither), got " + std::to_string(t.height) + "x" +
+                    "give both height and width (or neither), each at most 65535; got " + std::to_string(t.height) + "x" +
                         std::to_string(t.width));
   }
-  for (const Target t : {Target{65536, 1}, Target{1, 65536}}) {
+  for (const Target t : {Target{65535, 1}, Target{1, 65535}}) {
     ImageFolderOptions opt;
     opt.use_cache = false;
     opt.channels = 1;
