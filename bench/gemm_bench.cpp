@@ -18,7 +18,7 @@
 // kernels/cuda/gemm/wmma_smem_k_step.h other than its own, labelled "wmma_smem k64", and with each K step
 // and its batched copy, "wmma_smem k32 batched" and "wmma_smem k64 batched", and mma_sync with the lean
 // copy of tiles #12-#14 (kernels/cuda/gemm/mma_sync_lanes.h), "mma_sync lean", and wgmma with each tile of
-// kernels/cuda/gemm/wgmma_layout.h other than its own, "wgmma #I" (Hopper only). --tile I runs
+// kernels/cuda/gemm/wgmma_layout.h, "wgmma #I" (Hopper only). --tile I runs
 // every wmma_pipelined row with tile #I instead (rows labelled "wmma_pipelined #I"): what
 // scripts/gpu_check.sh's ncu stage uses to profile one candidate tile. A tile past the table is refused
 // (exit status 2) on any machine.
@@ -309,7 +309,7 @@ int main(int argc, char** argv) {
           time_row("mma_sync", "mma_sync lean");
         }
         if (registry.find("wgmma", DeviceType::cuda) != nullptr)
-          for (int i = 1; i < kernels::cuda::wgmma_layout::kTileCount; ++i) {  // #0 is the rung's own row
+          for (int i = 0; i < kernels::cuda::wgmma_layout::kTileCount; ++i) {  // the "wgmma" row: its own choice
             const kernels::wgmma::ScopedTile tile(i);
             time_row("wgmma", "wgmma #" + std::to_string(i));
           }
@@ -341,7 +341,10 @@ int main(int argc, char** argv) {
         std::cout << "#   #" << i << ": 128x" << kernels::cuda::wgmma_layout::kTiles[i].bn << "x64, 2 warpgroups, "
                   << kernels::cuda::wgmma_layout::kTiles[i].stages << " stages, "
                   << kernels::cuda::wgmma_layout::kTiles[i].in_flight << " wgmma group in flight"
-                  << (i == 0 ? " (the rung's own)" : "") << "\n";
+                  << (i == 0 ? " (the rung's own for C wider than 64 columns)"
+                      : i == kernels::cuda::wgmma_layout::kNarrowTile ? " (the rung's own for 64 columns or fewer)"
+                                                                     : "")
+                  << "\n";
     }
     std::cout << "\n# %cuBLAS = cuBLAS time / variant time (higher is better); 'vs cuBLAS' = ||C - C_cublas|| / "
                  "||C_cublas|| (expect ~1e-3 for an f16 C: both round to f16, ~1e-6 for f32)\n";

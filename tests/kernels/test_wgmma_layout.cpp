@@ -226,6 +226,14 @@ TEST(WgmmaLayout, DescriptorBitsWhereTheIsaPutsThem) {
   EXPECT_EQ(wl::descriptor(0x40000 + 0x100, 16, 1024) & 0x3FFF, 0x10u);
 }
 
+TEST(WgmmaLayout, NarrowOutputsTakeTheNarrowTile) {
+  // C with 64 columns or fewer (LeNet's conv2 as an im2col GEMM, the MNIST heads) takes tile #3 (N = 64);
+  // anything wider the rung's tile #0.
+  EXPECT_EQ(wl::kTiles[wl::kNarrowTile].bn, 64);
+  for (int64_t n : {1, 10, 63, 64}) EXPECT_EQ(wl::own_tile(n), wl::kNarrowTile) << n;
+  for (int64_t n : {65, 128, 512, 4096}) EXPECT_EQ(wl::own_tile(n), 0) << n;
+}
+
 TEST(WgmmaLayout, SwizzledRowsHoldEachChunkOnce) {
   // Within an atom, row r's 8 chunks land on 8 distinct chunk positions, and the 8 rows' chunk 0 on 8
   // distinct positions too: what makes the copies and the Tensor Cores' reads conflict-free.
@@ -246,8 +254,8 @@ TEST(WgmmaLayout, SwizzledRowsHoldEachChunkOnce) {
 }
 
 TEST(WgmmaLayout, EveryTileFitsTheRingAndTheEpilogue) {
-  // The tiles of the table as the kernel instantiates them (wgmma.cu's run dispatches on these three).
-  ASSERT_EQ(wl::kTileCount, 3);
+  // The tiles of the table as the kernel instantiates them (wgmma.cu's run dispatches on these four).
+  ASSERT_EQ(wl::kTileCount, 4);
   EXPECT_EQ(wl::kTiles[0].bn, 128);
   EXPECT_EQ(wl::kTiles[0].stages, 3);
   EXPECT_EQ(wl::kTiles[0].in_flight, 0);
@@ -257,6 +265,9 @@ TEST(WgmmaLayout, EveryTileFitsTheRingAndTheEpilogue) {
   EXPECT_EQ(wl::kTiles[2].bn, 128);
   EXPECT_EQ(wl::kTiles[2].stages, 4);
   EXPECT_EQ(wl::kTiles[2].in_flight, 1);
+  EXPECT_EQ(wl::kTiles[3].bn, 64);
+  EXPECT_EQ(wl::kTiles[3].stages, 4);
+  EXPECT_EQ(wl::kTiles[3].in_flight, 0);
   // A ring with a tile being copied beside the one being read (and, with a group of wgmma running
   // across the barrier, beside the one it reads too).
   for (const wl::TileConfig& t : wl::kTiles) EXPECT_GE(t.stages - 2 - t.in_flight, 0);
@@ -268,6 +279,8 @@ TEST(WgmmaLayout, EveryTileFitsTheRingAndTheEpilogue) {
   EXPECT_EQ((wl::Tile<128, 3>::kBlocksPerSm), 2);
   EXPECT_EQ((wl::Tile<256, 4>::kBlocksPerSm), 1);
   EXPECT_EQ((wl::Tile<128, 4>::kBlocksPerSm), 1);
+  EXPECT_LE((wl::Tile<64, 4>::kSmemBytes), 227 * 1024);
+  EXPECT_EQ((wl::Tile<64, 4>::kBlocksPerSm), 2);
 }
 
 // The K loop's schedule, played step by step for one warpgroup (the other does the same, between the
@@ -353,6 +366,10 @@ TEST(WgmmaLayout, ABlockThroughAModelOfTheInstruction) {
   check_block<true, false, 256, 4>(seed + 5);
   check_block<false, true, 256, 4>(seed + 6);
   check_block<false, false, 256, 4>(seed + 7);
+  check_block<true, true, 64, 4>(seed + 8);
+  check_block<true, false, 64, 4>(seed + 9);
+  check_block<false, true, 64, 4>(seed + 10);
+  check_block<false, false, 64, 4>(seed + 11);
 }
 
 TEST(WgmmaLayout, TheModelNoticesAWrongStride) {

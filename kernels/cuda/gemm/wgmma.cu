@@ -24,6 +24,9 @@
 // wgmma, which reads through the "async proxy", only after fence.proxy.async in each writing thread and
 // a barrier.
 //
+// Tiles (wgmma_layout.h): 128 x 128 by default, 128 x 64 where C has 64 columns or fewer, and two
+// candidates for `gemm_bench --sweep` (128 x 256; one group of wgmma left running across the barrier).
+//
 // What stays: the cp.async ring of rung 5 (here 3 or 4 stages of 64-deep K tiles), the zero-filled
 // edges and scalar fallback for any M, N, K >= 1 and any alignment, and the common epilogue (alpha,
 // beta, bias, ReLU, f16 or f32 C) through an FP32 staging tile in shared memory, as in mma_sync.
@@ -91,6 +94,25 @@ __device__ __forceinline__ void pin_accumulators(float (&d)[N]) {
 // M- or N-major one. The first operand of the predicate is 1: D is always accumulated into (it starts
 // at zero). The operand lists are long because the instruction names every accumulator register.
 template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred accumulate;\n"
+      "setp.ne.b32 accumulate, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, accumulate, 1, 1, %35, %36;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(1), "n"(kTransA), "n"(kTransB));
+}
+
+template <int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
   asm volatile(
       "{\n"
@@ -152,13 +174,15 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
       : "l"(desc_a), "l"(desc_b), "r"(1), "n"(kTransA), "n"(kTransB));
 }
 
-// m64nBNk16 for the two N this rung uses.
+// m64nBNk16 for the three N this rung uses.
 template <int BN, int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b) {
-  if constexpr (BN == 128) {
+  if constexpr (BN == 64) {
+    wgmma_m64n64k16<kTransA, kTransB>(d, desc_a, desc_b);
+  } else if constexpr (BN == 128) {
     wgmma_m64n128k16<kTransA, kTransB>(d, desc_a, desc_b);
   } else {
-    static_assert(BN == 256, "wgmma.cu instantiates N = 128 and 256");
+    static_assert(BN == 256, "wgmma.cu instantiates N = 64, 128 and 256");
     wgmma_m64n256k16<kTransA, kTransB>(d, desc_a, desc_b);
   }
 }
@@ -319,6 +343,10 @@ void launch(const GemmArgs& g) {
   static std::once_flag opted_in;  // more than 48 KiB of dynamic shared memory: allowed once per kernel
   std::call_once(opted_in, [&] {
     HL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    // All of the SM's unified L1 / shared memory as shared memory, so that the tiles meant to share an
+    // SM between two blocks can (the copies bypass L1: cp.async.cg). A hint the driver may refine.
+    HL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       cudaSharedmemCarveoutMaxShared));
   });
   check_grid_y(g, kBM, "wgmma");
   const dim3 grid(blocks_for(g.N, BN), blocks_for(g.M, kBM));
@@ -337,16 +365,19 @@ void run_tile(const GemmArgs& g) {
 }
 
 void run(const GemmArgs& g) {
-  const int tile = wgmma::tile_for_tuning().load(std::memory_order_relaxed);
+  const int forced = wgmma::tile_for_tuning().load(std::memory_order_relaxed);
+  const int tile = forced >= 0 ? forced : own_tile(g.N);
   HL_CHECK(tile < kTileCount, "gemm wgmma: the tuning hook names tile #", tile, "; wgmma_layout.h lists ", kTileCount);
-  static_assert(kTileCount == 3, "run() dispatches every tile of wgmma_layout.h's table");
+  static_assert(kTileCount == 4, "run() dispatches every tile of wgmma_layout.h's table");
   switch (tile) {
     case 1:
       return run_tile<1>(g);
     case 2:
       return run_tile<2>(g);
+    case 3:
+      return run_tile<3>(g);
     default:
-      return run_tile<0>(g);
+      return run_tile<0>(g);  // #0, and a negative index (no tile forced: own_tile never gives one)
   }
 }
 

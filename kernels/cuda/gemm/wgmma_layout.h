@@ -45,8 +45,16 @@ inline constexpr TileConfig kTiles[] = {
     {128, 3, 0},  // #0: 32 KiB per stage, 97 KiB: two blocks (16 warps) per SM
     {256, 4, 0},  // #1: 48 KiB per stage, 193 KiB: one block per SM, twice the work per byte of A
     {128, 4, 1},  // #2: 129 KiB, one block per SM, one group of wgmma always running
+    {64, 4, 0},   // #3: 24 KiB per stage, 97 KiB: two blocks per SM; for outputs 64 or fewer columns
+                  //     wide (LeNet's conv2 as an im2col GEMM: N = 64), which #0 would half waste
 };
 inline constexpr int kTileCount = static_cast<int>(sizeof(kTiles) / sizeof(kTiles[0]));
+
+// The rung's own choice (the tuning hook aside): #3 where C has 64 columns or fewer, whose 128-wide
+// tiles would multiply zeros in half their columns; #0 otherwise. A rule written before any
+// measurement: gemm_bench --sweep times every tile on every shape, training shapes included.
+inline constexpr int kNarrowTile = 3;
+HL_HOST_DEVICE constexpr int own_tile(int64_t n) { return n <= kTiles[kNarrowTile].bn ? kNarrowTile : 0; }
 
 // The ring's schedule (wgmma.cu's K loop). Step kt waits for its tile's copies, then (after the
 // barrier) refills the buffer of tile kt + ring_ahead, then issues tile kt's wgmma and waits until at
