@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -256,18 +257,11 @@ TEST(WgmmaLayout, SwizzledRowsHoldEachChunkOnce) {
 TEST(WgmmaLayout, EveryTileFitsTheRingAndTheEpilogue) {
   // The tiles of the table as the kernel instantiates them (wgmma.cu's run dispatches on these four).
   ASSERT_EQ(wl::kTileCount, 4);
-  EXPECT_EQ(wl::kTiles[0].bn, 128);
-  EXPECT_EQ(wl::kTiles[0].stages, 3);
-  EXPECT_EQ(wl::kTiles[0].in_flight, 0);
-  EXPECT_EQ(wl::kTiles[1].bn, 256);
-  EXPECT_EQ(wl::kTiles[1].stages, 4);
-  EXPECT_EQ(wl::kTiles[1].in_flight, 0);
-  EXPECT_EQ(wl::kTiles[2].bn, 128);
-  EXPECT_EQ(wl::kTiles[2].stages, 4);
-  EXPECT_EQ(wl::kTiles[2].in_flight, 1);
-  EXPECT_EQ(wl::kTiles[3].bn, 64);
-  EXPECT_EQ(wl::kTiles[3].stages, 4);
-  EXPECT_EQ(wl::kTiles[3].in_flight, 0);
+  const int want[4][3] = {{128, 3, 0}, {256, 4, 0}, {128, 4, 1}, {64, 4, 0}};  // N, stages, groups in flight
+  for (int i = 0; i < wl::kTileCount; ++i)
+    EXPECT_EQ((std::array<int, 3>{wl::kTiles[i].bn, wl::kTiles[i].stages, wl::kTiles[i].in_flight}),
+              (std::array<int, 3>{want[i][0], want[i][1], want[i][2]}))
+        << "tile #" << i;
   // A ring with a tile being copied beside the one being read (and, with a group of wgmma running
   // across the barrier, beside the one it reads too).
   for (const wl::TileConfig& t : wl::kTiles) EXPECT_GE(t.stages - 2 - t.in_flight, 0);
