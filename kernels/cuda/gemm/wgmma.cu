@@ -6,14 +6,14 @@
 // time from fragments it first loads into its own registers. On Hopper (compute capability 9.0) that
 // instruction is the path the hardware keeps for compatibility; the Tensor Cores reach their rate
 // through wgmma.mma_async, which
-//   1. is issued by a warpgroup (4 warps, 128 threads) for a 64 x N x 16 product, N up to 256 here:
-//      one instruction does what 64 to 128 mma.sync do;
+//   1. is issued by a warpgroup (4 warps, 128 threads) for a 64 x N x 16 product, N = 64 to 256 here:
+//      one instruction does what 32 to 128 mma.sync (m16n8k16) do;
 //   2. reads A and B from shared memory itself, through 64-bit descriptors (start address, two
 //      strides, a swizzle mode), so no thread loads a fragment: the 200 or so instructions per thread
 //      and K step that the lower rungs spend on copies and fragment loads shrink to the copies alone;
 //   3. runs asynchronously: it is committed as a group and awaited (wgmma.commit_group,
 //      wgmma.wait_group), with wgmma.fence before it touches accumulators that ordinary code wrote.
-// The accumulators stay FP32 in registers (paper §3.3: FP16 products, FP32 sums), 64 to 128 per thread.
+// The accumulators stay FP32 in registers (paper §3.3: FP16 products, FP32 sums), 32 to 128 per thread.
 //
 // What it demands: its operands in shared memory in one of the ISA's canonical layouts. This rung uses
 // the 128-byte swizzle (wgmma_layout.h): rows of 128 bytes in atoms of 8, the 16-byte chunk c of row r
@@ -31,7 +31,7 @@
 // edges and scalar fallback for any M, N, K >= 1 and any alignment, and the common epilogue (alpha,
 // beta, bias, ReLU, f16 or f32 C) through an FP32 staging tile in shared memory, as in mma_sync.
 // What it leaves for later rungs: the TMA copy engine and a producer warp (here every thread copies,
-// then every warpgroup waits for its wgmma before the next barrier), and split-K.
+// and in the rung's own tiles every warpgroup waits for its wgmma before the next barrier), and split-K.
 //
 // Only compute capability 9.0 runs it: wgmma exists in the sm_90a target alone, so this file is built
 // for 90a whatever CMAKE_CUDA_ARCHITECTURES says (CMakeLists.txt: the halfling_sm90a object library),
