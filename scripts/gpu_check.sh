@@ -110,6 +110,7 @@ heavy='*CudaGemmSweep*/s128x784x512:*CudaGemmSweep*/s1000x1000x1000:*CudaGemmSwe
 heavy+=':ConvCuda.LeNetLayers:ConvCuda.VggSmallLayers:CudaConv.EveryVariantAllPassesAgainstFloat64Reference'
 heavy+=':SoftmaxCuda.EveryRungForwardAgainstReference:CudaBatchNorm.ChannelsPastOneGridOfThreads'
 heavy+=':CudaGemm.SplitKLongReductionsMatchFloat64'  # every rung at K up to 100352; SplitKEpilogues* covers the split kernels
+heavy+=':CudaGemm.WgmmaEveryTileTheSweepTimes'  # 4 tiles x 4 layouts x 2 dtypes; ...InsideAndOnTheEdges covers them
 # racecheck: every kernel family that uses shared memory (GEMM tiles, softmax/BN/reduction trees,
 # implicit-GEMM conv tiles), on small shapes; a superset of bench/gpu_*.sh's racecheck filters.
 # Not CudaGemm.AccumulatesInFp32 (K = 4096 on every rung): on an H200 it ran past 150 s under racecheck
