@@ -24,11 +24,9 @@ namespace {
 // malicious header can claim up to 2^24 x 2^24; refusing it before decoding keeps a bad file from
 // costing gigabytes (and lets the fuzzer run under its memory limit).
 constexpr int64_t kMaxPixels = int64_t{1} << 26;
-// Longest side accepted: 65535 pixels, JPEG's own limit. A side is bounded as well as the total
-// because stb_image_resize's scratch memory grows with the longest side of the source (about 84 bytes
-// per row): a 1 x 16776963 BMP, inside the pixel limit, made resize_image allocate 1.4 GB (found by
-// fuzz_image). At 65535 that scratch stays under 6 MB.
-constexpr int64_t kMaxSide = 65535;
+// Longest side accepted: kMaxImageSide (image.h). A 1 x 16776963 BMP, inside the pixel limit, made
+// resize_image allocate 1.4 GB of stb_image_resize scratch before there was one (found by fuzz_image).
+constexpr int64_t kMaxSide = kMaxImageSide;
 
 std::string dims(const Image& img) {
   return detail::concat(img.width, "x", img.height, "x", img.channels);
@@ -76,9 +74,10 @@ uint32_t le32(const uint8_t* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (ui
 
 // stb_image reads past the end of a cut-off JPEG or BMP as if the missing bytes were zeros, and
 // returns an image whose lower part is garbage. These checks find the cut before decoding, so a
-// truncated file is an error rather than a silently wrong sample. (A cut-off PNG already fails in
-// stb's zlib decoder.) Returns what is wrong, or "".
-std::string truncation(Format f, const uint8_t* d, size_t n) {
+// truncated file is an error rather than a silently wrong sample, and so is a BMP compression that
+// stb_image would read as if it were none. (A cut-off PNG already fails in stb's zlib decoder.)
+// Returns what is wrong, or "".
+std::string refused_before_decoding(Format f, const uint8_t* d, size_t n) {
   if (f == Format::png) {
     // Walk the chunks (length, type, data, CRC) up to IEND. stb_image would accept a file cut after
     // its pixel data, and it grows its buffer to whatever size a chunk header claims before reading
@@ -208,7 +207,7 @@ Image decode_image(const uint8_t* data, size_t size, const std::string& source, 
   if (size > static_cast<size_t>(INT_MAX)) fail("the file is ", size, " bytes; stb_image reads at most 2 GiB");
   const Format format = sniff(data, size);
   if (format == Format::unknown) fail("not a PNG, JPEG or BMP file (unrecognized first bytes)");
-  if (const std::string cut = truncation(format, data, size); !cut.empty()) fail(cut);
+  if (const std::string why = refused_before_decoding(format, data, size); !why.empty()) fail(why);
   if (format == Format::jpeg) {
     if (const std::string bad = jpeg_tables(data, size); !bad.empty()) fail(bad);
   }

@@ -31,8 +31,13 @@ struct Image {
 Image decode_image(const uint8_t* data, size_t size, const std::string& source, int channels = 0);
 Image read_image(const std::string& path, int channels = 0);
 
+// The longest side an image may have, decoded or resized: JPEG's own limit. stb_image_resize's scratch
+// memory grows with the longest side of the source (about 84 bytes per row), so a side is bounded as
+// well as the total (2^26 pixels): at 65535 that scratch stays under 6 MB.
+inline constexpr int64_t kMaxImageSide = 65535;
+
 // Resampled to width x height (stb_image_resize: a Mitchell filter when shrinking, Catmull-Rom when
-// enlarging). Returns a copy when the size already matches.
+// enlarging), each side at most kMaxImageSide. Returns a copy when the size already matches.
 Image resize_image(const Image& img, int64_t width, int64_t height);
 // Enlarged by an integer factor, each pixel becoming a factor x factor block (for looking at 32x32
 // samples on a screen without blur).

@@ -220,9 +220,10 @@ Dataset load_image_folder(const std::string& root, const std::string& split, con
   const fs::path dir = split.empty() ? fs::path(root) : fs::path(root) / split;
   const std::string op = detail::concat("load_image_folder(", dir.string(), ")");
   HL_CHECK(opt.channels == 1 || opt.channels == 3, op, ": channels must be 1 or 3 (got ", opt.channels, ")");
-  // 65535 per side: what resize_image takes (datasets/image.cpp, kMaxSide).
-  HL_CHECK((opt.height == 0) == (opt.width == 0) && opt.height >= 0 && opt.height <= 65535 && opt.width <= 65535, op,
-           ": give both height and width (or neither), each at most 65535; got ", opt.height, "x", opt.width);
+  HL_CHECK((opt.height == 0) == (opt.width == 0) && opt.height >= 0 && opt.height <= kMaxImageSide &&
+               opt.width <= kMaxImageSide,
+           op, ": give both height and width (or neither), each at most ", kMaxImageSide, "; got ", opt.height, "x",
+           opt.width);
   opt.norm.check(op, opt.channels);
   ImageFolderInfo local;
   ImageFolderInfo& inf = info ? *info : local;

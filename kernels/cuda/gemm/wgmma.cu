@@ -377,7 +377,7 @@ void run(const GemmArgs& g) {
     case 3:
       return run_tile<3>(g);
     default:
-      return run_tile<0>(g);  // #0, and a negative index (no tile forced: own_tile never gives one)
+      return run_tile<0>(g);
   }
 }
 
