@@ -17,8 +17,9 @@
 // under the table; #0 is the rung's own), and wmma_smem with each candidate K step of
 // kernels/cuda/gemm/wmma_smem_k_step.h other than its own, labelled "wmma_smem k64", and with each K step
 // and its batched copy, "wmma_smem k32 batched" and "wmma_smem k64 batched", and mma_sync with the lean
-// copy of tiles #12-#14 (kernels/cuda/gemm/mma_sync_lanes.h), "mma_sync lean", and wgmma with each tile of
-// kernels/cuda/gemm/wgmma_layout.h, "wgmma #I" (Hopper only). --tile I runs
+// copy of tiles #12-#14 (kernels/cuda/gemm/mma_sync_lanes.h), "mma_sync lean", wgmma with each tile of
+// kernels/cuda/gemm/wgmma_layout.h, "wgmma #I", and wgmma_tma with each tile of
+// kernels/cuda/gemm/wgmma_tma_plan.h, "wgmma_tma #I" (both Hopper only). --tile I runs
 // every wmma_pipelined row with tile #I instead (rows labelled "wmma_pipelined #I"): what
 // scripts/gpu_check.sh's ncu stage uses to profile one candidate tile. A tile past the table is refused
 // (exit status 2) on any machine.
@@ -39,6 +40,7 @@
 
 #include "kernels/cuda/gemm/mma_sync_lanes.h"
 #include "kernels/cuda/gemm/wgmma_layout.h"
+#include "kernels/cuda/gemm/wgmma_tma_plan.h"
 #include "kernels/cuda/gemm/wmma_pipelined_tiles.h"
 #include "kernels/cuda/gemm/wmma_smem_k_step.h"
 #include "kernels/error.h"
@@ -313,6 +315,11 @@ int main(int argc, char** argv) {
             const kernels::wgmma::ScopedTile tile(i);
             time_row("wgmma", "wgmma #" + std::to_string(i));
           }
+        if (registry.find("wgmma_tma", DeviceType::cuda) != nullptr)
+          for (int i = 0; i < kernels::cuda::wgmma_tma_plan::kTileCount; ++i) {
+            const kernels::wgmma_tma::ScopedTile tile(i);
+            time_row("wgmma_tma", "wgmma_tma #" + std::to_string(i));
+          }
         if (registry.find("wmma_smem", DeviceType::cuda) != nullptr)
           for (bool batched : {false, true})
             for (int k : kernels::wmma_smem::kCandidateKSteps) {
@@ -344,6 +351,16 @@ int main(int argc, char** argv) {
                   << (i == 0 ? " (the rung's own for C wider than 64 columns)"
                       : i == kernels::cuda::wgmma_layout::kNarrowTile ? " (the rung's own for 64 columns or fewer)"
                                                                      : "")
+                  << "\n";
+      std::cout << "# 'wgmma_tma #I': wgmma_tma with tile #I of kernels/cuda/gemm/wgmma_tma_plan.h (compute capability "
+                   "9.0 only; rows that are not 16-byte aligned are refused):\n";
+      namespace tp = kernels::cuda::wgmma_tma_plan;
+      for (int i = 0; i < tp::kTileCount; ++i)
+        std::cout << "#   #" << i << ": 128x" << tp::kTiles[i].bn << "x64, a producer and 2 consumer warpgroups, "
+                  << tp::kTiles[i].stages << " stages, " << tp::kTiles[i].in_flight << " wgmma group in flight"
+                  << (i == 0 ? " (the rung's own for C wider than 64 columns)"
+                      : i == tp::kNarrowTile ? " (the rung's own for 64 columns or fewer)"
+                                             : "")
                   << "\n";
     }
     std::cout << "\n# %cuBLAS = cuBLAS time / variant time (higher is better); 'vs cuBLAS' = ||C - C_cublas|| / "

@@ -111,6 +111,7 @@ heavy+=':ConvCuda.LeNetLayers:ConvCuda.VggSmallLayers:CudaConv.EveryVariantAllPa
 heavy+=':SoftmaxCuda.EveryRungForwardAgainstReference:CudaBatchNorm.ChannelsPastOneGridOfThreads'
 heavy+=':CudaGemm.SplitKLongReductionsMatchFloat64'  # every rung at K up to 100352; SplitKEpilogues* covers the split kernels
 heavy+=':CudaGemm.WgmmaEveryTileTheSweepTimes'  # 4 tiles x 4 layouts x 2 dtypes; ...InsideAndOnTheEdges covers them
+heavy+=':CudaGemm.WgmmaTmaEveryTileTheSweepTimes'  # the same for wgmma_tma
 # racecheck: every kernel family that uses shared memory (GEMM tiles, softmax/BN/reduction trees,
 # implicit-GEMM conv tiles), on small shapes; a superset of bench/gpu_*.sh's racecheck filters.
 # Not CudaGemm.AccumulatesInFp32 (K = 4096 on every rung): on an H200 it ran past 150 s under racecheck
@@ -134,14 +135,17 @@ race+=':ConvCuda.NhwcWgradRungOnTheShapesItComputesItself'  # implicit_gemm_nhwc
 # the blocks and steps where they run (copy_plan.h): the second, beside the convolution variants' small
 # shapes, since the first holds rung 4b's own shapes, the heavier half; and the GEMM rung wgmma (new
 # since 2026-11-27, Hopper only), whose ring is filled by cp.async and ordinary stores and read by the
-# Tensor Cores through the async proxy. (The softmax rung packed_warp, new since too, uses no shared
-# memory: memcheck covers it, with every SoftmaxCuda test.)
+# Tensor Cores through the async proxy, and the GEMM rung wgmma_tma (new since 2026-11-27, Hopper
+# only), whose ring the TMA unit fills and whose mbarriers hand it between warpgroups (what racecheck
+# can follow of that; the epilogue's staging tile, written over the ring, it does). (The softmax rung
+# packed_warp, new since too, uses no shared memory: memcheck covers it, with every SoftmaxCuda test.)
 race_new='ConvCuda.NhwcWgradRungOnTheShapesItComputesItself:CudaOptim.OneLaunchPerTensorGivesTheSameBits'
 race_new+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps:SoftmaxCuda.PackedRowGivesRegisterRowsBits'
 race_new+=':CudaGemm.WmmaSmemEveryKStepOneBlock'
 race_second='ConvCuda.BetaAccumulatesIntoTheOutput:CudaGemm.WmmaPipelinedLeanTilesInsideAndOnTheEdges'
 race_second+=':CudaGemm.WmmaSmemBatchedCopyInsideAndOnTheEdges:CudaGemm.MmaSyncLeanCopyInsideAndOnTheEdges'
-race_second+=':CudaGemm.WgmmaEveryTileInsideAndOnTheEdges'  # the wgmma rung (new since 2026-11-26), both tiles
+race_second+=':CudaGemm.WgmmaEveryTileInsideAndOnTheEdges'  # the wgmma rung (new since 2026-11-26), every tile
+race_second+=':CudaGemm.WgmmaTmaEveryTileInsideAndOnTheEdges'  # the wgmma_tma rung (new since 2026-11-26)
 # short's memcheck runs these kernel tests in a second process, beside the rest (below).
 memcheck_second='ConvCuda.*:CudaConv.*:SoftmaxCuda.*:CudaSoftmax.*'
 
@@ -473,6 +477,7 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
       ncu_kernel gemm-4096-mma_sync 'gemm_mma_sync_kernel' 1 "${gemm[@]}" --variants mma_sync
       ncu_kernel gemm-4096-wmma_smem 'gemm_wmma_smem_kernel' 1 "${gemm[@]}" --variants wmma_smem
       ncu_kernel gemm-4096-wgmma 'gemm_wgmma_kernel' 1 "${gemm[@]}" --variants wgmma
+      ncu_kernel gemm-4096-wgmma_tma 'gemm_wgmma_tma_kernel' 1 "${gemm[@]}" --variants wgmma_tma
       softmax=("$build/bench/softmax_bench" --samples 3)
       ncu_kernel softmax-4096x1024-register_warp 'register_warp_forward_kernel' 1 "${softmax[@]}" \
         --shapes 4096x1024 --variants register_warp

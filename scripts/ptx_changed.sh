@@ -7,7 +7,7 @@
 #   scripts/ptx_changed.sh d105cb3 kernels/cuda/softmax/warp_row.cu
 #
 # For every kernels/cuda/**/*.cu (or the FILEs named), the PTX for compute_90 (compute_90a for the files
-# built for sm_90a: kernels/cuda/gemm/wgmma.cu) at REV (a temporary git
+# built for sm_90a: kernels/cuda/gemm/wgmma*.cu) at REV (a temporary git
 # worktree) and in the working tree, compared kernel by kernel (.entry), with the hashes nvcc puts in
 # anonymous-namespace names, branch labels and the names derived from a kernel's own normalized. Prints
 # one line per file (same / same code under a new signature / changed / new / gone kernels) and the names
@@ -50,7 +50,7 @@ fi
 ptx() {
   [[ -f $1/$2 ]] || return 0
   local arch=compute_90
-  [[ $2 != kernels/cuda/gemm/wgmma.cu ]] || arch=compute_90a
+  [[ $2 != kernels/cuda/gemm/wgmma*.cu ]] || arch=compute_90a
   "$nvcc" -DHALFLING_WITH_CUDA=1 -I"$1" -isystem=/usr/include/stb -O3 -DNDEBUG -arch=$arch -ptx \
     --expt-relaxed-constexpr -std=c++17 -x cu -o "$3" "$1/$2"
 }
@@ -62,7 +62,7 @@ for f in "${files[@]}"; do
   ptx "$root" "$f" "$work/ptx/$n.new" || exit 2
 done
 
-echo "# PTX (compute_90; compute_90a for wgmma.cu) per kernel: $rev vs the working tree of $(git -C "$root" rev-parse --short HEAD)"
+echo "# PTX (compute_90; compute_90a for wgmma*.cu) per kernel: $rev vs the working tree of $(git -C "$root" rev-parse --short HEAD)"
 python3 - "$work/ptx" "${files[@]}" <<'PY'
 import os, re, sys
 

@@ -45,7 +45,7 @@ trap 'rm -rf "$tmp"' EXIT
 # The files CMakeLists.txt builds for sm_90a (instructions of that target alone: wgmma) are listed
 # for it; the others for sm_90, as the GPU builds compile them.
 target=(-arch=sm_90)
-[[ $src != *kernels/cuda/gemm/wgmma.cu ]] || target=("-gencode=arch=compute_90a,code=sm_90a")
+[[ $src != *kernels/cuda/gemm/wgmma*.cu ]] || target=("-gencode=arch=compute_90a,code=sm_90a")
 "$nvcc" -std=c++17 -O3 -DNDEBUG -DHALFLING_WITH_CUDA=1 --expt-relaxed-constexpr -I"$root" -isystem /usr/include/stb \
   "${target[@]}" -cubin -o "$tmp/k.cubin" "$src"
 if [[ -z ${NVDISASM:-} ]]; then

@@ -29,6 +29,7 @@
 
 #include "kernels/cuda/gemm/mma_sync_lanes.h"
 #include "kernels/cuda/gemm/wgmma_layout.h"
+#include "kernels/cuda/gemm/wgmma_tma_plan.h"
 #include "kernels/cuda/gemm/wmma_pipelined_tiles.h"
 #include "kernels/cuda/gemm/wmma_smem_k_step.h"
 #include "kernels/dtype.h"
@@ -51,12 +52,19 @@ constexpr DeviceType kCuda = DeviceType::cuda;
 
 std::vector<std::string> cuda_variants() { return GemmRegistry::instance().names(kCuda); }
 
-// A rung may refuse f16 inputs only for this GPU's compute capability (mma_sync needs 8.0); any other
+// A rung may refuse f16 inputs only for a limit it states: this GPU's compute capability (mma_sync
+// needs 8.0, the wgmma rungs 9.0), or, for wgmma_tma, rows the TMA unit cannot copy (a matrix not
+// 16-byte aligned or a row stride not a multiple of 8 halves), when that is really the case. Any other
 // refusal of f16 inputs is a bug.
-bool refused_for_this_gpu(const std::string& variant, const GemmArgs& g) {
+bool refused_as_documented(const std::string& variant, const GemmArgs& g) {
   const auto* v = GemmRegistry::instance().find(variant, kCuda);
   const char* why = v != nullptr && v->unsupported != nullptr ? v->unsupported(g) : nullptr;
-  return why != nullptr && std::string(why).find("compute capability") != std::string::npos;
+  if (why == nullptr) return false;
+  const std::string reason(why);
+  if (reason.find("compute capability") != std::string::npos) return true;
+  const auto rows_aligned = [](const void* p, int64_t ld) { return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld % 8 == 0; };
+  return reason.find("16-byte aligned rows") != std::string::npos &&
+         (!rows_aligned(g.A, g.lda) || !rows_aligned(g.B, g.ldb));
 }
 
 // ---- tolerances -----------------------------------------------------------------------------------
@@ -70,7 +78,7 @@ struct RungTolerance {
 
 RungTolerance tolerance_for(const std::string& variant, DType ab_type) {
   const bool tensor_cores =
-      variant.rfind("wmma", 0) == 0 || variant == "mma_sync" || variant == "wgmma" ||
+      variant.rfind("wmma", 0) == 0 || variant == "mma_sync" || variant.rfind("wgmma", 0) == 0 ||
       (variant == "cublas" && ab_type == DType::f16);
   if (tensor_cores) {
     return {4.0, 5e-5,
@@ -184,7 +192,7 @@ void check_every_variant(const Problem& p, bool normwise) {
         const auto* v = GemmRegistry::instance().find(variant, kCuda);
         if (v->unsupported != nullptr && v->unsupported(g) != nullptr) {
           // Only f32 inputs may be refused (the Tensor Core rungs take f16), or a rung this GPU is too old for.
-          EXPECT_TRUE(ab == DType::f32 || refused_for_this_gpu(variant, g))
+          EXPECT_TRUE(ab == DType::f32 || refused_as_documented(variant, g))
               << variant << " refused " << g.describe() << ": " << v->unsupported(g);
           continue;
         }
@@ -329,7 +337,7 @@ TEST(CudaGemm, AlphaBetaBiasAndReluEpilogues) {
               g.relu = e.relu;
               const bool ran = run_case(variant, g, {.bias = e.bias}, seed);
               if (ab == DType::f16) {
-                EXPECT_TRUE(ran || refused_for_this_gpu(variant, g)) << variant << " refused f16 inputs";
+                EXPECT_TRUE(ran || refused_as_documented(variant, g)) << variant << " refused f16 inputs";
               }
             }
           }
@@ -348,7 +356,8 @@ TEST(CudaGemm, NaNPassesThroughBiasAndRelu) {
       for (DType c : {DType::f32, DType::f16}) {
         GemmArgs g = problem(op_a, op_b, 40, 24, 48, DType::f16, c);
         g.relu = true;
-        EXPECT_TRUE(run_case(variant, g, {.bias = true, .nan_in_a = true}, seed)) << variant;
+        EXPECT_TRUE(run_case(variant, g, {.bias = true, .nan_in_a = true}, seed) || refused_as_documented(variant, g))
+            << variant;
       }
     }
   }
@@ -368,13 +377,13 @@ TEST(CudaGemm, NonDenseLeadingDimensions) {
           g.ldb += pad;
           g.ldc += 7;
           g.beta = beta;
-          EXPECT_TRUE(run_case(variant, g, {.bias = true}, seed)) << variant;
+          EXPECT_TRUE(run_case(variant, g, {.bias = true}, seed) || refused_as_documented(variant, g)) << variant;
           GemmArgs h = problem(op_a, op_b, 64, 128, 96, DType::f16, DType::f16);
           h.lda += pad == 8 ? 8 : 5;
           h.ldb += pad == 8 ? 16 : 1;
           h.ldc += 3;
           h.beta = beta;
-          EXPECT_TRUE(run_case(variant, h, {}, seed)) << variant;
+          EXPECT_TRUE(run_case(variant, h, {}, seed) || refused_as_documented(variant, h)) << variant;
         }
       }
     }
@@ -427,7 +436,7 @@ TEST(CudaGemm, AccumulatesInFp32) {
           g.B = b.get();
           g.C = c.get();
           const auto* v = GemmRegistry::instance().find(variant, kCuda);
-          if (refused_for_this_gpu(variant, g)) continue;
+          if (refused_as_documented(variant, g)) continue;
           ASSERT_TRUE(v->unsupported == nullptr || v->unsupported(g) == nullptr) << variant;
           kernels::gemm(g, variant);
           expect_all_equal(c.download(), std::vector<double>(static_cast<size_t>(M * N), 4096.0),
@@ -855,6 +864,81 @@ TEST(CudaGemm, WgmmaTuningHookRefusesAnIndexPastTheTable) {
   expect_tuning_refused("wgmma", "tile " + std::to_string(kernels::cuda::wgmma_layout::kTileCount), "wgmma_layout.h");
 }
 
+// wgmma_tma (rung 8: TMA copies, a producer and two consumer warpgroups, compute capability 9.0 only)
+// with each tile of wgmma_tma_plan.h. Its operands need 16-byte aligned rows, so the shapes here have
+// M, N and K multiples of 8 (dense leading dimensions are then aligned) but not of any tile: every
+// edge is the TMA unit's zero fill, including boxes that lie wholly outside a matrix (8 x 8 x 8: the
+// second 64-wide box of an M-major A tile, rows 64-127).
+void check_every_wgmma_tma_tile(const std::vector<std::vector<int64_t>>& shapes) {
+  HL_REQUIRE_CUDA();
+  if (runtime::cuda_compute_capability() != 90) GTEST_SKIP() << "wgmma_tma runs on compute capability 9.0 only";
+  namespace tp = kernels::cuda::wgmma_tma_plan;
+  check_every_setting(
+      "wgmma_tma", tp::kTileCount,
+      [](int i, auto&& body) {
+        const kernels::wgmma_tma::ScopedTile forced(i);
+        body("wgmma_tma tile #" + std::to_string(i) + " (128x" + std::to_string(tp::kTiles[i].bn) + "x64, " +
+                 std::to_string(tp::kTiles[i].stages) + " stages, " + std::to_string(tp::kTiles[i].in_flight) +
+                 " wgmma group in flight)",
+             false);
+      },
+      shapes, false);
+}
+
+TEST(CudaGemm, WgmmaTmaEveryTileTheSweepTimes) {
+  // Boxes wholly outside (8 x 8 x 8), partial tiles along M, N and K (K = 72: one whole 64-deep step
+  // and 8 more), and K = 520 (9 steps: the rings of 4 and 6 stages wrap, so every barrier changes
+  // phase more than once).
+  check_every_wgmma_tma_tile({{8, 8, 8}, {136, 200, 72}, {200, 136, 520}});
+}
+
+TEST(CudaGemm, WgmmaTmaEveryTileInsideAndOnTheEdges) {
+  // Whole blocks and partial ones along M and N, a partial last K step: small enough for
+  // compute-sanitizer racecheck (scripts/gpu_check.sh, race_second).
+  check_every_wgmma_tma_tile(kPlannedCopyShapes);
+}
+
+TEST(CudaGemm, WgmmaTmaStridedRowsAndARefusedMatrix) {
+  // Leading dimensions wider than the rows but still multiples of 8 (a submatrix of a larger buffer):
+  // the tensor map's row stride, not its width, steps through rows. Then a row stride of 8k + 4 halves:
+  // refused, and named in the error when asked for by name.
+  HL_REQUIRE_CUDA();
+  if (runtime::cuda_compute_capability() != 90) GTEST_SKIP() << "wgmma_tma runs on compute capability 9.0 only";
+  uint64_t seed = test::fresh_seed();
+  for (auto [op_a, op_b] : kAllLayouts) {
+    GemmArgs g = problem(op_a, op_b, 136, 72, 200, DType::f16, DType::f16);
+    g.lda += 8;
+    g.ldb += 24;
+    g.ldc += 3;
+    g.beta = 1.0f;
+    EXPECT_TRUE(run_case("wgmma_tma", g, {.bias = true}, seed)) << g.describe();
+    GemmArgs h = problem(op_a, op_b, 64, 64, 64, DType::f16, DType::f32);
+    h.lda += 4;
+    EXPECT_FALSE(run_case("wgmma_tma", h, {}, seed)) << h.describe();
+    DeviceBuffer a(static_cast<size_t>(64 * h.lda), DType::f16), b(static_cast<size_t>(64 * 64), DType::f16),
+        c(static_cast<size_t>(64 * 64), DType::f32);
+    h.device = kCuda;
+    h.A = a.get();
+    h.B = b.get();
+    h.C = c.get();
+    try {
+      kernels::gemm(h, "wgmma_tma");
+      ADD_FAILURE() << "wgmma_tma ran with lda = " << h.lda;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("'wgmma_tma'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("16-byte aligned rows"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(CudaGemm, WgmmaTmaTuningHookRefusesAnIndexPastTheTable) {
+  HL_REQUIRE_CUDA();
+  if (runtime::cuda_compute_capability() != 90) GTEST_SKIP() << "wgmma_tma runs on compute capability 9.0 only";
+  const kernels::wgmma_tma::ScopedTile past_the_table(kernels::cuda::wgmma_tma_plan::kTileCount);
+  expect_tuning_refused("wgmma_tma", "tile " + std::to_string(kernels::cuda::wgmma_tma_plan::kTileCount),
+                        "wgmma_tma_plan.h");
+}
+
 TEST(CudaGemm, WmmaSmemBatchedCopyInsideAndOnTheEdges) {
   // The batched copy where it runs, next to the general copy in the same launch (kPlannedCopyShapes).
   check_every_k_step(kPlannedCopyShapes, false, true);
@@ -895,8 +979,9 @@ const kernels::Variant<GemmArgs>* cuda_variant(const std::string& name) {
 }
 
 GemmArgs dummy_problem(DType ab) {
-  // Never run: select() and unsupported() only look at the arguments, so any non-null pointers do.
-  static double storage[4];
+  // Never run: select() and unsupported() only look at the arguments, so any non-null pointers do
+  // (16-byte aligned ones: wgmma_tma refuses others).
+  alignas(16) static double storage[4];
   GemmArgs g = problem(Op::N, Op::N, 256, 256, 256, ab, DType::f32);
   g.device = kCuda;
   g.A = g.B = storage;
@@ -906,10 +991,10 @@ GemmArgs dummy_problem(DType ab) {
 
 TEST(CudaGemmRegistry, ListsEveryRungAndCublas) {
   if (cuda_variant("naive") == nullptr) GTEST_SKIP() << "halfling was built without CUDA: no CUDA GEMM variants";
-  const std::vector<std::string> expected = {"wgmma",     "wmma_pipelined_split_k", "wmma_pipelined",
-                                             "mma_sync",  "wmma_smem",              "wmma",
-                                             "smem_tiled_split_k", "smem_tiled",    "naive",
-                                             "cublas"};
+  const std::vector<std::string> expected = {"wgmma_tma",          "wgmma",      "wmma_pipelined_split_k",
+                                             "wmma_pipelined",     "mma_sync",   "wmma_smem",
+                                             "wmma",               "smem_tiled_split_k", "smem_tiled",
+                                             "naive",              "cublas"};
   std::vector<std::string> names = cuda_variants();
   // Highest priority first: the ladder top to bottom, then the cuBLAS reference point.
   std::vector<std::string> ours;
@@ -921,13 +1006,14 @@ TEST(CudaGemmRegistry, ListsEveryRungAndCublas) {
 TEST(CudaGemmRegistry, RungsNotYetRunOnAGpuAreOptIn) {
   // A rung written in a session without a GPU lands opt-in (registry.h): it runs when named, never by
   // default, until its tests, the sanitizers and gemm_bench have run on a GPU. Every GEMM rung has
-  // (the split-K rungs and mma_sync on an H200, 2026-11-26) but wgmma, written on 2026-11-27 without
-  // one; a new one means adding it here, a promotion taking it out.
+  // (the split-K rungs and mma_sync on an H200, 2026-11-26) but wgmma and wgmma_tma, written on
+  // 2026-11-27 without one; a new one means adding it here, a promotion taking it out.
   if (cuda_variant("naive") == nullptr) GTEST_SKIP() << "halfling was built without CUDA: no CUDA GEMM variants";
   std::vector<std::string> opt_in;
   for (const auto& v : GemmRegistry::instance().all())
     if (v.device == kCuda && v.opt_in) opt_in.push_back(v.name);
-  EXPECT_EQ(opt_in, std::vector<std::string>{"wgmma"});
+  std::sort(opt_in.begin(), opt_in.end());
+  EXPECT_EQ(opt_in, (std::vector<std::string>{"wgmma", "wgmma_tma"}));
 }
 
 TEST(CudaGemmRegistry, DefaultIsTheFastestRungThatSupportsTheArguments) {
@@ -961,23 +1047,55 @@ TEST(CudaGemmRegistry, WmmaRungsRefuseF32InputsWithAReason) {
   }
 }
 
-TEST(CudaGemmRegistry, WgmmaTakesF16OnHopperAndRefusesWhatItCannotRun) {
+TEST(CudaGemmRegistry, WgmmaRungsTakeF16OnHopperAndRefuseWhatTheyCannotRun) {
   if (cuda_variant("naive") == nullptr) GTEST_SKIP() << "halfling was built without CUDA: no CUDA GEMM variants";
-  const auto* v = cuda_variant("wgmma");
-  ASSERT_NE(v, nullptr);
-  const char* why = v->unsupported(dummy_problem(DType::f32));
-  ASSERT_NE(why, nullptr);
-  EXPECT_NE(std::string(why).find("f16 inputs only"), std::string::npos) << why;
-  // f16 inputs: taken on compute capability 9.0 (and without a GPU, where nothing runs), refused with
-  // the reason on any other GPU, which cannot load sm_90a code.
-  const int cc = runtime::cuda_compute_capability();
-  why = v->unsupported(dummy_problem(DType::f16));
-  if (cc == 0 || cc == 90) {
-    EXPECT_EQ(why, nullptr) << why;
-  } else {
-    ASSERT_NE(why, nullptr);
-    EXPECT_NE(std::string(why).find("compute capability 9.0"), std::string::npos) << why;
+  for (const char* name : {"wgmma", "wgmma_tma"}) {
+    const auto* v = cuda_variant(name);
+    ASSERT_NE(v, nullptr) << name;
+    const char* why = v->unsupported(dummy_problem(DType::f32));
+    ASSERT_NE(why, nullptr) << name;
+    EXPECT_NE(std::string(why).find("f16 inputs only"), std::string::npos) << why;
+    // f16 inputs: taken on compute capability 9.0 (and without a GPU, where nothing runs), refused with
+    // the reason on any other GPU, which cannot load sm_90a code.
+    const int cc = runtime::cuda_compute_capability();
+    why = v->unsupported(dummy_problem(DType::f16));
+    if (cc == 0 || cc == 90) {
+      EXPECT_EQ(why, nullptr) << name << ": " << why;
+    } else {
+      ASSERT_NE(why, nullptr) << name;
+      EXPECT_NE(std::string(why).find("compute capability 9.0"), std::string::npos) << why;
+    }
   }
+}
+
+TEST(CudaGemmRegistry, WgmmaTmaRefusesRowsTheTmaUnitCannotCopy) {
+  // The TMA unit needs 16-byte aligned rows: a base address off 16 bytes, or a row stride that is not a
+  // multiple of 8 halves, in either input is refused with the reason (the automatic choice then takes
+  // a rung below); so are sizes past the 32-bit box coordinates. Rung 7 copies such rows itself.
+  if (cuda_variant("naive") == nullptr) GTEST_SKIP() << "halfling was built without CUDA: no CUDA GEMM variants";
+  const int cc = runtime::cuda_compute_capability();
+  if (cc != 0 && cc != 90) GTEST_SKIP() << "wgmma_tma refuses this GPU before looking at the rows";
+  const auto* v = cuda_variant("wgmma_tma");
+  ASSERT_NE(v, nullptr);
+  const auto refusal = [&](const GemmArgs& g) { return std::string(v->unsupported(g) ? v->unsupported(g) : ""); };
+  GemmArgs g = dummy_problem(DType::f16);
+  EXPECT_EQ(refusal(g), "");
+  g.lda = 260;
+  EXPECT_NE(refusal(g).find("16-byte aligned rows"), std::string::npos) << refusal(g);
+  g = dummy_problem(DType::f16);
+  g.ldb = 257;
+  EXPECT_NE(refusal(g).find("16-byte aligned rows"), std::string::npos) << refusal(g);
+  g = dummy_problem(DType::f16);
+  g.A = static_cast<const char*>(g.A) + 8;
+  EXPECT_NE(refusal(g).find("16-byte aligned rows"), std::string::npos) << refusal(g);
+  g = dummy_problem(DType::f16);
+  g.K = int64_t{1} << 31;
+  g.lda = g.K;
+  EXPECT_NE(refusal(g).find("2^31 - 1"), std::string::npos) << refusal(g);
+  // Rung 7 takes such rows (its copies check every row and fall back to scalar loads).
+  g = dummy_problem(DType::f16);
+  g.lda = 260;
+  EXPECT_EQ(cuda_variant("wgmma")->unsupported(g), nullptr);
 }
 
 TEST(CudaGemmRegistry, EveryRungRefusesF64AndIntegerOutputs) {

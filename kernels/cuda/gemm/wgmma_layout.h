@@ -68,6 +68,10 @@ HL_HOST_DEVICE constexpr int copies_left_pending(int stages, int in_flight) {
   return ring_ahead(stages, in_flight) - 1;
 }
 
+// The epilogue's FP32 staging tile (wgmma_ops.cuh): 128 rows of BN floats, padded by 8 so that the
+// pairs the accumulator map stores from one warp spread over the banks.
+HL_HOST_DEVICE constexpr int staging_ld(int bn) { return bn + 8; }
+
 template <int BN, int Stages>
 struct Tile {
   static_assert(BN % 64 == 0 && BN >= 64 && BN <= 256, "wgmma's N: a multiple of 64 up to 256 here");
@@ -76,7 +80,7 @@ struct Tile {
   static constexpr int kBBytes = BN * kBK * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kAccPerThread = BN / 2;  // FP32 accumulators of one thread: 64 x BN over 128 threads
-  static constexpr int kLdC = BN + 8;           // the epilogue's FP32 staging tile, padded (wgmma.cu)
+  static constexpr int kLdC = staging_ld(BN);   // the epilogue's FP32 staging tile, padded
   // The ring, and 1024 bytes of slack to start it on a 1024-byte boundary (the swizzle pattern is
   // anchored to the address: the descriptors below assume every tile starts on one).
   static constexpr int kSmemBytes = kStages * kStageBytes + kAtomBytes;
