@@ -112,6 +112,7 @@ heavy+=':SoftmaxCuda.EveryRungForwardAgainstReference:CudaBatchNorm.ChannelsPast
 heavy+=':CudaGemm.SplitKLongReductionsMatchFloat64'  # every rung at K up to 100352; SplitKEpilogues* covers the split kernels
 heavy+=':CudaGemm.WgmmaEveryTileTheSweepTimes'  # 4 tiles x 4 layouts x 2 dtypes; ...InsideAndOnTheEdges covers them
 heavy+=':CudaGemm.WgmmaTmaEveryTileTheSweepTimes'  # the same for wgmma_tma
+heavy+=':CudaGemm.WgmmaTmaSplitKEveryTileOnLongReductions'  # ...SplitKSecondPassOverBatchesOfSlices covers it
 # racecheck: every kernel family that uses shared memory (GEMM tiles, softmax/BN/reduction trees,
 # implicit-GEMM conv tiles), on small shapes; a superset of bench/gpu_*.sh's racecheck filters.
 # Not CudaGemm.AccumulatesInFp32 (K = 4096 on every rung): on an H200 it ran past 150 s under racecheck
@@ -146,6 +147,7 @@ race_second='ConvCuda.BetaAccumulatesIntoTheOutput:CudaGemm.WmmaPipelinedLeanTil
 race_second+=':CudaGemm.WmmaSmemBatchedCopyInsideAndOnTheEdges:CudaGemm.MmaSyncLeanCopyInsideAndOnTheEdges'
 race_second+=':CudaGemm.WgmmaEveryTileInsideAndOnTheEdges'  # the wgmma rung (new since 2026-11-26), every tile
 race_second+=':CudaGemm.WgmmaTmaEveryTileInsideAndOnTheEdges'  # the wgmma_tma rung (new since 2026-11-26)
+race_second+=':CudaGemm.WgmmaTmaSplitKSecondPassOverBatchesOfSlices'  # and its split-K form
 # short's memcheck runs these kernel tests in a second process, beside the rest (below).
 memcheck_second='ConvCuda.*:CudaConv.*:SoftmaxCuda.*:CudaSoftmax.*'
 

@@ -598,8 +598,12 @@ TEST(CudaGemm, SplitKVariantsEqualTheirRungWhereTheyDoNotSplit) {
     const char* rung;
     int64_t tile, k_step;  // the split variant's tile and K step (expect_split_by_both_rungs)
   };
-  const Pair pairs[] = {{"wmma_pipelined_split_k", "wmma_pipelined", 64, 32}, {"smem_tiled_split_k", "smem_tiled", 128, 8}};
-  const SweepShape shapes[] = {{300, 270, kernels::kMinSplitK - 1}, {2048, 2048, 512}, {7, 13, 77}};
+  // wgmma_tma (compute capability 9.0 only) takes only rows of 16-byte multiples: of these shapes, 2048
+  // x 2048 and 136 x 200 (its 128 x 128 tile); it declines the others, as on any other GPU.
+  const Pair pairs[] = {{"wmma_pipelined_split_k", "wmma_pipelined", 64, 32},
+                        {"smem_tiled_split_k", "smem_tiled", 128, 8},
+                        {"wgmma_tma_split_k", "wgmma_tma", 128, 64}};
+  const SweepShape shapes[] = {{300, 270, kernels::kMinSplitK - 1}, {2048, 2048, 512}, {7, 13, 77}, {136, 200, 1016}};
   for (const Pair& pr : pairs) {
     for (const SweepShape& s : shapes) {
       const int64_t tiles = ((s.M + pr.tile - 1) / pr.tile) * ((s.N + pr.tile - 1) / pr.tile);
@@ -931,6 +935,48 @@ TEST(CudaGemm, WgmmaTmaStridedRowsAndARefusedMatrix) {
   }
 }
 
+// wgmma_tma_split_k where its plan splits (asserted for every tile on this GPU): each tile, every
+// layout and C dtype, the whole epilogue applied once to the sum of the slices. The slices are ranges
+// of 64-deep K tiles of the whole matrices' tensor maps, so a K that is not a multiple of 64 leaves
+// the last slice's last tile partly past K (the unit's zero fill): 4104 = 64 x 64 + 8.
+void check_wgmma_tma_split(const std::vector<std::vector<int64_t>>& shapes) {
+  HL_REQUIRE_CUDA();
+  if (runtime::cuda_compute_capability() != 90) GTEST_SKIP() << "wgmma_tma runs on compute capability 9.0 only";
+  namespace tp = kernels::cuda::wgmma_tma_plan;
+  const int64_t sms = runtime::cuda_sm_count();
+  for (const auto& sh : shapes)
+    for (const tp::TileConfig& t : tp::kTiles) {
+      const int64_t tiles = ((sh[0] + 127) / 128) * ((sh[1] + t.bn - 1) / t.bn);
+      ASSERT_GT(kernels::plan_split_k(tiles, sh[2], sms, 64).slices, 1)
+          << sh[0] << "x" << sh[1] << "x" << sh[2] << ", 128x" << t.bn << " tiles, on " << sms << " SMs";
+    }
+  check_every_setting(
+      "wgmma_tma_split_k", tp::kTileCount,
+      [](int i, auto&& body) {
+        const kernels::wgmma_tma::ScopedTile forced(i);
+        body("wgmma_tma_split_k tile #" + std::to_string(i) + " (128x" + std::to_string(tp::kTiles[i].bn) + "x64)",
+             false);
+      },
+      shapes, false);
+}
+
+TEST(CudaGemm, WgmmaTmaSplitKEveryTileOnLongReductions) {
+  // LeNet fc1's forward at batch 128 (2 tiles of 128 x 128, K = 3136), and a K one past a multiple of
+  // the tile (the last slice ends inside its last tile).
+  check_wgmma_tma_split({{128, 256, 3136}, {40, 136, 4104}});
+}
+
+TEST(CudaGemm, WgmmaTmaSplitKSecondPassOverBatchesOfSlices) {
+  // One tile, K = 16384: 64 slices of 256, so split_k.cu's second pass runs both its loops (batches of
+  // kSumBatch and the remainder). Small enough for compute-sanitizer (scripts/gpu_check.sh).
+  HL_REQUIRE_CUDA();
+  if (runtime::cuda_compute_capability() != 90) GTEST_SKIP() << "wgmma_tma runs on compute capability 9.0 only";
+  const kernels::SplitKPlan plan = kernels::plan_split_k(1, 16384, runtime::cuda_sm_count(), 64);
+  ASSERT_GT(plan.slices, 2 * kernels::kSumBatch);
+  ASSERT_NE((plan.slices - 1) % kernels::kSumBatch, 0) << "the remainder loop must run too";
+  check_wgmma_tma_split({{8, 8, 16384}});
+}
+
 TEST(CudaGemm, WgmmaTmaTuningHookRefusesAnIndexPastTheTable) {
   HL_REQUIRE_CUDA();
   if (runtime::cuda_compute_capability() != 90) GTEST_SKIP() << "wgmma_tma runs on compute capability 9.0 only";
@@ -991,10 +1037,10 @@ GemmArgs dummy_problem(DType ab) {
 
 TEST(CudaGemmRegistry, ListsEveryRungAndCublas) {
   if (cuda_variant("naive") == nullptr) GTEST_SKIP() << "halfling was built without CUDA: no CUDA GEMM variants";
-  const std::vector<std::string> expected = {"wgmma_tma",          "wgmma",      "wmma_pipelined_split_k",
-                                             "wmma_pipelined",     "mma_sync",   "wmma_smem",
-                                             "wmma",               "smem_tiled_split_k", "smem_tiled",
-                                             "naive",              "cublas"};
+  const std::vector<std::string> expected = {"wgmma_tma_split_k", "wgmma_tma",  "wgmma",
+                                             "wmma_pipelined_split_k", "wmma_pipelined", "mma_sync",
+                                             "wmma_smem",         "wmma",       "smem_tiled_split_k",
+                                             "smem_tiled",        "naive",      "cublas"};
   std::vector<std::string> names = cuda_variants();
   // Highest priority first: the ladder top to bottom, then the cuBLAS reference point.
   std::vector<std::string> ours;
@@ -1006,14 +1052,14 @@ TEST(CudaGemmRegistry, ListsEveryRungAndCublas) {
 TEST(CudaGemmRegistry, RungsNotYetRunOnAGpuAreOptIn) {
   // A rung written in a session without a GPU lands opt-in (registry.h): it runs when named, never by
   // default, until its tests, the sanitizers and gemm_bench have run on a GPU. Every GEMM rung has
-  // (the split-K rungs and mma_sync on an H200, 2026-11-26) but wgmma and wgmma_tma, written on
-  // 2026-11-27 without one; a new one means adding it here, a promotion taking it out.
+  // (the split-K rungs and mma_sync on an H200, 2026-11-26) but wgmma, wgmma_tma and wgmma_tma_split_k,
+  // written on 2026-11-27 without one; a new one means adding it here, a promotion taking it out.
   if (cuda_variant("naive") == nullptr) GTEST_SKIP() << "halfling was built without CUDA: no CUDA GEMM variants";
   std::vector<std::string> opt_in;
   for (const auto& v : GemmRegistry::instance().all())
     if (v.device == kCuda && v.opt_in) opt_in.push_back(v.name);
   std::sort(opt_in.begin(), opt_in.end());
-  EXPECT_EQ(opt_in, (std::vector<std::string>{"wgmma", "wgmma_tma"}));
+  EXPECT_EQ(opt_in, (std::vector<std::string>{"wgmma", "wgmma_tma", "wgmma_tma_split_k"}));
 }
 
 TEST(CudaGemmRegistry, DefaultIsTheFastestRungThatSupportsTheArguments) {
@@ -1049,7 +1095,7 @@ TEST(CudaGemmRegistry, WmmaRungsRefuseF32InputsWithAReason) {
 
 TEST(CudaGemmRegistry, WgmmaRungsTakeF16OnHopperAndRefuseWhatTheyCannotRun) {
   if (cuda_variant("naive") == nullptr) GTEST_SKIP() << "halfling was built without CUDA: no CUDA GEMM variants";
-  for (const char* name : {"wgmma", "wgmma_tma"}) {
+  for (const char* name : {"wgmma", "wgmma_tma", "wgmma_tma_split_k"}) {
     const auto* v = cuda_variant(name);
     ASSERT_NE(v, nullptr) << name;
     const char* why = v->unsupported(dummy_problem(DType::f32));
@@ -1075,25 +1121,28 @@ TEST(CudaGemmRegistry, WgmmaTmaRefusesRowsTheTmaUnitCannotCopy) {
   if (cuda_variant("naive") == nullptr) GTEST_SKIP() << "halfling was built without CUDA: no CUDA GEMM variants";
   const int cc = runtime::cuda_compute_capability();
   if (cc != 0 && cc != 90) GTEST_SKIP() << "wgmma_tma refuses this GPU before looking at the rows";
-  const auto* v = cuda_variant("wgmma_tma");
-  ASSERT_NE(v, nullptr);
-  const auto refusal = [&](const GemmArgs& g) { return std::string(v->unsupported(g) ? v->unsupported(g) : ""); };
-  GemmArgs g = dummy_problem(DType::f16);
-  EXPECT_EQ(refusal(g), "");
-  g.lda = 260;
-  EXPECT_NE(refusal(g).find("16-byte aligned rows"), std::string::npos) << refusal(g);
-  g = dummy_problem(DType::f16);
-  g.ldb = 257;
-  EXPECT_NE(refusal(g).find("16-byte aligned rows"), std::string::npos) << refusal(g);
-  g = dummy_problem(DType::f16);
-  g.A = static_cast<const char*>(g.A) + 8;
-  EXPECT_NE(refusal(g).find("16-byte aligned rows"), std::string::npos) << refusal(g);
-  g = dummy_problem(DType::f16);
-  g.K = int64_t{1} << 31;
-  g.lda = g.K;
-  EXPECT_NE(refusal(g).find("2^31 - 1"), std::string::npos) << refusal(g);
+  for (const char* name : {"wgmma_tma", "wgmma_tma_split_k"}) {
+    SCOPED_TRACE(name);
+    const auto* v = cuda_variant(name);
+    ASSERT_NE(v, nullptr);
+    const auto refusal = [&](const GemmArgs& g) { return std::string(v->unsupported(g) ? v->unsupported(g) : ""); };
+    GemmArgs g = dummy_problem(DType::f16);
+    EXPECT_EQ(refusal(g), "");
+    g.lda = 260;
+    EXPECT_NE(refusal(g).find("16-byte aligned rows"), std::string::npos) << refusal(g);
+    g = dummy_problem(DType::f16);
+    g.ldb = 257;
+    EXPECT_NE(refusal(g).find("16-byte aligned rows"), std::string::npos) << refusal(g);
+    g = dummy_problem(DType::f16);
+    g.A = static_cast<const char*>(g.A) + 8;
+    EXPECT_NE(refusal(g).find("16-byte aligned rows"), std::string::npos) << refusal(g);
+    g = dummy_problem(DType::f16);
+    g.K = int64_t{1} << 31;
+    g.lda = g.K;
+    EXPECT_NE(refusal(g).find("2^31 - 1"), std::string::npos) << refusal(g);
+  }
   // Rung 7 takes such rows (its copies check every row and fall back to scalar loads).
-  g = dummy_problem(DType::f16);
+  GemmArgs g = dummy_problem(DType::f16);
   g.lda = 260;
   EXPECT_EQ(cuda_variant("wgmma")->unsupported(g), nullptr);
 }

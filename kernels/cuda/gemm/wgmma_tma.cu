@@ -24,9 +24,13 @@
 //      a 64 x 256 accumulator per warpgroup (tile #1) fits without spilling.
 // What stays: wgmma.mma_async from the 128-byte-swizzled layout through the same descriptors
 // (wgmma_layout.h), FP32 accumulators (paper §3.3: FP16 products, FP32 sums), and the common epilogue
-// through an FP32 staging tile (wgmma_ops.cuh). What it leaves for later: thread-block clusters (one
-// TMA copy multicast to the blocks that share a tile row), a persistent scheduler that overlaps one
-// tile's epilogue with the next tile's loads, and a TMA store of C.
+// through an FP32 staging tile (wgmma_ops.cuh). And split-K, as a second variant,
+// wgmma_tma_split_k: where the output has few tiles and K is long, blockIdx.z takes a slice of the K
+// tiles (kernels/gemm_split.h) and split_k.cu's second pass adds the slices, so that the top rung can
+// take the training shapes with long reductions too (LeNet's fc1 forward, 128 x 256 x 3136: 2 tiles).
+// What it leaves for later: thread-block clusters (one TMA copy multicast to the blocks that share a
+// tile row), a persistent scheduler that overlaps one tile's epilogue with the next tile's loads, and
+// a TMA store of C.
 //
 // What the TMA demands, and this rung refuses otherwise (the registry then takes rung 7 or below):
 // both input matrices 16-byte aligned with a row stride that is a multiple of 8 halves (16 bytes),
@@ -154,10 +158,14 @@ __device__ __forceinline__ void consumers_sync() {
 
 // The tensor maps go in as __grid_constant__ parameters: the TMA unit reads them from the kernel's
 // parameter space, where they must stay unmodified (and 64-byte aligned, which CUtensorMap is).
-template <Op op_a, Op op_b, int BN, int kStages, int kInFlight>
+// kSplit: this block computes slice blockIdx.z of K into its FP32 partial tile (wgmma_tma_split_k,
+// below). The tensor maps describe the whole matrices, so the slice is a range of K tiles: it starts at
+// K value blockIdx.z * k_len, a multiple of 64 (the plan's K step), and only the last slice's last
+// tile reaches past K, where the unit fills zeros as at any edge.
+template <Op op_a, Op op_b, int BN, int kStages, int kInFlight, bool kSplit>
 __global__ void __launch_bounds__(tp::kThreads, 1)
     gemm_wgmma_tma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                          GemmArgs g) {
+                          GemmArgs args, SplitK split) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = wl::Tile<BN, kStages>;
   static_assert(kInFlight == 0 || kInFlight == 1, "wgmma groups left running: none or one");
@@ -174,6 +182,10 @@ __global__ void __launch_bounds__(tp::kThreads, 1)
   __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
 
   const int wg = static_cast<int>(threadIdx.x) / 128, t = static_cast<int>(threadIdx.x) % 128;
+  // g: what this block computes (the whole GEMM, or its slice into a partial tile, for the epilogue);
+  // its K tiles start at K value k_first of the matrices the tensor maps describe.
+  const GemmArgs g = kSplit ? slice_for_block(args, split) : args;
+  const int64_t k_first = kSplit ? static_cast<int64_t>(blockIdx.z) * split.k_len : 0;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * wl::kBM, n0 = static_cast<int64_t>(blockIdx.x) * BN;
   const int64_t k_tiles = (g.K + wl::kBK - 1) / wl::kBK;
 
@@ -197,7 +209,7 @@ __global__ void __launch_bounds__(tp::kThreads, 1)
         const uint32_t bar = smem_address(&full[s]);
         mbarrier_arrive_expect_tx(bar, T::kStageBytes);
         const uint32_t a_tile = ring_addr + static_cast<uint32_t>(s) * T::kStageBytes;
-        const int64_t k0 = kt * wl::kBK;
+        const int64_t k0 = k_first + kt * wl::kBK;
         tma_load_tile<kAKMajor, wl::kBM>(a_tile, &map_a, m0, k0, bar);
         tma_load_tile<kBKMajor, BN>(a_tile + T::kABytes, &map_b, n0, k0, bar);
       }
@@ -279,9 +291,10 @@ CUtensorMap make_tensor_map(const void* base, int64_t rows, int64_t cols, int64_
   return map;
 }
 
-template <Op op_a, Op op_b, int BN, int kStages, int kInFlight>
-void launch(const GemmArgs& g) {
-  const auto kernel = gemm_wgmma_tma_kernel<op_a, op_b, BN, kStages, kInFlight>;
+// slices > 1: a split-K launch (gridDim.z = slices, each block's sums go to split.partial).
+template <Op op_a, Op op_b, int BN, int kStages, int kInFlight, bool kSplit>
+void launch(const GemmArgs& g, const SplitK& split, int64_t slices) {
+  const auto kernel = gemm_wgmma_tma_kernel<op_a, op_b, BN, kStages, kInFlight, kSplit>;
   constexpr int bytes = wl::Tile<BN, kStages>::kSmemBytes;
   const int allowed = max_shared_memory_per_block();
   HL_CHECK(bytes <= allowed, "wgmma_tma: a 128x", BN, "x64 tile with ", kStages, " stages needs ", bytes,
@@ -296,21 +309,37 @@ void launch(const GemmArgs& g) {
                                             tp::Boxes<kAKMajor, wl::kBM>::kRows, "A", g);
   const CUtensorMap map_b =
       make_tensor_map(g.B, kBKMajor ? g.N : g.K, kBKMajor ? g.K : g.N, g.ldb, tp::Boxes<kBKMajor, BN>::kRows, "B", g);
-  const dim3 grid(blocks_for(g.N, BN), blocks_for(g.M, wl::kBM));
-  kernel<<<grid, tp::kThreads, bytes, stream()>>>(map_a, map_b, g);
+  const dim3 grid(blocks_for(g.N, BN), blocks_for(g.M, wl::kBM), static_cast<unsigned>(slices));
+  kernel<<<grid, tp::kThreads, bytes, stream()>>>(map_a, map_b, g, split);
   HL_LAUNCH_CHECK("gemm_wgmma_tma_kernel");
 }
 
-template <int I>
-void run_tile(const GemmArgs& g) {
+// Tile I for one layout; kSplitK (wgmma_tma_split_k): the reduction split across blocks where the
+// tiles are few and K is long (kernels/gemm_split.h's plan, with this rung's tile and 64-deep K step).
+template <Op op_a, Op op_b, int I, bool kSplitK>
+void launch_tile(const GemmArgs& g) {
   constexpr int BN = tp::kTiles[I].bn, S = tp::kTiles[I].stages, F = tp::kTiles[I].in_flight;
-  if (g.op_a == Op::N) {
-    g.op_b == Op::N ? launch<Op::N, Op::N, BN, S, F>(g) : launch<Op::N, Op::T, BN, S, F>(g);
+  const int64_t tiles = static_cast<int64_t>(blocks_for(g.M, wl::kBM)) * blocks_for(g.N, BN);
+  const SplitKPlan plan = kSplitK ? plan_split_k(tiles, g.K, sm_count(), wl::kBK) : SplitKPlan{1, g.K};
+  if (plan.slices > 1) {
+    HL_CHECK(plan.k_len % wl::kBK == 0, "wgmma_tma_split_k: slices of ", plan.k_len,
+             " K values do not start on a 64-deep K tile (", g.describe(), ")");
+    run_split_k(g, plan, [&](const SplitK& s) { launch<op_a, op_b, BN, S, F, true>(g, s, plan.slices); });
   } else {
-    g.op_b == Op::N ? launch<Op::T, Op::N, BN, S, F>(g) : launch<Op::T, Op::T, BN, S, F>(g);
+    launch<op_a, op_b, BN, S, F, false>(g, SplitK{}, 1);
   }
 }
 
+template <int I, bool kSplitK>
+void run_tile(const GemmArgs& g) {
+  if (g.op_a == Op::N) {
+    g.op_b == Op::N ? launch_tile<Op::N, Op::N, I, kSplitK>(g) : launch_tile<Op::N, Op::T, I, kSplitK>(g);
+  } else {
+    g.op_b == Op::N ? launch_tile<Op::T, Op::N, I, kSplitK>(g) : launch_tile<Op::T, Op::T, I, kSplitK>(g);
+  }
+}
+
+template <bool kSplitK>
 void run(const GemmArgs& g) {
   const int forced = wgmma_tma::tile_for_tuning().load(std::memory_order_relaxed);
   const int tile = forced >= 0 ? forced : tp::own_tile(g.N);
@@ -319,13 +348,13 @@ void run(const GemmArgs& g) {
   static_assert(tp::kTileCount == 4, "run() dispatches every tile of wgmma_tma_plan.h's table");
   switch (tile) {
     case 1:
-      return run_tile<1>(g);
+      return run_tile<1, kSplitK>(g);
     case 2:
-      return run_tile<2>(g);
+      return run_tile<2, kSplitK>(g);
     case 3:
-      return run_tile<3>(g);
+      return run_tile<3, kSplitK>(g);
     default:
-      return run_tile<0>(g);
+      return run_tile<0, kSplitK>(g);
   }
 }
 
@@ -346,10 +375,14 @@ const char* unsupported(const GemmArgs& g) {
 
 }  // namespace
 
-// Priority 65, above rung 7. Opt-in until it has run on a GPU (kernels/registry.h).
+// Priority 65, above rung 7, and its split-K form above it (the pattern of wmma_pipelined_split_k: the
+// same kernel wherever the plan does not split). Opt-in until they have run on a GPU (kernels/registry.h).
 HL_REGISTER_VARIANT(GemmArgs, {"wgmma_tma", DeviceType::cuda, 65,
                                "wgmma.mma_async (sm_90a), operands copied by the TMA unit; a producer warpgroup "
                                "and two consumers synchronized by mbarriers",
-                               run, unsupported, /*opt_in=*/true});
+                               run<false>, unsupported, /*opt_in=*/true});
+HL_REGISTER_VARIANT(GemmArgs, {"wgmma_tma_split_k", DeviceType::cuda, 66,
+                               "wgmma_tma, and a long reduction over few output tiles split across blocks",
+                               run<true>, unsupported, /*opt_in=*/true});
 
 }  // namespace hl::kernels::cuda
