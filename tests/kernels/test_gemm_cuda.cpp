@@ -977,6 +977,38 @@ TEST(CudaGemm, WgmmaTmaSplitKSecondPassOverBatchesOfSlices) {
   check_wgmma_tma_split({{8, 8, 16384}});
 }
 
+TEST(CudaGemm, WgmmaRungsEpilogueInRunsOfEightAndValueByValue) {
+  // The Hopper rungs store C 8 columns at a time where C's row stride is a multiple of 8 (and C and the
+  // bias are aligned), value by value otherwise (wgmma_ops.cuh, store_staged). N = 100 with ldc = 104
+  // leaves the last run of every row cut by C's last column (100 = 12 x 8 + 4); ldc = 103 takes the
+  // other path. Both C dtypes and both bias dtypes, beta and ReLU; for the split-K variant a K long
+  // enough to split, whose partial sums are stored the same way (ldc = N = 100: value by value).
+  HL_REQUIRE_CUDA();
+  if (runtime::cuda_compute_capability() != 90) GTEST_SKIP() << "the wgmma rungs run on compute capability 9.0 only";
+  uint64_t seed = test::fresh_seed();
+  const auto round8 = [](int64_t x) { return (x + 7) / 8 * 8; };
+  for (const std::string variant : {"wgmma", "wgmma_tma", "wgmma_tma_split_k"}) {
+    const int64_t K = variant == "wgmma_tma_split_k" ? 4104 : 200;
+    for (auto [op_a, op_b] : kAllLayouts) {
+      for (DType c : {DType::f16, DType::f32}) {
+        for (DType bias : {DType::f16, DType::f32}) {
+          for (int64_t ldc : {104, 103}) {
+            GemmArgs g = problem(op_a, op_b, 136, 100, K, DType::f16, c);
+            g.lda = round8(g.lda);  // rows the TMA unit can copy
+            g.ldb = round8(g.ldb);
+            g.ldc = ldc;
+            g.alpha = 1.5f;
+            g.beta = 0.5f;
+            g.relu = true;
+            g.bias_type = bias;
+            EXPECT_TRUE(run_case(variant, g, {.bias = true}, seed)) << variant << " " << g.describe();
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaGemm, WgmmaTmaTuningHookRefusesAnIndexPastTheTable) {
   HL_REQUIRE_CUDA();
   if (runtime::cuda_compute_capability() != 90) GTEST_SKIP() << "wgmma_tma runs on compute capability 9.0 only";

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
+#include "kernels/cuda/common.cuh"  // to_f32, from_f32
 #include "kernels/cuda/gemm/gemm_common.cuh"
 #include "kernels/cuda/gemm/wgmma_layout.h"
 
@@ -155,12 +157,98 @@ __device__ __forceinline__ void stage_accumulators(float* Cs, const float (&acc)
   }
 }
 
-// Then, after a barrier, `threads` threads (this one is `first`) take consecutive columns of the staged
-// tile: coalesced writes of C through the common epilogue (alpha, beta, bias, ReLU, one rounding).
+// Eight consecutive values of C (or of the bias) moved as one access: 16 bytes of halves, 32 of floats.
+template <class T>
+struct alignas(8 * sizeof(T)) Eight {
+  T v[8];
+};
+
+// The common epilogue (gemm_common.cuh, epilogue_store) for 8 consecutive columns n .. n + 7 of row m:
+// the same operations on each value in the same order (alpha * acc, + beta * C, + bias, ReLU, one
+// rounding into C's type), with C read and written, and the bias read, as whole 16- or 32-byte runs.
+// TB = void: no bias.
+template <class TC, class TB>
+__device__ __forceinline__ void epilogue_store8(const GemmArgs& g, int64_t m, int64_t n, const float (&acc)[8]) {
+  float v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = g.alpha * acc[j];
+  Eight<TC>* c = reinterpret_cast<Eight<TC>*>(static_cast<TC*>(g.C) + m * g.ldc + n);
+  if (g.beta != 0.0f) {
+    const Eight<TC> old = *c;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] += g.beta * to_f32(old.v[j]);
+  }
+  if constexpr (!std::is_void_v<TB>) {
+    const Eight<TB> b = *reinterpret_cast<const Eight<TB>*>(static_cast<const TB*>(g.bias) + n);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] += to_f32(b.v[j]);
+  }
+  if (g.relu) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = v[j] > 0.0f || v[j] != v[j] ? v[j] : 0.0f;
+  }
+  Eight<TC> out;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) out.v[j] = from_f32<TC>(v[j]);
+  *c = out;
+}
+
+// The staged tile to C, 8 columns per thread per step: consecutive threads take consecutive runs of a
+// row (coalesced), each reads its 8 staged values as two 16-byte loads and stores C with one 16-byte
+// (f16) or 32-byte (f32) access. A run that C's last column cuts goes value by value.
+template <int BN, class TC, class TB>
+__device__ __forceinline__ void store_staged_runs(const GemmArgs& g, const float* Cs, int64_t m0, int64_t n0,
+                                                  int first, int threads) {
+  constexpr int kLdC = wgmma_layout::staging_ld(BN), kRuns = BN / 8;
+  for (int e = first; e < wgmma_layout::kBM * kRuns; e += threads) {
+    const int mi = e / kRuns, ni = (e % kRuns) * 8;
+    const int64_t m = m0 + mi, n = n0 + ni;
+    if (m >= g.M || n >= g.N) continue;
+    const float* src = Cs + mi * kLdC + ni;  // 32-byte aligned: kLdC and ni are multiples of 8
+    if (n + 8 <= g.N) {
+      const float4 lo = *reinterpret_cast<const float4*>(src), hi = *reinterpret_cast<const float4*>(src + 4);
+      const float acc[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+      epilogue_store8<TC, TB>(g, m, n, acc);
+    } else {
+#pragma unroll 1
+      for (int j = 0; n + j < g.N; ++j) gemm_detail::epilogue_store(g, m, n + j, src[j]);
+    }
+  }
+}
+
+// Then, after a barrier, `threads` threads (this one is `first`) write the staged tile to C through the
+// common epilogue (alpha, beta, bias, ReLU, one rounding). Where C's rows (and the bias) allow 8-value
+// runs (C's row stride a multiple of 8, C and the bias aligned to 8 values: what a dense C from
+// cudaMalloc with N a multiple of 8 has), a thread stores 8 columns at once: for an output-bound
+// GEMM (K = 64, one K step) the epilogue is most of the work, and one access per 8 values instead of
+// 8 is the difference. Otherwise a value at a time, consecutive threads on consecutive columns.
 template <int BN>
 __device__ __forceinline__ void store_staged(const GemmArgs& g, const float* Cs, int64_t m0, int64_t n0, int first,
                                              int threads) {
+  const auto aligned = [](const void* p, DType t) {
+    return reinterpret_cast<uintptr_t>(p) % (8 * (t == DType::f16 ? 2 : 4)) == 0;
+  };
+  if (g.ldc % 8 == 0 && aligned(g.C, g.c_type) && (g.bias == nullptr || aligned(g.bias, g.bias_type))) {
+    // The CUDA rungs take f16 or f32 for C and the bias (gemm_common.cuh, unsupported_dtypes).
+    const auto with_bias = [&](auto c) {
+      using TC = decltype(c);
+      if (g.bias == nullptr) {
+        store_staged_runs<BN, TC, void>(g, Cs, m0, n0, first, threads);
+      } else if (g.bias_type == DType::f16) {
+        store_staged_runs<BN, TC, __half>(g, Cs, m0, n0, first, threads);
+      } else {
+        store_staged_runs<BN, TC, float>(g, Cs, m0, n0, first, threads);
+      }
+    };
+    if (g.c_type == DType::f16) {
+      with_bias(__half{});
+    } else {
+      with_bias(float{});
+    }
+    return;
+  }
   constexpr int kLdC = wgmma_layout::staging_ld(BN);
+#pragma unroll 1
   for (int e = first; e < wgmma_layout::kBM * BN; e += threads) {
     const int mi = e / BN, ni = e % BN;
     const int64_t m = m0 + mi, n = n0 + ni;
