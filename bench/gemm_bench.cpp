@@ -306,9 +306,9 @@ int main(int argc, char** argv) {
           const tiles::ScopedBigTile tile(i);
           time_row("wmma_pipelined", "wmma_pipelined #" + std::to_string(i));
         }
-        if (registry.find("mma_sync", DeviceType::cuda) != nullptr) {
-          const kernels::mma_sync::ScopedLeanCopy lean;
-          time_row("mma_sync", "mma_sync lean");
+        if (registry.find("mma_sync", DeviceType::cuda) != nullptr) {  // the copy the rung does not use
+          const kernels::mma_sync::ScopedLeanCopy other(!kernels::mma_sync::kLeanCopy);
+          time_row("mma_sync", kernels::mma_sync::kLeanCopy ? "mma_sync general" : "mma_sync lean");
         }
         if (registry.find("wgmma", DeviceType::cuda) != nullptr)
           for (int i = 0; i < kernels::cuda::wgmma_layout::kTileCount; ++i) {  // the "wgmma" row: its own choice
@@ -323,10 +323,10 @@ int main(int argc, char** argv) {
         if (registry.find("wmma_smem", DeviceType::cuda) != nullptr)
           for (bool batched : {false, true})
             for (int k : kernels::wmma_smem::kCandidateKSteps) {
-              if (k == kernels::wmma_smem::kKStep && !batched) continue;  // the rung's own row is above
+              // The rung's own K step and copy are its row above.
+              if (k == kernels::wmma_smem::kKStep && batched == kernels::wmma_smem::kBatchedCopy) continue;
               const kernels::wmma_smem::ScopedKStep step(k);
-              std::optional<kernels::wmma_smem::ScopedBatchedCopy> batch;
-              if (batched) batch.emplace();
+              const kernels::wmma_smem::ScopedBatchedCopy copy(batched);
               time_row("wmma_smem", "wmma_smem k" + std::to_string(k) + (batched ? " batched" : ""));
             }
       }
@@ -336,13 +336,18 @@ int main(int argc, char** argv) {
     }
     if (sweep && can_sweep) {
       std::cout << "\n# --sweep: wmma_pipelined with block tile #I for every problem "
-                   "(kernels/cuda/gemm/wmma_pipelined_tiles.h; #0 is the tile the rung uses for big problems):\n";
+                << "(kernels/cuda/gemm/wmma_pipelined_tiles.h; #" << tiles::kOwnTile
+                << " is the tile the rung uses for big problems):\n";
       for (int i = 0; i < tiles::kBigTileCount; ++i)
         std::cout << "#   #" << i << ": " << tiles::describe(tiles::kBigTiles[i]) << "\n";
-      std::cout << "# and wmma_smem with K step N ('wmma_smem kN'; the rung's own is "
-                << kernels::wmma_smem::kKStep
-                << "), and with the batched copy ('batched'): kernels/cuda/gemm/wmma_smem_k_step.h;\n"
-                << "# 'mma_sync lean': mma_sync with the lean copy of tiles #12-#14 (kernels/cuda/gemm/mma_sync_lanes.h);\n"
+      std::cout << "# and wmma_smem with K step N and the general copy ('wmma_smem kN') or the batched one ('kN "
+                   "batched'; the rung's own is "
+                << kernels::wmma_smem::kKStep << (kernels::wmma_smem::kBatchedCopy ? " batched" : "")
+                << "): kernels/cuda/gemm/wmma_smem_k_step.h;\n"
+                << "# 'mma_sync " << (kernels::mma_sync::kLeanCopy ? "general" : "lean")
+                << "': mma_sync with the copy it does not use (its own: the "
+                << (kernels::mma_sync::kLeanCopy ? "lean" : "general")
+                << " copy; kernels/cuda/gemm/mma_sync_lanes.h);\n"
                 << "# 'wgmma #I': wgmma with tile #I of kernels/cuda/gemm/wgmma_layout.h (compute capability 9.0 only):\n";
       for (int i = 0; i < kernels::cuda::wgmma_layout::kTileCount; ++i)
         std::cout << "#   #" << i << ": 128x" << kernels::cuda::wgmma_layout::kTiles[i].bn << "x64, 2 warpgroups, "

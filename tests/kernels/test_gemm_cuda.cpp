@@ -694,8 +694,8 @@ void check_every_setting(const std::string& variant, int settings, WithSetting&&
 
 // wmma_pipelined with each block tile of wmma_pipelined_tiles.h. A candidate tile may need more shared
 // memory than this GPU allows (several need more than 99 KiB, up to 162 KiB for #8: fine on an A100 or
-// H100, not on an sm_86/89 GPU's 99 KiB); entry 0, the tile the rung itself chooses, must fit every GPU
-// it runs on.
+// H100, not on an sm_86/89 GPU's 99 KiB); kOwnTile, the tile the rung itself chooses, must fit every
+// GPU it runs on.
 void check_every_tuning_tile(const std::vector<std::vector<int64_t>>& shapes, bool strided) {
   HL_REQUIRE_CUDA();
   if (runtime::cuda_compute_capability() < 80) GTEST_SKIP() << "the tuning tiles are for sm_80+; older GPUs keep their tile";
@@ -704,7 +704,7 @@ void check_every_tuning_tile(const std::vector<std::vector<int64_t>>& shapes, bo
       "wmma_pipelined", tiles::kBigTileCount,
       [](int i, auto&& body) {
         const tiles::ScopedBigTile forced(i);
-        body("tile #" + std::to_string(i) + " (" + tiles::describe(tiles::kBigTiles[i]) + ")", i != 0);
+        body("tile #" + std::to_string(i) + " (" + tiles::describe(tiles::kBigTiles[i]) + ")", i != tiles::kOwnTile);
       },
       shapes, strided);
 }
@@ -779,7 +779,7 @@ TEST(CudaGemm, WmmaPipelinedTuningHookRefusesAnIndexPastTheTable) {
 }
 
 // wmma_smem with each K step of wmma_smem_k_step.h (every one fits the 48 KiB a block gets without
-// asking), with its own copy and with the batched copy (only_batched: the latter alone).
+// asking), with the general copy and with the batched copy, each forced (only_batched: the latter alone).
 void check_every_k_step(const std::vector<std::vector<int64_t>>& shapes, bool strided, bool only_batched = false) {
   HL_REQUIRE_CUDA();
   namespace ks = kernels::wmma_smem;
@@ -790,9 +790,8 @@ void check_every_k_step(const std::vector<std::vector<int64_t>>& shapes, bool st
         const int k = ks::kCandidateKSteps[i % steps];
         const bool batched = only_batched || i >= steps;
         const ks::ScopedKStep step(k);
-        std::optional<ks::ScopedBatchedCopy> batch;
-        if (batched) batch.emplace();
-        body("K step " + std::to_string(k) + (batched ? ", batched copy" : ""), false);
+        const ks::ScopedBatchedCopy copy(batched);
+        body("K step " + std::to_string(k) + (batched ? ", batched copy" : ", general copy"), false);
       },
       shapes, strided);
 }
@@ -811,17 +810,19 @@ TEST(CudaGemm, WmmaSmemEveryKStepOneBlock) {
   expect_tuning_refused("wmma_smem", "K step 48", "wmma_smem_k_step.h");
 }
 
-// mma_sync with the lean copy (its tuning hook, mma_sync_lanes.h): where the general copy does
-// everything (odd leading dimensions, strided and misaligned operands) and where both run in one
-// launch (kPlannedCopyShapes; racecheck in scripts/gpu_check.sh).
+// mma_sync with the lean copy (the rung's own since 2026-11-27, mma_sync_lanes.h) and with the general
+// copy, each forced through its tuning hook: where the general copy does everything (odd leading
+// dimensions, strided and misaligned operands) and where both run in one launch (kPlannedCopyShapes;
+// racecheck in scripts/gpu_check.sh).
 void check_mma_sync_lean(const std::vector<std::vector<int64_t>>& shapes, bool strided) {
   HL_REQUIRE_CUDA();
   if (runtime::cuda_compute_capability() < 80) GTEST_SKIP() << "mma_sync needs sm_80+";
   check_every_setting(
-      "mma_sync", 1,
-      [](int, auto&& body) {
-        const kernels::mma_sync::ScopedLeanCopy lean;
-        body("lean copy", false);
+      "mma_sync", 2,
+      [](int i, auto&& body) {
+        const bool lean = i == 0;
+        const kernels::mma_sync::ScopedLeanCopy copy(lean);
+        body(lean ? "lean copy" : "general copy", false);
       },
       shapes, strided);
 }
@@ -1022,18 +1023,25 @@ TEST(CudaGemm, WmmaSmemBatchedCopyInsideAndOnTheEdges) {
   check_every_k_step(kPlannedCopyShapes, false, true);
 }
 
-// The tuning hook is off unless the benchmark sets it, and the table's entry 0 is the tile the rung
-// uses for big problems (no GPU needed).
+// The tuning hooks are off unless the benchmark sets them, and kOwnTile is the tile the rung uses for
+// big problems (no GPU needed).
 TEST(CudaGemmTiles, HookOffByDefaultAndEveryTileWellFormed) {
   namespace tiles = kernels::wmma_pipelined;
   EXPECT_EQ(tiles::big_tile_for_tuning().load(), -1);
-  EXPECT_EQ(kernels::wmma_smem::k_step_for_tuning().load(), 0);  // wmma_smem's K step: its own
-  EXPECT_FALSE(kernels::wmma_smem::batched_copy_for_tuning().load());  // and its own copy
-  EXPECT_FALSE(kernels::mma_sync::lean_copy_for_tuning().load());      // mma_sync's own copy
-  EXPECT_EQ(kernels::wmma_smem::kCandidateKSteps[0], kernels::wmma_smem::kKStep);
+  EXPECT_EQ(kernels::wmma_smem::k_step_for_tuning().load(), 0);         // wmma_smem's K step: its own
+  EXPECT_EQ(kernels::wmma_smem::batched_copy_for_tuning().load(), -1);  // and its own copy
+  EXPECT_EQ(kernels::mma_sync::lean_copy_for_tuning().load(), -1);      // mma_sync's own copy
+  const auto& steps = kernels::wmma_smem::kCandidateKSteps;
+  EXPECT_NE(std::find(std::begin(steps), std::end(steps), kernels::wmma_smem::kKStep), std::end(steps));
+  // The rung's own choices since the H100 run of 2026-11-27 (the headers say why).
+  EXPECT_EQ(kernels::wmma_smem::kKStep, 64);
+  EXPECT_TRUE(kernels::wmma_smem::kBatchedCopy);
+  EXPECT_TRUE(kernels::mma_sync::kLeanCopy);
   ASSERT_GE(tiles::kBigTileCount, 2);
-  const tiles::Tile t0 = tiles::kBigTiles[0];
-  EXPECT_EQ(tiles::describe(t0), "128x128x32, 2x4 warps of 64x32, 4 stages");
+  ASSERT_LT(tiles::kOwnTile, tiles::kBigTileCount);
+  EXPECT_EQ(tiles::describe(tiles::kBigTiles[0]), "128x128x32, 2x4 warps of 64x32, 4 stages");
+  const tiles::Tile t0 = tiles::kBigTiles[tiles::kOwnTile];
+  EXPECT_EQ(tiles::describe(t0), "128x128x32, 2x4 warps of 64x32, 4 stages, lean copy");
   for (int i = 0; i < tiles::kBigTileCount; ++i) {
     const tiles::Tile t = tiles::kBigTiles[i];
     SCOPED_TRACE(tiles::describe(t));
@@ -1084,22 +1092,32 @@ TEST(CudaGemmRegistry, ListsEveryRungAndCublas) {
 TEST(CudaGemmRegistry, RungsNotYetRunOnAGpuAreOptIn) {
   // A rung written in a session without a GPU lands opt-in (registry.h): it runs when named, never by
   // default, until its tests, the sanitizers and gemm_bench have run on a GPU. Every GEMM rung has
-  // (the split-K rungs and mma_sync on an H200, 2026-11-26) but wgmma, wgmma_tma and wgmma_tma_split_k,
-  // written on 2026-11-27 without one; a new one means adding it here, a promotion taking it out.
+  // (the split-K rungs and mma_sync on an H200, 2026-11-26; wgmma, wgmma_tma and wgmma_tma_split_k on
+  // an H100, 2026-11-27). wgmma stays opt-in by choice: it does not split K, so by default it would take
+  // the long reductions wgmma_tma declines (LeNet conv1's weight gradient, 32 x 25 x 100352: 2.11 ms
+  // against wmma_pipelined_split_k's 0.032 on the H100). A new rung means adding it here, a promotion
+  // taking it out.
   if (cuda_variant("naive") == nullptr) GTEST_SKIP() << "halfling was built without CUDA: no CUDA GEMM variants";
   std::vector<std::string> opt_in;
   for (const auto& v : GemmRegistry::instance().all())
     if (v.device == kCuda && v.opt_in) opt_in.push_back(v.name);
   std::sort(opt_in.begin(), opt_in.end());
-  EXPECT_EQ(opt_in, (std::vector<std::string>{"wgmma", "wgmma_tma", "wgmma_tma_split_k"}));
+  EXPECT_EQ(opt_in, (std::vector<std::string>{"wgmma"}));
 }
 
 TEST(CudaGemmRegistry, DefaultIsTheFastestRungThatSupportsTheArguments) {
   if (cuda_variant("naive") == nullptr) GTEST_SKIP() << "halfling was built without CUDA: no CUDA GEMM variants";
   if (std::getenv("HALFLING_GEMM") != nullptr || !GemmRegistry::instance().default_name().empty())
     GTEST_SKIP() << "a GEMM variant is pinned (HALFLING_GEMM or --gemm): the automatic choice is not in use";
-  // The split-K rungs: the same kernels as wmma_pipelined and smem_tiled wherever they do not split.
-  EXPECT_EQ(GemmRegistry::instance().select(dummy_problem(DType::f16)).name, "wmma_pipelined_split_k");
+  // The split-K rungs: the same kernels as wgmma_tma, wmma_pipelined and smem_tiled wherever they do not
+  // split. f16 inputs: wgmma_tma_split_k on Hopper (and without a GPU, where nothing runs); on other GPUs,
+  // and for rows the TMA unit cannot copy, the WMMA rung below it (wgmma is opt-in).
+  const int cc = runtime::cuda_compute_capability();
+  EXPECT_EQ(GemmRegistry::instance().select(dummy_problem(DType::f16)).name,
+            cc == 0 || cc == 90 ? "wgmma_tma_split_k" : "wmma_pipelined_split_k");
+  GemmArgs unaligned = dummy_problem(DType::f16);
+  unaligned.lda = 260;  // not a multiple of 8 halves
+  EXPECT_EQ(GemmRegistry::instance().select(unaligned).name, "wmma_pipelined_split_k");
   // f32 inputs: the WMMA rungs (and mma_sync) decline, the registry falls back to the fastest FP32 rung.
   EXPECT_EQ(GemmRegistry::instance().select(dummy_problem(DType::f32)).name, "smem_tiled_split_k");
 }

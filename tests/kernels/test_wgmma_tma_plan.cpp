@@ -118,8 +118,17 @@ TEST(WgmmaTmaPlan, TilesFitOneBlockPerSm) {
   EXPECT_LE((wl::Tile<256, 4>::kSmemBytes), 227 * 1024);
   EXPECT_LE((wl::Tile<64, 6>::kSmemBytes), 227 * 1024);
   EXPECT_EQ(tp::kThreads, 384);
-  EXPECT_EQ(tp::own_tile(64), tp::kNarrowTile);
-  EXPECT_EQ(tp::own_tile(65), 0);
+  // The rung's own tile (the H100 sweep's winners, wgmma_tma_plan.h), on a 132-SM H100.
+  EXPECT_EQ(tp::own_tile(100352, 64, 132), tp::kNarrowTile);  // 64 or fewer columns, however many rows
+  EXPECT_EQ(tp::own_tile(128, 10, 132), tp::kNarrowTile);
+  EXPECT_EQ(tp::own_tile(2048, 2048, 132), tp::kWideTile);  // 128 wide tiles >= 3/4 of 132
+  EXPECT_EQ(tp::own_tile(8192, 8192, 132), tp::kWideTile);
+  EXPECT_EQ(tp::own_tile(25088, 800, 132), tp::kWideTile);  // LeNet conv2's data gradient
+  EXPECT_EQ(tp::own_tile(1024, 1024, 132), tp::kNarrowTile);  // #0: 64 tiles, fewer than 66
+  EXPECT_EQ(tp::own_tile(128, 512, 132), tp::kNarrowTile);    // MLP-512's layers at batch 128
+  EXPECT_EQ(tp::own_tile(1536, 1536, 132), 0);  // #1: 72 tiles (< 99); #0: 144 (>= 66)
+  EXPECT_EQ(tp::own_tile(1536, 1536, 96), tp::kWideTile);  // the same shape on a GPU of fewer SMs
+  EXPECT_EQ(tp::own_tile(1024, 1024, 128), 0);             // and 64 tiles are half of 128 SMs
   // setmaxnreg's operands: multiples of 8 in [24, 256], and the register file of one SM not exceeded.
   for (int r : {tp::kProducerRegisters, tp::kConsumerRegisters}) {
     EXPECT_EQ(r % 8, 0);

@@ -95,22 +95,26 @@ HL_HOST_DEVICE TilePos accumulator_pos(int lane, int e) {
 
 namespace hl::kernels::mma_sync {
 
-// The tuning hook of `bench/gemm_bench --sweep` (added 2026-11-26; not yet timed): when true, mma_sync
-// copies the K steps of blocks that lie inside both matrices through the lean copy (copy_plan.h,
-// PlannedCopies in wmma_tile.cuh), as wmma_pipelined's tiles #12-#14 do, instead of the general copy.
-// This rung has 4 warps for a 128 x 128 x 32 block, so each thread copies 8 vectors per K step: about
-// 360 instructions of the general copy next to a warp's 64 HMMAs (kernels/cuda/gemm/README.md,
-// "Reading the machine code"). Process-wide and for measuring only; training and the tests' default
-// runs leave it off.
-inline std::atomic<bool>& lean_copy_for_tuning() {
-  static std::atomic<bool> on{false};
-  return on;
+// The lean copy (added 2026-11-26): mma_sync copies the K steps of blocks that lie inside both matrices
+// through per-thread plans made before the loop (copy_plan.h, PlannedCopies in wmma_tile.cuh), as
+// wmma_pipelined's tiles #12-#14 do, instead of the general copy. This rung has 4 warps for a
+// 128 x 128 x 32 block, so each thread copies 8 vectors per K step: about 360 instructions of the
+// general copy next to a warp's 64 HMMAs (kernels/cuda/gemm/README.md, "Reading the machine code").
+// The rung's own since the H100 run of 2026-11-27 (bench/results/gpu_short_nvidia_h100_80gb_hbm3_2026-11-27.txt):
+// 281.8 TFLOP/s at 4096^3 against 213.6 with the general copy, 291.7 against 236.3 at 8192^3.
+inline constexpr bool kLeanCopy = true;
+
+// The tuning hook of `bench/gemm_bench --sweep` and the tests: -1 (the rung's own copy, kLeanCopy), or
+// 0 / 1 to force the general or the lean copy (tuning_hook.h). Process-wide and for measuring only.
+inline std::atomic<int>& lean_copy_for_tuning() {
+  static std::atomic<int> forced{-1};
+  return forced;
 }
 
-// The lean copy on for one scope (tuning_hook.h).
-class ScopedLeanCopy : public ScopedHook<bool> {
+// The lean copy (or, with false, the general copy) forced for one scope (tuning_hook.h).
+class ScopedLeanCopy : public ScopedHook<int> {
  public:
-  ScopedLeanCopy() : ScopedHook(lean_copy_for_tuning(), true) {}
+  explicit ScopedLeanCopy(bool on = true) : ScopedHook(lean_copy_for_tuning(), on ? 1 : 0) {}
 };
 
 }  // namespace hl::kernels::mma_sync

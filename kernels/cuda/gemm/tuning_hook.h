@@ -22,4 +22,12 @@ class ScopedHook {
   T saved_;
 };
 
+// A choice between a rung's two copies (wmma_smem's batched copy, mma_sync's lean copy): the hook holds
+// -1, the rung's own choice (what training and the tests' default runs get), or 0 / 1 to force the
+// general copy or the planned one for one scope of the benchmark or a test.
+inline bool planned_copy_chosen(const std::atomic<int>& hook, bool own) {
+  const int forced = hook.load(std::memory_order_relaxed);
+  return forced < 0 ? own : forced != 0;
+}
+
 }  // namespace hl::kernels

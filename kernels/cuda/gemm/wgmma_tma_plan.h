@@ -59,8 +59,26 @@ inline constexpr TileConfig kTiles[] = {
     {64, 6, 1},   // #3: 24 KiB per stage, 145 KiB; for outputs 64 or fewer columns wide
 };
 inline constexpr int kTileCount = static_cast<int>(sizeof(kTiles) / sizeof(kTiles[0]));
-inline constexpr int kNarrowTile = 3;
-HL_HOST_DEVICE constexpr int own_tile(int64_t n) { return n <= kTiles[kNarrowTile].bn ? kNarrowTile : 0; }
+inline constexpr int kWideTile = 1, kNarrowTile = 3;
+
+// The rung's choice of tile for an M x N output on a GPU of `sms` multiprocessors, from the H100 sweep of
+// 2026-11-27 (bench/results/gpu_short_nvidia_h100_80gb_hbm3_2026-11-27.txt, `wgmma_tma #0` to `#3`):
+//   - 64 or fewer columns: #3, whose 64-wide tile does not multiply zeros in half its columns;
+//   - #1 (128 x 256) wherever its tiles still number at least 3/4 of the SMs (one block per SM): it copies
+//     half the A per multiply-add of #0 and won every such shape, 2048^3 by 12% (0.0310 against 0.0348 ms),
+//     4096^3 by 21% (691 against 573 TFLOP/s), 8192^3 by 14%, and LeNet conv2's data gradient (25088 x 800);
+//   - #3 where #0's tiles would leave more than half the SMs idle: twice the blocks, and it won those shapes
+//     (512^3, 1024^3 and the MLP-512 and LeNet fully connected layers at batch 128) by 3-20%;
+//   - #0 in between.
+HL_HOST_DEVICE constexpr int own_tile(int64_t m, int64_t n, int sms) {
+  if (n <= kTiles[kNarrowTile].bn) return kNarrowTile;
+  const int64_t rows = (m + 127) / 128;  // the block's 128 rows (wgmma_layout::kBM)
+  const int64_t wide = rows * ((n + kTiles[kWideTile].bn - 1) / kTiles[kWideTile].bn);
+  const int64_t own = rows * ((n + kTiles[0].bn - 1) / kTiles[0].bn);
+  if (4 * wide >= 3 * static_cast<int64_t>(sms)) return kWideTile;
+  if (2 * own < sms) return kNarrowTile;
+  return 0;
+}
 
 // ---- the boxes --------------------------------------------------------------------------------------------
 

@@ -27,10 +27,11 @@
 //      went from 0.0660 to 0.0161 ms (21% to 87% of cuBLAS), conv2's weight gradient as a GEMM from
 //      0.4673 to 0.0426 ms (one gemm_bench run), and nothing that does not split moved.
 //      Which big tile is best on a GPU is measured, not guessed: wmma_pipelined_tiles.h lists the
-//      candidates (entry 0 is the one used here) and `bench/gemm_bench --sweep` times each of them.
+//      candidates (kOwnTile is the one used here) and `bench/gemm_bench --sweep` times each of them.
 //      Some candidates (LEAN) also copy differently: the general copy spends about 40 instructions
 //      per 16-byte vector, the lean one a plan made before the K loop (copy_plan.h; the README's
-//      "Reading the machine code").
+//      "Reading the machine code"). Since the H100 run of 2026-11-27 the rung's own tile is #12,
+//      entry 0 with the lean copy: 29% to 37% of cuBLAS at 4096^3.
 //
 // Everything else is as in wmma_smem: padded shared-memory rows, predicated edges with zero fill,
 // 128-bit copies with a scalar fallback inside the kernel for misaligned matrices (so this rung too
@@ -68,13 +69,14 @@ struct Config {
   static_assert(WM % 16 == 0 && WN % 16 == 0 && BK % 16 == 0, "warp tiles are made of 16x16x16 steps");
 };
 
-// Entry I of the big tiles for sm_80+ (wmma_pipelined_tiles.h): entry 0 is the rung's, 4 stages and
-// 68 to 80 KiB of shared memory; the others are the candidates that gemm_bench --sweep times.
+// Entry I of the big tiles for sm_80+ (wmma_pipelined_tiles.h): kOwnTile (#12: entry 0's 128 x 128 x 32,
+// 4 stages and 68 to 80 KiB of shared memory, with the lean copy) is the rung's; the others are the
+// candidates that gemm_bench --sweep times.
 template <int I>
 using BigTile = Config<wmma_pipelined::kBigTiles[I].bm, wmma_pipelined::kBigTiles[I].bn, wmma_pipelined::kBigTiles[I].bk,
                        wmma_pipelined::kBigTiles[I].warps_m, wmma_pipelined::kBigTiles[I].warps_n,
                        wmma_pipelined::kBigTiles[I].stages, wmma_pipelined::kBigTiles[I].lean>;
-using BigAmpere = BigTile<0>;                     // sm_80+
+using BigAmpere = BigTile<wmma_pipelined::kOwnTile>;  // sm_80+ (wmma_pipelined_tiles.h says why)
 using BigTuring = Config<128, 128, 32, 2, 4, 2>;  // sm_75: synchronous copies, 2 buffers suffice
 using Small = Config<64, 64, 32, 2, 2, 3>;        // small GEMMs: 4x the blocks of the big tile
 

@@ -66,6 +66,14 @@ inline constexpr Tile kBigTiles[] = {
 };
 inline constexpr int kBigTileCount = static_cast<int>(sizeof(kBigTiles) / sizeof(kBigTiles[0]));
 
+// The tile the rung uses for large problems on sm_80+. Entry 0 until the H100 run of 2026-11-27
+// (bench/results/gpu_short_nvidia_h100_80gb_hbm3_2026-11-27.txt), where its lean-copy twin, #12, ran
+// 274.3 TFLOP/s at 4096^3 against 213.5 (and 283.6 against 229.5 at 8192^3, 230.8 against 186.2 at
+// 2048^3): the copy's instructions, not the block's shape, were what the tiles above had in common.
+// #13 (the same with a 64-deep K step) was as fast within 2-6%, but needs 102-108 KiB of shared memory,
+// more than the 99 KiB an sm_86/89 block may have; #12 needs entry 0's 68-80 KiB and fits every GPU.
+inline constexpr int kOwnTile = 12;
+
 // "128x256x32, 2x4 warps of 64x64, 3 stages" (and ", lean copy" for a tile that uses it)
 inline std::string describe(const Tile& t) {
   return std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" + std::to_string(t.bk) + ", " +
