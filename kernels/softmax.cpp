@@ -57,15 +57,26 @@ void validate(const SoftmaxArgs& a) {
 // 4096x1024 warp_row 8.2 us, register_row 8.7; 4096x4096 register_row 27.4, warp_row 32.1,
 // block_row 33.1; 1024x32768 register_row 54.3, block_row 62.1; 128x65536 block_row 14.7, online 18.5.
 // Past 65536 columns nothing is measured yet: online, whose single pass over the row is meant for
-// rows too long to stay in cache. A rung named here that declines the arguments is passed over, and
+// rows too long to stay in cache. Since the H100 run of 2026-11-27
+// (bench/results/gpu_short_nvidia_h100_80gb_hbm3_2026-11-27.txt, f16, forward): packed_row first for FP16
+// rows of whole packs longer than kPackedRowFrom columns, where it was faster than the rung it replaces
+// on both shapes timed: 1024x32768 in 53.79 us (89% of the copy bandwidth) against register_row's 58.50,
+// 128x65536 in 15.11 us against block_row's 18.28 (and PyTorch's 18.24). At 4096x4096 register_row's
+// plan of 4 packs per thread (26.37 us) beat it (29.01). Between 4096 and 32768 columns nothing was
+// timed; the boundary is where register_row needs more than 512 threads for a row, so that an SM holds
+// one such row, which is what packed_row's 8 packs per thread avoid. Rows it declines (the backward
+// pass, FP32 rows, ragged rows) go on to the next rung listed. A rung named here that declines the arguments is passed over, and
 // the registry's priority order picks among the rest: that is how f64, which only `naive` reads,
 // reaches it, and how f64 cross-entropy (no GPU rung) gets the registry's error.
+constexpr int64_t kPackedRowFrom = register_row::kMaxCols / 2;  // 16384 columns: register_row's 512 threads
+
 std::vector<std::string> auto_cuda_variants(const SoftmaxArgs& a) {
   if (is_xent(a.op)) return {"fused_xent"};
   if (a.cols <= 32) return {"warp_row"};
   if (a.cols <= 1024) return {"register_warp", "warp_row"};
-  if (a.cols <= register_row::kMaxCols) return {"register_row", "block_row"};
-  if (a.cols <= 65536) return {"block_row"};
+  if (a.cols <= kPackedRowFrom) return {"register_row", "block_row"};
+  if (a.cols <= register_row::kMaxCols) return {"packed_row", "register_row", "block_row"};
+  if (a.cols <= 65536) return {"packed_row", "block_row"};
   return {"online"};
 }
 

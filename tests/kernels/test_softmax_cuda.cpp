@@ -522,21 +522,31 @@ void expect_same_bits(const std::string& rung, const std::string& ref, int64_t r
   }
 }
 
-// packed_row computes what register_row computes, in the same order (its header): wherever both take
-// a row, the two give the same bits, for every per-thread count of packed_row, both output dtypes,
-// softmax and log-softmax, on make_logits' special rows (all -inf, masked, 12, +inf, NaN) and random
-// ones. Small enough for racecheck (scripts/gpu_check.sh).
+// packed_row computes what register_row computes, in the same order (its header), wherever both give a
+// row the same number of threads: each thread then owns the same packs and the block's sums add the
+// same partial sums. Their plans agree on FP16 rows of whole packs up to 1024 columns (one warp, 1, 2
+// or 4 packs per thread); there the two give the same bits, for both output dtypes, softmax and
+// log-softmax, on make_logits' special rows (all -inf, masked, 12, +inf, NaN) and random ones. Longer
+// rows get 8 packs per thread from packed_row and at most 4 from register_row, so twice the threads
+// and another order of the sum: PackedRowAtItsCapacityBoundaries checks those against the reference.
+// (The H100 run of 2026-11-27 found 1-ulp differences at 512 columns and beyond when the test asked
+// for the same bits there: register_row's plan then gave 512 columns 64 threads.) Small enough for
+// racecheck (scripts/gpu_check.sh).
 TEST(SoftmaxCuda, PackedRowGivesRegisterRowsBits) {
   HL_REQUIRE_CUDA();
   if (!registered_on_cuda("packed_row") || !registered_on_cuda("register_row")) GTEST_SKIP() << "not registered";
   uint64_t seed = hl::test::fresh_seed();
   std::set<int> counts;
-  for (const int64_t cols : {256, 512, 1000, 2048, 8192, 32768}) {
+  for (const int64_t cols : {8, 256, 512, 1000, 1024}) {
     const int64_t rows = 5;
-    counts.insert(k::register_row::packed::plan(cols, 8).per_thread);
+    const k::register_row::Plan packed = k::register_row::packed::plan(cols, 8), own = k::register_row::plan(cols, 8);
+    ASSERT_EQ(packed.threads, own.threads) << cols << " columns: the plans give the row different threads";
+    counts.insert(packed.per_thread);
     expect_same_bits("packed_row", "register_row", rows, cols, seed++);
   }
-  EXPECT_EQ(counts, (std::set<int>{1, 2, 4, 8})) << "every per-thread count of packed_row";
+  EXPECT_EQ(counts, (std::set<int>{1, 2, 4})) << "every per-thread count the two plans share";
+  for (const int64_t cols : {2048, 8192, 32768})  // where they part
+    EXPECT_NE(k::register_row::packed::plan(cols, 8).threads, k::register_row::plan(cols, 8).threads) << cols;
 }
 
 // packed_warp (kernels/cuda/softmax/packed_warp.cu): every per-lane count (1 to 16 FP16 packs), its
@@ -662,12 +672,19 @@ TEST(SoftmaxRegisterRowPlan, CoversEveryRowUpToItsCapacity) {
     EXPECT_EQ(rr::plan(rr::max_cols(width) + width, width).threads, 0) << width;
     EXPECT_EQ(rr::plan(0, width).threads, 0) << width;
   }
-  // Spot checks of the rule (the fewest values per thread within 256 threads, else the most).
+  // Spot checks of the rule (the fewest values per thread within one warp, else the most: the H100
+  // sweep's choice, register_row_plan.h), and of the rule with the first guess's 256 threads.
   EXPECT_EQ(rr::plan(1, 1).threads, 32);
-  EXPECT_EQ(rr::plan(1024, 8).threads, 128);
-  EXPECT_EQ(rr::plan(1024, 8).per_thread, 1);
-  EXPECT_EQ(rr::plan(4096, 8).threads, 256);
-  EXPECT_EQ(rr::plan(4096, 8).per_thread, 2);
+  EXPECT_EQ(rr::plan(256, 8).threads, 32);
+  EXPECT_EQ(rr::plan(256, 8).per_thread, 1);
+  EXPECT_EQ(rr::plan(1024, 8).threads, 32);
+  EXPECT_EQ(rr::plan(1024, 8).per_thread, 4);
+  EXPECT_EQ(rr::plan(4096, 8).threads, 128);
+  EXPECT_EQ(rr::plan(4096, 8).per_thread, 4);
+  EXPECT_EQ(rr::plan(1024, 8, 256).threads, 128);
+  EXPECT_EQ(rr::plan(1024, 8, 256).per_thread, 1);
+  EXPECT_EQ(rr::plan(4096, 8, 256).threads, 256);
+  EXPECT_EQ(rr::plan(4096, 8, 256).per_thread, 2);
   EXPECT_EQ(rr::plan(32768, 8).threads, 1024);
   EXPECT_EQ(rr::plan(32768, 8).per_thread, 4);
   EXPECT_EQ(rr::plan(16384, 1).per_thread, 16);
@@ -789,12 +806,15 @@ TEST(SoftmaxRegisterRowPlan, TuningHookIsOffByDefaultAndMovesThePlan) {
   struct Reset {
     ~Reset() { rr::preferred_threads_for_tuning().store(0); }
   } reset;
-  EXPECT_EQ(rr::launch_plan(1024, 8).threads, 128);
-  rr::preferred_threads_for_tuning().store(32);
+  // The rule's own block size (32 since the H100 sweep of 2026-11-27): the most packs per thread.
   EXPECT_EQ(rr::launch_plan(1024, 8).threads, 32);  // 4 packs per thread
   EXPECT_EQ(rr::launch_plan(1024, 8).per_thread, 4);
+  EXPECT_EQ(rr::launch_plan(4096, 8).threads, 128);  // 4 packs per thread: the sweep's fastest plan
+  rr::preferred_threads_for_tuning().store(128);
+  EXPECT_EQ(rr::launch_plan(1024, 8).threads, 128);  // 1 pack per thread
+  EXPECT_EQ(rr::launch_plan(1024, 8).per_thread, 1);
   rr::preferred_threads_for_tuning().store(0);
-  EXPECT_EQ(rr::launch_plan(1024, 8).threads, 128);
+  EXPECT_EQ(rr::launch_plan(1024, 8).threads, 32);
   EXPECT_EQ(rr::plan(4096, 8).threads, rr::plan(4096, 8, rr::kPreferredThreads).threads);
   EXPECT_EQ(rr::plan(4096, 8, 128).threads, 128);  // 4 packs per thread
   EXPECT_EQ(rr::plan(4096, 8, 128).per_thread, 4);
@@ -907,12 +927,55 @@ TEST(SoftmaxCudaChooser, RegisterWarpTakesRowsOf33To1024Columns) {
   expect_pinned_rung_declines("register_warp", 4096, 1025, "at most 1024 columns");
 }
 
-// The rungs written without a GPU stay opt-in until they have run on one: the chooser never picks
-// them; pinned, they run where they fit and decline past their capacity with the reason.
-TEST(SoftmaxCudaChooser, RungsNotYetRunOnAGpuStayOptIn) {
-  if (!registered_on_cuda("packed_row")) GTEST_SKIP() << "CPU-only build: no CUDA softmax rungs are registered";
-  expect_opt_in_rung("packed_row", 128, {8, 4096, 32768, 65536}, 65544, "at most 65536 columns");
+// packed_warp ran on an H100 (2026-11-27) and was slower than the rung the chooser takes at 4096x4096
+// (37.95 us against register_row's 29.63): it stays opt-in. The chooser never picks it; pinned, it
+// runs where it fits and declines past its capacity with the reason.
+TEST(SoftmaxCudaChooser, PackedWarpStaysOptInSlowerWhereTimed) {
+  if (!registered_on_cuda("packed_warp")) GTEST_SKIP() << "CPU-only build: no CUDA softmax rungs are registered";
   expect_opt_in_rung("packed_warp", 4096, {8, 1024, 2048, 4096}, 4104, "at most 4096 columns");
+}
+
+// packed_row, promoted after its H100 run (kernels/softmax.cpp says why): the chooser's first rung for
+// FP16 forward rows of whole packs from 16385 to 65536 columns, both output dtypes; what it declines
+// (the backward pass, FP32 rows, ragged rows) goes to the rungs the chooser took before. Needs a CUDA
+// build, no GPU.
+TEST(SoftmaxCudaChooser, PackedRowTakesLongFp16Rows) {
+  if (!registered_on_cuda("packed_row")) GTEST_SKIP() << "CPU-only build: no CUDA softmax rungs are registered";
+  const auto& reg = k::SoftmaxRegistry::instance();
+  EXPECT_FALSE(reg.find("packed_row", DeviceType::cuda)->opt_in);
+  if (std::getenv(k::SoftmaxArgs::env_var) != nullptr || !reg.default_name().empty())
+    GTEST_SKIP() << "a softmax rung is pinned (HALFLING_SOFTMAX or --softmax): the automatic choice is not in use";
+  k::SoftmaxArgs a;
+  a.device = DeviceType::cuda;
+  a.rows = 128;
+  a.x_type = DType::f16;
+  for (DType ty : {DType::f16, DType::f32}) {
+    a.y_type = ty;
+    for (k::SoftmaxOp op : {k::SoftmaxOp::softmax, k::SoftmaxOp::log_softmax}) {
+      a.op = op;
+      for (int64_t cols : {16392, 32768, 32776, 65536}) {
+        a.cols = cols;
+        EXPECT_EQ(k::softmax_variant_for(a), "packed_row") << a.describe();
+      }
+      for (int64_t cols : {4096, 16384}) {
+        a.cols = cols;
+        EXPECT_EQ(k::softmax_variant_for(a), "register_row") << a.describe();
+      }
+      a.cols = 32770;  // not whole packs: past register_row's scalar capacity too
+      EXPECT_EQ(k::softmax_variant_for(a), "block_row") << a.describe();
+      a.cols = 65544;
+      EXPECT_EQ(k::softmax_variant_for(a), "online") << a.describe();
+    }
+    a.op = k::SoftmaxOp::log_softmax_backward;  // forward only: the rungs before it
+    a.cols = 32768;
+    EXPECT_EQ(k::softmax_variant_for(a), "register_row") << a.describe();
+    a.cols = 65536;
+    EXPECT_EQ(k::softmax_variant_for(a), "block_row") << a.describe();
+  }
+  a.op = k::SoftmaxOp::softmax;
+  a.x_type = a.y_type = DType::f32;  // FP32 rows: not packed_row's
+  a.cols = 16392;
+  EXPECT_EQ(k::softmax_variant_for(a), "block_row") << a.describe();
 }
 
 TEST(SoftmaxCudaChooser, ClusterRowStaysOptInSlowerWhereTimed) {
@@ -967,9 +1030,11 @@ TEST(SoftmaxCudaChooser, RegisterRowBetweenWarpRowAndBlockRow) {
     for (DType ty : {DType::f16, DType::f32}) {
       EXPECT_EQ(k::softmax_variant_for(probe(op, 1024, DType::f16, ty)), "register_warp");
       EXPECT_EQ(k::softmax_variant_for(probe(op, 1032, DType::f16, ty)), "register_row");
-      EXPECT_EQ(k::softmax_variant_for(probe(op, 32768, DType::f16, ty)), "register_row");
+      // FP16 forward rows of whole packs past 16384 columns: packed_row (PackedRowTakesLongFp16Rows).
+      const bool forward = op != k::SoftmaxOp::log_softmax_backward;
+      EXPECT_EQ(k::softmax_variant_for(probe(op, 32768, DType::f16, ty)), forward ? "packed_row" : "register_row");
       EXPECT_EQ(k::softmax_variant_for(probe(op, 32769, DType::f16, ty)), "block_row");
-      EXPECT_EQ(k::softmax_variant_for(probe(op, 65536, DType::f16, ty)), "block_row");
+      EXPECT_EQ(k::softmax_variant_for(probe(op, 65536, DType::f16, ty)), forward ? "packed_row" : "block_row");
       EXPECT_EQ(k::softmax_variant_for(probe(op, 65537, DType::f16, ty)), "online");
       EXPECT_EQ(k::softmax_variant_for(probe(op, 16384, DType::f32, ty)), "register_row");
       // Past register_row's FP32 capacity, and on the FP16 scalar path: block_row.

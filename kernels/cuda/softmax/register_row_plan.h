@@ -28,8 +28,14 @@ constexpr int64_t max_cols(int width) { return static_cast<int64_t>(kMaxThreads)
 
 // Below this block size a row gets the fewest values per thread that still cover it (many threads,
 // many blocks resident per SM); longer rows get the most values per thread (fewest threads).
-// A first guess, to be tuned with bench/softmax_bench on a GPU (its --sweep times every plan).
-constexpr int kPreferredThreads = 256;
+// The first guess was 256. `bench/softmax_bench --sweep` on an H100 (2026-11-27,
+// bench/results/gpu_short_nvidia_h100_80gb_hbm3_2026-11-27.txt, f16) timed every plan, and the most
+// packs per thread won on both shapes: 4096x4096 at 128x4 in 26.37 us (96% of the copy's bandwidth)
+// against 29.66 at 256x2 and 33.67 at 512x1; 4096x1024 at 32x4 in 6.84 us against 7.35 at 64x2 and
+// 8.56 at 128x1. Fewer threads per row means fewer steps in the block's reductions and more rows per
+// SM. So 32: a row gets 32 threads if the most values per thread fit it in one warp, else the fewest
+// threads there are.
+constexpr int kPreferredThreads = 32;
 
 // The tuning hook of `bench/softmax_bench --sweep`: when above 0, register_row's launches use it in
 // place of kPreferredThreads. Process-wide and for measuring only; the tests and training leave it 0.
