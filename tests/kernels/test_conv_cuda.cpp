@@ -301,11 +301,12 @@ TEST(ConvCudaRegistry, EveryRungIsRegisteredInLadderOrder) {
   // Every rung has run on a GPU (rungs 3b and 4 on an H200, 2026-11-26), so none is opt-in; a new
   // rung written without a GPU lands opt-in (registry.h) and is listed here until it runs on one.
   for (const auto& name : kCudaConvRungs) EXPECT_FALSE(reg.find(name, kCuda)->opt_in) << name;
-  // Rung 4b, the NHWC weight gradient, was written without a GPU: opt-in, ranked above rung 4 so that
-  // clearing the flag after its GPU run makes it the default.
+  // Rung 4b, the NHWC weight gradient, written without a GPU, ran on an H100 (2026-11-27) and was
+  // faster on every weight gradient it computes: promoted, ranked above rung 4, to which it hands the
+  // other passes.
   const auto* wgrad = reg.find("implicit_gemm_nhwc_wgrad", kCuda);
   ASSERT_NE(wgrad, nullptr);
-  EXPECT_TRUE(wgrad->opt_in);
+  EXPECT_FALSE(wgrad->opt_in);
   EXPECT_GT(wgrad->priority, reg.find("implicit_gemm_nhwc", kCuda)->priority);
 }
 
@@ -317,13 +318,14 @@ TEST(ConvCudaRegistry, DefaultIsTheFastestVariantThatCoversTheCall) {
   ConvArgs a = args_for({"vgg", 128, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1}, ConvPass::forward);
   a.device = kCuda;
   a.in_type = a.out_type = DType::f16;
-  // Rung 4 for every pass: it computes forward and stride-1 backward_data itself and hands the rest
-  // on to rung 3b or 3 (implicit_gemm_nhwc.cu), so the registry never needs to look further down.
+  // Rung 4b for every pass: it computes the weight gradient itself and hands the rest to rung 4, which
+  // computes forward and stride-1 backward_data and hands the rest on to rung 3b or 3
+  // (implicit_gemm_nhwc.cu), so the registry never needs to look further down.
   const int cc = runtime::cuda_compute_capability();
   if (cc == 0 || cc >= 70) {
     for (ConvPass pass : {ConvPass::forward, ConvPass::backward_data, ConvPass::backward_weight}) {
       a.pass = pass;
-      EXPECT_EQ(reg.select(a).name, "implicit_gemm_nhwc") << kernels::conv_pass_name(pass);
+      EXPECT_EQ(reg.select(a).name, "implicit_gemm_nhwc_wgrad") << kernels::conv_pass_name(pass);
     }
   }
   a.in_type = a.out_type = DType::f32;  // no FP16 Tensor Cores for f32 inputs: the next rung takes it

@@ -37,13 +37,14 @@ TEST(Tutorial07, ConvFlagPinsAVariantAndRefusesUnknownOnes) {
   EXPECT_NE(o2.find("conv on cpu:"), std::string::npos) << o2;
   EXPECT_NE(o2.find("im2col"), std::string::npos) << o2;
   // A CUDA build lists its variants too (no GPU needed), marking those that run only by name: no
-  // convolution rung since rungs 3b and 4 ran on an H200 (2026-11-26), softmax's cluster_row still
-  // (verified, slower), and packed_row and packed_warp (not yet run on a GPU).
+  // convolution rung since rung 4b ran on an H100 (2026-11-27), softmax's cluster_row and packed_warp
+  // (verified, slower where timed), and not packed_row (verified and promoted the same day).
   if (o2.find("implicit_gemm_wmma  (priority 30)") != std::string::npos) {
+    EXPECT_NE(o2.find("implicit_gemm_nhwc_wgrad  (priority 41)  "), std::string::npos) << o2;
     EXPECT_NE(o2.find("implicit_gemm_nhwc  (priority 40)  "), std::string::npos) << o2;
     EXPECT_NE(o2.find("implicit_gemm_table  (priority 35)  "), std::string::npos) << o2;
     EXPECT_NE(o2.find("cluster_row  (priority 33, opt-in: by name only)"), std::string::npos) << o2;
-    EXPECT_NE(o2.find("packed_row  (priority 34, opt-in: by name only)"), std::string::npos) << o2;
+    EXPECT_NE(o2.find("packed_row  (priority 34)  "), std::string::npos) << o2;
     EXPECT_NE(o2.find("packed_warp  (priority 36, opt-in: by name only)"), std::string::npos) << o2;
   }
 }
