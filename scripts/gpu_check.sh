@@ -126,7 +126,9 @@ race+=':ConvCuda.NhwcRungOnTheShapesItComputesItself'  # implicit_gemm_nhwc's cp
 race+=':ConvCuda.NhwcWgradRungOnTheShapesItComputesItself'  # implicit_gemm_nhwc_wgrad's
 
 # short: racecheck on the kernels added or changed since the last GPU run (docs/gpu_status.md's table)
-# only, on small shapes, in two lists run side by side (on the H200, 2026-11-26, the two lists of that
+# only, on small shapes, in two lists run side by side. (The lists below are those of the H100 run of
+# 2026-11-27, which verified every kernel in them; nothing device-side changed after it, so they stay
+# as a regression check until a new kernel replaces them. A kernel changed since goes in.) (on the H200, 2026-11-26, the two lists of that
 # run took 226 s and 181 s beside the suite, of their 240). A kernel changed since goes in. Since
 # 2026-11-26: rung 4b of the convolution (implicit_gemm_nhwc_wgrad, new, opt-in; its own shapes, and
 # every variant's small shapes, where it hands most calls on), the optimizer's launches (one per tensor
@@ -409,7 +411,7 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
   ablate)
     # Issue #10's "explain each with its measured effect" (docs/performance.md): each technique switched
     # off on its own, end to end, next to the defaults, and the step replayed as a CUDA graph
-    # (--cuda-graph, not yet run on a GPU before this stage: it is off by default until it has been),
+    # (--cuda-graph, opt-in: docs/performance.md says why; first timed here on an H100, 2026-11-27),
     # interleaved in two rounds so that drift hits all alike. MLP-512 and LeNet run from the
     # device-resident MNIST, VGG-small (when CIFAR-10 is here) 100 steps per epoch; each s/epoch is the
     # median of epochs 2-3. Then one profile of each default step (bench/train --profile: its
