@@ -420,13 +420,16 @@ void sweep_register_rung(const std::string& rung, const std::vector<std::pair<in
 }
 
 // register_row (kernels/cuda/softmax/register_row.cu): every per-thread count on both paths, the
-// largest rows it takes and the first it declines.
+// largest rows it takes and the first it declines. Since the plan gives a row the most packs per
+// thread (2026-11-27), the counts 1 and 2 come only from rows of one warp: 248 columns (31 FP16 packs,
+// or 62 FP32 packs at 2 per lane) and 512 (64 FP16 packs at 2 per lane). Without them the H100 run of
+// that day ran no 1- or 2-pack kernel here, and the check at the end said so.
 TEST(SoftmaxCuda, RegisterRowAtItsCapacityBoundaries) {
   HL_REQUIRE_CUDA();
   if (!registered_on_cuda("register_row")) GTEST_SKIP() << "register_row is not registered in this build";
   std::vector<std::pair<int64_t, int64_t>> cases;
-  for (int64_t cols : {1,    7,    100,  1000, 1023, 1024,  1025,  2047,  2048,  2056,  4095,  4096,
-                       4104, 8192, 8200, 16383, 16384, 16385, 16388, 20000, 32760, 32767, 32768, 32769})
+  for (int64_t cols : {1,    7,    100,   248,   512,   1000,  1023,  1024,  1025,  2047,  2048,  2056,  4095,
+                       4096, 4104, 8192, 8200, 16383, 16384, 16385, 16388, 20000, 32760, 32767, 32768, 32769})
     cases.push_back({5, cols});
   sweep_register_rung("register_row", cases,
                       [](int64_t cols, int width) { return k::register_row::plan(cols, width).per_thread; },
@@ -593,8 +596,11 @@ TEST(SoftmaxCuda, ClusterRowAtItsCapacityBoundaries) {
   if (!registered_on_cuda("cluster_row")) GTEST_SKIP() << "cluster_row is not registered in this build";
   if (runtime::cuda_compute_capability() < 90) GTEST_SKIP() << "cluster_row needs compute capability 9.0";
   std::vector<std::pair<int64_t, int64_t>> cases;
-  for (int64_t cols : {1,    4,     7,     8,     100,   1000,  1023,  1024,  2047,   4096,   4097,  8192,
-                       8193, 16384, 16385, 32768, 32769, 65536, 65537, 65540, 131072, 131073, 131080})
+  // 300: each block of a 2-block cluster takes 150 columns, single values 8 per lane (FP16: not whole
+  // packs) or 38 FP32 packs at 2 per lane, the counts no other length here reaches since register_row's
+  // plan gives the most packs per thread (2026-11-27).
+  for (int64_t cols : {1,    4,     7,     8,     100,   300,   1000,  1023,  1024,   2047,   4096,   4097,
+                       8192, 8193, 16384, 16385, 32768, 32769, 65536, 65537, 65540, 131072, 131073, 131080})
     cases.push_back({5, cols});
   cases.push_back({40000, 16});
   const auto per_thread = [](int64_t cols, int width) {
