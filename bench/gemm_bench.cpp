@@ -34,7 +34,6 @@
 #include <ctime>
 #include <iostream>
 #include <map>
-#include <optional>
 #include <string>
 #include <vector>
 

@@ -49,6 +49,19 @@ inline cudaStream_t stream() { return static_cast<cudaStream_t>(runtime::cuda_st
 
 constexpr int kBlock = 256;  // threads per block for the elementwise kernels
 
+// N values of T moved as one access (16 bytes of halves or floats, or two such accesses for 8 floats):
+// the softmax rungs' packed rows and the Hopper GEMM rungs' 8-column epilogue.
+template <class T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+// Whether p may be read or written as a `bytes`-wide access (cudaMalloc gives 256 bytes; a view into
+// the middle of a tensor may not). Host and device: the Hopper GEMM epilogue asks inside the kernel.
+__host__ __device__ inline bool aligned_to(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
 // Blocks for a grid-stride loop over n elements. Capped because each thread loops over as many
 // elements as needed: more blocks than the GPU can keep resident only adds scheduling overhead.
 inline unsigned grid_for(int64_t n, int block = kBlock) {

@@ -19,7 +19,6 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
-#include <optional>
 #include <ostream>
 #include <sstream>
 #include <string>

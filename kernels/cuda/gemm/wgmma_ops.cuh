@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/cuda/common.cuh"  // to_f32, from_f32
+#include "kernels/cuda/common.cuh"  // to_f32, from_f32, Pack, aligned_to
 #include "kernels/cuda/gemm/gemm_common.cuh"
 #include "kernels/cuda/gemm/wgmma_layout.h"
 
@@ -157,12 +157,6 @@ __device__ __forceinline__ void stage_accumulators(float* Cs, const float (&acc)
   }
 }
 
-// Eight consecutive values of C (or of the bias) moved as one access: 16 bytes of halves, 32 of floats.
-template <class T>
-struct alignas(8 * sizeof(T)) Eight {
-  T v[8];
-};
-
 // The common epilogue (gemm_common.cuh, epilogue_store) for 8 consecutive columns n .. n + 7 of row m:
 // the same operations on each value in the same order (alpha * acc, + beta * C, + bias, ReLU, one
 // rounding into C's type), with C read and written, and the bias read, as whole 16- or 32-byte runs.
@@ -172,14 +166,14 @@ __device__ __forceinline__ void epilogue_store8(const GemmArgs& g, int64_t m, in
   float v[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) v[j] = g.alpha * acc[j];
-  Eight<TC>* c = reinterpret_cast<Eight<TC>*>(static_cast<TC*>(g.C) + m * g.ldc + n);
+  Pack<TC, 8>* c = reinterpret_cast<Pack<TC, 8>*>(static_cast<TC*>(g.C) + m * g.ldc + n);
   if (g.beta != 0.0f) {
-    const Eight<TC> old = *c;
+    const Pack<TC, 8> old = *c;
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[j] += g.beta * to_f32(old.v[j]);
   }
   if constexpr (!std::is_void_v<TB>) {
-    const Eight<TB> b = *reinterpret_cast<const Eight<TB>*>(static_cast<const TB*>(g.bias) + n);
+    const Pack<TB, 8> b = *reinterpret_cast<const Pack<TB, 8>*>(static_cast<const TB*>(g.bias) + n);
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[j] += to_f32(b.v[j]);
   }
@@ -187,7 +181,7 @@ __device__ __forceinline__ void epilogue_store8(const GemmArgs& g, int64_t m, in
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[j] = v[j] > 0.0f || v[j] != v[j] ? v[j] : 0.0f;
   }
-  Eight<TC> out;
+  Pack<TC, 8> out;
 #pragma unroll
   for (int j = 0; j < 8; ++j) out.v[j] = from_f32<TC>(v[j]);
   *c = out;
@@ -225,9 +219,8 @@ __device__ __forceinline__ void store_staged_runs(const GemmArgs& g, const float
 template <int BN>
 __device__ __forceinline__ void store_staged(const GemmArgs& g, const float* Cs, int64_t m0, int64_t n0, int first,
                                              int threads) {
-  const auto aligned = [](const void* p, DType t) {
-    return reinterpret_cast<uintptr_t>(p) % (8 * (t == DType::f16 ? 2 : 4)) == 0;
-  };
+  // Pack<T, 8> (common.cuh): 8 consecutive values of C or of the bias, 16 bytes of halves, 32 of floats.
+  const auto aligned = [](const void* p, DType t) { return aligned_to(p, 8 * (t == DType::f16 ? 2 : 4)); };
   if (g.ldc % 8 == 0 && aligned(g.C, g.c_type) && (g.bias == nullptr || aligned(g.bias, g.bias_type))) {
     // The CUDA rungs take f16 or f32 for C and the bias (gemm_common.cuh, unsupported_dtypes).
     const auto with_bias = [&](auto c) {

@@ -17,17 +17,11 @@ namespace hl::kernels::cuda::softmax_detail {
 // ---- typed element access (the fast rungs are templated on the storage types; to_f32 and from_f32
 // are in kernels/cuda/common.cuh) ------------------------------------------------------------------
 
-// N values of T moved as one access: 16 bytes for the input type (8 halves or 4 floats), so a warp
-// reads 512 contiguous bytes per instruction. The output pack holds the same N values of its own type
-// (8 floats = two 128-bit stores when an FP16 row is written as FP32).
+// N values of T moved as one access (Pack, common.cuh): 16 bytes for the input type (8 halves or 4
+// floats), so a warp reads 512 contiguous bytes per instruction. The output pack holds the same N
+// values of its own type (8 floats = two 128-bit stores when an FP16 row is written as FP32).
 template <class T>
 constexpr int kVec = static_cast<int>(16 / sizeof(T));
-template <class T, int N>
-struct alignas(sizeof(T) * N) Pack {
-  T v[N];
-};
-
-inline bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // The packed path needs every row to start on a pack boundary: cols a multiple of N and every buffer
 // aligned (cudaMalloc gives 256 bytes; a view into the middle of a tensor may not).
