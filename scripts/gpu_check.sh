@@ -34,8 +34,8 @@
 #                                       # GPU, conv_bench, gemm_bench --sweep, MLP-512's GPU seeds under
 #                                       # tutorial 05's cosine schedule and tutorial 05 itself,
 #                                       # softmax_bench --sweep (every register_row launch plan, never
-#                                       # timed before 2026-11-26) + PyTorch's softmax, bn_bench; ~5
-#                                       # minutes on an H200
+#                                       # timed before 2026-11-26) + PyTorch's softmax, bn_bench,
+#                                       # reduce_bench; ~5 minutes on an H200
 #   scripts/gpu_check.sh ablate         # issue #10: the fused epilogues (--no-fuse) and the multi-tensor
 #                                       # optimizer (--no-multi-tensor) switched off, and the step as a
 #                                       # CUDA graph (--cuda-graph), MLP-512, LeNet and VGG-small mixed,
@@ -145,6 +145,8 @@ race+=':ConvCuda.NhwcWgradRungOnTheShapesItComputesItself'  # implicit_gemm_nhwc
 race_new='ConvCuda.NhwcWgradRungOnTheShapesItComputesItself:CudaOptim.OneLaunchPerTensorGivesTheSameBits'
 race_new+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps:SoftmaxCuda.PackedRowGivesRegisterRowsBits'
 race_new+=':CudaGemm.WmmaSmemEveryKStepOneBlock'
+# reduce_sum's channel path (new since 2026-11-27, not yet run on a GPU; block_reduce shares memory).
+race_new+=':CudaReduce.SumOverAnyDimensions:CudaReduce.ChannelPathGivesTheSameBitsEveryRun'
 race_second='ConvCuda.BetaAccumulatesIntoTheOutput:CudaGemm.WmmaPipelinedLeanTilesInsideAndOnTheEdges'
 race_second+=':CudaGemm.WmmaSmemBatchedCopyInsideAndOnTheEdges:CudaGemm.MmaSyncLeanCopyInsideAndOnTheEdges'
 race_second+=':CudaGemm.WgmmaEveryTileInsideAndOnTheEdges'  # the wgmma rung (new since 2026-11-26), every tile
@@ -407,6 +409,7 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     step softmax-bench timeout 80 "$build/bench/softmax_bench" --sweep
     step pytorch-softmax timeout 45 python3 "$root/bench/pytorch/softmax.py"
     step bn-bench timeout 60 "$build/bench/bn_bench"
+    step reduce-bench timeout 30 "$build/bench/reduce_bench"
     ;;
   ablate)
     # Issue #10's "explain each with its measured effect" (docs/performance.md): each technique switched

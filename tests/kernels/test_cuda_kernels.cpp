@@ -26,6 +26,7 @@
 #include "kernels/half.h"
 #include "kernels/optim.h"
 #include "kernels/reduce.h"
+#include "kernels/reduce_plan.h"
 #include "kernels/runtime.h"
 #include "kernels/softmax.h"
 #include "tests/kernels/cuda_test_util.h"
@@ -418,18 +419,23 @@ void reference_reduce(const ReduceIndex& ix, const std::vector<double>& x, std::
   }
 }
 
+// Every case through both of reduce_sum's paths: the channel path (kernels/reduce_plan.h, taken where
+// it applies) and CUB (the hook forces it), each against the float64 reference. `offset`: the input
+// starts that many elements into its buffer (a view whose address allows narrower loads, or none), and
+// the elements before and after it are NaN, so that a kernel reading outside the tensor shows.
 TEST(CudaReduce, SumOverAnyDimensions) {
   HL_REQUIRE_CUDA();
   uint64_t seed = test::fresh_seed();
   struct Case {
     std::vector<int64_t> shape;
     std::vector<int> reduced;
+    size_t offset = 0;
   };
   const std::vector<Case> cases = {
       {{5, 7, 9, 3}, {0, 2}},        // non-contiguous reduced dims, non-contiguous kept dims
       {{5, 7, 9, 3}, {1}},           // a middle dim
-      {{5, 7, 9, 3}, {3}},           // the last dim (contiguous rows)
-      {{5, 7, 9, 3}, {0}},           // the first dim (bias gradient: sum over the batch)
+      {{5, 7, 9, 3}, {3}},           // the last dim (contiguous rows; channel path, A = 1, 1-wide loads)
+      {{5, 7, 9, 3}, {0}},           // the first dim (a linear bias gradient: sum over the batch)
       {{5, 7, 9, 3}, {1, 3}},        //
       {{5, 7, 9, 3}, {0, 1, 2, 3}},  // everything: one output
       {{5, 7, 9, 3}, {}},            // nothing: a copy
@@ -438,6 +444,15 @@ TEST(CudaReduce, SumOverAnyDimensions) {
       {{128, 64, 7, 7}, {0, 2, 3}},  // batch-norm statistics layout (N, C, H, W) -> C
       {{1048579}, {0}},              // a long full reduction (odd length)
       {{}, {}},                      // a 0-d tensor
+      // The channel path's plans (reduce_plan.h; slice counts for a 132-SM GPU):
+      {{128, 32, 28, 28}, {0, 2, 3}},     // LeNet conv1's bias gradient: 16-byte f16 loads, 6 slices
+      {{128, 64, 14, 14}, {0, 2, 3}},     // conv2's: B = 196, 8-byte f16 loads
+      {{2, 3, 2}, {0, 2}},                // B = 2: 4-byte f16 loads
+      {{1000, 37}, {1}},                  // 1000 row sums: one slice each, written without a second pass
+      {{4, 3, 1 << 16}, {0, 2}},          // three long sums: many slices each
+      {{128, 32, 28, 28}, {0, 2, 3}, 1},  // the same view one element off: one element per load
+      {{128, 32, 28, 28}, {0, 2, 3}, 4},  // four off: 8-byte f16 loads (f32, f64 16-byte)
+      {{1, 9, 1, 40}, {0, 2, 3}, 2},      // size-1 dims around: [9, 40] row sums
   };
   const std::vector<std::pair<DType, DType>> dtypes = {
       {DType::f32, DType::f32}, {DType::f16, DType::f32}, {DType::f16, DType::f16}, {DType::f64, DType::f64}};
@@ -449,23 +464,56 @@ TEST(CudaReduce, SumOverAnyDimensions) {
       const auto x = test::random_values(in_n, seed++, -2, 2, tx);
       std::vector<double> sum, abs_sum;
       reference_reduce(ix, x, sum, abs_sum);
-      for (double scale : {1.0, 1.0 / static_cast<double>(std::max<int64_t>(1, ix.reduce_numel()))}) {
-        DeviceBuffer dx(x, tx), dout(static_cast<size_t>(ix.out_numel()), tout);
-        dout.poison();
-        kernels::reduce_sum(kCuda, ix, dx.get(), tx, dout.get(), tout, scale);
-        std::vector<double> ref(sum.size());
-        for (size_t o = 0; o < ref.size(); ++o) ref[o] = sum[o] * scale;
-        // f32 accumulation: the error is a few hundred roundings at most (CUB adds per-thread runs,
-        // then a tree), bounded by 1e-5 * sum|x| (~170 * 2^-24); f64 likewise at 1e-13. The output
-        // dtype adds its own rounding of the result.
-        const double acc_tol = tx == DType::f64 ? 1e-13 : 1e-5;
-        const double out_tol = tout == DType::f16 ? kF16Eps : tout == DType::f32 ? kF32Eps : 0.0;
-        std::string shape;
-        for (int64_t s : c.shape) shape += std::to_string(s) + ",";
-        expect_all_close(dout.download(), ref,
-                         [&](size_t o) { return acc_tol * abs_sum[o] * scale + out_tol * std::fabs(ref[o]) + 1e-300; },
-                         "reduce_sum [" + shape + "] " + name(tx, tout) + " scale " + std::to_string(scale));
+      std::vector<double> padded(c.offset, kNaN);
+      padded.insert(padded.end(), x.begin(), x.end());
+      padded.insert(padded.end(), 16, kNaN);
+      DeviceBuffer dx(padded, tx);
+      const void* x_view = static_cast<const char*>(dx.get()) + c.offset * dtype_size(tx);
+      for (bool channel_path : {true, false}) {
+        const kernels::reduce_plan::ScopedChannelPath path(channel_path);
+        for (double scale : {1.0, 1.0 / static_cast<double>(std::max<int64_t>(1, ix.reduce_numel()))}) {
+          DeviceBuffer dout(static_cast<size_t>(ix.out_numel()), tout);
+          dout.poison();
+          kernels::reduce_sum(kCuda, ix, x_view, tx, dout.get(), tout, scale);
+          std::vector<double> ref(sum.size());
+          for (size_t o = 0; o < ref.size(); ++o) ref[o] = sum[o] * scale;
+          // f32 accumulation: the error is a few hundred roundings at most (each path adds per-thread
+          // runs, then a tree; the channel path then its slices in order), bounded by 1e-5 * sum|x|
+          // (~170 * 2^-24); f64 likewise at 1e-13. The output dtype adds its own rounding of the result.
+          const double acc_tol = tx == DType::f64 ? 1e-13 : 1e-5;
+          const double out_tol = tout == DType::f16 ? kF16Eps : tout == DType::f32 ? kF32Eps : 0.0;
+          std::string shape;
+          for (int64_t s : c.shape) shape += std::to_string(s) + ",";
+          expect_all_close(
+              dout.download(), ref,
+              [&](size_t o) { return acc_tol * abs_sum[o] * scale + out_tol * std::fabs(ref[o]) + 1e-300; },
+              "reduce_sum [" + shape + "] offset " + std::to_string(c.offset) + " " + name(tx, tout) + " scale " +
+                  std::to_string(scale) + (channel_path ? " (channel path where it applies)" : " (CUB)"));
+        }
       }
+    }
+  }
+}
+
+// The channel path adds each sum's slices in a fixed order: the same call gives the same bits every time
+// (what CUDA graphs and the bit-identical training runs rely on), here on sums split over many slices.
+TEST(CudaReduce, ChannelPathGivesTheSameBitsEveryRun) {
+  HL_REQUIRE_CUDA();
+  const kernels::reduce_plan::ScopedChannelPath path(true);
+  const ReduceIndex ix = make_reduce({8, 3, 1 << 15}, {0, 2});
+  const auto x = test::random_values(size_t{8} * 3 * (1 << 15), test::fresh_seed(), -2, 2, DType::f16);
+  DeviceBuffer dx(x, DType::f16);
+  std::vector<double> first;
+  for (int run = 0; run < 5; ++run) {
+    DeviceBuffer dout(3, DType::f32);
+    dout.poison();
+    kernels::reduce_sum(kCuda, ix, dx.get(), DType::f16, dout.get(), DType::f32, 1.0);
+    const std::vector<double> out = dout.download();
+    if (run == 0) {
+      first = out;
+    } else {
+      for (size_t o = 0; o < out.size(); ++o)
+        EXPECT_EQ(std::memcmp(&out[o], &first[o], sizeof(double)), 0) << "run " << run << " output " << o;
     }
   }
 }

@@ -12,7 +12,7 @@
 
 #include <atomic>
 
-#include "kernels/cuda/gemm/tuning_hook.h"
+#include "kernels/tuning_hook.h"
 #include "kernels/half.h"  // HL_HOST_DEVICE
 
 namespace hl::kernels::cuda::mma_lanes {

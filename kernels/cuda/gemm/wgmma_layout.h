@@ -15,7 +15,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "kernels/cuda/gemm/tuning_hook.h"
+#include "kernels/tuning_hook.h"
 #include "kernels/half.h"  // HL_HOST_DEVICE
 
 namespace hl::kernels::cuda::wgmma_layout {

@@ -16,7 +16,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "kernels/cuda/gemm/tuning_hook.h"
+#include "kernels/tuning_hook.h"
 #include "kernels/cuda/gemm/wgmma_layout.h"
 #include "kernels/half.h"  // HL_HOST_DEVICE
 

@@ -13,7 +13,7 @@
 #include <atomic>
 #include <string>
 
-#include "kernels/cuda/gemm/tuning_hook.h"
+#include "kernels/tuning_hook.h"
 
 namespace hl::kernels::wmma_pipelined {
 

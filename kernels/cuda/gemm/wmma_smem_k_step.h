@@ -13,7 +13,7 @@
 #pragma once
 #include <atomic>
 
-#include "kernels/cuda/gemm/tuning_hook.h"
+#include "kernels/tuning_hook.h"
 
 namespace hl::kernels::wmma_smem {
 

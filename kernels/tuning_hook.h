@@ -1,6 +1,8 @@
-// The GEMM rungs' tuning hooks (big_tile_for_tuning, k_step_for_tuning, batched_copy_for_tuning,
-// lean_copy_for_tuning): process-wide settings that `bench/gemm_bench --sweep` and the tests change
-// for one scope, so that a candidate runs without becoming the rung's own. Plain C++.
+// Tuning hooks: process-wide settings that a benchmark and the tests change for one scope, so that a
+// candidate (or the path a kernel replaced) runs without becoming the default. The GEMM rungs'
+// (big_tile_for_tuning, k_step_for_tuning, batched_copy_for_tuning, lean_copy_for_tuning, ...), set by
+// `bench/gemm_bench --sweep`, and reduce_sum's channel path (reduce_plan.h), set by `bench/reduce_bench`.
+// Plain C++.
 #pragma once
 
 #include <atomic>

@@ -1,0 +1,148 @@
+// Reduction benchmark (GPU): reduce_sum's two paths on the sums training makes, timed with CUDA events
+// after warm-up (median of many samples), next to the device copy bandwidth measured in the same run
+// (DESIGN.md §6: every number a ratio).
+//
+//   build/bench/reduce_bench [--samples N] [--quick]
+//
+// The paths (kernels/reduce_plan.h): "channel", the kernels of reduce.cu that take a sum of the [A, C, B]
+// shape (a convolution's bias gradient, sum(dy, {0, 2, 3})), and "cub", CUB's segmented reduction, which
+// takes every sum by default until the channel path has run on a GPU (reduce_plan.h), and the others
+// after. The hook forces each path here. A sum the channel path does not take runs the same kernels
+// under both names, and the table says so.
+//
+// GB/s = the input's bytes / time: a sum must read its input once, and its output is small. "%copy"
+// compares with cudaMemcpyAsync device-to-device moving the same number of bytes in and out (2x the
+// input), the rate a kernel that streams memory can hope for. Without a GPU it prints "no CUDA device"
+// and exits 0.
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench/cuda_timing.h"
+#include "kernels/half.h"
+#include "kernels/reduce.h"
+#include "kernels/reduce_plan.h"
+#include "kernels/runtime.h"
+
+using namespace hl;
+namespace k = hl::kernels;
+using bench::Buf;
+using bench::check;
+using bench::median_us;
+using bench::stream;
+using bench::upload;
+
+namespace {
+
+struct Sum {
+  const char* what;
+  std::vector<int64_t> shape;
+  std::vector<int> reduced;
+};
+
+k::ReduceIndex index_of(const Sum& s) {
+  k::ReduceIndex ix;
+  ix.ndim = static_cast<int>(s.shape.size());
+  for (int d = 0; d < ix.ndim; ++d) ix.shape[d] = s.shape[static_cast<size_t>(d)];
+  for (int d : s.reduced) ix.reduced[d] = true;
+  return ix;
+}
+
+std::string shape_text(const Sum& s) {
+  std::string t;
+  for (size_t d = 0; d < s.shape.size(); ++d) {
+    bool r = false;
+    for (int x : s.reduced) r = r || static_cast<size_t>(x) == d;
+    if (d > 0) t += 'x';
+    t += std::to_string(s.shape[d]);
+    if (r) t += 'r';
+  }
+  return t;
+}
+
+// Random values in [-2, 2), uploaded once.
+void fill(void* dst, size_t n, DType t, uint64_t seed) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  auto rnd = [&] {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return static_cast<float>((s >> 11) % 4000) / 1000.0f - 2.0f;
+  };
+  if (t == DType::f16) {
+    std::vector<uint16_t> h(n);
+    for (auto& v : h) v = float_to_half_bits(rnd());
+    upload(dst, h.data(), n * 2, "upload");
+  } else {
+    std::vector<float> h(n);
+    for (auto& v : h) v = rnd();
+    upload(dst, h.data(), n * 4, "upload");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"reduction benchmark"};
+  int samples = 25;
+  bool quick = false;
+  app.add_option("--samples", samples, "timed samples per entry (the median is shown)")->check(CLI::Range(3, 1000));
+  app.add_flag("--quick", quick, "f16 and the first sum only (a smoke run)");
+  CLI11_PARSE(app, argc, argv);
+
+  if (!bench::print_gpu_header("reduce_bench")) return 0;
+  std::printf("# CUDA events, 3 warm-up calls, median of %d samples of 10 calls; GB/s = input bytes / time; %%copy =\n"
+              "# GB/s / cudaMemcpyAsync D2D GB/s (2x the input's bytes moved), measured in this run. Shapes: 'r' marks\n"
+              "# a summed dimension. Outputs f32, as the bias gradients' are (framework/ops_cnn.cpp).\n",
+              samples);
+  std::printf("%-22s %-18s %-5s %-8s %-34s %10s %9s %7s\n", "sum", "shape", "dtype", "path", "plan", "us/call", "GB/s",
+              "%copy");
+
+  std::vector<Sum> sums = {
+      {"lenet conv1 bias grad", {128, 32, 28, 28}, {0, 2, 3}},
+      {"lenet conv2 bias grad", {128, 64, 14, 14}, {0, 2, 3}},
+      {"vgg bn 64 channels", {128, 64, 32, 32}, {0, 2, 3}},
+      {"vgg bn 256 channels", {128, 256, 8, 8}, {0, 2, 3}},
+      {"linear bias grad", {128, 256}, {0}},
+      {"row sums", {4096, 4096}, {1}},
+  };
+  std::vector<DType> types = {DType::f16, DType::f32};
+  if (quick) {
+    sums.resize(1);
+    types = {DType::f16};
+  }
+
+  for (DType t : types)
+    for (const Sum& s : sums) {
+      const k::ReduceIndex ix = index_of(s);
+      const size_t n = static_cast<size_t>(ix.out_numel() * ix.reduce_numel());
+      const size_t bytes = n * dtype_size(t);
+      Buf x(bytes), y(bytes), out(static_cast<size_t>(ix.out_numel()) * 4);
+      fill(x.p, n, t, 1);
+      const double copy_us = median_us(
+          [&] { check(cudaMemcpyAsync(y.p, x.p, bytes, cudaMemcpyDeviceToDevice, stream()), "copy"); }, samples, 10);
+      const double copy_gbs = 2.0 * static_cast<double>(bytes) / (copy_us * 1e-6) / 1e9;
+      const k::reduce_plan::ChannelSum p = k::reduce_plan::plan_channel_sum(
+          ix, dtype_size(t), k::reduce_plan::address_alignment(x.p), runtime::cuda_sm_count(), 256);
+      for (bool channel : {true, false}) {
+        const k::reduce_plan::ScopedChannelPath path(channel);
+        const double us = median_us(
+            [&] { k::reduce_sum(DeviceType::cuda, ix, x.p, t, out.p, DType::f32, 1.0); }, samples, 10);
+        std::string plan = "CUB segmented / device reduce";
+        if (channel && p.applies) {
+          plan = "A" + std::to_string(p.A) + " C" + std::to_string(p.C) + " B" + std::to_string(p.B) + ", vec " +
+                 std::to_string(p.vec) + ", " + std::to_string(p.slices) + " slices";
+        } else if (channel) {
+          plan = "not taken: CUB as below";
+        }
+        const double gbs = static_cast<double>(bytes) / (us * 1e-6) / 1e9;
+        std::printf("%-22s %-18s %-5s %-8s %-34s %10.2f %9.1f %6.0f%%\n", s.what, shape_text(s).c_str(), dtype_name(t),
+                    channel ? "channel" : "cub", plan.c_str(), us, gbs, 100.0 * gbs / copy_gbs);
+      }
+    }
+  check(cudaStreamSynchronize(stream()), "sync");
+  return 0;
+}
