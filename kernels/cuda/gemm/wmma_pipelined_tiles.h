@@ -63,6 +63,20 @@ inline constexpr Tile kBigTiles[] = {
     {128, 128, 32, 2, 4, 4, true},  // 12: entry 0, lean copy
     {128, 128, 64, 2, 4, 3, true},  // 13: entry 1, lean copy
     {256, 128, 32, 4, 4, 4, true},  // 14: entry 6, lean copy
+    // 15-18, added 2026-11-27 (not yet timed): 8 warps of 64 x 64 in a block of twice #12's size, with the
+    // lean copy. Why (docs/gpu_status.md, "Leads"): Nsight Compute found #12 bound by L2 (80% of its
+    // peak, the Tensor pipe at 43%), and a 128 x 256 or 256 x 128 block reads a third less from L2 per
+    // multiply-add. Entries 2, 3 and 5 are these blocks with the general copy, whose copy instructions
+    // (6 vectors per thread per K step, about 40 instructions each) are what the lean copy removed from
+    // #12; #14, the same blocks as 16 warps of 64 x 32, ran at 224.6 TFLOP/s, and its warps' smaller
+    // tiles need more fragment loads per multiply-add than 64 x 64. 18 has a 64-deep K step, whose
+    // 144-byte rows also leave the cp.async stores free of bank conflicts (a 32-deep tile's 80-byte rows
+    // put two rows of a quarter-warp's stores on 4 common banks). The plans' 64-bit offsets cost
+    // registers: 166-214 (more than 2, 3 and 5's 170 in three of the four layouts), no spills.
+    {128, 256, 32, 2, 4, 3, true},  // 15: entry 2, lean copy; 166-210 regs, 75-90 KiB: 1 block/SM
+    {256, 128, 32, 4, 2, 3, true},  // 16: entry 3, lean copy; 170-210 regs, 75-90 KiB: 1/SM
+    {128, 256, 32, 2, 4, 4, true},  // 17: entry 5, lean copy; 166-208 regs, 100-120 KiB: 1/SM
+    {128, 256, 64, 2, 4, 3, true},  // 18: 15 with a 64-deep K step; 170-214 regs, 150-162 KiB: 1/SM
 };
 inline constexpr int kBigTileCount = static_cast<int>(sizeof(kBigTiles) / sizeof(kBigTiles[0]));
 
