@@ -35,7 +35,8 @@
 #                                       # tutorial 05's cosine schedule and tutorial 05 itself,
 #                                       # softmax_bench --sweep (every register_row launch plan, never
 #                                       # timed before 2026-11-26) + PyTorch's softmax, bn_bench,
-#                                       # reduce_bench; ~5 minutes on an H200
+#                                       # reduce_bench; then tutorial 07 (LeNet, 5 epochs) and tutorial
+#                                       # 09 (VGG-small, 30 epochs: CIFAR-10); ~6 minutes on an H200
 #   scripts/gpu_check.sh ablate         # issue #10: the fused epilogues (--no-fuse) and the multi-tensor
 #                                       # optimizer (--no-multi-tensor) switched off, and the step as a
 #                                       # CUDA graph (--cuda-graph), MLP-512, LeNet and VGG-small mixed,
@@ -410,6 +411,18 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     step pytorch-softmax timeout 45 python3 "$root/bench/pytorch/softmax.py"
     step bn-bench timeout 60 "$build/bench/bn_bench"
     step reduce-bench timeout 30 "$build/bench/reduce_bench"
+    # Issue #7's accuracy targets on the defaults of the day (docs/gpu_status.md, the next session's item
+    # 2): LeNet >= 99.0% in 5 epochs, VGG-small >= 85% in 30 (about 40 s on an H200 on 2026-11-26).
+    if [[ -d $HALFLING_DATA/mnist ]]; then
+      step tutorial-07 timeout 60 "$build/tutorials/07_conv_lenet" --device cuda --precision mixed --epochs 5 \
+        --data "$HALFLING_DATA/mnist"
+    fi
+    if [[ -d $HALFLING_DATA/cifar10 ]]; then
+      step tutorial-09 timeout 150 "$build/tutorials/09_cifar10_vgg" --device cuda --data "$HALFLING_DATA/cifar10" \
+        --csv "$results/tutorial09_cuda_${slug}_${day}.csv"
+    else
+      record cifar10 FAILED "no $HALFLING_DATA/cifar10: carry it (scripts/gpu_pack.sh packs the JPEG archive)"
+    fi
     ;;
   ablate)
     # Issue #10's "explain each with its measured effect" (docs/performance.md): each technique switched
