@@ -21,7 +21,6 @@
 
 #include "bench/cuda_timing.h"
 #include "kernels/batchnorm.h"
-#include "kernels/half.h"
 #include "kernels/runtime.h"
 
 using namespace hl;
@@ -31,28 +30,9 @@ using bench::check;
 using bench::median_us;
 using bench::stream;
 using bench::upload;
+using bench::upload_random;
 
 namespace {
-
-// Random values in [-2, 6) (a batch norm's input has a mean away from 0), uploaded once.
-void fill(void* dst, size_t n, DType t, uint64_t seed) {
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  auto rnd = [&] {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return static_cast<float>((s >> 11) % 8000) / 1000.0f - 2.0f;
-  };
-  if (t == DType::f16) {
-    std::vector<uint16_t> h(n);
-    for (auto& v : h) v = float_to_half_bits(rnd());
-    upload(dst, h.data(), n * 2, "upload");
-  } else {
-    std::vector<float> h(n);
-    for (auto& v : h) v = rnd();
-    upload(dst, h.data(), n * 4, "upload");
-  }
-}
 
 void row(const char* op, const k::BatchNormShape& s, DType t, const std::string& variant, double us, double bytes,
          double copy_gbs) {
@@ -97,8 +77,9 @@ int main(int argc, char** argv) {
       const size_t bytes = n * dtype_size(t);
       Buf x(bytes), y(bytes), dy(bytes), dx(bytes), gamma(C * 4), beta(C * 4), rm(C * 4), rv(C * 4), sm(C * 4),
           si(C * 4), dg(C * 4), db(C * 4);
-      fill(x.p, n, t, 1);
-      fill(dy.p, n, t, 2);
+      // Random values in [-2, 6): a batch norm's input has a mean away from 0.
+      upload_random(x.p, n, t, 1 * 0x9E3779B97F4A7C15ull + 1, -2.0f, 6.0f);
+      upload_random(dy.p, n, t, 2 * 0x9E3779B97F4A7C15ull + 1, -2.0f, 6.0f);
       const std::vector<float> ones(C, 1.0f), zeros(C, 0.0f);
       upload(gamma.p, ones.data(), C * 4, "gamma");
       upload(beta.p, zeros.data(), C * 4, "beta");

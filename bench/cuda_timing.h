@@ -11,6 +11,8 @@
 #include <functional>
 #include <vector>
 
+#include "kernels/dtype.h"
+#include "kernels/half.h"
 #include "kernels/runtime.h"
 
 namespace hl::bench {
@@ -67,6 +69,27 @@ inline double median_us(const std::function<void()>& call, int samples, int reps
   cudaEventDestroy(b);
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// n random values in [lo, hi), in steps of 1/1000 (xorshift64 from `state`, a fixed seed so that every
+// run times the same data), stored as f16 or f32 at dst, and landed when this returns.
+inline void upload_random(void* dst, size_t n, DType t, uint64_t state, float lo, float hi) {
+  const uint64_t steps = static_cast<uint64_t>((hi - lo) * 1000.0f);
+  auto rnd = [&] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return static_cast<float>((state >> 11) % steps) / 1000.0f + lo;
+  };
+  if (t == DType::f16) {
+    std::vector<uint16_t> h(n);
+    for (auto& v : h) v = float_to_half_bits(rnd());
+    upload(dst, h.data(), n * 2, "upload");
+  } else {
+    std::vector<float> h(n);
+    for (auto& v : h) v = rnd();
+    upload(dst, h.data(), n * 4, "upload");
+  }
 }
 
 struct Buf {

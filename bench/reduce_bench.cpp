@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "bench/cuda_timing.h"
-#include "kernels/half.h"
 #include "kernels/reduce.h"
 #include "kernels/reduce_plan.h"
 #include "kernels/runtime.h"
@@ -33,7 +32,7 @@ using bench::Buf;
 using bench::check;
 using bench::median_us;
 using bench::stream;
-using bench::upload;
+using bench::upload_random;
 
 namespace {
 
@@ -42,14 +41,6 @@ struct Sum {
   std::vector<int64_t> shape;
   std::vector<int> reduced;
 };
-
-k::ReduceIndex index_of(const Sum& s) {
-  k::ReduceIndex ix;
-  ix.ndim = static_cast<int>(s.shape.size());
-  for (int d = 0; d < ix.ndim; ++d) ix.shape[d] = s.shape[static_cast<size_t>(d)];
-  for (int d : s.reduced) ix.reduced[d] = true;
-  return ix;
-}
 
 std::string shape_text(const Sum& s) {
   std::string t;
@@ -61,26 +52,6 @@ std::string shape_text(const Sum& s) {
     if (r) t += 'r';
   }
   return t;
-}
-
-// Random values in [-2, 2), uploaded once.
-void fill(void* dst, size_t n, DType t, uint64_t seed) {
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  auto rnd = [&] {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return static_cast<float>((s >> 11) % 4000) / 1000.0f - 2.0f;
-  };
-  if (t == DType::f16) {
-    std::vector<uint16_t> h(n);
-    for (auto& v : h) v = float_to_half_bits(rnd());
-    upload(dst, h.data(), n * 2, "upload");
-  } else {
-    std::vector<float> h(n);
-    for (auto& v : h) v = rnd();
-    upload(dst, h.data(), n * 4, "upload");
-  }
 }
 
 }  // namespace
@@ -117,11 +88,11 @@ int main(int argc, char** argv) {
 
   for (DType t : types)
     for (const Sum& s : sums) {
-      const k::ReduceIndex ix = index_of(s);
+      const k::ReduceIndex ix = k::ReduceIndex::of(s.shape, s.reduced);
       const size_t n = static_cast<size_t>(ix.out_numel() * ix.reduce_numel());
       const size_t bytes = n * dtype_size(t);
       Buf x(bytes), y(bytes), out(static_cast<size_t>(ix.out_numel()) * 4);
-      fill(x.p, n, t, 1);
+      upload_random(x.p, n, t, 0x9E3779B97F4A7C15ull + 1, -2.0f, 2.0f);
       const double copy_us = median_us(
           [&] { check(cudaMemcpyAsync(y.p, x.p, bytes, cudaMemcpyDeviceToDevice, stream()), "copy"); }, samples, 10);
       const double copy_gbs = 2.0 * static_cast<double>(bytes) / (copy_us * 1e-6) / 1e9;

@@ -46,28 +46,9 @@ using bench::check;
 using bench::median_us;
 using bench::stream;
 using bench::upload;
+using bench::upload_random;
 
-// Fill with random FP16 logits in [-8, 8) (host-generated once, then copied).
-void fill_logits(void* dst, size_t n, DType t) {
-  std::vector<uint16_t> h16;
-  std::vector<float> h32;
-  uint64_t s = 0x9E3779B97F4A7C15ull;
-  auto rnd = [&] {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return static_cast<float>((s >> 11) % 16000) / 1000.0f - 8.0f;
-  };
-  if (t == DType::f16) {
-    h16.resize(n);
-    for (auto& v : h16) v = float_to_half_bits(rnd());
-    upload(dst, h16.data(), n * 2, "upload");
-  } else {
-    h32.resize(n);
-    for (auto& v : h32) v = rnd();
-    upload(dst, h32.data(), n * 4, "upload");
-  }
-}
+constexpr uint64_t kLogitSeed = 0x9E3779B97F4A7C15ull;
 
 // Softmax over rows x cols f16 logits x into f16 probabilities y, on the GPU.
 k::SoftmaxArgs softmax_args(int64_t rows, int64_t cols, const void* x, void* y) {
@@ -235,7 +216,7 @@ int main(int argc, char** argv) {
     const size_t n = static_cast<size_t>(rows * cols);
     Buf x(n * 2), y(n * 4), g(n * 2), lse(static_cast<size_t>(rows) * 8), loss(static_cast<size_t>(rows) * 4),
         lab(static_cast<size_t>(rows) * 4), one(4);
-    fill_logits(x.p, n, DType::f16);
+    upload_random(x.p, n, DType::f16, kLogitSeed, -8.0f, 8.0f);  // logits in [-8, 8)
     std::vector<int32_t> labels(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) labels[static_cast<size_t>(r)] = static_cast<int32_t>((r * 7919) % cols);
     upload(lab.p, labels.data(), labels.size() * 4, "labels");
@@ -288,7 +269,7 @@ int main(int argc, char** argv) {
     const size_t n = static_cast<size_t>(rows * cols);
     Buf x(n * 2), y(n * 4), g(n * 2), lse(static_cast<size_t>(rows) * 8), loss(static_cast<size_t>(rows) * 4),
         lab(static_cast<size_t>(rows) * 4), one(4), logp(n * 4), glogp(n * 4);
-    fill_logits(x.p, n, DType::f16);
+    upload_random(x.p, n, DType::f16, kLogitSeed, -8.0f, 8.0f);  // logits in [-8, 8)
     std::vector<int32_t> labels(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) labels[static_cast<size_t>(r)] = static_cast<int32_t>(r % cols);
     upload(lab.p, labels.data(), labels.size() * 4, "labels");

@@ -2,9 +2,11 @@
 // on the CPU they accumulate in double. Inputs of any floating dtype; the math is never done in f16.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "kernels/dtype.h"
 #include "kernels/elementwise.h"
+#include "kernels/error.h"
 
 namespace hl::kernels {
 
@@ -22,6 +24,36 @@ struct ReduceIndex {
     int64_t n = 1;
     for (int i = 0; i < ndim; ++i) n *= reduced[i] ? shape[i] : 1;
     return n;
+  }
+
+  // The output that element i of the dense input (row-major order) is summed into: the plain reading of
+  // the reduction, which the tests hold every path to.
+  int64_t output_of(int64_t i) const {
+    int64_t o = 0, o_stride = 1;
+    for (int d = ndim - 1; d >= 0; --d) {
+      const int64_t c = i % shape[d];
+      i /= shape[d];
+      if (!reduced[d]) {
+        o += c * o_stride;
+        o_stride *= shape[d];
+      }
+    }
+    return o;
+  }
+
+  // A dense tensor of `shape` summed over `dims` (0-based): how the tests and benchmarks write one.
+  // The framework's sum() builds its own, with negative dimensions and its op's name in the errors.
+  static ReduceIndex of(const std::vector<int64_t>& shape, const std::vector<int>& dims) {
+    HL_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), "ReduceIndex::of: at most ", kMaxDims,
+             " dimensions, got ", shape.size());
+    ReduceIndex ix;
+    ix.ndim = static_cast<int>(shape.size());
+    for (int d = 0; d < ix.ndim; ++d) ix.shape[d] = shape[static_cast<size_t>(d)];
+    for (int d : dims) {
+      HL_CHECK(d >= 0 && d < ix.ndim, "ReduceIndex::of: dimension ", d, " out of range for ", ix.ndim, " dimensions");
+      ix.reduced[d] = true;
+    }
+    return ix;
   }
 };
 

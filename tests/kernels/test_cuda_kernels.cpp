@@ -391,31 +391,15 @@ TEST(CudaElementwise, FillConvertsTheValueOnce) {
 // reductions
 // =====================================================================================================
 
-ReduceIndex make_reduce(const std::vector<int64_t>& shape, const std::vector<int>& reduced_dims) {
-  ReduceIndex ix;
-  ix.ndim = static_cast<int>(shape.size());
-  for (int d = 0; d < ix.ndim; ++d) ix.shape[d] = shape[static_cast<size_t>(d)];
-  for (int d : reduced_dims) ix.reduced[d] = true;
-  return ix;
-}
-
 // Sum (and sum of |x|, for the tolerance) of every output element of a dense input.
 void reference_reduce(const ReduceIndex& ix, const std::vector<double>& x, std::vector<double>& sum,
                       std::vector<double>& abs_sum) {
   sum.assign(static_cast<size_t>(ix.out_numel()), 0.0);
   abs_sum.assign(sum.size(), 0.0);
   for (size_t i = 0; i < x.size(); ++i) {
-    int64_t rem = static_cast<int64_t>(i), o = 0, o_stride = 1;
-    for (int d = ix.ndim - 1; d >= 0; --d) {
-      const int64_t c = rem % ix.shape[d];
-      rem /= ix.shape[d];
-      if (!ix.reduced[d]) {
-        o += c * o_stride;
-        o_stride *= ix.shape[d];
-      }
-    }
-    sum[static_cast<size_t>(o)] += x[i];
-    abs_sum[static_cast<size_t>(o)] += std::fabs(x[i]);
+    const auto o = static_cast<size_t>(ix.output_of(static_cast<int64_t>(i)));
+    sum[o] += x[i];
+    abs_sum[o] += std::fabs(x[i]);
   }
 }
 
@@ -457,7 +441,7 @@ TEST(CudaReduce, SumOverAnyDimensions) {
   const std::vector<std::pair<DType, DType>> dtypes = {
       {DType::f32, DType::f32}, {DType::f16, DType::f32}, {DType::f16, DType::f16}, {DType::f64, DType::f64}};
   for (const Case& c : cases) {
-    const ReduceIndex ix = make_reduce(c.shape, c.reduced);
+    const ReduceIndex ix = ReduceIndex::of(c.shape, c.reduced);
     size_t in_n = 1;
     for (int64_t s : c.shape) in_n *= static_cast<size_t>(s);
     for (auto [tx, tout] : dtypes) {
@@ -500,7 +484,7 @@ TEST(CudaReduce, SumOverAnyDimensions) {
 TEST(CudaReduce, ChannelPathGivesTheSameBitsEveryRun) {
   HL_REQUIRE_CUDA();
   const kernels::reduce_plan::ScopedChannelPath path(true);
-  const ReduceIndex ix = make_reduce({8, 3, 1 << 15}, {0, 2});
+  const ReduceIndex ix = ReduceIndex::of({8, 3, 1 << 15}, {0, 2});
   const auto x = test::random_values(size_t{8} * 3 * (1 << 15), test::fresh_seed(), -2, 2, DType::f16);
   DeviceBuffer dx(x, DType::f16);
   std::vector<double> first;

@@ -20,14 +20,6 @@
 namespace hl::kernels::reduce_plan {
 namespace {
 
-ReduceIndex make(const std::vector<int64_t>& shape, const std::vector<int>& reduced) {
-  ReduceIndex ix;
-  ix.ndim = static_cast<int>(shape.size());
-  for (int d = 0; d < ix.ndim; ++d) ix.shape[d] = shape[static_cast<size_t>(d)];
-  for (int d : reduced) ix.reduced[d] = true;
-  return ix;
-}
-
 std::string describe(const ReduceIndex& ix) {
   std::string s = "[";
   for (int d = 0; d < ix.ndim; ++d) s += std::to_string(ix.shape[d]) + (ix.reduced[d] ? "r" : "k") + (d + 1 < ix.ndim ? "," : "");
@@ -39,18 +31,7 @@ std::vector<std::vector<int64_t>> members(const ReduceIndex& ix) {
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(ix.out_numel()));
   int64_t n = 1;
   for (int d = 0; d < ix.ndim; ++d) n *= ix.shape[d];
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t rem = i, o = 0, o_stride = 1;
-    for (int d = ix.ndim - 1; d >= 0; --d) {
-      const int64_t c = rem % ix.shape[d];
-      rem /= ix.shape[d];
-      if (!ix.reduced[d]) {
-        o += c * o_stride;
-        o_stride *= ix.shape[d];
-      }
-    }
-    out[static_cast<size_t>(o)].push_back(i);
-  }
+  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(ix.output_of(i))].push_back(i);
   return out;
 }
 
@@ -88,17 +69,17 @@ TEST(ReducePlan, MergedKeepsEveryOutputsElementsInOrder) {
 }
 
 TEST(ReducePlan, MergedOfTheShapesTrainingSums) {
-  const ReduceIndex bias = merged(make({128, 32, 28, 28}, {0, 2, 3}));  // a conv bias gradient
+  const ReduceIndex bias = merged(ReduceIndex::of({128, 32, 28, 28}, {0, 2, 3}));  // a conv bias gradient
   ASSERT_EQ(bias.ndim, 3);
   EXPECT_EQ(bias.shape[0], 128);
   EXPECT_EQ(bias.shape[1], 32);
   EXPECT_EQ(bias.shape[2], 784);
   EXPECT_TRUE(bias.reduced[0] && !bias.reduced[1] && bias.reduced[2]);
-  const ReduceIndex all = merged(make({}, {}));  // a 0-d tensor: one element, kept
+  const ReduceIndex all = merged(ReduceIndex::of({}, {}));  // a 0-d tensor: one element, kept
   ASSERT_EQ(all.ndim, 1);
   EXPECT_EQ(all.shape[0], 1);
   EXPECT_FALSE(all.reduced[0]);
-  const ReduceIndex ones = merged(make({1, 1, 1}, {1}));  // only size-1 dims, one reduced
+  const ReduceIndex ones = merged(ReduceIndex::of({1, 1, 1}, {1}));  // only size-1 dims, one reduced
   ASSERT_EQ(ones.ndim, 1);
   EXPECT_EQ(ones.shape[0], 1);
   EXPECT_TRUE(ones.reduced[0]);
@@ -112,7 +93,7 @@ TEST(ReducePlan, ChannelPathTakesOnlyTheAcbShape) {
            {{7, 9}, {1}},                   // row sums (A = 1)
            {{2, 1, 5, 1, 3, 4}, {0, 4, 5}},
        }) {
-    const ReduceIndex ix = make(shape, reduced);
+    const ReduceIndex ix = ReduceIndex::of(shape, reduced);
     EXPECT_TRUE(plan_channel_sum(ix, 2, 16, 132, 256).applies) << describe(ix);
   }
   // Left to CUB.
@@ -124,14 +105,14 @@ TEST(ReducePlan, ChannelPathTakesOnlyTheAcbShape) {
            {{5, 7}, {}},                    // nothing reduced
            {{1, 6, 1, 4}, {0, 2}},          // only size-1 dims reduced: a copy
        }) {
-    const ReduceIndex ix = make(shape, reduced);
+    const ReduceIndex ix = ReduceIndex::of(shape, reduced);
     EXPECT_FALSE(plan_channel_sum(ix, 2, 16, 132, 256).applies) << describe(ix);
   }
 }
 
 TEST(ReducePlan, LenetBiasGradientsFillTheGpu) {
   // An H100 (132 SMs), 256 threads, f16, batch 128, 16-byte aligned.
-  const ChannelSum c1 = plan_channel_sum(make({128, 32, 28, 28}, {0, 2, 3}), 2, 16, 132, 256);
+  const ChannelSum c1 = plan_channel_sum(ReduceIndex::of({128, 32, 28, 28}, {0, 2, 3}), 2, 16, 132, 256);
   EXPECT_EQ(c1.A, 128);
   EXPECT_EQ(c1.C, 32);
   EXPECT_EQ(c1.B, 784);
@@ -140,14 +121,44 @@ TEST(ReducePlan, LenetBiasGradientsFillTheGpu) {
   // min(ceil(4 x 132 / 32) = 17 for four blocks per SM, 12,544 vectors / (8 x 256) = 6): 192 blocks, not 32.
   EXPECT_EQ(c1.slices, 6);
   // 14 x 14 = 196 is not a multiple of 8: 8-byte vectors of 4 halves.
-  const ChannelSum c2 = plan_channel_sum(make({128, 64, 14, 14}, {0, 2, 3}), 2, 16, 132, 256);
+  const ChannelSum c2 = plan_channel_sum(ReduceIndex::of({128, 64, 14, 14}, {0, 2, 3}), 2, 16, 132, 256);
   EXPECT_EQ(c2.vec, 4);
   EXPECT_EQ(c2.slices, 3);
   // A view 2 bytes past a 16-byte boundary reads one half at a time; f32 vectors are 4 wide.
-  EXPECT_EQ(plan_channel_sum(make({128, 32, 28, 28}, {0, 2, 3}), 2, 2, 132, 256).vec, 1);
-  EXPECT_EQ(plan_channel_sum(make({128, 32, 28, 28}, {0, 2, 3}), 4, 16, 132, 256).vec, 4);
-  EXPECT_EQ(plan_channel_sum(make({128, 32, 28, 28}, {0, 2, 3}), 8, 16, 132, 256).vec, 2);
-  EXPECT_EQ(plan_channel_sum(make({128, 32, 28, 28}, {0, 2, 3}), 8, 8, 132, 256).vec, 1);
+  EXPECT_EQ(plan_channel_sum(ReduceIndex::of({128, 32, 28, 28}, {0, 2, 3}), 2, 2, 132, 256).vec, 1);
+  EXPECT_EQ(plan_channel_sum(ReduceIndex::of({128, 32, 28, 28}, {0, 2, 3}), 4, 16, 132, 256).vec, 4);
+  EXPECT_EQ(plan_channel_sum(ReduceIndex::of({128, 32, 28, 28}, {0, 2, 3}), 8, 16, 132, 256).vec, 2);
+  EXPECT_EQ(plan_channel_sum(ReduceIndex::of({128, 32, 28, 28}, {0, 2, 3}), 8, 8, 132, 256).vec, 1);
+}
+
+TEST(ReducePlan, OutputOfEveryElement) {
+  // [2, 3, 4] summed over dimension 1: element (a, b, c) goes to output (a, c).
+  const ReduceIndex ix = ReduceIndex::of({2, 3, 4}, {1});
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t b = 0; b < 3; ++b)
+      for (int64_t c = 0; c < 4; ++c) EXPECT_EQ(ix.output_of((a * 3 + b) * 4 + c), a * 4 + c) << a << b << c;
+  // Everything summed: one output; nothing summed: each element its own.
+  EXPECT_EQ(ReduceIndex::of({5, 7}, {0, 1}).output_of(34), 0);
+  EXPECT_EQ(ReduceIndex::of({5, 7}, {}).output_of(34), 34);
+  EXPECT_EQ(ReduceIndex::of({}, {}).output_of(0), 0);
+}
+
+TEST(ReducePlan, ReduceIndexOfRefusesWhatItCannotHold) {
+  EXPECT_EQ(ReduceIndex::of({2, 3, 4}, {0, 2}).out_numel(), 3);
+  const auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message([] { ReduceIndex::of({2, 3}, {2}); }),
+            "ReduceIndex::of: dimension 2 out of range for 2 dimensions");
+  EXPECT_EQ(message([] { ReduceIndex::of({2, 3}, {-1}); }),
+            "ReduceIndex::of: dimension -1 out of range for 2 dimensions");
+  EXPECT_EQ(message([] { ReduceIndex::of(std::vector<int64_t>(9, 1), {}); }),
+            "ReduceIndex::of: at most 8 dimensions, got 9");
 }
 
 TEST(ReducePlan, AddressAlignment) {
