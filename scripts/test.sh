@@ -11,8 +11,18 @@ build=${HALFLING_BUILD:-$root/build}
 fuzz_seconds=${HALFLING_FUZZ_SECONDS:-60}
 sanitize=${HALFLING_SANITIZE_TESTS:-1}
 
+# How long each stage took, printed at the end: CI should stay well under 30 minutes on 2 cores.
+timings=()
+stage_start=$SECONDS
+lap() {
+  timings+=("$1 $((SECONDS - stage_start)) s")
+  stage_start=$SECONDS
+}
+
 "$root/scripts/setup.sh"
+lap setup
 "$root/scripts/build.sh" -DHALFLING_TESTS=ON "$@"
+lap build
 "$root/datasets/fetch.sh" mnist
 "$root/datasets/fetch.sh" fashion-mnist
 # CIFAR-10 cannot be downloaded offline; the JPEG copy next to the checkout (../shared/datasets, as on
@@ -23,6 +33,7 @@ cifar_dir=${HALFLING_DATA:-$root/data}/cifar10
 if [[ -e $cifar_from && ! -d $cifar_dir/train && ! -f $cifar_dir/data_batch_1.bin ]]; then
   "$root/datasets/fetch.sh" cifar10 --from "$cifar_from"
 fi
+lap data
 
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
@@ -52,6 +63,7 @@ OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} ctest --test-dir "$build" --output-on-fail
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 set -e
 tally_ctest "$logs/ctest.log" "the test suite"
+lap "test suite"
 
 if [[ $sanitize != 0 ]]; then
   echo "== the CPU test suite under ASan + UBSan"
@@ -60,6 +72,7 @@ if [[ $sanitize != 0 ]]; then
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   set -e
   tally_ctest "$logs/asan.log" "the sanitizer suite"
+  lap "sanitizer suite (build and tests)"
 fi
 
 if [[ $fuzz_seconds != 0 ]]; then
@@ -75,8 +88,11 @@ if [[ $fuzz_seconds != 0 ]]; then
   [[ $fuzz_status -eq 0 ]] || status=1
   passed=$((passed + ok))
   failed=$((failed + bad))
+  lap "fuzzing (build and runs)"
 fi
 
 [[ $failed -eq 0 ]] || status=1
+summary=$(printf '%s, ' "${timings[@]}")
+echo "test.sh: ${summary%, }; $SECONDS s in all"
 echo "$passed passed, $failed failed, $skipped skipped"
 exit "$status"
