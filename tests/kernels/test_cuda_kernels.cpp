@@ -62,6 +62,19 @@ TEST(CudaRuntime, ReportsWhyCudaIsUnavailable) {
   std::cout << "[ info     ] CUDA unavailable: " << runtime::cuda_unavailable_reason() << "\n";
 }
 
+// cuBLAS is opened by the cublas GEMM variant on first use, not linked (kernels/cuda/gemm/cublas.cu
+// says why: loading it cost every process about 0.4 s). A library that names it again would bring the
+// cost back silently; the GPU tests of the variant (CudaGemm.*) check that the loading works.
+TEST(CudaRuntime, CublasIsOpenedOnFirstUseNotLinked) {
+  if (!runtime::cuda_compiled()) GTEST_SKIP() << "a CPU-only build has no cuBLAS variant";
+  if (test::run_command("command -v readelf").first != 0) GTEST_SKIP() << "readelf (binutils) not installed";
+  const std::string lib = std::string(HALFLING_BINARY_DIR) + "/libhalfling.so";
+  const auto [status, out] = test::run_command("readelf -d '" + lib + "'");
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("libcudart.so"), std::string::npos) << "the check should see the CUDA runtime it links:\n" << out;
+  EXPECT_EQ(out.find("libcublas"), std::string::npos) << lib << " links cuBLAS again:\n" << out;
+}
+
 TEST(CudaRuntime, DescribesTheDevice) {
   HL_REQUIRE_CUDA();
   EXPECT_TRUE(runtime::cuda_compiled());
