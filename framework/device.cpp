@@ -9,15 +9,7 @@
 #include "kernels/error.h"
 #include "kernels/runtime.h"
 
-// AddressSanitizer's manual poisoning (no-ops in ordinary builds). g++ says __SANITIZE_ADDRESS__,
-// clang says __has_feature(address_sanitizer).
-#if defined(__SANITIZE_ADDRESS__)
-#define HL_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define HL_ASAN 1
-#endif
-#endif
+// AddressSanitizer's manual poisoning (no-ops in ordinary builds; HL_ASAN: device.h).
 #if defined(HL_ASAN)
 #include <sanitizer/asan_interface.h>
 #define HL_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)

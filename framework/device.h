@@ -17,6 +17,16 @@
 
 #include "kernels/dtype.h"
 
+// HL_ASAN: defined in AddressSanitizer builds (scripts/sanitize.sh), where the CPU allocator poisons the
+// memory it keeps (device.cpp). g++ says __SANITIZE_ADDRESS__, clang __has_feature(address_sanitizer).
+#if defined(__SANITIZE_ADDRESS__)
+#define HL_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HL_ASAN 1
+#endif
+#endif
+
 namespace hl {
 
 using Device = DeviceType;

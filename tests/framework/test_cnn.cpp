@@ -565,7 +565,8 @@ TEST_F(Cnn, ErrorsNameTheTensorAndTheLimit) {
   }
   // A window that fits only with three times the padding, each side alone: refused by the op, by name.
   const Tensor x22 = Tensor::zeros({1, 1, 2, 2});
-  for (const auto& [window, pad] : {std::pair{Size2{5, 2}, Size2{1, 0}}, std::pair{Size2{2, 5}, Size2{0, 1}}}) {
+  for (const auto& [w, p] : {std::pair{Size2{5, 2}, Size2{1, 0}}, std::pair{Size2{2, 5}, Size2{0, 1}}}) {
+    const Size2 window = w, pad = p;  // clang 14 (the sanitizer build) cannot capture a binding in a lambda
     e = error_of([&] { max_pool2d(x22, window, {1, 1}, pad); });
     EXPECT_NE(e.find(detail::concat("max_pool2d: the ", window[0], "x", window[1],
                                     " window is larger than the input f32[1, 1, 2, 2] on cpu padded by ", pad[0],

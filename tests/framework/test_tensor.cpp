@@ -406,7 +406,7 @@ TEST(Allocator, OutOfMemoryReturnsTheCacheAndAFailedFreeLeavesNothingDangling) {
   held.clear();
 }
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(HL_ASAN)  // framework/device.h: g++ and clang alike
 TEST(Allocator, AsanSeesOverrunsAndCachedBlocks) {
   // Only in the ASan build (scripts/sanitize.sh): the slack past a request and freed blocks kept in
   // the cache are poisoned, so these accesses are reported although the allocator owns the memory.

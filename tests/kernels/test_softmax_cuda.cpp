@@ -1079,8 +1079,9 @@ TEST(SoftmaxCudaChooser, RegisterRowBetweenWarpRowAndBlockRow) {
 TEST(SoftmaxCuda, FusedXentLossAndGradient) {
   HL_REQUIRE_CUDA();
   uint64_t seed = hl::test::fresh_seed();
-  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+  for (const auto& [rows_, cols_] : std::vector<std::pair<int64_t, int64_t>>{
            {1, 1}, {3, 10}, {128, 10}, {1024, 10}, {128, 33}, {3, 1000}, {5, 4097}, {3, 65536}, {70000, 10}}) {
+    const int64_t rows = rows_, cols = cols_;  // clang 14 (the sanitizer build) cannot capture a binding in a lambda
     for (DType tx : {DType::f16, DType::f32}) {
       for (double range : {8.0, tx == DType::f16 ? 60000.0 : 1e4}) {
         const Expect e = reference(make_logits(rows, cols, range, tx, seed++), rows, cols);
