@@ -65,9 +65,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (!bench::print_gpu_header("reduce_bench")) return 0;
-  std::printf("# CUDA events, 3 warm-up calls, median of %d samples of 10 calls; GB/s = input bytes / time; %%copy =\n"
-              "# GB/s / cudaMemcpyAsync D2D GB/s (2x the input's bytes moved), measured in this run. Shapes: 'r' marks\n"
-              "# a summed dimension. Outputs f32, as the bias gradients' are (framework/ops_cnn.cpp).\n",
+  std::printf("# CUDA events, 3 warm-up calls, median of %d samples of 10 calls; GB/s = input bytes / time;\n"
+              "# %%copy = GB/s / cudaMemcpyAsync D2D GB/s (2x the input's bytes moved), measured in this run.\n"
+              "# Shapes: 'r' marks a summed dimension. Outputs f32, as the bias gradients' are (ops_cnn.cpp).\n",
               samples);
   std::printf("%-22s %-18s %-5s %-8s %-34s %10s %9s %7s\n", "sum", "shape", "dtype", "path", "plan", "us/call", "GB/s",
               "%copy");

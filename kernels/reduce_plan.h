@@ -6,12 +6,14 @@
 //
 // Why a channel path (issue #10's profile, docs/gpu_status.md): `bench/train --profile` put 54% of
 // LeNet's mixed step on an H100 (1.017 of 1.871 ms) in its first convolution's backward, whose weight
-// gradient `conv_bench` times at 0.05 ms. What else that backward does is the bias gradient, 32 sums of
-// 100,352 values each, and CUB's segmented reduction takes it with one block per output (32 blocks on 132
-// SMs), locating every value through an iterator that divides its index by each dimension's size in 64
-// bits (8 dimensions' worth of arrays, which ptxas puts on the stack). The channel path reads the same
-// values 16 bytes at a time with one division per vector, and spreads each sum over several blocks whose
-// partial sums a second, one-thread-per-output kernel adds in a fixed order (the same bits every run).
+// gradient `conv_bench` times at 0.05 ms. What else that backward does is one elementwise pass (the
+// ReLU's mask) and the bias gradient, 32 sums of 100,352 values each, which CUB's segmented reduction
+// takes with one block per output (32 blocks on 132 SMs), locating every value through an iterator that
+// divides its index by each dimension's size in 64 bits (8 dimensions' worth of arrays, which ptxas puts
+// on the stack). So the bias gradient is the likely cost, not yet profiled kernel by kernel. The channel
+// path reads the same values 16 bytes at a time with one division per vector, and spreads each sum over
+// several blocks whose partial sums a second, one-thread-per-output kernel adds in a fixed order (the
+// same bits every run).
 // Measured against the CUB path by `bench/reduce_bench`, which forces either through the hook below;
 // opt-in until a GPU has run it (kChannelPathIsDefault).
 #pragma once
