@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/channel_slices.h"
 #include "kernels/dtype.h"
 #include "kernels/half.h"  // HL_HOST_DEVICE
 #include "kernels/registry.h"
@@ -114,11 +115,9 @@ inline BatchNormSplit plan_batch_norm_split(const BatchNormShape& s, DType t, in
   const int64_t v16 = t == DType::f16 ? 8 : 4;
   p.vec = aligned && s.HW % v16 == 0 ? v16 : 1;
   p.vectors = s.N * s.HW / p.vec;
-  const int64_t wanted = std::max<int64_t>(1, (4 * static_cast<int64_t>(sm_count) + s.C - 1) / std::max<int64_t>(s.C, 1));
-  const int64_t most = std::max<int64_t>(1, p.vectors / (8 * static_cast<int64_t>(threads)));
-  const int64_t blocks = std::min(wanted, most);
-  p.chunk = (p.vectors + blocks - 1) / blocks;
-  p.blocks_per_channel = p.chunk > 0 ? (p.vectors + p.chunk - 1) / p.chunk : 1;  // no empty slice
+  const ChannelSlices slices = slice_channels(p.vectors, s.C, sm_count, threads);
+  p.chunk = slices.chunk;
+  p.blocks_per_channel = slices.count;
   return p;
 }
 

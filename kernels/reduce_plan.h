@@ -17,11 +17,11 @@
 // Measured against the CUB path by `bench/reduce_bench`, which forces either through the hook below;
 // opt-in until a GPU has run it (kChannelPathIsDefault).
 #pragma once
-#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/channel_slices.h"
 #include "kernels/half.h"  // HL_HOST_DEVICE
 #include "kernels/reduce.h"
 #include "kernels/tuning_hook.h"
@@ -88,8 +88,7 @@ struct ChannelSum {
 // The grid's x dimension holds the channels, so C must stay below 2^31.
 //
 // The vector: the widest of 16, 8, 4 bytes (or one element) that divides B (so no vector straddles two
-// rows) and the base address. The slices, as in batch norm's `split` (batchnorm.h): enough blocks for
-// about four per SM over all channels, but never so many that a thread gets fewer than 8 vectors.
+// rows) and the base address. The slices: slice_channels (channel_slices.h), as batch norm's `split`.
 inline ChannelSum plan_channel_sum(const ReduceIndex& ix, size_t elem_bytes, size_t base_align, int sm_count,
                                    int threads) {
   ChannelSum p;
@@ -111,11 +110,9 @@ inline ChannelSum plan_channel_sum(const ReduceIndex& ix, size_t elem_bytes, siz
     }
   }
   p.vectors = p.A * p.B / p.vec;
-  const int64_t wanted = std::max<int64_t>(1, (4 * int64_t{sm_count} + p.C - 1) / p.C);
-  const int64_t most = std::max<int64_t>(1, p.vectors / (8 * int64_t{threads}));
-  const int64_t blocks = std::min(wanted, most);
-  p.chunk = (p.vectors + blocks - 1) / blocks;
-  p.slices = (p.vectors + p.chunk - 1) / p.chunk;  // no empty slice
+  const ChannelSlices slices = slice_channels(p.vectors, p.C, sm_count, threads);
+  p.chunk = slices.chunk;
+  p.slices = slices.count;
   p.applies = true;
   return p;
 }
