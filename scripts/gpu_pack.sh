@@ -31,6 +31,10 @@ cache=$build/CMakeCache.txt
 # HALFLING_WITH_CUDA=1 (compile_commands.json lists every compile command).
 grep -q 'HALFLING_WITH_CUDA=1' "$build/compile_commands.json" 2>/dev/null ||
   { echo "gpu_pack.sh: $build was not configured with CUDA (configure it with -DHALFLING_CUDA=ON)" >&2; exit 2; }
+# A compile-check build (scripts/build.sh where no GPU was visible) has unoptimized device code: its
+# tests would pass on the GPU, and every timing would be wrong.
+! grep -q '^HALFLING_CUDA_CHECK_ONLY:BOOL=ON$' "$cache" ||
+  { echo "gpu_pack.sh: $build is a compile-check build (HALFLING_CUDA_CHECK_ONLY=ON: device code unoptimized); configure it with -DHALFLING_CUDA_CHECK_ONLY=OFF -DCMAKE_CUDA_ARCHITECTURES=90 (see the header)" >&2; exit 2; }
 # Build first (a no-op when up to date), so that what travels is the code as it is now.
 cmake --build "$build" -j"${HALFLING_JOBS:-2}" >/dev/null ||
   { echo "gpu_pack.sh: the build of $build failed (cmake --build $build shows why)" >&2; exit 1; }

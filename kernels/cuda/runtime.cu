@@ -76,6 +76,18 @@ Probe run_probe() {
   p.sm_count = prop.multiProcessorCount;
   p.description = detail::concat(prop.name, " (sm_", capability, ", ", prop.multiProcessorCount, " SMs, ", gib,
                                  " GiB)");
+#ifdef HALFLING_CUDA_CHECK_ONLY
+  // A build made where no GPU was visible compiles device code at -O0, to check it, not to run it
+  // (CMakeLists.txt, HALFLING_CUDA_CHECK_ONLY). It computes the same results, many times slower: say so
+  // once, and in the description that every benchmark and tutorial prints with its numbers.
+  p.description += " [UNOPTIMIZED compile-check build]";
+  std::fprintf(stderr,
+               "halfling: warning: this library's CUDA code was compiled unoptimized, as a compile check "
+               "(HALFLING_CUDA_CHECK_ONLY, set by scripts/build.sh where no GPU was visible): results are "
+               "right but every kernel is slow. Rebuild on this machine in a fresh build directory, or "
+               "configure with -DHALFLING_CUDA_CHECK_ONLY=OFF -DCMAKE_CUDA_ARCHITECTURES=%d.\n",
+               capability);
+#endif
   return p;
 }
 

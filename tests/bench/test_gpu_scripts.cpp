@@ -49,6 +49,23 @@ TEST(GpuScripts, PackRefusesABuildWithoutCuda) {
 #endif
 }
 
+TEST(GpuScripts, PackRefusesACompileCheckBuild) {
+#ifndef HALFLING_CUDA_CHECK_ONLY_BUILD
+  GTEST_SKIP() << "this build's device code is optimized (HALFLING_CUDA_CHECK_ONLY is off or there is no CUDA)";
+#else
+  // This very build directory (scripts/test.sh's build/ where no GPU is visible): refused before
+  // anything is built or written.
+  const fs::path src = fs::weakly_canonical(HALFLING_SOURCE_DIR), bin = fs::weakly_canonical(HALFLING_BINARY_DIR);
+  const fs::path rel = bin.lexically_relative(src);
+  if (rel.empty() || rel.native().rfind("..", 0) == 0) GTEST_SKIP() << bin << " is outside " << src;
+  const bool had_prebuilt = fs::exists(bin / "PREBUILT");
+  auto [s, o] = hl::test::run_command("HALFLING_BUILD=" + rel.string() + " " + script("gpu_pack.sh"));
+  EXPECT_NE(s, 0) << o;
+  EXPECT_TRUE(contains(o, "is a compile-check build")) << o;
+  EXPECT_EQ(fs::exists(bin / "PREBUILT"), had_prebuilt) << "gpu_pack.sh wrote into the build it refused";
+#endif
+}
+
 TEST(GpuScripts, UnpackSaysWhatToCarry) {
   const fs::path empty = fs::path(::testing::TempDir()) / "halfling_empty_carry";
   fs::create_directories(empty);
