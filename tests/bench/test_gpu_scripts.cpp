@@ -24,6 +24,14 @@ std::string script(const std::string& name) { return (fs::path(HALFLING_SOURCE_D
 
 bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
+// This very build directory, relative to the repository, for the tests that hand it to gpu_pack.sh;
+// empty when it lies outside the repository (scripts/test.sh's build/ lies inside).
+[[maybe_unused]] fs::path this_build_in_repository() {
+  const fs::path src = fs::weakly_canonical(HALFLING_SOURCE_DIR), bin = fs::weakly_canonical(HALFLING_BINARY_DIR);
+  const fs::path rel = bin.lexically_relative(src);
+  return rel.empty() || rel.native().rfind("..", 0) == 0 ? fs::path() : rel;
+}
+
 TEST(GpuScripts, PackRefusesWhatItCannotPack) {
   // An absolute path, and a folder with no build in it: nothing is built or written.
   auto [s1, o1] = hl::test::run_command("HALFLING_BUILD=/tmp " + script("gpu_pack.sh"));
@@ -39,10 +47,8 @@ TEST(GpuScripts, PackRefusesABuildWithoutCuda) {
 #ifdef HALFLING_WITH_CUDA
   GTEST_SKIP() << "this is a CUDA build: gpu_pack.sh would build and pack it";
 #else
-  // This very build directory, if it lies inside the repository (scripts/test.sh's build/ does).
-  const fs::path src = fs::weakly_canonical(HALFLING_SOURCE_DIR), bin = fs::weakly_canonical(HALFLING_BINARY_DIR);
-  const fs::path rel = bin.lexically_relative(src);
-  if (rel.empty() || rel.native().rfind("..", 0) == 0) GTEST_SKIP() << bin << " is outside " << src;
+  const fs::path rel = this_build_in_repository();
+  if (rel.empty()) GTEST_SKIP() << HALFLING_BINARY_DIR << " is outside " << HALFLING_SOURCE_DIR;
   auto [s, o] = hl::test::run_command("HALFLING_BUILD=" + rel.string() + " " + script("gpu_pack.sh"));
   EXPECT_NE(s, 0) << o;
   EXPECT_TRUE(contains(o, "was not configured with CUDA")) << o;
@@ -53,11 +59,10 @@ TEST(GpuScripts, PackRefusesACompileCheckBuild) {
 #ifndef HALFLING_CUDA_CHECK_ONLY_BUILD
   GTEST_SKIP() << "this build's device code is optimized (HALFLING_CUDA_CHECK_ONLY is off or there is no CUDA)";
 #else
-  // This very build directory (scripts/test.sh's build/ where no GPU is visible): refused before
-  // anything is built or written.
-  const fs::path src = fs::weakly_canonical(HALFLING_SOURCE_DIR), bin = fs::weakly_canonical(HALFLING_BINARY_DIR);
-  const fs::path rel = bin.lexically_relative(src);
-  if (rel.empty() || rel.native().rfind("..", 0) == 0) GTEST_SKIP() << bin << " is outside " << src;
+  // scripts/test.sh's build/ where no GPU is visible: refused before anything is built or written.
+  const fs::path rel = this_build_in_repository();
+  if (rel.empty()) GTEST_SKIP() << HALFLING_BINARY_DIR << " is outside " << HALFLING_SOURCE_DIR;
+  const fs::path bin = fs::path(HALFLING_SOURCE_DIR) / rel;
   const bool had_prebuilt = fs::exists(bin / "PREBUILT");
   auto [s, o] = hl::test::run_command("HALFLING_BUILD=" + rel.string() + " " + script("gpu_pack.sh"));
   EXPECT_NE(s, 0) << o;
