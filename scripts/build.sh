@@ -17,7 +17,7 @@ fi
 # To build here for a GPU elsewhere (an A100: 80), pass -DCMAKE_CUDA_ARCHITECTURES=... yourself.
 # The same condition compiles device code unoptimized (HALFLING_CUDA_CHECK_ONLY, CMakeLists.txt): every
 # file still passes cicc and ptxas for both architectures, so a compile error is still an error, and
-# the CUDA half of the build drops from about 630 to about 300 CPU-seconds (measured 2026-11-27, 2 cores,
+# the CUDA half of the build drops from about 630 to about 370 CPU-seconds (measured 2026-11-27, 2 cores,
 # CUDA 13). A library built so, run on a GPU, prints a warning and marks its device description.
 arch_args=()
 chosen=0
