@@ -56,7 +56,7 @@ TEST(GpuScripts, PackRefusesABuildWithoutCuda) {
 }
 
 TEST(GpuScripts, PackRefusesACompileCheckBuild) {
-#ifndef HALFLING_CUDA_CHECK_ONLY_BUILD
+#ifndef HALFLING_CUDA_CHECK_ONLY
   GTEST_SKIP() << "this build's device code is optimized (HALFLING_CUDA_CHECK_ONLY is off or there is no CUDA)";
 #else
   // scripts/test.sh's build/ where no GPU is visible: refused before anything is built or written.
