@@ -148,6 +148,9 @@ race_new+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps:SoftmaxCuda.PackedR
 race_new+=':CudaGemm.WmmaSmemEveryKStepOneBlock'
 # reduce_sum's channel path (new since 2026-11-27, not yet run on a GPU; block_reduce shares memory).
 race_new+=':CudaReduce.SumOverAnyDimensions:CudaReduce.ChannelPathGivesTheSameBitsEveryRun'
+# The softmax rung packed_online (new since 2026-11-27, not yet run on a GPU; its block merge shares
+# memory): the test of threads whose share of the row holds no finite value, on rows of 2048 and 65536.
+race_new+=':SoftmaxCuda.PackedOnlineThreadsWithoutAFiniteValue'
 race_second='ConvCuda.BetaAccumulatesIntoTheOutput:CudaGemm.WmmaPipelinedLeanTilesInsideAndOnTheEdges'
 race_second+=':CudaGemm.WmmaSmemBatchedCopyInsideAndOnTheEdges:CudaGemm.MmaSyncLeanCopyInsideAndOnTheEdges'
 race_second+=':CudaGemm.WgmmaEveryTileInsideAndOnTheEdges'  # the wgmma rung (new since 2026-11-26), every tile
@@ -459,7 +462,7 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     # guesses (docs/gpu_status.md, "Leads"). One launch of each, picked by its kernel's name, on the shape
     # where it misses: the GEMM rungs at 4096^3 next to cuBLAS's own kernel, the softmax rungs the
     # chooser takes on the long rows next to register_warp where the target is met (and the opt-in
-    # packed_row, written for those rows), and the two
+    # packed_row, written for those rows, and packed_online, opt-in, written for 128x65536), and the two
     # weight-gradient kernels on VGG-small's 256->256 layer. Nsight Compute replays the launch once per
     # pass of counters; the clocks are left alone (--clock-control none, as the device notes ask) and
     # the caches are flushed between passes (its default), so a softmax shape that fits in L2 starts
@@ -513,6 +516,8 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
         --shapes 1024x32768 --variants packed_row
       ncu_kernel softmax-128x65536-packed_row 'packed_row_forward_kernel' 1 "${softmax[@]}" \
         --shapes 128x65536 --variants packed_row
+      ncu_kernel softmax-128x65536-packed_online 'packed_online_forward_kernel' 1 "${softmax[@]}" \
+        --shapes 128x65536 --variants packed_online
       conv=("$build/bench/conv_bench" --batch 128 --runs 1 --layers vgg --only '256->256' --passes backward_weight
         --no-cudnn)
       ncu_kernel conv-256-wgrad-rung3 'conv_implicit_gemm_wgrad_kernel|conv_wgrad_reduce_kernel' 2 "${conv[@]}" \

@@ -76,6 +76,13 @@ void expect_register_row_listed(const k::SoftmaxArgs& a, const std::vector<std::
                       k::register_row::packed::plan(a.cols, register_row_width(a.x_type, a.cols, aligned_buffers)).threads > 0;
     EXPECT_EQ(listed("packed_row"), fits) << a.describe();
   }
+  // packed_online: packed_row's plan, so exactly the rows packed_row takes.
+  if (registered_on_cuda("packed_online")) {
+    const bool forward = a.op == k::SoftmaxOp::softmax || a.op == k::SoftmaxOp::log_softmax;
+    const bool fits = a.x_type == DType::f16 && forward &&
+                      k::register_row::packed::plan(a.cols, register_row_width(a.x_type, a.cols, aligned_buffers)).threads > 0;
+    EXPECT_EQ(listed("packed_online"), fits) << a.describe();
+  }
   // packed_warp: FP16 rows of whole packs in aligned buffers, up to 4096 columns, forward only.
   if (registered_on_cuda("packed_warp")) {
     const bool forward = a.op == k::SoftmaxOp::softmax || a.op == k::SoftmaxOp::log_softmax;
@@ -498,6 +505,64 @@ TEST(SoftmaxCuda, PackedRowAtItsCapacityBoundaries) {
   sweep_register_rung(
       "packed_row", cases, [](int64_t cols, int width) { return k::register_row::packed::plan(cols, width).per_thread; },
       k::register_row::packed::compiled_for, "packed_row keeps");
+}
+
+// packed_online (kernels/cuda/softmax/packed_online.cu): packed_row's plan, so packed_row's cases: every
+// per-thread count (1, 2, 4 and 8 FP16 packs), its capacity (65536 columns), more rows than one grid
+// covers, and what it declines, each with its reason.
+TEST(SoftmaxCuda, PackedOnlineAtItsCapacityBoundaries) {
+  HL_REQUIRE_CUDA();
+  if (!registered_on_cuda("packed_online")) GTEST_SKIP() << "packed_online is not registered in this build";
+  std::vector<std::pair<int64_t, int64_t>> cases;
+  for (int64_t cols : {7,    8,    100,  248,  256,  264,   512,   520,   1000,  1024,  1032,  2048,
+                       2056, 8192, 8200, 32760, 32768, 32776, 65528, 65535, 65536, 65544, 70000})
+    cases.push_back({5, cols});
+  cases.push_back({70000, 8});  // more rows than one grid covers: blocks step to further rows
+  sweep_register_rung(
+      "packed_online", cases,
+      [](int64_t cols, int width) { return k::register_row::packed::plan(cols, width).per_thread; },
+      k::register_row::packed::compiled_for, "packed_online keeps");
+}
+
+// packed_online gives each thread its own (max, sum) pair before the block merges them, so a thread
+// whose whole share of the row is -inf, or -inf and NaN, or holds the +inf, is a case of its own that
+// random rows rarely make: a thread owns packs t, t + threads, ... (packs_owned), so these rows mask
+// by owner. Row 0: the first half of the threads see only -inf; row 1: one finite value in the row;
+// row 2: one thread sees only -inf and a NaN (the row is NaN); row 3: one thread holds a +inf among
+// finite values (no finite maximum: NaN); row 4: every thread but the last sees only -inf. Small enough
+// for racecheck (scripts/gpu_check.sh), which checks the merge's shared memory.
+TEST(SoftmaxCuda, PackedOnlineThreadsWithoutAFiniteValue) {
+  HL_REQUIRE_CUDA();
+  if (!registered_on_cuda("packed_online")) GTEST_SKIP() << "packed_online is not registered in this build";
+  uint64_t seed = hl::test::fresh_seed();
+  for (const int64_t cols : {2048, 65536}) {
+    const int threads = k::register_row::packed::plan(cols, 8).threads;
+    ASSERT_GT(threads, 32) << cols << ": the case needs more than one warp";
+    const int64_t rows = 5;
+    std::vector<double> x = make_logits(1, rows * cols, 8.0, DType::f16, seed++);  // random, no special rows
+    const auto owner = [&](int64_t c) { return static_cast<int>((c / 8) % threads); };
+    for (int64_t c = 0; c < cols; ++c) {
+      const int t = owner(c);
+      if (t < threads / 2) x[static_cast<size_t>(c)] = -kInf;
+      x[static_cast<size_t>(cols + c)] = c == cols / 3 ? 1.5 : -kInf;
+      if (t == 5) x[static_cast<size_t>(2 * cols + c)] = c == 5 * 8 + 3 ? kNaN : -kInf;
+      if (t == threads - 1) x[static_cast<size_t>(4 * cols + c)] = 0.25 * static_cast<double>(c % 7);
+      else x[static_cast<size_t>(4 * cols + c)] = -kInf;
+    }
+    x[static_cast<size_t>(3 * cols + 7 * 8 + 2)] = kInf;
+    const Expect e = reference(x, rows, cols);
+    const Tensor xt = device_tensor(e.x, rows, cols, DType::f16);
+    for (DType ty : {DType::f16, DType::f32}) {
+      for (bool log : {false, true}) {
+        Tensor y = Tensor::full({rows, cols}, kNaN, ty, Device::cuda);  // poisoned
+        k::softmax(forward_args(log, xt, y), "packed_online");
+        const std::string what = std::string("packed_online ") + (log ? "log_softmax" : "softmax") + " f16->" +
+                                 dtype_name(ty) + " " + std::to_string(cols) + " columns";
+        EXPECT_EQ(check_forward(e, y.to_double(), log, ty == DType::f16, chain_for("packed_online", cols), what), 0)
+            << what;
+      }
+    }
+  }
 }
 
 // Runs `rung` and `ref` on the same FP16 logits (make_logits' special rows, all -inf, masked, 12, +inf
