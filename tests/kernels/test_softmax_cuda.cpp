@@ -69,19 +69,14 @@ void expect_register_row_listed(const k::SoftmaxArgs& a, const std::vector<std::
   if (registered_on_cuda("register_warp")) {
     EXPECT_EQ(listed("register_warp"), a.cols <= k::register_row::warp::kMaxCols) << a.describe();
   }
-  // packed_row: FP16 rows of whole packs in aligned buffers, up to 65536 columns, forward only.
-  if (registered_on_cuda("packed_row")) {
+  // packed_row and packed_online (its plan): FP16 rows of whole packs in aligned buffers, up to 65536
+  // columns, forward only.
+  for (const char* rung : {"packed_row", "packed_online"}) {
+    if (!registered_on_cuda(rung)) continue;
     const bool forward = a.op == k::SoftmaxOp::softmax || a.op == k::SoftmaxOp::log_softmax;
     const bool fits = a.x_type == DType::f16 && forward &&
                       k::register_row::packed::plan(a.cols, register_row_width(a.x_type, a.cols, aligned_buffers)).threads > 0;
-    EXPECT_EQ(listed("packed_row"), fits) << a.describe();
-  }
-  // packed_online: packed_row's plan, so exactly the rows packed_row takes.
-  if (registered_on_cuda("packed_online")) {
-    const bool forward = a.op == k::SoftmaxOp::softmax || a.op == k::SoftmaxOp::log_softmax;
-    const bool fits = a.x_type == DType::f16 && forward &&
-                      k::register_row::packed::plan(a.cols, register_row_width(a.x_type, a.cols, aligned_buffers)).threads > 0;
-    EXPECT_EQ(listed("packed_online"), fits) << a.describe();
+    EXPECT_EQ(listed(rung), fits) << rung << " " << a.describe();
   }
   // packed_warp: FP16 rows of whole packs in aligned buffers, up to 4096 columns, forward only.
   if (registered_on_cuda("packed_warp")) {
@@ -491,37 +486,31 @@ TEST(SoftmaxCuda, RegisterWarpAtItsCapacityBoundaries) {
                       "at most 1024 columns");
 }
 
-// packed_row (kernels/cuda/softmax/packed_row.cu): every per-thread count (1, 2, 4 and 8 FP16 packs),
-// one warp and up to 1024 threads, its capacity (65536 columns), and what it declines: FP32 rows, rows
-// that are not whole packs (the scalar path) and longer rows, each with its reason.
+// The rungs that keep a row as its FP16 packs in one block, on packed_row's plan (packed_row.cu,
+// packed_online.cu): every per-thread count (1, 2, 4 and 8 FP16 packs), one warp and up to 1024
+// threads, the capacity (65536 columns), more rows than one grid covers, and what they decline: FP32
+// rows, rows that are not whole packs (the scalar path) and longer rows, each with its reason.
+void sweep_packed_block_rung(const std::string& rung) {
+  std::vector<std::pair<int64_t, int64_t>> cases;
+  for (int64_t cols : {7,    8,    100,  248,  256,  264,   512,   520,   1000,  1024,  1032,  2048,
+                       2056, 8192, 8200, 32760, 32768, 32776, 65528, 65535, 65536, 65544, 70000})
+    cases.push_back({5, cols});
+  cases.push_back({70000, 8});  // more rows than one grid covers: blocks step to further rows
+  sweep_register_rung(
+      rung, cases, [](int64_t cols, int width) { return k::register_row::packed::plan(cols, width).per_thread; },
+      k::register_row::packed::compiled_for, "keeps a row in the registers of one block");
+}
+
 TEST(SoftmaxCuda, PackedRowAtItsCapacityBoundaries) {
   HL_REQUIRE_CUDA();
   if (!registered_on_cuda("packed_row")) GTEST_SKIP() << "packed_row is not registered in this build";
-  std::vector<std::pair<int64_t, int64_t>> cases;
-  for (int64_t cols : {7,    8,    100,  248,  256,  264,   512,   520,   1000,  1024,  1032,  2048,
-                       2056, 8192, 8200, 32760, 32768, 32776, 65528, 65535, 65536, 65544, 70000})
-    cases.push_back({5, cols});
-  cases.push_back({70000, 8});  // more rows than one grid covers: blocks step to further rows
-  sweep_register_rung(
-      "packed_row", cases, [](int64_t cols, int width) { return k::register_row::packed::plan(cols, width).per_thread; },
-      k::register_row::packed::compiled_for, "packed_row keeps");
+  sweep_packed_block_rung("packed_row");
 }
 
-// packed_online (kernels/cuda/softmax/packed_online.cu): packed_row's plan, so packed_row's cases: every
-// per-thread count (1, 2, 4 and 8 FP16 packs), its capacity (65536 columns), more rows than one grid
-// covers, and what it declines, each with its reason.
 TEST(SoftmaxCuda, PackedOnlineAtItsCapacityBoundaries) {
   HL_REQUIRE_CUDA();
   if (!registered_on_cuda("packed_online")) GTEST_SKIP() << "packed_online is not registered in this build";
-  std::vector<std::pair<int64_t, int64_t>> cases;
-  for (int64_t cols : {7,    8,    100,  248,  256,  264,   512,   520,   1000,  1024,  1032,  2048,
-                       2056, 8192, 8200, 32760, 32768, 32776, 65528, 65535, 65536, 65544, 70000})
-    cases.push_back({5, cols});
-  cases.push_back({70000, 8});  // more rows than one grid covers: blocks step to further rows
-  sweep_register_rung(
-      "packed_online", cases,
-      [](int64_t cols, int width) { return k::register_row::packed::plan(cols, width).per_thread; },
-      k::register_row::packed::compiled_for, "packed_online keeps");
+  sweep_packed_block_rung("packed_online");
 }
 
 // packed_online gives each thread its own (max, sum) pair before the block merges them, so a thread

@@ -41,7 +41,8 @@
 // 65536-column row, about 4.2 us, which only overlap with the memory traffic hides.
 //
 // FP16 input rows of whole 16-byte packs in aligned buffers only, forward softmax and log-softmax only
-// (what packed_row takes); the rest is declined with the reason.
+// (what packed_row takes); the rest is declined with the reason (packed_block_unsupported,
+// register_row.cuh).
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/softmax/register_row.cuh"
@@ -96,27 +97,15 @@ __device__ __forceinline__ void packed_online_row(const BlockGroup& g, const __h
   const MaxSum row = g.merge(MaxSum{m_t, s_t});
   const RowStats st = finish_stats(row.m, row.d);
   const float inv = isnan(st.log_sum) ? NAN : 1.0f / row.d;
-  const int stride = g.size() * N, first = g.rank() * N;
-#pragma unroll
-  for (int i = 0; i < P; ++i) {
-    if (i < owned) {
-      Pack<TY, N> q;
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        const float x = to_f32(raw[i].v[k]);
-        float out;
-        if constexpr (LOG) {
-          out = log_prob(x, st);
-        } else if constexpr (std::is_same_v<TY, __half>) {
-          out = exp_fast(x - row.m) * inv;  // the second exp(), for an FP16 output
-        } else {
-          out = expf(x - row.m) * inv;  // FP32 output: expf's subnormals (the header, point 2)
-        }
-        q.v[k] = from_f32<TY>(out);
-      }
-      *reinterpret_cast<Pack<TY, N>*>(yr + first + i * stride) = q;
+  store_from_packs<P>(yr, g.rank(), g.size(), owned, raw, [&](float x) {
+    if constexpr (LOG) {
+      return log_prob(x, st);
+    } else if constexpr (std::is_same_v<TY, __half>) {
+      return exp_fast(x - row.m) * inv;  // the second exp(), for an FP16 output
+    } else {
+      return expf(x - row.m) * inv;  // FP32 output: expf's subnormals (the header, point 2)
     }
-  }
+  });
 }
 
 // One block per row (rows step by the grid); P packs of 8 FP16 values per thread.
@@ -150,22 +139,6 @@ void run(const SoftmaxArgs& a) {
   });
 }
 
-static_assert(plan_ns::kMaxCols == 65536, "update the message below");
-
-const char* unsupported(const SoftmaxArgs& a) {
-  if (a.op != SoftmaxOp::softmax && a.op != SoftmaxOp::log_softmax)
-    return "packed_online computes the forward softmax and log-softmax (backward: register_row, block_row; "
-           "cross-entropy: fused_xent)";
-  if (const char* why = unsupported_types(a)) return why;
-  if (a.x_type != DType::f16) return "packed_online keeps FP16 rows as their packs (FP32 rows: register_row)";
-  // An empty row has nothing to do (softmax() returns before running any variant): not refused here.
-  if (a.cols > 0 && plan_ns::plan(a.cols, path_width(a)).threads == 0)
-    return "packed_online keeps a row in the registers of one block as 16-byte FP16 packs: at most 65536 "
-           "columns, rows of whole packs (a multiple of 8 columns) in 16-byte-aligned buffers; other rows run in "
-           "register_row, block_row or online";
-  return nullptr;
-}
-
 }  // namespace
 
 // opt_in: written without a GPU (2026-11-27); not yet run on one (docs/gpu_status.md). Promote it
@@ -174,6 +147,6 @@ const char* unsupported(const SoftmaxArgs& a) {
 HL_REGISTER_VARIANT(SoftmaxArgs, {"packed_online", DeviceType::cuda, 32,
                                   "packed_row with each thread's (max, sum) pair taken before the block's "
                                   "reduction (the sum's exp() overlaps the read), __expf for the sums and FP16 results",
-                                  run, unsupported, /*opt_in=*/true});
+                                  run, packed_block_unsupported, /*opt_in=*/true});
 
 }  // namespace hl::kernels::cuda

@@ -27,7 +27,8 @@
 // for FP16 rows longer than 16384 columns.
 //
 // FP16 input rows of whole 16-byte packs in aligned buffers only (an FP32 row gains nothing: its
-// packs are FP32 already), forward softmax and log-softmax only; the rest is declined with the reason.
+// packs are FP32 already), forward softmax and log-softmax only; the rest is declined with the reason
+// (packed_block_unsupported, register_row.cuh).
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/softmax/register_row.cuh"
@@ -68,28 +69,12 @@ void run(const SoftmaxArgs& a) {
   });
 }
 
-static_assert(plan_ns::kMaxCols == 65536, "update the message below");
-
-const char* unsupported(const SoftmaxArgs& a) {
-  if (a.op != SoftmaxOp::softmax && a.op != SoftmaxOp::log_softmax)
-    return "packed_row computes the forward softmax and log-softmax (backward: register_row, block_row; "
-           "cross-entropy: fused_xent)";
-  if (const char* why = unsupported_types(a)) return why;
-  if (a.x_type != DType::f16) return "packed_row keeps FP16 rows as their packs (FP32 rows: register_row)";
-  // An empty row has nothing to do (softmax() returns before running any variant): not refused here.
-  if (a.cols > 0 && plan_ns::plan(a.cols, path_width(a)).threads == 0)
-    return "packed_row keeps a row in the registers of one block as 16-byte FP16 packs: at most 65536 columns, "
-           "rows of whole packs (a multiple of 8 columns) in 16-byte-aligned buffers; other rows run in "
-           "register_row, block_row or online";
-  return nullptr;
-}
-
 }  // namespace
 
 // Promoted after its H100 run (the header); the chooser in kernels/softmax.cpp decides where it runs.
 HL_REGISTER_VARIANT(SoftmaxArgs, {"packed_row", DeviceType::cuda, 34,
                                   "one block per row, the row kept in registers as FP16 packs (up to 65536 "
                                   "columns), exp() twice per element",
-                                  run, unsupported});
+                                  run, packed_block_unsupported});
 
 }  // namespace hl::kernels::cuda

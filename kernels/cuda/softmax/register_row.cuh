@@ -142,6 +142,24 @@ __device__ __forceinline__ void register_backward_row(const Group& g, const TY* 
 
 // ---- the row kept as FP16 packs (packed_row: a block per row; packed_warp: a warp per row) ------------
 
+// out pack i = f(x) for every value x of the member's pack i, widened to FP32 (i < owned): the write of
+// the rungs that keep the row as its FP16 packs.
+template <int P, class TY, class F>
+__device__ __forceinline__ void store_from_packs(TY* row, int rank, int size, int owned,
+                                                 const Pack<__half, 8> (&raw)[P], F&& f) {
+  constexpr int N = 8;
+  const int stride = size * N, first = rank * N;
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    if (i < owned) {
+      Pack<TY, N> q;
+#pragma unroll
+      for (int k = 0; k < N; ++k) q.v[k] = from_f32<TY>(f(to_f32(raw[i].v[k])));
+      *reinterpret_cast<Pack<TY, N>*>(row + first + i * stride) = q;
+    }
+  }
+}
+
 // Softmax or log-softmax of one FP16 row xr -> yr by group g, the row kept in registers as the 16-byte
 // packs it arrives in (8 values per pack; the member's `owned` packs of its P, pack i of the member
 // being pack rank + i * size of the row, as above), and exp() computed twice: once for the sum, once
@@ -172,19 +190,8 @@ __device__ __forceinline__ void packed_forward_row(const Group& g, const __half*
   // everywhere in the row.
   const RowStats st = finish_stats(m, s);
   const float inv = isnan(st.log_sum) ? NAN : 1.0f / s;
-  const int stride = g.size() * N, first = g.rank() * N;
-#pragma unroll
-  for (int i = 0; i < P; ++i) {
-    if (i < owned) {
-      Pack<TY, N> q;
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        const float x = to_f32(raw[i].v[k]);
-        q.v[k] = from_f32<TY>(log ? log_prob(x, st) : expf(x - m) * inv);  // the second exp()
-      }
-      *reinterpret_cast<Pack<TY, N>*>(yr + first + i * stride) = q;
-    }
-  }
+  store_from_packs<P>(yr, g.rank(), g.size(), owned, raw,
+                      [&](float x) { return log ? log_prob(x, st) : expf(x - m) * inv; });  // the second exp()
 }
 
 // f(std::integral_constant<int, P>) for a per-thread count of the plan; only the counts for which
@@ -223,6 +230,23 @@ inline int path_width(const SoftmaxArgs& a) {
     });
   });
   return width;
+}
+
+// What the rungs that keep a row as its FP16 packs in one block (packed_row, packed_online: the same
+// plan) decline, and why; nullptr for the arguments they take. The registry names the rung.
+inline const char* packed_block_unsupported(const SoftmaxArgs& a) {
+  static_assert(register_row::packed::kMaxCols == 65536, "update the message below");
+  if (a.op != SoftmaxOp::softmax && a.op != SoftmaxOp::log_softmax)
+    return "this rung computes the forward softmax and log-softmax (backward: register_row, block_row; "
+           "cross-entropy: fused_xent)";
+  if (const char* why = unsupported_types(a)) return why;
+  if (a.x_type != DType::f16) return "this rung keeps FP16 rows as their packs (FP32 rows: register_row)";
+  // An empty row has nothing to do (softmax() returns before running any variant): not refused here.
+  if (a.cols > 0 && register_row::packed::plan(a.cols, path_width(a)).threads == 0)
+    return "this rung keeps a row in the registers of one block as 16-byte FP16 packs: at most 65536 columns, "
+           "rows of whole packs (a multiple of 8 columns) in 16-byte-aligned buffers; other rows run in "
+           "register_row, block_row or online";
+  return nullptr;
 }
 
 // The host side of both rungs: launch(std::integral_constant<int, N>{}, x, y) with the typed buffers
