@@ -4,10 +4,17 @@
 //
 //   build/bench/conv_bench [--batch 128] [--runs 25] [--layers all|lenet|vgg] [--only TEXT]
 //                          [--passes forward,backward_data,backward_weight] [--variants a,b,...] [--no-cudnn]
+//                          [--sweep-splits]
 //
 // --only keeps the layers whose name contains TEXT (e.g. "256->256"), --passes and --variants the named
 // passes and rungs, --no-cudnn leaves cuDNN's search and column out: together they point a profiler
 // (scripts/gpu_check.sh ncu) at one kernel on one layer.
+//
+// --sweep-splits also times the two weight-gradient kernels, implicit_gemm_wmma's (rung 3's, which
+// implicit_gemm_table and implicit_gemm_nhwc hand backward_weight to) and implicit_gemm_nhwc_wgrad's,
+// at every count of reduction slices their limits allow on each layer (each count that gives a new cut:
+// every one up to 40, then about 15% apart), next to their rules' count, and prints the fastest: the
+// measurement kernels/wave_split.h's model stands in for. Rows "NAME splits=S" (and "NAME rule").
 //
 // Each measurement: two warm-up calls, then --runs calls timed one by one with CUDA events on the
 // halfling stream; the median is reported as TFLOP/s (2 * N*K*P*Q*C*R*S flops per pass) and as a
@@ -35,9 +42,12 @@
 #include <vector>
 
 #include "kernels/conv.h"
+#include "kernels/cuda/conv/implicit_gemm_index.h"
+#include "kernels/cuda/conv/implicit_gemm_nhwc_wgrad.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 #include "kernels/runtime.h"
+#include "kernels/wave_split.h"
 
 #ifdef HALFLING_HAVE_CUDNN
 #include <cudnn.h>
@@ -233,6 +243,53 @@ std::string today_utc() {
 
 }  // namespace
 
+// One table row: time, TFLOP/s and, with cuDNN's time (ref_ms > 0), the percentage of it.
+void print_row(const char* layer, ConvPass pass, const std::string& label, double ms, double tflop, double ref_ms) {
+  if (ref_ms > 0) {
+    std::printf("| %s | %s | %s | %.4f | %.2f | %.1f |\n", layer, kernels::conv_pass_name(pass), label.c_str(), ms,
+                tflop / (ms * 1e-3), 100.0 * ref_ms / ms);
+  } else {
+    std::printf("| %s | %s | %s | %.4f | %.2f | n/a |\n", layer, kernels::conv_pass_name(pass), label.c_str(), ms,
+                tflop / (ms * 1e-3));
+  }
+}
+
+// --sweep-splits for one layer's backward_weight (p): each weight-gradient kernel among `variants` that
+// takes the call, with its rule's count and then every count of slices that gives a new cut.
+void sweep_wgrad_splits(const char* layer, const ConvArgs& p, const std::vector<std::string>& variants, int runs,
+                        double ref_ms) {
+  namespace ig = kernels::cuda::igemm;
+  namespace nw = kernels::cuda::nhwc_wgrad;
+  const double tflop = 2.0 * static_cast<double>(p.macs()) * 1e-12;
+  const int64_t npq = p.N * p.P() * p.Q();
+  for (const char* rung : {"implicit_gemm_wmma", "implicit_gemm_nhwc_wgrad"}) {
+    if (std::find(variants.begin(), variants.end(), rung) == variants.end()) continue;
+    const auto* var = kernels::ConvRegistry::instance().find(rung, DeviceType::cuda);
+    if (var == nullptr || (var->unsupported != nullptr && var->unsupported(p) != nullptr)) continue;  // row above
+    const bool rung3 = std::string(rung) == "implicit_gemm_wmma";
+    const int64_t most = rung3 ? ig::wgrad_most_splits(npq) : nw::most_splits(nw::problem_for(p));
+    const int64_t step = rung3 ? ig::kBK : nw::kBK;
+    struct Reset {  // the hook goes back to the rules however the loop ends
+      ~Reset() { kernels::wgrad_splits_for_tuning().store(0); }
+    } reset;
+    const double rule_ms = median_ms([&] { kernels::conv2d(p, rung); }, runs);
+    print_row(layer, p.pass, std::string(rung) + " rule", rule_ms, tflop, ref_ms);
+    double best_ms = 0;
+    int64_t best = 0, last = 0;
+    for (int64_t s = 1; s <= most; s = s < 40 ? s + 1 : std::max(s + 1, s * 115 / 100)) {
+      const int64_t cut = kernels::cut_reduction(npq, s, step).splits;
+      if (cut == last) continue;  // the rounding to whole steps gave the count just timed
+      last = cut;
+      kernels::wgrad_splits_for_tuning().store(static_cast<int>(s));
+      const double ms = median_ms([&] { kernels::conv2d(p, rung); }, runs);
+      print_row(layer, p.pass, std::string(rung) + " splits=" + std::to_string(cut), ms, tflop, ref_ms);
+      if (best == 0 || ms < best_ms) best = cut, best_ms = ms;
+    }
+    std::printf("# %s, %s: fastest %lld slices, %.4f ms; the rule's count %.4f ms\n", layer, rung,
+                static_cast<long long>(best), best_ms, rule_ms);
+  }
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"Times the CUDA conv ladder and cuDNN on the LeNet and VGG-small layers"};
   int64_t batch = 128;
@@ -250,6 +307,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"forward", "backward_data", "backward_weight"}));
   app.add_option("--variants", chosen_variants, "CUDA conv rungs to time (default: every one)")->delimiter(',');
   app.add_flag("--no-cudnn", no_cudnn, "leave cuDNN (its algorithm search and its column) out");
+  bool sweep_splits = false;
+  app.add_flag("--sweep-splits", sweep_splits,
+               "also time the weight-gradient kernels at every count of reduction slices (backward_weight)");
   CLI11_PARSE(app, argc, argv);
 
   // Checked before looking for a GPU, so that a typo is refused on any machine.
@@ -343,14 +403,9 @@ int main(int argc, char** argv) {
             continue;
           }
           const double ms = median_ms([&] { kernels::conv2d(p, v); }, runs);
-          if (kCudnn) {
-            std::printf("| %s | %s | %s | %.4f | %.2f | %.1f |\n", L.name, kernels::conv_pass_name(pass), v.c_str(), ms,
-                        tflop / (ms * 1e-3), 100.0 * ref_ms / ms);
-          } else {
-            std::printf("| %s | %s | %s | %.4f | %.2f | n/a |\n", L.name, kernels::conv_pass_name(pass), v.c_str(), ms,
-                        tflop / (ms * 1e-3));
-          }
+          print_row(L.name, pass, v, ms, tflop, kCudnn ? ref_ms : 0.0);
         }
+        if (sweep_splits && pass == ConvPass::backward_weight) sweep_wgrad_splits(L.name, p, variants, runs, kCudnn ? ref_ms : 0.0);
         std::fflush(stdout);
       }
     }

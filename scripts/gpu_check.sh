@@ -401,6 +401,10 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     fi
     export HALFLING_DATA=${HALFLING_DATA:-$root/data}
     step conv-bench timeout 100 "$build/bench/conv_bench" --batch 128
+    # Issue #7: the weight gradients' split-K counts, every one timed (rung 3's rule counts waves since
+    # 2026-11-27, kernels/wave_split.h, a model; rung 4b's does not yet): the data to keep or change both.
+    step conv-splits timeout 60 "$build/bench/conv_bench" --batch 128 --runs 5 --no-cudnn --passes backward_weight \
+      --variants implicit_gemm_wmma,implicit_gemm_nhwc_wgrad --sweep-splits
     step gemm-bench timeout 110 "$build/bench/gemm_bench" --runs 10 --sweep
     if [[ -d $HALFLING_DATA/mnist ]]; then
       step seeds-mlp512-cosine timeout 100 env SCHEDULE=cosine \

@@ -7,6 +7,7 @@
 
 #include "kernels/conv.h"
 #include "kernels/half.h"
+#include "kernels/wave_split.h"
 
 namespace hl::kernels::cuda::igemm {
 
@@ -261,8 +262,14 @@ HL_HOST_DEVICE int64_t wgrad_x_index(const WGeometry& g, const WRow& row, const 
 
 // Reduction positions per slice for `splits` slices of npq: a whole number of K steps. The number of
 // non-empty slices is then (npq + length - 1) / length.
-inline int64_t wgrad_slice_length(int64_t npq, int64_t splits) {
-  return ((npq + splits - 1) / splits + kBK - 1) / kBK * kBK;
+inline int64_t wgrad_slice_length(int64_t npq, int64_t splits) { return cut_reduction(npq, splits, kBK).slice; }
+
+// backward_weight's split-K limits: no slice shorter than kWgradMinSlice positions (shorter slices would
+// spend more time writing partials than multiplying), at most kWgradMaxSplits slices.
+inline constexpr int64_t kWgradMinSlice = 8 * kBK;
+inline constexpr int64_t kWgradMaxSplits = 256;
+inline int64_t wgrad_most_splits(int64_t npq) {
+  return npq / kWgradMinSlice < 1 ? 1 : (npq / kWgradMinSlice > kWgradMaxSplits ? kWgradMaxSplits : npq / kWgradMinSlice);
 }
 
 inline Geometry make_geometry(const ConvArgs& a) {

@@ -21,6 +21,7 @@
 
 #include "kernels/conv.h"
 #include "kernels/half.h"  // HL_HOST_DEVICE
+#include "kernels/wave_split.h"
 
 namespace hl::kernels::cuda::nhwc_wgrad {
 
@@ -69,17 +70,23 @@ inline Problem problem_for(const ConvArgs& a) {
 
 // How the reduction is cut: `splits` slices of `slice` positions each (a multiple of kBK; the last may
 // be shorter, none is empty). Enough blocks for about two per SM (two 68 KiB rings fit in an SM's
-// shared memory), but no slice shorter than kMinSlice.
+// shared memory), but no slice shorter than kMinSlice. (This rule does not count waves, as rung 3's now
+// does, kernels/wave_split.h: it stays until bench/conv_bench --sweep-splits has timed both on a GPU.)
+// A count set by that sweep (wgrad_splits_for_tuning) takes the rule's place, within the same limits.
 struct Split {
   int splits, slice;
 };
+// The most slices: kMaxSplits, and none shorter than kMinSlice.
+inline int64_t most_splits(const Problem& g) {
+  return std::min<int64_t>(std::max<int64_t>(1, g.npq() / kMinSlice), kMaxSplits);
+}
 inline Split split_for(const Problem& g, int sms) {
   const int64_t tiles = static_cast<int64_t>((g.K + kBM - 1) / kBM) * ((g.rsc() + kBN - 1) / kBN);
   const int64_t want = (2 * static_cast<int64_t>(std::max(sms, 1)) + tiles - 1) / tiles;
-  const int64_t most = std::max<int64_t>(1, g.npq() / kMinSlice);
-  const int64_t splits = std::clamp<int64_t>(want, 1, std::min<int64_t>(most, kMaxSplits));
-  const int64_t slice = ((g.npq() + splits - 1) / splits + kBK - 1) / kBK * kBK;
-  return Split{static_cast<int>((g.npq() + slice - 1) / slice), static_cast<int>(slice)};
+  const int forced = wgrad_splits_for_tuning().load();
+  const int64_t splits = std::clamp<int64_t>(forced > 0 ? forced : want, 1, most_splits(g));
+  const SplitCut c = cut_reduction(g.npq(), splits, kBK);
+  return Split{static_cast<int>(c.splits), static_cast<int>(c.slice)};
 }
 
 // The workspace of a call, in bytes: the NHWC copies of x and dY (halves), then the FP32 partial tiles

@@ -75,6 +75,7 @@
 #include "kernels/cuda/conv/implicit_gemm_index.h"
 #include "kernels/cuda/conv/workspace.cuh"
 #include "kernels/runtime.h"
+#include "kernels/wave_split.h"
 
 namespace hl::kernels::cuda {
 
@@ -373,16 +374,28 @@ __global__ void conv_wgrad_reduce_kernel(ConvArgs a, const float* __restrict__ p
   }
 }
 
-// How many slices of the reduction: enough blocks for about 4 per SM, but every slice at least
-// kMinSlice positions long (shorter slices would spend more time writing partials than multiplying).
+// How many slices of the reduction. Every slice at least kWgradMinSlice positions long, at most
+// kWgradMaxSplits of them (implicit_gemm_index.h), and among those the
+// count that fills whole waves of the blocks the GPU holds at once (kernels/wave_split.h). The rule
+// before 2026-11-27 asked for about 4 blocks per SM, ceil(4 x SMs / tiles) slices, where only 2 of
+// these blocks fit (94 registers x 256 threads): on VGG-small's 256->256 layer, 8 slices, 576 blocks
+// in 2.18 waves of 264 (wave_split.h's example). A count set by bench/conv_bench --sweep-splits
+// (wgrad_splits_for_tuning) takes the place of the rule, within the same limits.
 int64_t wgrad_splits(const ConvArgs& a) {
-  constexpr int64_t kMinSlice = 8 * kBK;
-  constexpr int64_t kMaxSplits = 256;
   const int64_t tiles = ((a.K + kBM - 1) / kBM) * ((a.C * a.R * a.S + kBN - 1) / kBN);
   const int64_t npq = a.N * a.P() * a.Q();
-  const int64_t want = (4 * static_cast<int64_t>(sm_count()) + tiles - 1) / tiles;
-  const int64_t most = std::max<int64_t>(1, npq / kMinSlice);
-  return std::clamp<int64_t>(want, 1, std::min(most, kMaxSplits));
+  const int64_t most = wgrad_most_splits(npq);  // kWgradMinSlice, kWgradMaxSplits (implicit_gemm_index.h)
+  if (const int forced = wgrad_splits_for_tuning().load(); forced > 0) return std::min<int64_t>(forced, most);
+  // The blocks of this kernel an SM holds at once (registers and shared memory decide), asked once.
+  static const int per_sm = [] {
+    int n = 0;
+    HL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, conv_implicit_gemm_wgrad_kernel, kThreads, 0));
+    return std::max(n, 1);
+  }();
+  // The partial tile a block writes, in steps of its operands' loads: 64 x 128 FP32 against 64 + 128
+  // rows of 32 halves, about 2.7 steps.
+  constexpr double kEpilogueSteps = (kBM * kBN * 4.0) / ((kBM + kBN) * kBK * 2.0);
+  return choose_by_waves(tiles, static_cast<int64_t>(sm_count()) * per_sm, npq, kBK, most, kEpilogueSteps).splits;
 }
 
 void run_wgrad(const ConvArgs& a) {
