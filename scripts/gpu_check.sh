@@ -149,7 +149,7 @@ race_new+=':CudaGemm.WmmaSmemEveryKStepOneBlock'
 # reduce_sum's channel path (new since 2026-11-27, not yet run on a GPU; block_reduce shares memory).
 race_new+=':CudaReduce.SumOverAnyDimensions:CudaReduce.ChannelPathGivesTheSameBitsEveryRun'
 # The softmax rung packed_online (new since 2026-11-27, not yet run on a GPU; its block merge shares
-# memory): the test of threads whose share of the row holds no finite value, on rows of 2048 and 65536.
+# memory): the test of threads whose share of the row holds no finite value, on rows of 4096 and 65536.
 race_new+=':SoftmaxCuda.PackedOnlineThreadsWithoutAFiniteValue'
 race_second='ConvCuda.BetaAccumulatesIntoTheOutput:CudaGemm.WmmaPipelinedLeanTilesInsideAndOnTheEdges'
 race_second+=':CudaGemm.WmmaSmemBatchedCopyInsideAndOnTheEdges:CudaGemm.MmaSyncLeanCopyInsideAndOnTheEdges'

@@ -61,7 +61,10 @@ TEST(BenchTrain, ProfilePrintsWhereAStepsTimeGoes) {
   for (const char* row : {"\ndata ", "\nstep ", "\n  forward ", "\n    Linear(784 -> 512)+ReLU ", "\n  loss ",
                           "\n  backward ", "\n    linear_relu [128, 784] ", "\n  optimizer "})
     EXPECT_NE(out.find(row, profile), std::string::npos) << "no row '" << row + 1 << "' in\n" << out;
-  EXPECT_NO_THROW(nlohmann::json::parse(out.substr(out.rfind('{')))) << out;
+  EXPECT_NO_THROW({
+    const nlohmann::json summary = nlohmann::json::parse(out.substr(out.rfind('{')));
+    EXPECT_TRUE(summary.is_object()) << out;
+  }) << out;
 }
 
 TEST(BenchTrain, SmokeRunReportsTimesAccuracyAndJson) {

@@ -524,7 +524,7 @@ TEST(SoftmaxCuda, PackedOnlineThreadsWithoutAFiniteValue) {
   HL_REQUIRE_CUDA();
   if (!registered_on_cuda("packed_online")) GTEST_SKIP() << "packed_online is not registered in this build";
   uint64_t seed = hl::test::fresh_seed();
-  for (const int64_t cols : {2048, 65536}) {
+  for (const int64_t cols : {4096, 65536}) {
     const int threads = k::register_row::packed::plan(cols, 8).threads;
     ASSERT_GT(threads, 32) << cols << ": the case needs more than one warp";
     const int64_t rows = 5;
