@@ -49,19 +49,27 @@ __device__ __forceinline__ float load_row(const T* row, int rank, int size, int 
   return m;
 }
 
-// out pack i = f(v[i][k]) for the packs inside the row.
-template <int P, int N, class T, class F>
-__device__ __forceinline__ void store_row(T* row, int rank, int size, int owned, const float (&v)[P][N], F&& f) {
+// out pack i = value(i, k) for k < N, for the member's packs inside the row (i < owned): the write of
+// every register rung. value is called with constants only (both loops unrolled), so an array it reads
+// stays in registers.
+template <int P, int N, class T, class Value>
+__device__ __forceinline__ void store_packs(T* row, int rank, int size, int owned, Value&& value) {
   const int stride = size * N, first = rank * N;
 #pragma unroll
   for (int i = 0; i < P; ++i) {
     if (i < owned) {
       Pack<T, N> q;
 #pragma unroll
-      for (int k = 0; k < N; ++k) q.v[k] = from_f32<T>(f(v[i][k]));
+      for (int k = 0; k < N; ++k) q.v[k] = from_f32<T>(value(i, k));
       *reinterpret_cast<Pack<T, N>*>(row + first + i * stride) = q;
     }
   }
+}
+
+// out pack i = f(v[i][k]) for the packs inside the row.
+template <int P, int N, class T, class F>
+__device__ __forceinline__ void store_row(T* row, int rank, int size, int owned, const float (&v)[P][N], F&& f) {
+  store_packs<P, N>(row, rank, size, owned, [&](int i, int k) { return f(v[i][k]); });
 }
 
 // Softmax or log-softmax of one row xr -> yr by group g; `owned` = packs_owned(cols / N, rank, size)
@@ -147,17 +155,7 @@ __device__ __forceinline__ void register_backward_row(const Group& g, const TY* 
 template <int P, class TY, class F>
 __device__ __forceinline__ void store_from_packs(TY* row, int rank, int size, int owned,
                                                  const Pack<__half, 8> (&raw)[P], F&& f) {
-  constexpr int N = 8;
-  const int stride = size * N, first = rank * N;
-#pragma unroll
-  for (int i = 0; i < P; ++i) {
-    if (i < owned) {
-      Pack<TY, N> q;
-#pragma unroll
-      for (int k = 0; k < N; ++k) q.v[k] = from_f32<TY>(f(to_f32(raw[i].v[k])));
-      *reinterpret_cast<Pack<TY, N>*>(row + first + i * stride) = q;
-    }
-  }
+  store_packs<P, 8>(row, rank, size, owned, [&](int i, int k) { return f(to_f32(raw[i].v[k])); });
 }
 
 // Softmax or log-softmax of one FP16 row xr -> yr by group g, the row kept in registers as the 16-byte
