@@ -43,6 +43,12 @@ constexpr SplitCut cut_reduction(int64_t len, int64_t splits, int64_t step) {
   return SplitCut{(len + slice - 1) / slice, slice};
 }
 
+// The most slices a reduction of `len` positions may be cut into: none shorter than `min_slice`, at
+// most `max_splits`, and at least one.
+constexpr int64_t most_slices(int64_t len, int64_t min_slice, int64_t max_splits) {
+  return std::clamp<int64_t>(len / min_slice, 1, std::max<int64_t>(max_splits, 1));
+}
+
 // The model's time for a cut, in reduction steps of one block (see the top of the file).
 constexpr double wave_cost(int64_t tiles, int64_t slots, const SplitCut& c, int64_t step, double epilogue_steps) {
   const int64_t blocks = tiles * c.splits;

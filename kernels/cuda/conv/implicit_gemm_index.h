@@ -268,9 +268,7 @@ inline int64_t wgrad_slice_length(int64_t npq, int64_t splits) { return cut_redu
 // spend more time writing partials than multiplying), at most kWgradMaxSplits slices.
 inline constexpr int64_t kWgradMinSlice = 8 * kBK;
 inline constexpr int64_t kWgradMaxSplits = 256;
-inline int64_t wgrad_most_splits(int64_t npq) {
-  return npq / kWgradMinSlice < 1 ? 1 : (npq / kWgradMinSlice > kWgradMaxSplits ? kWgradMaxSplits : npq / kWgradMinSlice);
-}
+inline int64_t wgrad_most_splits(int64_t npq) { return most_slices(npq, kWgradMinSlice, kWgradMaxSplits); }
 
 inline Geometry make_geometry(const ConvArgs& a) {
   const auto i32 = [](int64_t v) { return static_cast<int>(v); };

@@ -77,9 +77,7 @@ struct Split {
   int splits, slice;
 };
 // The most slices: kMaxSplits, and none shorter than kMinSlice.
-inline int64_t most_splits(const Problem& g) {
-  return std::min<int64_t>(std::max<int64_t>(1, g.npq() / kMinSlice), kMaxSplits);
-}
+inline int64_t most_splits(const Problem& g) { return most_slices(g.npq(), kMinSlice, kMaxSplits); }
 inline Split split_for(const Problem& g, int sms) {
   const int64_t tiles = static_cast<int64_t>((g.K + kBM - 1) / kBM) * ((g.rsc() + kBN - 1) / kBN);
   const int64_t want = (2 * static_cast<int64_t>(std::max(sms, 1)) + tiles - 1) / tiles;

@@ -374,18 +374,19 @@ __global__ void conv_wgrad_reduce_kernel(ConvArgs a, const float* __restrict__ p
   }
 }
 
-// How many slices of the reduction. Every slice at least kWgradMinSlice positions long, at most
-// kWgradMaxSplits of them (implicit_gemm_index.h), and among those the
+// How the reduction is cut into slices (SplitCut: no slice empty). Every slice at least kWgradMinSlice
+// positions long, at most kWgradMaxSplits of them (implicit_gemm_index.h), and among those the
 // count that fills whole waves of the blocks the GPU holds at once (kernels/wave_split.h). The rule
 // before 2026-11-27 asked for about 4 blocks per SM, ceil(4 x SMs / tiles) slices, where only 2 of
 // these blocks fit (94 registers x 256 threads): on VGG-small's 256->256 layer, 8 slices, 576 blocks
 // in 2.18 waves of 264 (wave_split.h's example). A count set by bench/conv_bench --sweep-splits
 // (wgrad_splits_for_tuning) takes the place of the rule, within the same limits.
-int64_t wgrad_splits(const ConvArgs& a) {
+SplitCut wgrad_cut(const ConvArgs& a) {
   const int64_t tiles = ((a.K + kBM - 1) / kBM) * ((a.C * a.R * a.S + kBN - 1) / kBN);
   const int64_t npq = a.N * a.P() * a.Q();
   const int64_t most = wgrad_most_splits(npq);  // kWgradMinSlice, kWgradMaxSplits (implicit_gemm_index.h)
-  if (const int forced = wgrad_splits_for_tuning().load(); forced > 0) return std::min<int64_t>(forced, most);
+  if (const int forced = wgrad_splits_for_tuning().load(); forced > 0)
+    return cut_reduction(npq, std::min<int64_t>(forced, most), kBK);
   // The blocks of this kernel an SM holds at once (registers and shared memory decide), asked once.
   static const int per_sm = [] {
     int n = 0;
@@ -395,15 +396,13 @@ int64_t wgrad_splits(const ConvArgs& a) {
   // The partial tile a block writes, in steps of its operands' loads: 64 x 128 FP32 against 64 + 128
   // rows of 32 halves, about 2.7 steps.
   constexpr double kEpilogueSteps = (kBM * kBN * 4.0) / ((kBM + kBN) * kBK * 2.0);
-  return choose_by_waves(tiles, static_cast<int64_t>(sm_count()) * per_sm, npq, kBK, most, kEpilogueSteps).splits;
+  return choose_by_waves(tiles, static_cast<int64_t>(sm_count()) * per_sm, npq, kBK, most, kEpilogueSteps);
 }
 
 void run_wgrad(const ConvArgs& a) {
-  const int64_t npq = a.N * a.P() * a.Q();
-  int64_t splits = wgrad_splits(a);
-  const int64_t split = wgrad_slice_length(npq, splits);
-  splits = (npq + split - 1) / split;  // no slice is empty
-  const WGeometry g = make_wgeometry(a, split);
+  const SplitCut cut = wgrad_cut(a);  // no slice is empty
+  const int64_t splits = cut.splits;
+  const WGeometry g = make_wgeometry(a, cut.slice);
   const int64_t n = a.K * a.C * a.R * a.S;
 
   Scratch& ws = conv_detail::workspace();
