@@ -54,8 +54,9 @@ const std::vector<ConvShape> kShapes = {
     {2, 32, 14, 14, 64, 5, 5, 1, 1, 2, 2},   // LeNet's second layer
 };
 
-// The H200's 132 multiprocessors, and a GPU with few (more slices per tile).
-constexpr int kSms = 132;
+// The blocks of the kernel a GPU holds at once (split_for's slots): an H100's or H200's 132 SMs, two
+// blocks each.
+constexpr int64_t kSlots = 2 * 132;
 
 // The NHWC copy of an NCHW tensor [N, C, H, W], as copy_nchw_to_nhwc makes it.
 std::vector<double> to_nhwc(const std::vector<double>& src, int64_t N, int C, int H, int W) {
@@ -72,10 +73,10 @@ struct Emulated {
 
 // The rung on one call: the layout changes, conv_nhwc_wgrad_kernel block by block (x: column tile, y:
 // row tile, z: slice), then conv_nhwc_wgrad_reduce_kernel. `beta` and `old` as the call's.
-Emulated emulate(const ConvArgs& a, const std::vector<double>& x, const std::vector<double>& dy, int sms, double beta,
+Emulated emulate(const ConvArgs& a, const std::vector<double>& x, const std::vector<double>& dy, int64_t slots, double beta,
                  const std::vector<double>& old) {
   const wg::Problem g = wg::problem_for(a);
-  const wg::Split sp = wg::split_for(g, sms);
+  const wg::Split sp = wg::split_for(g, slots);
   const std::vector<double> xh = to_nhwc(x, g.N, g.C, g.H, g.W);
   const std::vector<double> dyh = to_nhwc(dy, g.N, g.K, g.P, g.Q);
 
@@ -153,16 +154,16 @@ Emulated emulate(const ConvArgs& a, const std::vector<double>& x, const std::vec
   return e;
 }
 
-void check_call(const ConvShape& s, uint32_t seed, int sms, double beta) {
+void check_call(const ConvShape& s, uint32_t seed, int64_t slots, double beta) {
   ConvArgs a = s.args();
   a.pass = ConvPass::backward_weight;
-  const std::string what = s.str() + " on " + std::to_string(sms) + " SMs, beta " + std::to_string(beta);
-  ASSERT_EQ(wg::hand_off_reason(a, 90, 90, sms), nullptr) << what << ": the rung should compute this call";
+  const std::string what = s.str() + " with " + std::to_string(slots) + " slots, beta " + std::to_string(beta);
+  ASSERT_EQ(wg::hand_off_reason(a, 90, 90, slots), nullptr) << what << ": the rung should compute this call";
   const std::vector<double> x = test::small_integers(static_cast<size_t>(a.N * a.C * a.H * a.W), seed);
   const std::vector<double> dy = test::small_integers(static_cast<size_t>(a.N * a.K * a.P() * a.Q()), seed + 1);
   const size_t nw = static_cast<size_t>(a.K * a.C * a.R * a.S);
   const std::vector<double> old = beta != 0.0 ? test::small_integers(nw, seed + 2) : std::vector<double>(nw, kNaN);
-  const Emulated got = emulate(a, x, dy, sms, beta, old);
+  const Emulated got = emulate(a, x, dy, slots, beta, old);
   std::vector<double> want = test::conv_reference(a, ConvPass::backward_weight, x, {}, dy).value;
   if (beta != 0.0)
     for (size_t i = 0; i < want.size(); ++i) want[i] += beta * old[i];
@@ -209,21 +210,23 @@ TEST(ConvNhwcWgradIndex, RowCursorsAdvanceLikeDividing) {
 
 TEST(ConvNhwcWgradIndex, WeightGradientEqualsTheReference) {
   uint32_t seed = 1;
-  for (const ConvShape& s : kShapes) check_call(s, seed += 3, kSms, 0.0);
+  for (const ConvShape& s : kShapes) check_call(s, seed += 3, kSlots, 0.0);
 }
 
-// Fewer SMs: more slices per tile (and the shortest slice kMinSlice), the same sums.
+// Other GPUs, other cuts, the same sums: one slot (one slice: a wave per tile makes more slices only
+// longer), 8, and more than any grid fills (as many slices as the limits allow, the shortest kMinSlice).
 TEST(ConvNhwcWgradIndex, OtherSplitsGiveTheSameSums) {
   uint32_t seed = 200;
   for (const ConvShape& s : kShapes) check_call(s, seed += 3, 8, 0.0);
   for (const ConvShape& s : kShapes) check_call(s, seed += 3, 1, 0.0);
+  for (const ConvShape& s : kShapes) check_call(s, seed += 3, int64_t{1} << 20, 0.0);
 }
 
 TEST(ConvNhwcWgradIndex, BetaAddsTheOldGradient) {
   uint32_t seed = 400;
   for (const ConvShape& s : {kShapes[1], kShapes[8], kShapes[12]}) {
-    check_call(s, seed += 3, kSms, 1.0);
-    check_call(s, seed += 3, kSms, 0.5);
+    check_call(s, seed += 3, kSlots, 1.0);
+    check_call(s, seed += 3, kSlots, 0.5);
   }
 }
 
@@ -231,12 +234,12 @@ TEST(ConvNhwcWgradIndex, BetaAddsTheOldGradient) {
 // kMinSlice unless the whole reduction is, and at most kMaxSplits.
 TEST(ConvNhwcWgradIndex, SplitCoversTheReduction) {
   for (const ConvShape& s : kShapes) {
-    for (int sms : {1, 8, 80, 132}) {
+    for (int64_t slots : {int64_t{1}, int64_t{8}, int64_t{216}, kSlots, int64_t{1} << 20}) {
       ConvArgs a = s.args();
       a.pass = ConvPass::backward_weight;
       const wg::Problem g = wg::problem_for(a);
-      const wg::Split sp = wg::split_for(g, sms);
-      const std::string what = s.str() + " on " + std::to_string(sms) + " SMs";
+      const wg::Split sp = wg::split_for(g, slots);
+      const std::string what = s.str() + " with " + std::to_string(slots) + " slots";
       EXPECT_EQ(sp.slice % wg::kBK, 0) << what;
       EXPECT_GE(sp.splits, 1) << what;
       EXPECT_LE(sp.splits, wg::kMaxSplits) << what;
@@ -247,12 +250,14 @@ TEST(ConvNhwcWgradIndex, SplitCoversTheReduction) {
       }
     }
   }
-  // VGG-small's 256 -> 256 layer at batch 128 on an H200: 2 x 18 tiles, 8 slices of 1024 positions.
+  // VGG-small's 256 -> 256 layer at batch 128 on an H100 or H200: 2 x 18 tiles, 7 slices of 1184
+  // positions, 252 blocks in one wave of 264 (the old rule's 8 slices made 288, a second wave of 24;
+  // the H100 timed 0.0972 against 0.1146 ms, bench/results/gpu_short_nvidia_h100_80gb_hbm3_2026-11-27_seventh.txt).
   ConvArgs vgg = ConvShape{128, 256, 8, 8, 256, 3, 3, 1, 1, 1, 1}.args();
   vgg.pass = ConvPass::backward_weight;
-  const wg::Split sp = wg::split_for(wg::problem_for(vgg), kSms);
-  EXPECT_EQ(sp.splits, 8);
-  EXPECT_EQ(sp.slice, 1024);
+  const wg::Split sp = wg::split_for(wg::problem_for(vgg), kSlots);
+  EXPECT_EQ(sp.splits, 7);
+  EXPECT_EQ(sp.slice, 1184);
 }
 
 // kcrs_index is a permutation of the weights: the reordering loses and duplicates nothing.
@@ -278,20 +283,20 @@ TEST(ConvNhwcWgradIndex, HandsOnExactlyWhatItDoesNotCompute) {
   for (const ConvShape& s : layers) {
     ConvArgs a = s.args();
     a.pass = ConvPass::backward_weight;
-    EXPECT_EQ(wg::hand_off_reason(a, 90, 90, kSms), nullptr) << s.str();
+    EXPECT_EQ(wg::hand_off_reason(a, 90, 90, kSlots), nullptr) << s.str();
     EXPECT_EQ(wg::hand_off_reason(a, 80, 80, 108), nullptr) << s.str();
     EXPECT_EQ(wg::hand_off_reason(a, 0, 0, 80), nullptr) << s.str() << ": no GPU, nothing known against it";
-    EXPECT_NE(wg::hand_off_reason(a, 75, 75, kSms), nullptr) << s.str();
-    EXPECT_NE(wg::hand_off_reason(a, 90, 75, kSms), nullptr) << s.str() << ": an sm_75-only build on an H100";
+    EXPECT_NE(wg::hand_off_reason(a, 75, 75, kSlots), nullptr) << s.str();
+    EXPECT_NE(wg::hand_off_reason(a, 90, 75, kSlots), nullptr) << s.str() << ": an sm_75-only build on an H100";
     for (ConvPass pass : {ConvPass::forward, ConvPass::backward_data}) {
       a.pass = pass;
-      EXPECT_NE(wg::hand_off_reason(a, 90, 90, kSms), nullptr) << s.str() << " " << kernels::conv_pass_name(pass);
+      EXPECT_NE(wg::hand_off_reason(a, 90, 90, kSlots), nullptr) << s.str() << " " << kernels::conv_pass_name(pass);
     }
   }
   const auto why = [](const ConvShape& s) {
     ConvArgs a = s.args();
     a.pass = ConvPass::backward_weight;
-    const char* r = wg::hand_off_reason(a, 90, 90, kSms);
+    const char* r = wg::hand_off_reason(a, 90, 90, kSlots);
     return std::string(r != nullptr ? r : "(computed)");
   };
   EXPECT_NE(why({128, 3, 32, 32, 64, 3, 3, 1, 1, 1, 1}).find("multiple of 8"), std::string::npos);  // VGG's first
@@ -303,7 +308,7 @@ TEST(ConvNhwcWgradIndex, HandsOnExactlyWhatItDoesNotCompute) {
   ConvArgs first64 = ConvShape{128, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1}.args();
   first64.pass = ConvPass::backward_weight;
   const wg::Problem g = wg::problem_for(first64);
-  EXPECT_LT(wg::workspace_bytes(g, wg::split_for(g, kSms)), int64_t{42} << 20);
+  EXPECT_LT(wg::workspace_bytes(g, wg::split_for(g, kSlots)), int64_t{42} << 20);
 }
 
 // The emulation can fail: the weight gradient written in the GEMM's [k][r][s][c] order, without
@@ -315,7 +320,7 @@ TEST(ConvNhwcWgradIndex, EmulationCatchesAMissingReorder) {
   const std::vector<double> x = test::small_integers(static_cast<size_t>(a.N * a.C * a.H * a.W), 7);
   const std::vector<double> dy = test::small_integers(static_cast<size_t>(a.N * a.K * a.P() * a.Q()), 8);
   const std::vector<double> none(static_cast<size_t>(a.K * a.C * a.R * a.S), kNaN);
-  const Emulated got = emulate(a, x, dy, kSms, 0.0, none);
+  const Emulated got = emulate(a, x, dy, kSlots, 0.0, none);
   const std::vector<double> want = test::conv_reference(a, ConvPass::backward_weight, x, {}, dy).value;
   // Undo the reordering: the values in GEMM order.
   const wg::Problem g = wg::problem_for(a);

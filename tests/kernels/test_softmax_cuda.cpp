@@ -374,11 +374,12 @@ TEST(SoftmaxCuda, EveryRungLogSoftmaxBackward) {
 // scalar path), small and large logits (the many-rows cases, which test the row stepping, small ones
 // only), FP16 and FP32 outputs, softmax and log-softmax. Where per_thread(cols, width) > 0 the rung
 // runs and matches the reference; where it is 0 the rung is declined, with a reason that contains
-// `declined_says`, and never runs. Afterwards every per-thread count compiled_for() lists has run.
+// `declined_says` (or, for FP32 rows of a rung that takes FP16 rows only, `fp32_declined_says` when
+// given), and never runs. Afterwards every per-thread count compiled_for() lists has run.
 // Rows 0..4 are the all -inf, masked, logit-12, +inf and NaN rows of make_logits.
 void sweep_register_rung(const std::string& rung, const std::vector<std::pair<int64_t, int64_t>>& cases,
                          const std::function<int(int64_t, int)>& per_thread, bool (*compiled_for)(int, int),
-                         const std::string& declined_says) {
+                         const std::string& declined_says, const std::string& fp32_declined_says = "") {
   const auto& v = *k::SoftmaxRegistry::instance().find(rung, DeviceType::cuda);
   uint64_t seed = hl::test::fresh_seed();
   std::set<std::pair<int, int>> used;  // (width, per-thread count) plans run
@@ -399,7 +400,9 @@ void sweep_register_rung(const std::string& rung, const std::vector<std::pair<in
             if (count == 0) {  // past the capacity: declined with the reason, never run
               EXPECT_NE(why, nullptr) << what;
               if (why != nullptr) {
-                EXPECT_NE(std::string(why).find(declined_says), std::string::npos) << why;
+                const bool fp32_reason = tx == DType::f32 && !fp32_declined_says.empty();
+                EXPECT_NE(std::string(why).find(fp32_reason ? fp32_declined_says : declined_says), std::string::npos)
+                    << what << ": " << why;
               }
               EXPECT_THROW(k::softmax(a, rung), Error) << what;
               continue;
@@ -498,7 +501,8 @@ void sweep_packed_block_rung(const std::string& rung) {
   cases.push_back({70000, 8});  // more rows than one grid covers: blocks step to further rows
   sweep_register_rung(
       rung, cases, [](int64_t cols, int width) { return k::register_row::packed::plan(cols, width).per_thread; },
-      k::register_row::packed::compiled_for, "keeps a row in the registers of one block");
+      k::register_row::packed::compiled_for, "keeps a row in the registers of one block",
+      "keeps FP16 rows as their packs (FP32 rows: register_row)");
 }
 
 TEST(SoftmaxCuda, PackedRowAtItsCapacityBoundaries) {
@@ -513,25 +517,36 @@ TEST(SoftmaxCuda, PackedOnlineAtItsCapacityBoundaries) {
   sweep_packed_block_rung("packed_online");
 }
 
-// packed_online gives each thread its own (max, sum) pair before the block merges them, so a thread
-// whose whole share of the row is -inf, or -inf and NaN, or holds the +inf, is a case of its own that
-// random rows rarely make: a thread owns packs t, t + threads, ... (packs_owned), so these rows mask
-// by owner. Row 0: the first half of the threads see only -inf; row 1: one finite value in the row;
-// row 2: one thread sees only -inf and a NaN (the row is NaN); row 3: one thread holds a +inf among
-// finite values (no finite maximum: NaN); row 4: every thread but the last sees only -inf. Small enough
-// for racecheck (scripts/gpu_check.sh), which checks the merge's shared memory.
+// packed_online gives each thread its own (max, sum) pair, folded pack by pack, before the block merges
+// them, so a thread whose whole share of the row is -inf, or -inf and NaN, or holds the +inf, or whose
+// maximum rises from pack to pack, is a case of its own that random rows rarely make: a thread owns
+// packs t, t + threads, ... (packs_owned), so these rows mask by owner and pack. Row 0: the first half
+// of the threads see only -inf; row 1: one finite value in the row; row 2: one thread sees only -inf and
+// a NaN (the row is NaN); row 3: one thread holds a +inf among finite values (no finite maximum: NaN);
+// row 4: every thread but the last sees only -inf; row 5: each thread's first half of its packs is -inf
+// (its pair starts from -inf after a pack); row 6: logits near FP16's largest, rising by 1024 from
+// each of a thread's packs to the next (every pack a new maximum, the base-2 shift's rounding at its
+// largest, and all but the last pack's terms rescaled to nothing). Small enough for racecheck
+// (scripts/gpu_check.sh), which checks the merge's shared memory.
 TEST(SoftmaxCuda, PackedOnlineThreadsWithoutAFiniteValue) {
   HL_REQUIRE_CUDA();
   if (!registered_on_cuda("packed_online")) GTEST_SKIP() << "packed_online is not registered in this build";
   uint64_t seed = hl::test::fresh_seed();
   for (const int64_t cols : {4096, 65536}) {
-    const int threads = k::register_row::packed::plan(cols, 8).threads;
+    const k::register_row::Plan plan = k::register_row::packed::plan(cols, 8);
+    const int threads = plan.threads;
     ASSERT_GT(threads, 32) << cols << ": the case needs more than one warp";
-    const int64_t rows = 5;
+    ASSERT_GT(plan.per_thread, 1) << cols << ": the case needs more than one pack per thread";
+    const int64_t rows = 7;
     std::vector<double> x = make_logits(1, rows * cols, 8.0, DType::f16, seed++);  // random, no special rows
     const auto owner = [&](int64_t c) { return static_cast<int>((c / 8) % threads); };
+    const auto pack_of = [&](int64_t c) { return static_cast<int>((c / 8) / threads); };  // the owner's i-th
     for (int64_t c = 0; c < cols; ++c) {
       const int t = owner(c);
+      if (pack_of(c) < plan.per_thread / 2) x[static_cast<size_t>(5 * cols + c)] = -kInf;
+      double& high = x[static_cast<size_t>(6 * cols + c)];  // random in [-8, 8] until here
+      high = static_cast<double>(round_to_half(static_cast<float>(57000.0 - 1024.0 * (plan.per_thread - 1) +
+                                                                  1024.0 * pack_of(c) + 16.0 * high)));
       if (t < threads / 2) x[static_cast<size_t>(c)] = -kInf;
       x[static_cast<size_t>(cols + c)] = c == cols / 3 ? 1.5 : -kInf;
       if (t == 5) x[static_cast<size_t>(2 * cols + c)] = c == 5 * 8 + 3 ? kNaN : -kInf;

@@ -195,12 +195,34 @@ __global__ void conv_nhwc_wgrad_reduce_kernel(ConvArgs a, Problem g, const float
 
 // ---- host ------------------------------------------------------------------------------------------------
 
+// The kernel's 68 KiB of dynamic shared memory, allowed once (before any launch or occupancy query).
+void opt_in_shared_memory() {
+  static std::once_flag opted_in;
+  std::call_once(opted_in, [] {
+    HL_CUDA_CHECK(
+        cudaFuncSetAttribute(conv_nhwc_wgrad_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  });
+}
+
+// The blocks of conv_nhwc_wgrad_kernel this GPU holds at once (split_for's slots): its SMs times the
+// blocks one SM holds (registers and shared memory decide; two on an H100), asked once.
+int64_t slots() {
+  static const int64_t n = [] {
+    opt_in_shared_memory();
+    int per_sm = 0;
+    HL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, conv_nhwc_wgrad_kernel, kThreads, kSmemBytes));
+    return static_cast<int64_t>(sm_count()) * std::max(per_sm, 1);
+  }();
+  return n;
+}
+
 // Why this call is handed on (nullptr: this rung computes it): hand_off_reason with this GPU.
 const char* handed_on(const ConvArgs& a) {
   const int cc = runtime::cuda_compute_capability();  // cached; 0 without a GPU
-  // ptxVersion of the code the driver loaded for this GPU (0 when unknown), asked once.
-  static const int loaded_arch = cc != 0 ? loaded_ptx_version(conv_nhwc_wgrad_kernel) : 0;
-  return hand_off_reason(a, cc, loaded_arch, sm_count());
+  if (cc == 0) return hand_off_reason(a, 0, 0, 1);     // no GPU: nothing to ask (the run fails later, clearly)
+  // ptxVersion of the code the driver loaded for this GPU, asked once.
+  static const int loaded_arch = loaded_ptx_version(conv_nhwc_wgrad_kernel);
+  return hand_off_reason(a, cc, loaded_arch, slots());
 }
 
 void run(const ConvArgs& a) {
@@ -209,16 +231,11 @@ void run(const ConvArgs& a) {
     return;
   }
   const Problem g = problem_for(a);
-  const Split sp = split_for(g, sm_count());
+  const Split sp = split_for(g, slots());
   const int64_t x_elems = static_cast<int64_t>(g.N) * g.H * g.W * g.C;
   const int64_t dy_elems = static_cast<int64_t>(g.N) * g.P * g.Q * g.K;
   const int64_t n = static_cast<int64_t>(g.K) * g.rsc();
-
-  static std::once_flag opted_in;  // 68 KiB of dynamic shared memory: allowed once
-  std::call_once(opted_in, [] {
-    HL_CUDA_CHECK(
-        cudaFuncSetAttribute(conv_nhwc_wgrad_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  });
+  opt_in_shared_memory();
 
   // The copies and the partials live in the workspace, held until every kernel of the call is queued.
   Scratch& ws = conv_detail::workspace();

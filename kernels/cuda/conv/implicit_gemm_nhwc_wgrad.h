@@ -69,21 +69,27 @@ inline Problem problem_for(const ConvArgs& a) {
 }
 
 // How the reduction is cut: `splits` slices of `slice` positions each (a multiple of kBK; the last may
-// be shorter, none is empty). Enough blocks for about two per SM (two 68 KiB rings fit in an SM's
-// shared memory), but no slice shorter than kMinSlice. (This rule does not count waves, as rung 3's now
-// does, kernels/wave_split.h: it stays until bench/conv_bench --sweep-splits has timed both on a GPU.)
+// be shorter, none is empty), no slice shorter than kMinSlice, at most kMaxSplits. The count is rung 3's
+// rule (kernels/wave_split.h): the one whose blocks fill whole waves of the `slots` blocks the GPU holds
+// at once (its SMs times the blocks of this kernel one SM holds: two on an H100, by registers), with
+// the partial tile's write (128 x 128 FP32 against 128 + 128 rows of 32 halves: 4 steps) counted.
+// Since 2026-11-27: bench/conv_bench --sweep-splits on an H100 timed every count, and this rule's
+// beat the old "about two blocks per SM" (ceil(2 x SMs / tiles)) where they differ most, VGG-small's
+// 256->256 layer (7 slices, 0.0972 ms, against 8, 0.1146 ms), and matched it within the run's noise on
+// the others (bench/results/gpu_short_nvidia_h100_80gb_hbm3_2026-11-27_seventh.txt).
 // A count set by that sweep (wgrad_splits_for_tuning) takes the rule's place, within the same limits.
 struct Split {
   int splits, slice;
 };
 // The most slices: kMaxSplits, and none shorter than kMinSlice.
 inline int64_t most_splits(const Problem& g) { return most_slices(g.npq(), kMinSlice, kMaxSplits); }
-inline Split split_for(const Problem& g, int sms) {
+// The partial tile a block writes, in steps of its operands' loads (wave_cost's epilogue_steps).
+inline constexpr double kEpilogueSteps = (kBM * kBN * 4.0) / ((kBM + kBN) * kBK * 2.0);
+inline Split split_for(const Problem& g, int64_t slots) {
   const int64_t tiles = static_cast<int64_t>((g.K + kBM - 1) / kBM) * ((g.rsc() + kBN - 1) / kBN);
-  const int64_t want = (2 * static_cast<int64_t>(std::max(sms, 1)) + tiles - 1) / tiles;
   const int forced = wgrad_splits_for_tuning().load();
-  const int64_t splits = std::clamp<int64_t>(forced > 0 ? forced : want, 1, most_splits(g));
-  const SplitCut c = cut_reduction(g.npq(), splits, kBK);
+  const SplitCut c = forced > 0 ? cut_reduction(g.npq(), std::min<int64_t>(forced, most_splits(g)), kBK)
+                                : choose_by_waves(tiles, slots, g.npq(), kBK, most_splits(g), kEpilogueSteps);
   return Split{static_cast<int>(c.splits), static_cast<int>(c.slice)};
 }
 
@@ -100,9 +106,9 @@ inline int64_t workspace_bytes(const Problem& g, const Split& sp) {
 // Why rung 4b hands a call on to rung 4, implicit_gemm_nhwc (which computes forward and stride-1
 // backward_data itself, and hands the rest to rungs 3b and 3); nullptr: rung 4b computes it. cc is
 // the GPU's compute capability, loaded_arch the virtual architecture of the kernel code the driver
-// loaded for it (both 0 when unknown), sms its multiprocessor count (the split, and so the workspace,
-// depend on it). A pure function, so that a CPU test pins which calls the rung computes.
-inline const char* hand_off_reason(const ConvArgs& a, int cc, int loaded_arch, int sms) {
+// loaded for it (both 0 when unknown), slots the blocks of the kernel it holds at once (split_for: the
+// split, and so the workspace, depend on it). A pure function, so that a CPU test pins which calls the rung computes.
+inline const char* hand_off_reason(const ConvArgs& a, int cc, int loaded_arch, int64_t slots) {
   if (a.pass != ConvPass::backward_weight) return "forward and backward_data (rung 4 computes those)";
   if (a.C % 8 != 0) return "an input channel count that is not a multiple of 8";
   if (a.K % 8 != 0) return "an output channel count that is not a multiple of 8";
@@ -118,7 +124,7 @@ inline const char* hand_off_reason(const ConvArgs& a, int cc, int loaded_arch, i
     return "tensors past 32-bit sizes";
   if ((a.K + kBM - 1) / kBM > 65535) return "more than 65535 row tiles";
   const Problem g = problem_for(a);
-  if (workspace_bytes(g, split_for(g, sms)) > kMaxWorkspaceBytes)
+  if (workspace_bytes(g, split_for(g, slots)) > kMaxWorkspaceBytes)
     return "NHWC copies and partial sums above 256 MiB";
   return nullptr;
 }

@@ -1,44 +1,62 @@
-// Softmax ladder, rung 2h: "packed_online" — packed_row with each thread's statistics taken before the
-// block meets, so that the first exp() of every element runs while the rest of the row is still arriving.
+// Softmax ladder, rung 2h: "packed_online" — packed_row with each thread's statistics folded pack by
+// pack as its packs arrive, in base 2, so that the exponentials of the sum run while the rest of the row
+// is still on its way, with about a third of packed_row's instructions per element.
 //
 // What changes from `packed_row` (same plan, same FP16 packs in the same registers, same capacity):
-//  1. Where the exponentials of the sum run. packed_row reduces the block's maximum first, a barrier that
-//     every warp waits at until the last pack of the row has arrived, and only then runs its first exp()
-//     per element: the SFU work (65536 exp() on one SM, about 2 us on an H100) comes after the whole
-//     read. Here each thread reduces its own packs to an online pair (Milakov & Gimelshein 2018, the
-//     `online` rung's MaxSum): its maximum m_t and s_t = sum(exp(x - m_t)), which it can compute as soon
-//     as its own packs are in. Warps whose packs arrive early work while later packs are still on their
-//     way, and the block merges the 1024 pairs once (BlockGroup::merge: one barrier-separated reduction
-//     where packed_row has two).
-//  2. How exp() is computed. packed_row's expf() is about eight instructions (an accurate range
-//     reduction around one MUFU.EX2); with two per element, Nsight Compute counted 34 instructions per
-//     element at 128x65536 (bench/results/gpu_ncu_nvidia_h100_80gb_hbm3_2026-11-27.txt). Here
-//     exp(d) = __expf(d) after the subtraction d = x - m: a multiply by log2(e) and the MUFU.EX2, for
-//     the sums and for FP16 outputs. Subnormal results flush to zero, which neither use can see: a sum
-//     holds its thread's maximum's exp(0) = 1, and an FP16 output below 2^-126 rounds to 0 anyway. FP32
-//     outputs keep expf() for their second exp(), because their subnormals are results the tests check.
-//  3. The local maximum is taken on the FP16 pairs (max.f16x2, NaN ignored as fmaxf does) before any
+//  1. Where the sum's exponentials run. packed_row reduces the block's maximum first, a barrier that
+//     every warp waits at until the last pack of the row has arrived, and only then runs its first
+//     exp() per element. Here each thread keeps an online pair (Milakov & Gimelshein 2018, the `online`
+//     rung's idea) and folds each of its packs in as soon as that pack is in: a pack that raises the
+//     thread's maximum rescales the running sum once (one exponential per pack, not per element). A
+//     thread's packs lie across the whole row (pack i of thread t is pack t + i * threads) and are asked
+//     for in order, so the first ones arrive while later ones are still in flight. The block merges the
+//     pairs once (BlockGroup::merge).
+//  2. Exponentials in base 2, against a shift h that is itself a rounded number. exp(x - m) is
+//     2^(x log2e - m log2e). With h = fl(m log2e) (rounded once, by __fmul_rn, so that the compiler
+//     cannot fuse it into a later operation), every term is 2^fl(x log2e - h): one fused multiply-add
+//     and one MUFU.EX2, where packed_row's expf(x - m) is a subtraction and an accurate range reduction
+//     around the MUFU. h is not m log2e: it differs by lo = m log2e - h, which fmaf(m, log2e, -h) gives
+//     exactly, and which multiplies every term of the thread by the same 2^lo. A rescale from h to h'
+//     is exactly 2^(h - h'), so the pair stays consistent; before the merge the thread's sum is
+//     multiplied by 2^-lo, which brings it back to sum(exp(x - m)), and the block merges the pairs with
+//     the online rung's own merge (expf). Outputs: 2^fl(x log2e - H) * (2^-lo_H / S), H = fl(M log2e)
+//     for the row's maximum M and sum S. (Folding m into the multiply-add without lo, as a fast softmax
+//     may, would be off by up to 0.4% for logits near FP16's 65504: lo is up to u |m log2e|.)
+//  3. The SFU's exp2 with subnormal results flushed (ex2.approx.ftz.f32) for the sums and FP16 outputs.
+//     Without -ftz, CUDA's exp2 wraps each MUFU.EX2 in a test and two multiplies that keep subnormal
+//     results, three instructions per exponential that neither use can see: a sum holds its maximum's
+//     2^0 = 1, so a term below 2^-126 is below its last bit, and an FP16 output below 2^-126 rounds to 0.
+//     FP32 outputs keep them (exp2f: the same MUFU with the subnormal handling), because a subnormal FP32
+//     probability is a result the tests check.
+//  4. The local maximum is taken on the FP16 pairs (max.f16x2, NaN ignored as fmaxf does) before any
 //     value is widened: half the instructions of a maximum taken in FP32.
-//  4. Softmax and log-softmax are two kernels (a template flag), not a branch per pack.
+//  5. Softmax and log-softmax are two kernels (a template flag), not a branch per pack.
+//
+// Measured, and why it changed (H100, 2026-11-27): the first version of this rung took each thread's
+// maximum over all its packs before its first exponential (so it too waited for the thread's last pack)
+// and used __expf(x - m). It gave 128x65536 in 14.85 us against packed_row's 15.29 (63% of the copy's
+// 9.43 us; bench/results/gpu_short_nvidia_h100_80gb_hbm3_2026-11-27_seventh.txt). Nsight Compute
+// (gpu_ncu_packed_online_nvidia_h100_80gb_hbm3_2026-11-27.txt): 7.33 million warp instructions for 8.39
+// million elements, 28 per element; the SMs issued in 39% of their cycles, and 38% of each warp's
+// stalls were waits for loads: one row per SM, so nothing hides the instructions that follow the read.
+// PTX_COUNTS_HERE
 //
 // Error budget (the tests' bound, tests/kernels/softmax_reference.h, allows 4u|x - max| + (3 chain +
-// 20)u in a log-probability, u = 2^-24): d = x - m rounds by at most u|d|, and __expf(d) is within
-// 2 + floor(1.173|d|) ulp (CUDA C Programming Guide, intrinsic functions), at most (4 + 2.35|d|)u; so
-// each exponential is within 3.35u|d| + 4u, inside the bound's 4u|x - max| + 20u (|x - m_t| <= |x - M|:
-// a thread's maximum is at most the row's). The merge's expf(m_t - M) adds 2 ulp and u|m_t - M| to a
-// thread's share. A sum's relative error is its terms' errors averaged with the terms as weights, inside
-// the bound's chain term, as for the rungs that use expf(). Paper §3.3: every value is widened to FP32
-// where it is used, the maximum is exact in FP16, sums and normalization are FP32, and the result is
-// rounded once, on the store.
+// 20)u in a log-probability, u = 2^-24). A term's exponent t = fl(x log2e - h) is off by at most u|t|
+// (one rounding of the multiply-add), a relative error of u|t| ln 2 = u|x - m| + u|lo| ln 2 in the term,
+// and |lo| ln 2 <= 2^-24 |m| < 0.004 for FP16 logits, so that part is below 1 ulp of the term; MUFU.EX2
+// is within 2 ulp (PTX ISA, ex2.approx). A rescale factor 2^(h - h') adds 2 ulp and u|m - m'|; along a
+// thread's packs those add up to at most u|x - m_t| and 2 ulp per rescale (at most 7), and 2^-lo adds 2
+// ulp more: each term within 2u|x - M| + 20u, inside the bound's 4u|x - max| + 20u. The merge's
+// expf(m_t - M) adds 2 ulp and u|m_t - M| to a thread's share. A sum's relative error is its terms'
+// errors averaged with the terms as weights, inside the bound's chain term, as for the rungs that use
+// expf(). An output adds its own exponent's u|x - M|, 2 ulp of EX2, 2 ulp of 2^-lo_H, and the division
+// and the product (half an ulp each). Paper §3.3: every value is widened to FP32 where it is used, the
+// maximum is exact in FP16, sums and normalization are FP32, and the result is rounded once, on the store.
 //
-// Why: issue #6's last shape short of 80% of the copy bandwidth is 128x65536 (packed_row 62% on an H100,
-// 15.11 us against the copy's 9.31). One row per SM, so nothing hides one block's phases behind another
-// block's. Prediction, to be measured (written 2026-11-27 without a GPU, so opt-in until its tests,
-// compute-sanitizer and softmax_bench have run on one): the read and the first exp() overlap, the
-// instructions per element fall (PTX of the 65536-column FP16 softmax kernel, moves left out: 18 per
-// element against packed_row's 30), and 128x65536 reaches 80% of the copy (11.6 us on that H100). If it
-// does not, the SFU is the next suspect: two MUFU.EX2 per element are 8192 cycles of one SM's SFUs per
-// 65536-column row, about 4.2 us, which only overlap with the memory traffic hides.
+// Why: issue #6's last shape short of 80% of the copy bandwidth is 128x65536 (packed_row 62% of the copy
+// on an H100). One row per SM, so nothing hides one block's phases behind another block's; what is left
+// to cut is the instructions after the read and the read that the first exponentials wait for.
 //
 // FP16 input rows of whole 16-byte packs in aligned buffers only, forward softmax and log-softmax only
 // (what packed_row takes); the rest is declined with the reason (packed_block_unsupported,
@@ -56,56 +74,73 @@ using namespace softmax_detail;
 namespace plan_ns = hl::kernels::register_row::packed;  // packed_row's plan: the same threads and packs
 
 constexpr int N = plan_ns::kWidth;  // FP16 values per 16-byte pack
+constexpr float kLog2e = 1.4426950408889634f;
 
-// exp(d) for d <= 0: __expf, a multiply by log2(e) and the SFU's exp2 (the header's points 2 and error
-// budget).
-__device__ __forceinline__ float exp_fast(float d) { return __expf(d); }
+// 2^t on the SFU, a subnormal result flushed to zero (the header's point 3).
+__device__ __forceinline__ float ex2_ftz(float t) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(t));
+  return r;
+}
 
-// The largest value of the thread's owned packs, NaN ignored as fmaxf ignores it (__hmax2: "if either
-// of inputs is NaN, the other input is returned", cuda_fp16.h; one max.f16x2 per two values from
-// sm_80); -inf when the thread owns nothing or sees only -inf.
-template <int P>
-__device__ __forceinline__ float packs_max(const Pack<__half, N> (&raw)[P], int owned) {
-  __half2 m2 = __half2half2(__ushort_as_half(0xFC00u));  // -inf in both halves
+// The shift of the base-2 frame for a maximum m: fl(m * log2e), rounded here and nowhere else
+// (__fmul_rn is never fused into a later add, so every use sees the same number); 0 for m = -inf
+// (a thread that has seen only -inf), whose terms are all 2^-inf = 0.
+__device__ __forceinline__ float shift_for(float m) { return m == -INFINITY ? 0.0f : __fmul_rn(m, kLog2e); }
+
+// The largest of a pack's 8 values as FP32, NaN ignored as fmaxf ignores it (__hmax2: "if either of
+// inputs is NaN, the other input is returned", cuda_fp16.h; one max.f16x2 per two values from sm_80).
+// A pack of NaN only may give NaN, which the caller's fmaxf ignores in turn.
+__device__ __forceinline__ float pack_max(const Pack<__half, N>& p) {
+  __half2 m2 = __halves2half2(p.v[0], p.v[1]);
 #pragma unroll
-  for (int i = 0; i < P; ++i)
-#pragma unroll
-    for (int k = 0; k < N; k += 2)
-      if (i < owned) m2 = __hmax2(m2, __halves2half2(raw[i].v[k], raw[i].v[k + 1]));
+  for (int k = 2; k < N; k += 2) m2 = __hmax2(m2, __halves2half2(p.v[k], p.v[k + 1]));
   return fmaxf(__low2float(m2), __high2float(m2));
 }
 
-// The row body: packed_row's loads and stores, with the thread's online pair taken before the block's.
+// The row body: packed_row's loads and stores; the thread's online pair folded pack by pack in the base-2
+// frame (the header's points 1 and 2), brought back to exp(x - m) for the block's merge.
 template <int P, bool LOG, class TY>
 __device__ __forceinline__ void packed_online_row(const BlockGroup& g, const __half* xr, TY* yr, int owned) {
   Pack<__half, N> raw[P];
   load_packs<P, N>(xr, g.rank(), g.size(), owned, raw);
-  // This thread's pair. A thread whose values are all -inf (a masked share, or none owned) has m_t =
-  // -inf and sums against 0 instead, so its -inf entries give exp(-inf) = 0, not exp(-inf - -inf) =
-  // NaN; a NaN entry still makes the sum NaN (the convention of finish_stats), and a +inf one makes
-  // x - m_t NaN for itself, and the row's maximum +inf, which finish_stats turns into NaN statistics.
-  const float m_t = packs_max<P>(raw, owned);
-  const float base = m_t == -INFINITY ? 0.0f : m_t;
-  float s_t = 0.0f;
+  // s = sum over the packs so far of 2^fl(x log2e - h), h = shift_for(m), m their maximum.
+  float m = -INFINITY, h = 0.0f, s = 0.0f;
 #pragma unroll
-  for (int i = 0; i < P; ++i)
+  for (int i = 0; i < P; ++i) {
+    if (i < owned) {
+      const float m_new = fmaxf(m, pack_max(raw[i]));
+      const float h_new = shift_for(m_new);
+      // A new maximum rescales the sum by exactly 2^(h - h_new); none from -inf (s is 0, and 2^(0 - h_new)
+      // may overflow). An unchanged one leaves s as it is (2^0 = 1 would too, at the cost of an EX2).
+      if (m_new != m) s = m == -INFINITY ? 0.0f : s * ex2_ftz(h - h_new);
+      m = m_new;
+      h = h_new;
 #pragma unroll
-    for (int k = 0; k < N; ++k)
-      if (i < owned) s_t += exp_fast(to_f32(raw[i].v[k]) - base);
-  // The block's pair: each thread's sum rescaled to the row's maximum (online_merge: a share that saw
-  // only -inf has s_t = 0 and adds nothing).
-  const MaxSum row = g.merge(MaxSum{m_t, s_t});
-  const RowStats st = finish_stats(row.m, row.d);
-  const float inv = isnan(st.log_sum) ? NAN : 1.0f / row.d;
-  store_from_packs<P>(yr, g.rank(), g.size(), owned, raw, [&](float x) {
-    if constexpr (LOG) {
-      return log_prob(x, st);
-    } else if constexpr (std::is_same_v<TY, __half>) {
-      return exp_fast(x - row.m) * inv;  // the second exp(), for an FP16 output
-    } else {
-      return expf(x - row.m) * inv;  // FP32 output: expf's subnormals (the header, point 2)
+      for (int k = 0; k < N; ++k) s += ex2_ftz(fmaf(to_f32(raw[i].v[k]), kLog2e, -h));  // a NaN x poisons s
     }
-  });
+  }
+  // Every term carries 2^lo, lo = m log2e - h (exact: fmaf rounds once, and the difference is a float):
+  // 2^-lo brings the sum to sum(exp(x - m)). m = -inf: s is 0; m = +inf: s is already NaN.
+  if (isfinite(m)) s *= ex2_ftz(-fmaf(m, kLog2e, -h));
+  const MaxSum row = g.merge(MaxSum{m, s});
+  if constexpr (LOG) {
+    const RowStats st = finish_stats(row.m, row.d);
+    store_from_packs<P>(yr, g.rank(), g.size(), owned, raw, [&](float x) { return log_prob(x, st); });
+  } else {
+    // y = 2^fl(x log2e - H) * 2^-lo_H / S. The NaN convention of finish_stats: no finite maximum (all
+    // -inf, or a +inf) makes the row NaN; a NaN entry already made S NaN.
+    const float H = __fmul_rn(row.m, kLog2e);
+    const float scale = isfinite(row.m) ? ex2_ftz(-fmaf(row.m, kLog2e, -H)) / row.d : NAN;
+    store_from_packs<P>(yr, g.rank(), g.size(), owned, raw, [&](float x) {
+      const float t = fmaf(x, kLog2e, -H);
+      if constexpr (std::is_same_v<TY, __half>) {
+        return ex2_ftz(t) * scale;
+      } else {
+        return exp2f(t) * scale;  // FP32 output: subnormal results kept (the header's point 3)
+      }
+    });
+  }
 }
 
 // One block per row (rows step by the grid); P packs of 8 FP16 values per thread.
@@ -141,12 +176,13 @@ void run(const SoftmaxArgs& a) {
 
 }  // namespace
 
-// opt_in: written without a GPU (2026-11-27); not yet run on one (docs/gpu_status.md). Promote it
-// (clear opt_in, put it before packed_row in kernels/softmax.cpp's chooser) only for the shapes where its
-// tests, compute-sanitizer and bench/softmax_bench have shown it right and faster.
+// opt_in: its first version ran on an H100 (2026-11-27: right, and 63% of the copy at 128x65536); this
+// one, rewritten after that run, not yet (docs/gpu_status.md). Promote it (clear opt_in, put it before
+// packed_row in kernels/softmax.cpp's chooser) only for the shapes where its tests, compute-sanitizer
+// and bench/softmax_bench have shown it right and faster.
 HL_REGISTER_VARIANT(SoftmaxArgs, {"packed_online", DeviceType::cuda, 32,
-                                  "packed_row with each thread's (max, sum) pair taken before the block's "
-                                  "reduction (the sum's exp() overlaps the read), __expf for the sums and FP16 results",
+                                  "packed_row with each thread's (max, sum) pair folded pack by pack as the "
+                                  "packs arrive, exponentials in base 2 (one FMA and one EX2 per element)",
                                   run, packed_block_unsupported, /*opt_in=*/true});
 
 }  // namespace hl::kernels::cuda
