@@ -64,8 +64,13 @@ void validate(const SoftmaxArgs& a) {
 // 128x65536 in 15.11 us against block_row's 18.28 (and PyTorch's 18.24). At 4096x4096 register_row's
 // plan of 4 packs per thread (26.37 us) beat it (29.01). Between 4096 and 32768 columns nothing was
 // timed; the boundary is where register_row needs more than 512 threads for a row, so that an SM holds
-// one such row, which is what packed_row's 8 packs per thread avoid. Rows it declines (the backward
-// pass, FP32 rows, ragged rows) go on to the next rung listed. A rung named here that declines the arguments is passed over, and
+// one such row, which is what packed_row's 8 packs per thread avoid. Since the second H100 run of that
+// day (bench/results/gpu_short_nvidia_h100_80gb_hbm3_2026-11-27_seventh_b.txt) packed_online, packed_row's
+// plan with each thread's statistics folded as its packs arrive and base-2 exponentials, comes first
+// in the same range: 128x65536 in 13.09 us (70% of the copy) against packed_row's 15.04 (61%),
+// 1024x32768 in 50.41 us (95%) against 53.88 (89%); at 4096x4096 it was within 1% of register_row
+// (26.65 against 26.41 us), which keeps the shorter rows. Rows both decline (the backward pass, FP32
+// rows, ragged rows) go on to the next rung listed. A rung named here that declines the arguments is passed over, and
 // the registry's priority order picks among the rest: that is how f64, which only `naive` reads,
 // reaches it, and how f64 cross-entropy (no GPU rung) gets the registry's error.
 constexpr int64_t kPackedRowFrom = register_row::kMaxCols / 2;  // 16384 columns: register_row's 512 threads
@@ -75,8 +80,8 @@ std::vector<std::string> auto_cuda_variants(const SoftmaxArgs& a) {
   if (a.cols <= 32) return {"warp_row"};
   if (a.cols <= 1024) return {"register_warp", "warp_row"};
   if (a.cols <= kPackedRowFrom) return {"register_row", "block_row"};
-  if (a.cols <= register_row::kMaxCols) return {"packed_row", "register_row", "block_row"};
-  if (a.cols <= 65536) return {"packed_row", "block_row"};
+  if (a.cols <= register_row::kMaxCols) return {"packed_online", "packed_row", "register_row", "block_row"};
+  if (a.cols <= 65536) return {"packed_online", "packed_row", "block_row"};
   return {"online"};
 }
 

@@ -146,10 +146,12 @@ race+=':ConvCuda.NhwcWgradRungOnTheShapesItComputesItself'  # implicit_gemm_nhwc
 race_new='ConvCuda.NhwcWgradRungOnTheShapesItComputesItself:CudaOptim.OneLaunchPerTensorGivesTheSameBits'
 race_new+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps:SoftmaxCuda.PackedRowGivesRegisterRowsBits'
 race_new+=':CudaGemm.WmmaSmemEveryKStepOneBlock'
-# reduce_sum's channel path (new since 2026-11-27, not yet run on a GPU; block_reduce shares memory).
+# reduce_sum's channel path (block_reduce shares memory; verified on the H100 in the seventh session of
+# 2026-11-27, kept as a regression check).
 race_new+=':CudaReduce.SumOverAnyDimensions:CudaReduce.ChannelPathGivesTheSameBitsEveryRun'
-# The softmax rung packed_online (new since 2026-11-27, not yet run on a GPU; its block merge shares
-# memory): the test of threads whose share of the row holds no finite value, on rows of 4096 and 65536.
+# The softmax rung packed_online (its block merge shares memory; verified on the H100 in the seventh
+# session of 2026-11-27, kept as a regression check): the test of threads whose share of the row holds
+# no finite value or whose maximum rises pack by pack, on rows of 4096 and 65536.
 race_new+=':SoftmaxCuda.PackedOnlineThreadsWithoutAFiniteValue'
 race_second='ConvCuda.BetaAccumulatesIntoTheOutput:CudaGemm.WmmaPipelinedLeanTilesInsideAndOnTheEdges'
 race_second+=':CudaGemm.WmmaSmemBatchedCopyInsideAndOnTheEdges:CudaGemm.MmaSyncLeanCopyInsideAndOnTheEdges'
@@ -466,8 +468,8 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     # Issues #4, #6 and #7: why the kernels short of their targets are short, as counters rather than
     # guesses (docs/gpu_status.md, "Leads"). One launch of each, picked by its kernel's name, on the shape
     # where it misses: the GEMM rungs at 4096^3 next to cuBLAS's own kernel, the softmax rungs the
-    # chooser takes on the long rows next to register_warp where the target is met (and the opt-in
-    # packed_row, written for those rows, and packed_online, opt-in, written for 128x65536), and the two
+    # chooser took on the long rows next to register_warp where the target is met (and packed_row and
+    # packed_online, the long rows' rungs since, packed_online the chooser's first), and the two
     # weight-gradient kernels on VGG-small's 256->256 layer. Nsight Compute replays the launch once per
     # pass of counters; the clocks are left alone (--clock-control none, as the device notes ask) and
     # the caches are flushed between passes (its default), so a softmax shape that fits in L2 starts

@@ -1010,13 +1010,14 @@ TEST(SoftmaxCudaChooser, PackedWarpStaysOptInSlowerWhereTimed) {
   expect_opt_in_rung("packed_warp", 4096, {8, 1024, 2048, 4096}, 4104, "at most 4096 columns");
 }
 
-// packed_row, promoted after its H100 run (kernels/softmax.cpp says why): the chooser's first rung for
-// FP16 forward rows of whole packs from 16385 to 65536 columns, both output dtypes; what it declines
-// (the backward pass, FP32 rows, ragged rows) goes to the rungs the chooser took before. Needs a CUDA
-// build, no GPU.
-TEST(SoftmaxCudaChooser, PackedRowTakesLongFp16Rows) {
-  if (!registered_on_cuda("packed_row")) GTEST_SKIP() << "CPU-only build: no CUDA softmax rungs are registered";
+// packed_online, promoted after its second version's H100 run, ahead of packed_row, promoted after its
+// own (kernels/softmax.cpp says why): the chooser's first rung for FP16 forward rows of whole packs from
+// 16385 to 65536 columns, both output dtypes; what it declines (the backward pass, FP32 rows, ragged
+// rows) goes to the rungs the chooser took before. Needs a CUDA build, no GPU.
+TEST(SoftmaxCudaChooser, PackedOnlineTakesLongFp16Rows) {
+  if (!registered_on_cuda("packed_online")) GTEST_SKIP() << "CPU-only build: no CUDA softmax rungs are registered";
   const auto& reg = k::SoftmaxRegistry::instance();
+  EXPECT_FALSE(reg.find("packed_online", DeviceType::cuda)->opt_in);
   EXPECT_FALSE(reg.find("packed_row", DeviceType::cuda)->opt_in);
   if (std::getenv(k::SoftmaxArgs::env_var) != nullptr || !reg.default_name().empty())
     GTEST_SKIP() << "a softmax rung is pinned (HALFLING_SOFTMAX or --softmax): the automatic choice is not in use";
@@ -1030,7 +1031,7 @@ TEST(SoftmaxCudaChooser, PackedRowTakesLongFp16Rows) {
       a.op = op;
       for (int64_t cols : {16392, 32768, 32776, 65536}) {
         a.cols = cols;
-        EXPECT_EQ(k::softmax_variant_for(a), "packed_row") << a.describe();
+        EXPECT_EQ(k::softmax_variant_for(a), "packed_online") << a.describe();
       }
       for (int64_t cols : {4096, 16384}) {
         a.cols = cols;
@@ -1048,7 +1049,7 @@ TEST(SoftmaxCudaChooser, PackedRowTakesLongFp16Rows) {
     EXPECT_EQ(k::softmax_variant_for(a), "block_row") << a.describe();
   }
   a.op = k::SoftmaxOp::softmax;
-  a.x_type = a.y_type = DType::f32;  // FP32 rows: not packed_row's
+  a.x_type = a.y_type = DType::f32;  // FP32 rows: neither packed rung's
   a.cols = 16392;
   EXPECT_EQ(k::softmax_variant_for(a), "block_row") << a.describe();
 }
@@ -1105,11 +1106,11 @@ TEST(SoftmaxCudaChooser, RegisterRowBetweenWarpRowAndBlockRow) {
     for (DType ty : {DType::f16, DType::f32}) {
       EXPECT_EQ(k::softmax_variant_for(probe(op, 1024, DType::f16, ty)), "register_warp");
       EXPECT_EQ(k::softmax_variant_for(probe(op, 1032, DType::f16, ty)), "register_row");
-      // FP16 forward rows of whole packs past 16384 columns: packed_row (PackedRowTakesLongFp16Rows).
+      // FP16 forward rows of whole packs past 16384 columns: packed_online (PackedOnlineTakesLongFp16Rows).
       const bool forward = op != k::SoftmaxOp::log_softmax_backward;
-      EXPECT_EQ(k::softmax_variant_for(probe(op, 32768, DType::f16, ty)), forward ? "packed_row" : "register_row");
+      EXPECT_EQ(k::softmax_variant_for(probe(op, 32768, DType::f16, ty)), forward ? "packed_online" : "register_row");
       EXPECT_EQ(k::softmax_variant_for(probe(op, 32769, DType::f16, ty)), "block_row");
-      EXPECT_EQ(k::softmax_variant_for(probe(op, 65536, DType::f16, ty)), forward ? "packed_row" : "block_row");
+      EXPECT_EQ(k::softmax_variant_for(probe(op, 65536, DType::f16, ty)), forward ? "packed_online" : "block_row");
       EXPECT_EQ(k::softmax_variant_for(probe(op, 65537, DType::f16, ty)), "online");
       EXPECT_EQ(k::softmax_variant_for(probe(op, 16384, DType::f32, ty)), "register_row");
       // Past register_row's FP32 capacity, and on the FP16 scalar path: block_row.
