@@ -1,6 +1,7 @@
 // Softmax ladder, rung 2h: "packed_online" — packed_row with each thread's statistics folded pack by
 // pack as its packs arrive, in base 2, so that the exponentials of the sum run while the rest of the row
-// is still on its way, with about a third of packed_row's instructions per element.
+// is still on its way, with about half of packed_row's instructions per element (Nsight Compute on an
+// H100: 18.7 against 34).
 //
 // What changes from `packed_row` (same plan, same FP16 packs in the same registers, same capacity):
 //  1. Where the sum's exponentials run. packed_row reduces the block's maximum first, a barrier that
@@ -42,7 +43,14 @@
 // By the PTX (nvcc -O3 -ptx, sm_90, moves left out), the 65536-column FP16 softmax kernel has 19.6
 // instructions per element in this version against 21.4 in the first; the difference that counts is
 // in the machine code, where each of the first version's 128 exponentials was ex2.approx.f32 without
-// ftz (a test and two multiplies around the MUFU) and each of this one's is ex2.approx.ftz.f32.
+// ftz (FSETP and two predicated FMULs around the MUFU.EX2) and each of this one's is ex2.approx.ftz.f32:
+// per element HADD2.F32, FFMA, MUFU.EX2 and FADD for the sum, and HADD2.F32, FFMA, MUFU.EX2, FMUL and
+// half an F2FP pack for an FP16 output (scripts/sass.sh with a disassembler).
+// This version on the same H100 model (commit 52b2024, gpu_short_…_seventh_b.txt): 128x65536 in 13.09 us
+// (70% of the copy) against packed_row's 15.04, 1024x32768 in 50.41 us (95%) against 53.88; Nsight
+// Compute (gpu_ncu_packed_online_v2_…): 18.7 instructions per element, issue slots 29% busy, and 46%
+// of each warp's stalls waiting for loads. The read of one row per SM is what remains
+// (kernels/cuda/softmax/README.md, step 11).
 //
 // Error budget (the tests' bound, tests/kernels/softmax_reference.h, allows 4u|x - max| + (3 chain +
 // 20)u in a log-probability, u = 2^-24). A term's exponent t = fl(x log2e - h) is off by at most u|t|
