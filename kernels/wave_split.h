@@ -56,6 +56,12 @@ constexpr double wave_cost(int64_t tiles, int64_t slots, const SplitCut& c, int6
   return static_cast<double>(waves) * (static_cast<double>((c.slice + step - 1) / step) + epilogue_steps);
 }
 
+// The FP32 partial tile of bm x bn values a block of a split writes, in steps of its operands' loads
+// (bm + bn rows of bk halves): choose_by_waves's epilogue_steps.
+constexpr double partial_tile_steps(int64_t bm, int64_t bn, int64_t bk) {
+  return static_cast<double>(bm * bn * 4) / static_cast<double>((bm + bn) * bk * 2);
+}
+
 // The cut of a reduction of `len` positions (step `step`) over `tiles` output tiles, on a GPU that
 // holds `slots` blocks of the kernel at once, into at most `most` slices, with the least wave_cost.
 constexpr SplitCut choose_by_waves(int64_t tiles, int64_t slots, int64_t len, int64_t step, int64_t most,
@@ -81,6 +87,15 @@ constexpr SplitCut choose_by_waves(int64_t tiles, int64_t slots, int64_t len, in
 inline std::atomic<int>& wgrad_splits_for_tuning() {
   static std::atomic<int> splits{0};
   return splits;
+}
+
+// The cut both weight-gradient rungs take (rung 3's wgrad_cut, rung 4b's split_for): the tuning hook's
+// count where one is set (at most `most`), else choose_by_waves for bm x bn tiles.
+inline SplitCut wgrad_cut_by_waves(int64_t tiles, int64_t slots, int64_t len, int64_t bm, int64_t bn, int64_t bk,
+                                   int64_t most) {
+  if (const int forced = wgrad_splits_for_tuning().load(); forced > 0)
+    return cut_reduction(len, std::min<int64_t>(forced, most), bk);
+  return choose_by_waves(tiles, slots, len, bk, most, partial_tile_steps(bm, bn, bk));
 }
 
 }  // namespace hl::kernels

@@ -78,6 +78,18 @@ inline int sm_count() {
   return n > 0 ? n : 80;
 }
 
+// The blocks of `kernel` this GPU holds at once with `threads` threads and `smem` bytes of dynamic
+// shared memory each: its SMs times the blocks one SM holds (registers and shared memory decide), at
+// least one per SM. A kernel above 48 KiB of dynamic shared memory must have been allowed it first
+// (cudaFuncAttributeMaxDynamicSharedMemorySize). The split-K rules count waves of these
+// (kernels/wave_split.h).
+template <class Kernel>
+int64_t blocks_at_once(Kernel* kernel, int threads, size_t smem) {
+  int per_sm = 0;
+  HL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  return static_cast<int64_t>(sm_count()) * std::max(per_sm, 1);
+}
+
 // First index and stride of a 1-D grid-stride loop, in 64 bits (tensors may exceed 2^31 elements).
 // The virtual architecture (ptxVersion: 80, 90, ...) of the code the driver loaded for `kernel` on
 // this GPU; 0 when unknown (no GPU, or no loadable image, which the launch then reports). A rung whose

@@ -145,9 +145,9 @@ std::vector<double> emulate(const ConvArgs& a, const std::vector<double>& src, c
 std::vector<double> emulate_wgrad(const ConvArgs& a, const std::vector<double>& x, const std::vector<double>& dy,
                                   int64_t splits, std::vector<int>& writes) {
   const int64_t npq = a.N * a.P() * a.Q();
-  const int64_t split = ig::wgrad_slice_length(npq, splits);
-  splits = (npq + split - 1) / split;
-  const ig::WGeometry g = ig::make_wgeometry(a, split);
+  const kernels::SplitCut cut = kernels::cut_reduction(npq, splits, ig::kBK);  // as run_wgrad cuts it
+  splits = cut.splits;
+  const ig::WGeometry g = ig::make_wgeometry(a, cut.slice);
   const int64_t n = a.K * a.C * a.R * a.S;
   std::vector<double> partial(static_cast<size_t>(splits * n), std::numeric_limits<double>::quiet_NaN());
   std::vector<int> slice_writes(partial.size(), 0);

@@ -16,7 +16,7 @@ using hl::kernels::SplitCut;
 using hl::kernels::wave_cost;
 
 // Rung 3's weight gradient: the partial tile's cost in steps (64 x 128 FP32 against 64 + 128 rows of 32
-// halves), as implicit_gemm_wmma.cu computes it.
+// halves), written out: what partial_tile_steps(64, 128, 32) gives rung 3.
 constexpr double kEpilogue = (64 * 128 * 4.0) / ((64 + 128) * 32 * 2.0);
 
 TEST(WaveSplit, CutCoversTheReductionInWholeStepsWithNoEmptySlice) {

@@ -260,10 +260,6 @@ HL_HOST_DEVICE int64_t wgrad_x_index(const WGeometry& g, const WRow& row, const 
   return row.x_base + col.c_off + static_cast<int64_t>(h) * g.W + w;
 }
 
-// Reduction positions per slice for `splits` slices of npq: a whole number of K steps. The number of
-// non-empty slices is then (npq + length - 1) / length.
-inline int64_t wgrad_slice_length(int64_t npq, int64_t splits) { return cut_reduction(npq, splits, kBK).slice; }
-
 // backward_weight's split-K limits: no slice shorter than kWgradMinSlice positions (shorter slices would
 // spend more time writing partials than multiplying), at most kWgradMaxSplits slices.
 inline constexpr int64_t kWgradMinSlice = 8 * kBK;

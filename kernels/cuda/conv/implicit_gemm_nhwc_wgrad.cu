@@ -209,9 +209,7 @@ void opt_in_shared_memory() {
 int64_t slots() {
   static const int64_t n = [] {
     opt_in_shared_memory();
-    int per_sm = 0;
-    HL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, conv_nhwc_wgrad_kernel, kThreads, kSmemBytes));
-    return static_cast<int64_t>(sm_count()) * std::max(per_sm, 1);
+    return blocks_at_once(conv_nhwc_wgrad_kernel, kThreads, kSmemBytes);
   }();
   return n;
 }

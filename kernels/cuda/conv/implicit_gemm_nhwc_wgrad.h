@@ -83,13 +83,9 @@ struct Split {
 };
 // The most slices: kMaxSplits, and none shorter than kMinSlice.
 inline int64_t most_splits(const Problem& g) { return most_slices(g.npq(), kMinSlice, kMaxSplits); }
-// The partial tile a block writes, in steps of its operands' loads (wave_cost's epilogue_steps).
-inline constexpr double kEpilogueSteps = (kBM * kBN * 4.0) / ((kBM + kBN) * kBK * 2.0);
 inline Split split_for(const Problem& g, int64_t slots) {
   const int64_t tiles = static_cast<int64_t>((g.K + kBM - 1) / kBM) * ((g.rsc() + kBN - 1) / kBN);
-  const int forced = wgrad_splits_for_tuning().load();
-  const SplitCut c = forced > 0 ? cut_reduction(g.npq(), std::min<int64_t>(forced, most_splits(g)), kBK)
-                                : choose_by_waves(tiles, slots, g.npq(), kBK, most_splits(g), kEpilogueSteps);
+  const SplitCut c = wgrad_cut_by_waves(tiles, slots, g.npq(), kBM, kBN, kBK, most_splits(g));
   return Split{static_cast<int>(c.splits), static_cast<int>(c.slice)};
 }
 

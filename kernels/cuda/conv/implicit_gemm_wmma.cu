@@ -384,19 +384,10 @@ __global__ void conv_wgrad_reduce_kernel(ConvArgs a, const float* __restrict__ p
 SplitCut wgrad_cut(const ConvArgs& a) {
   const int64_t tiles = ((a.K + kBM - 1) / kBM) * ((a.C * a.R * a.S + kBN - 1) / kBN);
   const int64_t npq = a.N * a.P() * a.Q();
-  const int64_t most = wgrad_most_splits(npq);  // kWgradMinSlice, kWgradMaxSplits (implicit_gemm_index.h)
-  if (const int forced = wgrad_splits_for_tuning().load(); forced > 0)
-    return cut_reduction(npq, std::min<int64_t>(forced, most), kBK);
-  // The blocks of this kernel an SM holds at once (registers and shared memory decide), asked once.
-  static const int per_sm = [] {
-    int n = 0;
-    HL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, conv_implicit_gemm_wgrad_kernel, kThreads, 0));
-    return std::max(n, 1);
-  }();
-  // The partial tile a block writes, in steps of its operands' loads: 64 x 128 FP32 against 64 + 128
-  // rows of 32 halves, about 2.7 steps.
-  constexpr double kEpilogueSteps = (kBM * kBN * 4.0) / ((kBM + kBN) * kBK * 2.0);
-  return choose_by_waves(tiles, static_cast<int64_t>(sm_count()) * per_sm, npq, kBK, most, kEpilogueSteps);
+  // The blocks of this kernel the GPU holds at once, asked once; the partial tile a block writes is
+  // 64 x 128 FP32 against 64 + 128 rows of 32 halves, about 2.7 steps.
+  static const int64_t slots = blocks_at_once(conv_implicit_gemm_wgrad_kernel, kThreads, 0);
+  return wgrad_cut_by_waves(tiles, slots, npq, kBM, kBN, kBK, wgrad_most_splits(npq));
 }
 
 void run_wgrad(const ConvArgs& a) {

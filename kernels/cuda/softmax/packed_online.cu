@@ -99,6 +99,10 @@ __device__ __forceinline__ float ex2_ftz(float t) {
 // (a thread that has seen only -inf), whose terms are all 2^-inf = 0.
 __device__ __forceinline__ float shift_for(float m) { return m == -INFINITY ? 0.0f : __fmul_rn(m, kLog2e); }
 
+// 2^-lo for a finite maximum m and its shift h = shift_for(m), lo = m log2e - h (exact: fmaf rounds
+// once, and the difference is a float): the factor that takes a sum in h's frame back to exp(x - m).
+__device__ __forceinline__ float unshift(float m, float h) { return ex2_ftz(-fmaf(m, kLog2e, -h)); }
+
 // The largest of a pack's 8 values as FP32, NaN ignored as fmaxf ignores it (__hmax2: "if either of
 // inputs is NaN, the other input is returned", cuda_fp16.h; one max.f16x2 per two values from sm_80).
 // A pack of NaN only may give NaN, which the caller's fmaxf ignores in turn.
@@ -131,9 +135,9 @@ __device__ __forceinline__ void packed_online_row(const BlockGroup& g, const __h
       for (int k = 0; k < N; ++k) s += ex2_ftz(fmaf(to_f32(raw[i].v[k]), kLog2e, -h));  // a NaN x poisons s
     }
   }
-  // Every term carries 2^lo, lo = m log2e - h (exact: fmaf rounds once, and the difference is a float):
-  // 2^-lo brings the sum to sum(exp(x - m)). m = -inf: s is 0; m = +inf: s is already NaN.
-  if (isfinite(m)) s *= ex2_ftz(-fmaf(m, kLog2e, -h));
+  // Every term carries 2^lo: unshift brings the sum to sum(exp(x - m)). m = -inf: s is 0; m = +inf: s is
+  // already NaN.
+  if (isfinite(m)) s *= unshift(m, h);
   const MaxSum row = g.merge(MaxSum{m, s});
   if constexpr (LOG) {
     const RowStats st = finish_stats(row.m, row.d);
@@ -142,7 +146,7 @@ __device__ __forceinline__ void packed_online_row(const BlockGroup& g, const __h
     // y = 2^fl(x log2e - H) * 2^-lo_H / S. The NaN convention of finish_stats: no finite maximum (all
     // -inf, or a +inf) makes the row NaN; a NaN entry already made S NaN.
     const float H = __fmul_rn(row.m, kLog2e);
-    const float scale = isfinite(row.m) ? ex2_ftz(-fmaf(row.m, kLog2e, -H)) / row.d : NAN;
+    const float scale = isfinite(row.m) ? unshift(row.m, H) / row.d : NAN;
     store_from_packs<P>(yr, g.rank(), g.size(), owned, raw, [&](float x) {
       const float t = fmaf(x, kLog2e, -H);
       if constexpr (std::is_same_v<TY, __half>) {
