@@ -4,7 +4,7 @@
 //
 //   build/bench/conv_bench [--batch 128] [--runs 25] [--layers all|lenet|vgg] [--only TEXT]
 //                          [--passes forward,backward_data,backward_weight] [--variants a,b,...] [--no-cudnn]
-//                          [--sweep-splits]
+//                          [--sweep-splits] [--tiled-layout]
 //
 // --only keeps the layers whose name contains TEXT (e.g. "256->256"), --passes and --variants the named
 // passes and rungs, --no-cudnn leaves cuDNN's search and column out: together they point a profiler
@@ -15,6 +15,10 @@
 // at every count of reduction slices their limits allow on each layer (each count that gives a new cut:
 // every one up to 40, then about 15% apart), next to their rules' count, and prints the fastest: the
 // measurement kernels/wave_split.h's model stands in for. Rows "NAME splits=S" (and "NAME rule").
+//
+// --tiled-layout runs rungs 4 and 4b with the tiled layout change (nchw_to_nhwc_tiled_kernel, opt-in
+// since 2026-11-28: implicit_gemm_nhwc.h) instead of the per-element copy, for a comparison of the two
+// in the same session; the header line says which copy the run used.
 //
 // Each measurement: two warm-up calls, then --runs calls timed one by one with CUDA events on the
 // halfling stream; the median is reported as TFLOP/s (2 * N*K*P*Q*C*R*S flops per pass) and as a
@@ -49,6 +53,7 @@
 
 #include "kernels/conv.h"
 #include "kernels/cuda/conv/implicit_gemm_index.h"
+#include "kernels/cuda/conv/implicit_gemm_nhwc.h"  // the tiled layout change's hook
 #include "kernels/cuda/conv/implicit_gemm_nhwc_wgrad.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
@@ -319,6 +324,9 @@ int main(int argc, char** argv) {
   bool sweep_splits = false;
   app.add_flag("--sweep-splits", sweep_splits,
                "also time the weight-gradient kernels at every count of reduction slices (backward_weight)");
+  bool tiled_layout = false;
+  app.add_flag("--tiled-layout", tiled_layout,
+               "rungs 4 and 4b copy to NHWC with the tiled transpose (opt-in) instead of one thread per element");
   CLI11_PARSE(app, argc, argv);
 
   // Checked before looking for a GPU, so that a typo is refused on any machine.
@@ -359,6 +367,12 @@ int main(int argc, char** argv) {
     std::printf("# GPU: %s\n", runtime::cuda_device_description().c_str());
     std::printf("# date: %s\n", today_utc().c_str());
     std::printf("# timing: 2 warm-up calls, median of up to %d timed calls (CUDA events)\n", runs);
+    // For the whole run: rungs 4 and 4b (and the ones that hand calls to them) copy with it.
+    std::optional<kernels::cuda::nhwc::ScopedTiledLayoutChange> tiled;
+    if (tiled_layout) tiled.emplace(true);
+    std::printf("# rungs 4 and 4b's NCHW -> NHWC copy: %s\n",
+                kernels::cuda::nhwc::tiled_layout_change_chosen() ? "tiled (through shared memory)"
+                                                                   : "one thread per element");
 #ifdef HALFLING_HAVE_CUDNN
     const bool kCudnn = !no_cudnn;
     cudnnHandle_t handle = nullptr;

@@ -31,7 +31,8 @@
 #                                       # the test stage's suite while compute-sanitizer runs beside it
 #                                       # (memcheck on every CUDA test, racecheck on the kernels added or
 #                                       # changed since the last GPU run, small shapes), then, on a quiet
-#                                       # GPU, conv_bench, gemm_bench --sweep, MLP-512's GPU seeds under
+#                                       # GPU, conv_bench (and rungs 4 and 4b again with the tiled
+#                                       # layout change), gemm_bench --sweep, MLP-512's GPU seeds under
 #                                       # tutorial 05's cosine schedule and tutorial 05 itself,
 #                                       # softmax_bench --sweep (every register_row launch plan, never
 #                                       # timed before 2026-11-26) + PyTorch's softmax, bn_bench,
@@ -153,6 +154,12 @@ race_new+=':CudaReduce.SumOverAnyDimensions:CudaReduce.ChannelPathGivesTheSameBi
 # session of 2026-11-27, kept as a regression check): the test of threads whose share of the row holds
 # no finite value or whose maximum rises pack by pack, on rows of 4096 and 65536.
 race_new+=':SoftmaxCuda.PackedOnlineThreadsWithoutAFiniteValue'
+# Rung 3's and 3b's kernels (implicit_gemm_wmma.cu; changed on 2026-11-28, without a GPU: Divisor
+# quotients, tap offsets in the loop, predicated loads): both rungs on every pass, strided included.
+race_new+=':ConvCuda.TapTableIsBitIdenticalToRung3'
+# The tiled layout change of rungs 4 and 4b (nchw_to_nhwc_tiled_kernel; new on 2026-11-28, opt-in): a
+# transpose through shared memory, on rung 4's own shapes.
+race_new+=':ConvCuda.TiledLayoutChangeGivesTheSameBits'
 race_second='ConvCuda.BetaAccumulatesIntoTheOutput:CudaGemm.WmmaPipelinedLeanTilesInsideAndOnTheEdges'
 race_second+=':CudaGemm.WmmaSmemBatchedCopyInsideAndOnTheEdges:CudaGemm.MmaSyncLeanCopyInsideAndOnTheEdges'
 race_second+=':CudaGemm.WgmmaEveryTileInsideAndOnTheEdges'  # the wgmma rung (new since 2026-11-26), every tile
@@ -403,6 +410,10 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     fi
     export HALFLING_DATA=${HALFLING_DATA:-$root/data}
     step conv-bench timeout 100 "$build/bench/conv_bench" --batch 128
+    # Rungs 4 and 4b with the tiled layout change (opt-in since 2026-11-28, implicit_gemm_nhwc.h), next to
+    # the conv-bench step's rows for the same rungs with the per-element copy.
+    step conv-bench-tiled-layout timeout 40 "$build/bench/conv_bench" --batch 128 --no-cudnn --tiled-layout \
+      --variants implicit_gemm_nhwc,implicit_gemm_nhwc_wgrad
     step gemm-bench timeout 110 "$build/bench/gemm_bench" --runs 10 --sweep
     if [[ -d $HALFLING_DATA/mnist ]]; then
       step seeds-mlp512-cosine timeout 100 env SCHEDULE=cosine \

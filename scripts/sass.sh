@@ -5,6 +5,9 @@
 #
 #   scripts/sass.sh FILE.cu [REGEX]          a summary line per kernel whose mangled name matches REGEX
 #   SASS_DUMP=out.sass scripts/sass.sh ...   also writes the whole disassembly there
+#   SASS_LOOPS=1 scripts/sass.sh ...         instead, a line per Tensor Core loop (a K loop): its
+#                                            instructions per trip and their kinds (scripts/sass_loops.py;
+#                                            needs nvdisasm, for its control-flow graph)
 #
 # The summary counts, per kernel, its instructions and the ones that matter in a Tensor Core loop:
 # HMMA (mma.sync), HGMMA (wgmma), LDSM (ldmatrix), LDGSTS (cp.async), BAR (__syncthreads). They are static counts (an
@@ -30,11 +33,17 @@ nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
   exit 2
 }
 cuobjdump=$(dirname "$nvcc")/cuobjdump
+if [[ -z ${NVDISASM:-} && -n ${SASS_LOOPS:-} && -x $(dirname "$nvcc")/nvdisasm ]]; then
+  NVDISASM=$(dirname "$nvcc")/nvdisasm  # the loops need nvdisasm's control-flow graph
+fi
 if [[ -n ${NVDISASM:-} ]]; then  # an explicit choice wins
   [[ -x $NVDISASM ]] || {
     echo "sass.sh: NVDISASM=$NVDISASM is not an executable" >&2
     exit 2
   }
+elif [[ -n ${SASS_LOOPS:-} ]]; then
+  echo "sass.sh: SASS_LOOPS needs nvdisasm (none next to $nvcc); set NVDISASM (see this script's header)" >&2
+  exit 2
 elif [[ ! -x $cuobjdump ]]; then
   echo "sass.sh: no cuobjdump next to $nvcc; set NVDISASM to an nvdisasm (see this script's header)" >&2
   exit 2
@@ -62,6 +71,10 @@ PY
   "$NVDISASM" -c "$tmp/k.cubin" >"$tmp/k.sass"
 fi
 [[ -n ${SASS_DUMP:-} ]] && cp "$tmp/k.sass" "$SASS_DUMP"
+if [[ -n ${SASS_LOOPS:-} ]]; then
+  "$NVDISASM" -bbcfg -poff -c "$tmp/k.cubin" >"$tmp/k.dot"
+  exec python3 "$root/scripts/sass_loops.py" "$tmp/k.dot" "$regex"
+fi
 
 # One line per kernel: instructions, HMMA, HGMMA, LDSM, LDGSTS, BAR, then the (mangled) name.
 awk -v re="$regex" '

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -13,6 +14,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "tests/test_util.h"
 
@@ -291,12 +294,60 @@ TEST(GpuScripts, SassRefusesWhatItCannotRead) {
       {script + " no_such_file.cu", "usage: scripts/sass.sh FILE.cu [REGEX]"},
       {"NVCC=/bin/true NVDISASM=/no/such/nvdisasm " + script + " '" + file + "'",
        "NVDISASM=/no/such/nvdisasm is not an executable"},
+      // The loops need nvdisasm's control-flow graph, which cuobjdump does not draw.
+      {"env -u NVDISASM NVCC=/bin/true SASS_LOOPS=1 " + script + " '" + file + "'", "SASS_LOOPS needs nvdisasm"},
   };
   for (const auto& [command, message] : refused) {
     auto [s, o] = hl::test::run_command(command);
     EXPECT_EQ(s, 2) << command << "\n" << o;
     EXPECT_TRUE(contains(o, message)) << command << "\n" << o;
   }
+}
+
+// scripts/sass_loops.py on a graph in nvdisasm's -bbcfg -poff form, written out: a prologue, a loop of
+// two blocks (a branch inside it, and the edge back from the second to the first) and an epilogue. The
+// loop's body is both blocks, 6 instructions, whatever order the edges come in; a loop without Tensor
+// Core instructions (the epilogue's) is not listed; a kernel the pattern does not name is not either.
+TEST(GpuScripts, SassLoopsCountsTheBodyOfEachTensorCoreLoop) {
+  const fs::path dir = fs::temp_directory_path() / ("halfling_sass_loops_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const auto node = [](const std::string& name, const std::vector<std::pair<int, std::string>>& instrs) {
+    std::string label;
+    for (size_t i = 0; i < instrs.size(); ++i) {
+      char off[16];
+      std::snprintf(off, sizeof off, "%04x", instrs[i].first);
+      std::string text = instrs[i].second;
+      for (size_t p = text.find(' '); p != std::string::npos; p = text.find(' ', p + 2)) text.replace(p, 1, "\\ ");
+      label += (i == 0 ? "{<entry>" : (i + 1 == instrs.size() ? "\\l|<exit0>" : "\\l")) + std::string(off) + ":\\ " +
+               text;
+    }
+    return "\"" + name + "\"\n[label=\"" + label + "\\l}\"]\n";
+  };
+  std::string graph = "digraph f {\nsubgraph \"cluster_kern_gemm\" {\n";
+  graph += node("entry", {{0x0, "MOV R1, R2 ;"}, {0x10, "BRA `(.L_x_1) ;"}});
+  graph += node(".L_x_1", {{0x20, "LDG.E.128 R4, [R2.64] ;"}, {0x30, "HMMA.16816.F32 R8, R4, R6, R8 ;"},
+                           {0x40, "@P0 BRA `(.L_x_2) ;"}});
+  graph += node(".L_x_2", {{0x50, "LDGSTS.E.128 [R3], [R4.64] ;"}, {0x60, "IADD3 R1, R1, 0x1, RZ ;"},
+                           {0x70, "@P1 BRA `(.L_x_1) ;"}});
+  graph += node(".L_x_3", {{0x80, "IADD3 R1, R1, 0x1, RZ ;"}, {0x90, "@P2 BRA `(.L_x_3) ;"}});
+  graph += "\"entry\":exit0:e -> \".L_x_1\":entry:n [style=solid];\n";
+  graph += "\".L_x_2\":exit0:e -> \".L_x_1\":entry:n [style=solid];\n";
+  graph += "\".L_x_1\":exit0:e -> \".L_x_2\":entry:n [style=solid];\n";
+  graph += "\".L_x_2\":exit0:s -> \".L_x_3\":entry:n [style=solid];\n";
+  graph += "\".L_x_3\":exit0:e -> \".L_x_3\":entry:n [style=solid];\n}\n}\n";
+  const fs::path file = dir / "k.dot";
+  std::ofstream(file) << graph;
+  const std::string tool =
+      std::string("python3 '").append((fs::path(HALFLING_SOURCE_DIR) / "scripts" / "sass_loops.py").string()).append("' '");
+  auto [s, o] = hl::test::run_command(tool + file.string() + "' gemm");
+  EXPECT_EQ(s, 0) << o;
+  EXPECT_TRUE(contains(o, "    6 instructions in loop 0x0020-0x0070 (1 HMMA, 0 HGMMA, 1 LDG, 0 STS, 0 LDSM, 0 MUFU.RCP, 2 BRA)  kern_gemm"))
+      << o;
+  EXPECT_FALSE(contains(o, "0x0080")) << "the epilogue's loop has no Tensor Core instruction\n" << o;
+  auto [s2, o2] = hl::test::run_command(tool + file.string() + "' softmax");
+  EXPECT_EQ(s2, 0) << o2;
+  EXPECT_TRUE(contains(o2, "no Tensor Core loop in a kernel matching softmax")) << o2;
+  fs::remove_all(dir);
 }
 
 // shellcheck (scripts/setup.sh installs it) on every shell script of the project, run from the

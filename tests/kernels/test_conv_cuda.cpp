@@ -598,9 +598,70 @@ TEST(ConvCuda, NhwcWgradRungOnTheShapesItComputesItself) {
   }
 }
 
-// Rung 3b (implicit_gemm_table) changes only the address arithmetic of rung 3: its loaders put the same
-// values into the same shared-memory tiles, K step by K step, the warps run the same WMMA sequence on
-// them, and the epilogue does the same arithmetic per element (kernels/cuda/conv/implicit_gemm_wmma.cu).
+// The tiled layout change (nchw_to_nhwc_tiled_kernel, opt-in: written 2026-11-28 without a GPU) copies
+// the same halves into the same NHWC buffer as the per-element copy, so rungs 4 and 4b must give the
+// same bits with either, on every pass they compute themselves (each call is checked to have been
+// computed by the rung, not handed on, or the copy would not have run).
+void expect_tiled_layout_change_gives_the_same_bits(const std::vector<Shape>& shapes) {
+  uint64_t seed = test::fresh_seed();
+  for (const Shape& s : shapes) {
+    for (ConvPass pass : kPasses) {
+      const bool rung4b = pass == ConvPass::backward_weight;
+      if (!rung4b && (s.C % 32 != 0 || s.K % 32 != 0)) continue;  // rung 4 hands these on
+      if (pass == ConvPass::backward_data && (s.sh != 1 || s.sw != 1)) continue;
+      const std::string variant = rung4b ? "implicit_gemm_nhwc_wgrad" : "implicit_gemm_nhwc";
+      const Problem p = make_problem(s, pass, DType::f16, pass == ConvPass::forward, 0.0f, seed += 10);
+      const std::string what = describe(s, pass, DType::f16, DType::f16, variant) + ", tiled layout change";
+      const auto computed = [&] {
+        return rung4b ? kernels::cuda::nhwc_wgrad::calls_computed().load() : kernels::cuda::nhwc::calls_computed().load();
+      };
+      std::vector<double> per_element, tiled;
+      {
+        kernels::cuda::nhwc::ScopedTiledLayoutChange off(false);
+        per_element = run_cuda(p, variant, DType::f16);
+      }
+      const int64_t before = computed();
+      {
+        kernels::cuda::nhwc::ScopedTiledLayoutChange on(true);
+        tiled = run_cuda(p, variant, DType::f16);
+      }
+      EXPECT_EQ(computed(), before + 1) << what << ": handed on, so the copy did not run";
+      check(p, tiled, variant, DType::f16, what);
+      ASSERT_EQ(tiled.size(), per_element.size()) << what;
+      size_t differ = 0, first = 0;
+      for (size_t i = 0; i < tiled.size(); ++i)
+        if (std::memcmp(&tiled[i], &per_element[i], sizeof(double)) != 0 && differ++ == 0) first = i;
+      EXPECT_EQ(differ, 0u) << what << ": " << differ << " of " << tiled.size()
+                            << " elements differ from the per-element copy's, the first [" << first
+                            << "]: " << std::setprecision(10) << tiled[first] << " vs " << per_element[first];
+    }
+  }
+}
+
+// Rung 4's own shapes and one of 4b's: partial tiles of channels and pixels (C = 32, 40, 64, 96, 160;
+// H*W = 25 to 169). Small enough for racecheck (`short` runs it there).
+TEST(ConvCuda, TiledLayoutChangeGivesTheSameBits) {
+  HL_REQUIRE_CUDA();
+  if (runtime::cuda_compute_capability() < 80) GTEST_SKIP() << "rungs 4 and 4b compute on compute capability 8.0+";
+  std::vector<Shape> shapes = kNhwcShapes;
+  shapes.push_back({"c40_6x6_k136_3x3_p1", 4, 40, 6, 6, 136, 3, 3, 1, 1, 1, 1});
+  expect_tiled_layout_change_gives_the_same_bits(shapes);
+}
+
+// The VGG-small layers at a small batch, and more images than a grid's z holds (65537 one-pixel
+// images of 32 channels: the kernel's loop over images).
+TEST(ConvCuda, TiledLayoutChangeOnVggLayersAndPastTheGridsImages) {
+  HL_REQUIRE_CUDA();
+  if (runtime::cuda_compute_capability() < 80) GTEST_SKIP() << "rungs 4 and 4b compute on compute capability 8.0+";
+  expect_tiled_layout_change_gives_the_same_bits({{"vgg_64_64_32x32", 2, 64, 32, 32, 64, 3, 3, 1, 1, 1, 1},
+                                                  {"vgg_256_256_8x8", 8, 256, 8, 8, 256, 3, 3, 1, 1, 1, 1},
+                                                  {"n65537_c32_1x1_k32", 65537, 32, 1, 1, 32, 1, 1, 1, 1, 0, 0}});
+}
+
+// Rung 3b (implicit_gemm_table) changes only where rung 3's loaders get each tap's offsets (read from a
+// table instead of computed in the loop): they put the same values into the same shared-memory tiles,
+// K step by K step, the warps run the same WMMA sequence on them, and the epilogue does the same
+// arithmetic per element (kernels/cuda/conv/implicit_gemm_wmma.cu).
 // So its output must equal rung 3's bit for bit, a much tighter check than the rung tolerance above:
 // a table entry pointing one element off shows here even where the norm-wise error would hide it.
 // backward_weight and strided backward_data run rung 3's own kernels in both variants.

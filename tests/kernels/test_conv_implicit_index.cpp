@@ -2,9 +2,10 @@
 // checked on the CPU, so it is exercised on every build, with or without a GPU.
 //
 // The kernels in implicit_gemm_wmma.cu gather their GEMM operands through the functions of that
-// header (make_column / make_tap_entry / table_gather_index / table_weight_index / output_column for
-// forward and stride-1 backward_data, make_tap / gather_index / weight_index for strided
-// backward_data, make_wrow / make_wcol / wgrad_*_index for backward_weight). Here the same functions
+// header (make_column / make_tap_offsets (rung 3) or make_tap_entry (rung 3b's table) /
+// offset_gather_index / offset_weight_index / output_column for forward and stride-1 backward_data,
+// make_tap / strided_gather_index / weight_index for strided backward_data, make_wrow / make_wcol /
+// wgrad_*_index for backward_weight). Here the same functions
 // fill the same shared-memory tiles, walked block by block, K step by K step and thread by thread
 // with the kernels' thread-to-element maps (replicated below: change them together), and plain
 // float64 products stand in for the Tensor Cores. The result must equal the float64 CPU reference
@@ -74,13 +75,17 @@ std::vector<double> reference(ConvArgs a, const std::vector<double>& in1, const 
   return out;
 }
 
-// conv_implicit_gemm_kernel<kBackwardData, kUnitStride>, one block at a time: src is x (forward) or dy
-// (backward_data), w the weights. Returns the output and counts the writes per element. kTable: the
-// loaders read the tap table (forward and stride-1 backward_data, as the kernel does), else they
-// decompose each tap (strided backward_data; the test also runs forward this way, as a cross-check).
-template <bool kBackwardData, bool kUnitStride = false, bool kTable = !kBackwardData || kUnitStride>
+// How the loaders find a tap: as rung 3b (read from the tap table), as rung 3 (offsets computed in the
+// loop, forward and stride-1 backward_data), or decomposed and divided by the stride (backward_data
+// with a stride above 1, both rungs).
+enum class Taps { table, offsets, strided };
+
+// conv_implicit_gemm_kernel, one block at a time: src is x (forward) or dy (backward_data), w the
+// weights. Returns the output and counts the writes per element.
+template <bool kBackwardData, Taps kTaps>
 std::vector<double> emulate(const ConvArgs& a, const std::vector<double>& src, const std::vector<double>& w,
                             std::vector<int>& writes) {
+  static_assert(kTaps != Taps::strided || kBackwardData, "only backward_data divides by the stride");
   const ig::Geometry g = ig::make_geometry(a);
   // conv_tap_table_kernel: one entry per reduction index.
   std::vector<ig::TapEntry> taps;
@@ -102,19 +107,41 @@ std::vector<double> emulate(const ConvArgs& a, const std::vector<double>& src, c
           const int warp = tid / 32, lane = tid % 32;
           ig::Column cols[4];
           for (int j = 0; j < 4; ++j) cols[j] = ig::make_column<kBackwardData>(g, n0 + lane + 32 * j);
-          const int ka = k0 + lane;
-          const ig::Tap ta = ig::make_tap(g, ka);
+          // The A index of reduction index kk and row m, and the B index of kk and column j, as the
+          // kernel's loaders compute them in this mode.
+          const auto a_index = [&](int kk, int m) -> int64_t {
+            switch (kTaps) {
+              case Taps::table: return ig::offset_weight_index(g, m, tap(kk), kk < g.kred);
+              case Taps::offsets:
+                return ig::offset_weight_index(
+                    g, m, kk < g.kred ? ig::make_tap_offsets<kBackwardData>(g, kk) : ig::TapOffsets<int64_t>{0, 0, 0, 0},
+                    kk < g.kred);
+              case Taps::strided: return ig::weight_index(g, m, ig::make_tap(g, kk));
+            }
+            return -2;
+          };
+          const auto b_index = [&](int kk, const ig::Column& col) -> int64_t {
+            switch (kTaps) {
+              case Taps::table: return ig::offset_gather_index(g, col, tap(kk), kk < g.kred);
+              case Taps::offsets:
+                return ig::offset_gather_index(
+                    g, col, kk < g.kred ? ig::make_tap_offsets<kBackwardData>(g, kk) : ig::TapOffsets<int64_t>{0, 0, 0, 0},
+                    kk < g.kred);
+              case Taps::strided: return ig::strided_gather_index(g, col, ig::make_tap(g, kk));
+            }
+            return -2;
+          };
+          // A reduction index past the end reads nothing from either operand: a zero from one side
+          // would not do, since 0 times an Inf or NaN read from the other is NaN.
           for (int i = 0; i < 8; ++i) {
-            const int m = m0 + warp + 8 * i;
-            const int64_t idx = kTable ? ig::table_weight_index(g, m, tap(ka), ka < g.kred) : ig::weight_index(g, m, ta);
+            const int64_t idx = a_index(k0 + lane, m0 + warp + 8 * i);
+            if (k0 + lane >= g.kred) EXPECT_EQ(idx, -1) << "A read past the reduction";
             As[(warp + 8 * i) * ig::kLdA + lane] = idx >= 0 ? w.at(static_cast<size_t>(idx)) : 0.0;
           }
           for (int i = 0; i < 4; ++i) {
-            const int kb = k0 + warp + 8 * i;
-            const ig::Tap tb = ig::make_tap(g, kb);
             for (int j = 0; j < 4; ++j) {
-              const int64_t idx = kTable ? ig::table_gather_index(g, cols[j], tap(kb), kb < g.kred)
-                                         : ig::gather_index<kBackwardData, kUnitStride>(g, cols[j], tb);
+              const int64_t idx = b_index(k0 + warp + 8 * i, cols[j]);
+              if (k0 + warp + 8 * i >= g.kred) EXPECT_EQ(idx, -1) << "B read past the reduction";
               Bs[(warp + 8 * i) * ig::kLdB + lane + 32 * j] = idx >= 0 ? src.at(static_cast<size_t>(idx)) : 0.0;
             }
           }
@@ -167,12 +194,15 @@ std::vector<double> emulate_wgrad(const ConvArgs& a, const std::vector<double>& 
           for (int tid = 0; tid < ig::kThreads; ++tid) {
             const int warp = tid / 32, lane = tid % 32;
             const ig::WRow row = ig::make_wrow(g, k0 + lane, j_end);
+            // A position past the slice reads nothing from either operand (0 times an Inf is NaN).
             for (int i = 0; i < 8; ++i) {
               const int64_t idx = ig::wgrad_dy_index(g, row, m0 + warp + 8 * i);
+              if (!row.ok) EXPECT_EQ(idx, -1) << "dy read past the slice";
               As[(warp + 8 * i) * ig::kLdA + lane] = idx >= 0 ? dy.at(static_cast<size_t>(idx)) : 0.0;
             }
             for (int i = 0; i < 16; ++i) {
               const int64_t idx = ig::wgrad_x_index(g, row, colinfo[warp + 8 * i]);
+              if (!row.ok) EXPECT_EQ(idx, -1) << "x read past the slice";
               Bs[(warp + 8 * i) * ig::kLdBt + lane] = idx >= 0 ? x.at(static_cast<size_t>(idx)) : 0.0;  // column-major
             }
           }
@@ -232,21 +262,22 @@ TEST(ConvImplicitIndex, ForwardAndBackwardDataTilesMatchTheReference) {
     const auto dy = test::random_values(static_cast<size_t>(a.N * a.K * a.P() * a.Q()), seed += 3, -1.0, 1.0, DType::f64);
     std::vector<int> writes;
 
-    const auto y = emulate<false>(a, x, w, writes);
     const auto y_ref = reference(a, x, w), y_abs = reference(a, abs_of(x), abs_of(w));
-    expect_match(y, y_ref, y_abs, writes, std::string("forward ") + s.name);
-    const auto y_direct = emulate<false, false, false>(a, x, w, writes);  // without the tap table
-    expect_match(y_direct, y_ref, y_abs, writes, std::string("forward, per-step taps ") + s.name);
+    const auto y = emulate<false, Taps::table>(a, x, w, writes);  // rung 3b
+    expect_match(y, y_ref, y_abs, writes, std::string("forward, tap table ") + s.name);
+    const auto y3 = emulate<false, Taps::offsets>(a, x, w, writes);  // rung 3
+    expect_match(y3, y_ref, y_abs, writes, std::string("forward, offsets in the loop ") + s.name);
 
     a.pass = ConvPass::backward_data;
-    const auto dx = emulate<true, false>(a, dy, w, writes);
     const auto dx_ref = reference(a, dy, w), dx_abs = reference(a, abs_of(dy), abs_of(w));
-    expect_match(dx, dx_ref, dx_abs, writes, std::string("backward_data ") + s.name);
-    if (s.sh == 1 && s.sw == 1) {  // the kernel's stride-1 instantiation (run() picks it for these): the table
-      const auto dx1 = emulate<true, true>(a, dy, w, writes);
-      expect_match(dx1, dx_ref, dx_abs, writes, std::string("backward_data, stride-1 path ") + s.name);
-      const auto dx2 = emulate<true, true, false>(a, dy, w, writes);
-      expect_match(dx2, dx_ref, dx_abs, writes, std::string("backward_data, stride-1 per-step taps ") + s.name);
+    // Every stride through the strided path (run() takes it for strides above 1; it is right for 1 too).
+    const auto dx = emulate<true, Taps::strided>(a, dy, w, writes);
+    expect_match(dx, dx_ref, dx_abs, writes, std::string("backward_data, strided path ") + s.name);
+    if (s.sh == 1 && s.sw == 1) {  // the kernels' stride-1 instantiations (run() picks them for these)
+      const auto dx1 = emulate<true, Taps::table>(a, dy, w, writes);
+      expect_match(dx1, dx_ref, dx_abs, writes, std::string("backward_data, stride 1, tap table ") + s.name);
+      const auto dx2 = emulate<true, Taps::offsets>(a, dy, w, writes);
+      expect_match(dx2, dx_ref, dx_abs, writes, std::string("backward_data, stride 1, offsets in the loop ") + s.name);
     }
   }
 }

@@ -239,5 +239,75 @@ TEST(ConvNhwcIndex, EmulationCatchesTheForwardWeightLayoutInBackwardData) {
   EXPECT_GT(differ, got.size() / 2);
 }
 
+// The tiled layout change (nchw_to_nhwc_tiled_kernel), walked as the GPU runs it: every block of
+// layout_grid's grid, its images in steps of the grid's z, its 32 x 8 threads reading their 4 elements
+// each into the block's shared tile (NaN before every image, so a slot read before it is written shows)
+// and, after the barrier, writing from it. The NHWC copy must be the per-element copy's (nhwc_source)
+// element for element, each written once; every slot read must have been written for this image. z_cap
+// 2 walks the loop over images on shapes the CPU covers in milliseconds (the GPU's cap is 65535).
+// Partial tiles on both sides: C and H*W of 1, below, at and past multiples of 32.
+TEST(ConvNhwcIndex, TiledLayoutChangeMovesEveryElementOnce) {
+  struct Case {
+    int64_t N, C, H, W, z_cap;
+  };
+  for (const Case& t : {Case{1, 1, 1, 1, 2}, Case{2, 3, 1, 5, 2}, Case{3, 32, 8, 8, 2}, Case{2, 40, 7, 7, 1},
+                        Case{5, 8, 14, 14, 2}, Case{4, 256, 8, 8, 3}, Case{3, 33, 11, 3, 2}, Case{7, 64, 4, 8, 65535}}) {
+    const int64_t HW = t.H * t.W, plane = t.C * HW, n = t.N * plane;
+    std::vector<double> src(static_cast<size_t>(n)), dst(static_cast<size_t>(n), kNaN);
+    for (int64_t i = 0; i < n; ++i) src[static_cast<size_t>(i)] = static_cast<double>(i);
+    std::vector<int> writes(static_cast<size_t>(n), 0);
+    const nh::LayoutGrid grid = nh::layout_grid(t.N, t.C, HW, t.z_cap);
+    ASSERT_GT(grid.x, 0);
+    ASSERT_LE(grid.z, t.z_cap);
+    std::ostringstream name;
+    name << "N=" << t.N << " C=" << t.C << " HW=" << HW << " z_cap=" << t.z_cap;
+    for (int64_t bz = 0; bz < grid.z; ++bz) {
+      for (int64_t by = 0; by < grid.y; ++by) {
+        for (int64_t bx = 0; bx < grid.x; ++bx) {
+          for (int64_t img = bz; img < t.N; img += grid.z) {
+            std::vector<double> tile(nh::kLayoutTile * nh::kLayoutPitch, kNaN);
+            const auto slot = [&](const nh::LayoutStep& e) -> double& {
+              EXPECT_TRUE(e.row >= 0 && e.row < nh::kLayoutTile && e.col >= 0 && e.col < nh::kLayoutTile) << name.str();
+              return tile.at(static_cast<size_t>(e.row * nh::kLayoutPitch + e.col));
+            };
+            for (int ty = 0; ty < nh::kLayoutRows; ++ty)
+              for (int tx = 0; tx < nh::kLayoutTile; ++tx)
+                for (int k = 0; k < nh::kLayoutSteps; ++k) {
+                  const nh::LayoutStep e = nh::layout_read(bx, by, tx, ty, k);
+                  if (e.c < t.C && e.p < HW) slot(e) = src.at(static_cast<size_t>(img * plane + e.c * HW + e.p));
+                }
+            for (int ty = 0; ty < nh::kLayoutRows; ++ty)
+              for (int tx = 0; tx < nh::kLayoutTile; ++tx)
+                for (int k = 0; k < nh::kLayoutSteps; ++k) {
+                  const nh::LayoutStep e = nh::layout_write(bx, by, tx, ty, k);
+                  if (e.c < t.C && e.p < HW) {
+                    const size_t i = static_cast<size_t>(img * plane + e.p * t.C + e.c);
+                    ASSERT_FALSE(std::isnan(slot(e))) << name.str() << ": a slot read before it was written";
+                    dst.at(i) = slot(e);
+                    ++writes[i];
+                  }
+                }
+          }
+        }
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t u = static_cast<size_t>(i);
+      ASSERT_EQ(writes[u], 1) << name.str() << ": element " << i;
+      ASSERT_EQ(dst[u], src[static_cast<size_t>(nh::nhwc_source(i, static_cast<int>(t.C), static_cast<int>(t.H),
+                                                                  static_cast<int>(t.W)))])
+          << name.str() << ": element " << i;
+    }
+  }
+}
+
+// Grids the tiles cannot fit go to the per-element copy: layout_grid says so with x = 0.
+TEST(ConvNhwcIndex, TiledLayoutChangeDeclinesGridsThatDoNotFit) {
+  EXPECT_EQ(nh::layout_grid(1, 65535 * 32 + 1, 1).x, 0);  // 65536 channel tiles: gridDim.y allows 65535
+  EXPECT_GT(nh::layout_grid(1, 65535 * 32, 1).x, 0);
+  EXPECT_EQ(nh::layout_grid(1, 1, int64_t{2147483648} * 32).x, 0);  // 2^31 pixel tiles
+  EXPECT_EQ(nh::layout_grid(70000, 8, 1).z, 65535);              // the images beyond loop
+}
+
 }  // namespace
 }  // namespace hl

@@ -65,11 +65,37 @@ using gemm_detail::cp_async_wait;
 // ---- the layout changes ---------------------------------------------------------------------------------
 
 // dst (NHWC) = src (NCHW [N, C, H, W]), one thread per destination element: the writes are coalesced,
-// the reads are strided by H * W (a tiled transpose would read in rows too; this pass is a small part
-// of a call, and conv_bench shows how small).
+// the reads are strided by H * W. The default until the tiled copy below has run on a GPU.
 __global__ void nchw_to_nhwc_kernel(const __half* __restrict__ src, __half* __restrict__ dst, int64_t n, int C, int H,
                                     int W) {
   for (int64_t i = global_thread_index(); i < n; i += global_thread_count()) dst[i] = src[nhwc_source(i, C, H, W)];
+}
+
+// The same copy as a transpose through shared memory, one 32 x 32 tile of an image per block and step
+// of the loop over images (implicit_gemm_nhwc.h, "the tiled layout change", has the why and the
+// thread-to-element maps, which tests/kernels/test_conv_nhwc_index.cpp walks on the CPU). Opt-in:
+// written without a GPU.
+__global__ void __launch_bounds__(kLayoutTile* kLayoutRows)
+    nchw_to_nhwc_tiled_kernel(const __half* __restrict__ src, __half* __restrict__ dst, int64_t N, int C, int64_t HW) {
+  __shared__ __half tile[kLayoutTile][kLayoutPitch];
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  const int64_t plane = static_cast<int64_t>(C) * HW;  // elements per image, in either layout
+  for (int64_t n = blockIdx.z; n < N; n += gridDim.z) {
+    const __half* s = src + n * plane;  // [C][HW]
+    __half* d = dst + n * plane;        // [HW][C]
+#pragma unroll
+    for (int k = 0; k < kLayoutSteps; ++k) {
+      const LayoutStep e = layout_read(blockIdx.x, blockIdx.y, tx, ty, k);
+      if (e.c < C && e.p < HW) tile[e.row][e.col] = s[static_cast<int64_t>(e.c) * HW + e.p];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kLayoutSteps; ++k) {
+      const LayoutStep e = layout_write(blockIdx.x, blockIdx.y, tx, ty, k);
+      if (e.c < C && e.p < HW) d[e.p * C + e.c] = tile[e.row][e.col];
+    }
+    __syncthreads();  // every warp has read the tile before the next image overwrites it
+  }
 }
 
 template <bool kBackwardData>
@@ -269,8 +295,17 @@ const char* unsupported(const ConvArgs& a) {
 
 }  // namespace
 
-// The layout change on its own, for rung 4b (implicit_gemm_nhwc_wgrad.cu), which copies x and dY with it.
+// The layout change on its own, for rung 4b (implicit_gemm_nhwc_wgrad.cu), which copies x and dY with it:
+// tiled when chosen (tiled_layout_change_chosen) and the tiles fit a grid, else one thread per element.
 void nhwc::copy_nchw_to_nhwc(const __half* src, __half* dst, int64_t n, int C, int H, int W) {
+  const int64_t HW = static_cast<int64_t>(H) * W, N = n / (static_cast<int64_t>(C) * HW);
+  const LayoutGrid t = layout_grid(N, C, HW);
+  if (tiled_layout_change_chosen() && t.x > 0) {
+    const dim3 grid(static_cast<unsigned>(t.x), static_cast<unsigned>(t.y), static_cast<unsigned>(t.z));
+    nchw_to_nhwc_tiled_kernel<<<grid, dim3(kLayoutTile, kLayoutRows), 0, stream()>>>(src, dst, N, C, HW);
+    HL_LAUNCH_CHECK("nchw_to_nhwc_tiled_kernel");
+    return;
+  }
   nchw_to_nhwc_kernel<<<grid_for(n), kBlock, 0, stream()>>>(src, dst, n, C, H, W);
   HL_LAUNCH_CHECK("nchw_to_nhwc_kernel");
 }

@@ -19,6 +19,7 @@
 
 #include "kernels/conv.h"
 #include "kernels/half.h"  // HL_HOST_DEVICE
+#include "kernels/tuning_hook.h"
 
 namespace hl::kernels::cuda::nhwc {
 
@@ -116,6 +117,75 @@ HL_HOST_DEVICE int64_t nhwc_source(int64_t i, int C, int H, int W) {
   const int64_t hw = static_cast<int64_t>(H) * W;
   const int64_t n = pix / hw, yx = pix % hw;
   return (n * C + c) * hw + yx;
+}
+
+// ---- the tiled layout change (2026-11-28, written without a GPU; opt-in until a GPU has run it) ---------
+// The copy above gives each thread one destination element, so a warp writes 32 consecutive channels
+// of one pixel (64 contiguous bytes) but reads them H*W halves apart: 32 sectors for 64 useful bytes.
+// Nsight Compute on the H100 (2026-11-27) found the loads using 2.0 of each sector's 32 bytes, and the
+// two copies of rung 4b's 256->256 weight gradient took 38.6 us of the call's 115.4, where moving 8 MiB
+// at the copy bandwidth takes about 2.5. Each element also costs four 64-bit divisions (nhwc_source).
+// The tiled copy is the classic transpose through shared memory: a block of 32 x 8 threads moves a
+// tile of 32 channels x 32 pixels of one image ([C][H*W] -> [H*W][C]). It reads the tile row by row
+// (a warp: 32 consecutive pixels of one channel), and writes it column by column (a warp: 32
+// consecutive channels of one pixel), so both sides move whole 64-byte runs, and the only index
+// arithmetic is the tile's corner. The grid is pixel tiles x channel tiles x images, the images in
+// steps of gridDim.z (at most 65535 of them in flight).
+inline constexpr int kLayoutTile = 32;                            // channels and pixels per tile
+inline constexpr int kLayoutRows = 8;                             // threadIdx.y: each thread moves 4 elements
+inline constexpr int kLayoutSteps = kLayoutTile / kLayoutRows;    // 4
+inline constexpr int kLayoutPitch = kLayoutTile + 2;              // halves per shared row (why: layout_tile)
+inline constexpr int64_t kLayoutMaxGridZ = 65535;
+
+// The tiled copy is not yet the default: it was written without a GPU (kernels/cuda/conv/README.md,
+// "The layout change, tiled"). The tests and `bench/conv_bench --tiled-layout` force it through the hook.
+inline constexpr bool kTiledLayoutChangeIsDefault = false;
+
+// The hook: -1, the rungs' own choice (kTiledLayoutChangeIsDefault; what training and the tests'
+// default runs get), or 0 / 1 to force the per-element copy or the tiled one for one scope.
+inline std::atomic<int>& tiled_layout_change_for_tuning() {
+  static std::atomic<int> forced{-1};
+  return forced;
+}
+inline bool tiled_layout_change_chosen() {
+  const int forced = tiled_layout_change_for_tuning().load(std::memory_order_relaxed);
+  return forced < 0 ? kTiledLayoutChangeIsDefault : forced != 0;
+}
+class ScopedTiledLayoutChange : public ScopedHook<int> {
+ public:
+  explicit ScopedTiledLayoutChange(bool enabled) : ScopedHook(tiled_layout_change_for_tuning(), enabled ? 1 : 0) {}
+};
+
+// The tiled copy's grid for N images of C channels and HW pixels; z_cap: the most images in flight
+// (kLayoutMaxGridZ on a GPU; the CPU test passes less, to walk the loop over images cheaply). x is
+// 0 when the tiles do not fit a grid (more than 2^31 - 1 pixel tiles or 65535 channel tiles): the
+// per-element copy then does the work.
+struct LayoutGrid {
+  int64_t x, y, z;
+};
+inline LayoutGrid layout_grid(int64_t N, int64_t C, int64_t HW, int64_t z_cap = kLayoutMaxGridZ) {
+  const int64_t x = (HW + kLayoutTile - 1) / kLayoutTile, y = (C + kLayoutTile - 1) / kLayoutTile;
+  if (x > std::numeric_limits<int>::max() || y > 65535) return LayoutGrid{0, 0, 0};
+  return LayoutGrid{x, y, std::min(N, z_cap)};
+}
+
+// Step k (< kLayoutSteps) of thread (tx, ty) in tile (bx, by): the element it moves and its place in
+// the shared tile [channel][pixel]. Reading, a warp (one ty) takes one channel row and 32 consecutive
+// pixels; writing, it takes one pixel column and 32 consecutive channels. The rows of the shared tile
+// are kLayoutPitch = 34 halves (68 bytes, 17 banks) apart, so the 32 rows a warp reads in one column
+// fall in 32 different banks; with 32 halves (16 banks) they would fall in 2.
+struct LayoutStep {
+  int c;       // channel
+  int64_t p;   // pixel, h * W + w
+  int row, col;  // tile[row][col]: row = c - c0, col = p - p0
+};
+HL_HOST_DEVICE LayoutStep layout_read(int64_t bx, int64_t by, int tx, int ty, int k) {
+  const int row = ty + kLayoutRows * k, col = tx;
+  return LayoutStep{static_cast<int>(by * kLayoutTile) + row, bx * kLayoutTile + col, row, col};
+}
+HL_HOST_DEVICE LayoutStep layout_write(int64_t bx, int64_t by, int tx, int ty, int k) {
+  const int row = tx, col = ty + kLayoutRows * k;
+  return LayoutStep{static_cast<int>(by * kLayoutTile) + row, bx * kLayoutTile + col, row, col};
 }
 
 // Element i of wt ([M][R][S][C], c fastest): its index in the weight tensor w [K][C][R][S].

@@ -19,8 +19,8 @@
 // p lies in [0, P) (and the same for q), else 0. With stride 1 this is the convolution of dY with the
 // flipped, transposed filters; with stride 2 three taps in four are zeros of the "dilated" dY, which
 // the loader predicates away (correct, if wasteful: a stride-aware decomposition is a later rung).
-// Stride 1 (every layer of LeNet and VGG-small) gets its own instantiation without the integer
-// divisions that test "is this tap on the stride grid" (gather_index's kUnitStride).
+// Stride 1 (every layer of LeNet and VGG-small) gets its own instantiation without the tests "is this
+// tap on the stride grid" (strided_gather_index keeps them for the others).
 // W'[c, krs] = w[k, c, r, s] is the same weight tensor read with the roles of k and c swapped.
 // backward_weight has a small output and an N*P*Q-long reduction, so it splits the reduction across
 // blocks (split-K, with a deterministic second pass that adds the slices): see its kernel below.
@@ -40,24 +40,35 @@
 //     on tile t, so their latency hides behind the math;
 //   * address arithmetic: each thread always loads the same 4 columns of the B tile, so the column's
 //     (n, p, q) decomposition — image offset, first input row and column — is computed once per
-//     kernel; each row (c, r, s) is decomposed once per K step and shared by the thread's 4 columns.
-//     Reduction rows past C*R*S (C = 1 or 3 gives CRS = 25 or 27, not a multiple of 32), columns past
-//     N*P*Q and channels past K are predicated to zero, so any shape works;
+//     kernel; each row (c, r, s) is decomposed once per K step into its offsets (TapOffsets: where it
+//     lies relative to any column, and in the weights), shared by the thread's 4 columns, so that an
+//     element costs two adds, two compares and an add. Every division by a size of the layer (R*S, S,
+//     P*Q, Q, the stride) is a Divisor (kernels/divisor.h): a multiply-high and shifts with the
+//     quotient of `/`, made on the host, instead of the ~20-instruction routine a division by a
+//     run-time value compiles to. Reduction rows past C*R*S (C = 1 or 3 gives CRS = 25 or 27, not a
+//     multiple of 32), columns past N*P*Q and channels past K are predicated to zero (the loads are
+//     predicated, not branched around), so any shape works;
 //   * epilogue: the accumulators go through shared memory (reusing the tile buffers) so that each
 //     thread writes consecutive output positions of one channel: coalesced stores into NCHW.
 //
-// Rung 3b, "implicit_gemm_table" (kTable), changes only the address arithmetic. Measured on an H200,
-// rung 3 runs at about 30 TFLOP/s on every VGG-small layer: the two integer divisions by run-time
-// values per tap (make_tap: kk / RS, rs / S), for 5 taps per thread and K step, are most of its
-// instructions. Rung 3b decomposes the reduction index once per call: a small kernel writes a table
-// of one 16-byte entry per index (TapEntry: the tap's offsets relative to a column, and in the
-// weights), and the loaders read it, so gathering an element costs adds and compares. Its epilogue
-// keeps one column per thread, whose place in NCHW is then computed once. backward_data with a
-// stride above 1 keeps rung 3's per-step decomposition (its taps need gather_index's divisibility
-// tests anyway). Written in a session without a GPU, it was verified on an H200 on 2026-11-26 (its
-// output equal to rung 3's bit for bit, the sanitizers clean) and measured there: forward 1.4x to 1.9x
-// faster than rung 3 on LeNet's and VGG-small's layers, backward_weight the same
+// Rung 3b, "implicit_gemm_table" (kTable), changes only where the taps' offsets come from. Measured on
+// an H200, rung 3 ran at about 30 TFLOP/s on every VGG-small layer: then it divided each tap by R*S
+// and S with `/` (two integer divisions of tens of instructions, for 5 taps per thread and K step)
+// and multiplied out every gathered address. Rung 3b decomposes the reduction index once per call: a
+// small kernel writes a table of one 16-byte entry per index (TapEntry), and the loaders read it.
+// Its epilogue keeps one column per thread, whose place in NCHW is then computed once.
+// backward_data with a stride above 1 keeps rung 3's per-step decomposition (its taps need the
+// divisibility tests anyway). Written in a session without a GPU, it was verified on an H200 on
+// 2026-11-26 (its output equal to rung 3's bit for bit, the sanitizers clean) and measured there:
+// forward 1.4x to 1.9x faster than rung 3 on LeNet's and VGG-small's layers, backward_weight the same
 // (bench/results/gpu_short_nvidia_h200_2026-11-26.txt). So it is in the automatic choice, above rung 3.
+//
+// Rung 3 took the other road on 2026-11-28 (without a GPU; kernels/cuda/conv/README.md, "Rung 3's
+// integer work"): Divisor quotients for every division, the same per-tap offsets as the table's but
+// computed in the loop, and the loads' conditions folded into predicates. Its K loop went from 950 to
+// 572 instructions per thread in the sm_90 machine code (forward; 3b's: 443), the weight gradient's
+// from 794 to 547 (SASS_LOOPS=1 scripts/sass.sh). Its output is meant to be unchanged bit for bit
+// (the same indices, so the same tiles); the GPU tests and the speed are for the next GPU session.
 //
 // NCHW is what makes the loader work hard: the reduction index (c, r, s) walks across channel planes,
 // so the 8 consecutive values a 16-byte vector load would need are not consecutive in memory. With
@@ -85,8 +96,9 @@ using namespace igemm;  // the tile sizes and the address arithmetic (implicit_g
 
 __device__ __forceinline__ __half half_zero() { return __ushort_as_half(static_cast<unsigned short>(0)); }
 
-// Whether the loaders read the tap table: forward, and backward_data with stride 1 (make_tap_entry).
-constexpr bool uses_tap_table(bool backward_data, bool unit_stride) { return !backward_data || unit_stride; }
+// Whether the loaders gather through a tap's offsets (TapOffsets: computed by rung 3, read from the
+// tap table by rung 3b): forward, and backward_data with stride 1.
+constexpr bool uses_tap_offsets(bool backward_data, bool unit_stride) { return !backward_data || unit_stride; }
 
 // The tap table: entry kk for every reduction index kk < kred (implicit_gemm_index.h, make_tap_entry).
 template <bool kBackwardData>
@@ -110,7 +122,7 @@ __device__ __forceinline__ TapEntry load_tap(const int4* __restrict__ table, int
 template <bool kBackwardData, bool kUnitStride, bool kTable>
 __global__ void __launch_bounds__(kThreads, kTable ? 2 : 0)
     conv_implicit_gemm_kernel(ConvArgs a, Geometry g, const int4* __restrict__ taps) {
-  static_assert(!kTable || uses_tap_table(kBackwardData, kUnitStride), "no tap table for strided backward_data");
+  static_assert(!kTable || uses_tap_offsets(kBackwardData, kUnitStride), "no tap table for strided backward_data");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
   using namespace nvcuda;
   __shared__ __align__(128) unsigned char smem[kSmemBytes];
@@ -136,29 +148,37 @@ __global__ void __launch_bounds__(kThreads, kTable ? 2 : 0)
     // A: lane picks the reduction index, warp + 8i the row: 32 consecutive weights per warp and row.
     // B: rows warp + 8i (one tap each), columns lane + 32j: a warp reads 32 consecutive output
     // positions of one tap, i.e. consecutive input columns when the stride is 1.
-    if constexpr (kTable) {
+    if constexpr (uses_tap_offsets(kBackwardData, kUnitStride)) {
+      // Each tap's offsets: read from the table (rung 3b) or computed here, two Divisor quotients and a
+      // few multiply-adds (rung 3). The gather is then the same two adds and compares for both.
+      const auto offsets = [&](int kk) {
+        if constexpr (kTable) {
+          return kk < g.kred ? load_tap(taps, kk) : TapEntry{0, 0, 0, 0};
+        } else {
+          return kk < g.kred ? make_tap_offsets<kBackwardData>(g, kk) : TapOffsets<int64_t>{0, 0, 0, 0};
+        }
+      };
       {
         const int kk = k0 + lane;
-        const bool ok = kk < g.kred;
-        const TapEntry t = ok ? load_tap(taps, kk) : TapEntry{0, 0, 0, 0};
+        const auto t = offsets(kk);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-          const int64_t idx = table_weight_index(g, m0 + warp + 8 * i, t, ok);
+          const int64_t idx = offset_weight_index(g, m0 + warp + 8 * i, t, kk < g.kred);
           a_reg[i] = idx >= 0 ? wgt[idx] : half_zero();
         }
       }
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int kk = k0 + warp + 8 * i;  // the same for the whole warp: one broadcast load
-        const bool ok = kk < g.kred;
-        const TapEntry t = ok ? load_tap(taps, kk) : TapEntry{0, 0, 0, 0};
+        const int kk = k0 + warp + 8 * i;  // the same for the whole warp: one broadcast load (rung 3b)
+        const auto t = offsets(kk);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const int64_t idx = table_gather_index(g, cols[j], t, ok);
+          const int64_t idx = offset_gather_index(g, cols[j], t, kk < g.kred);
           b_reg[i * 4 + j] = idx >= 0 ? src[idx] : half_zero();
         }
       }
     } else {
+      // Strided backward_data: the divisibility tests of strided_gather_index need each tap's r and s.
       {
         const Tap t = make_tap(g, k0 + lane);
 #pragma unroll
@@ -172,7 +192,7 @@ __global__ void __launch_bounds__(kThreads, kTable ? 2 : 0)
         const Tap t = make_tap(g, k0 + warp + 8 * i);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const int64_t idx = gather_index<kBackwardData, kUnitStride>(g, cols[j], t);
+          const int64_t idx = strided_gather_index(g, cols[j], t);
           b_reg[i * 4 + j] = idx >= 0 ? src[idx] : half_zero();
         }
       }
