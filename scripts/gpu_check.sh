@@ -167,6 +167,9 @@ race_second+=':CudaGemm.WgmmaTmaEveryTileInsideAndOnTheEdges'  # the wgmma_tma r
 race_second+=':CudaGemm.WgmmaTmaSplitKSecondPassOverBatchesOfSlices'  # and its split-K form
 # short's memcheck runs these kernel tests in a second process, beside the rest (below).
 memcheck_second='ConvCuda.*:CudaConv.*:SoftmaxCuda.*:CudaSoftmax.*'
+# ... except the convolution tests of the kernels changed or added on 2026-11-28 (rung 3's, the tiled
+# layout change), which get a third process: the second took 210 s of its 240 in the seventh session.
+memcheck_third='ConvCuda.TapTableIsBitIdenticalToRung3:ConvCuda.TiledLayoutChange*'
 
 # The test stage leaves out CPU-only tests that take minutes (tutorials run with --device cpu, the CPU
 # accuracy bar): CI runs them on every commit, and on the H200 machine (16 cores shared with the CUDA
@@ -385,16 +388,20 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     rm -f "$build/Testing/Temporary/LastTest.log"
     if [[ -x $sanitizer ]]; then
       # shellcheck disable=SC2016  # the inner bash expands its own arguments
-      # memcheck in two processes side by side: on 2026-11-26 the one process took 235 s of its 240, and
+      # memcheck in three processes side by side: on 2026-11-26 the one process took 235 s of its 240, and
       # the tests added since (sweep tiles, wmma_smem's K steps, packed_row) would have passed the limit.
-      # The convolution and softmax tests (about 95 s of that run) go to the second.
+      # The convolution and softmax tests (about 95 s of that run) go to the second, and since 2026-11-28
+      # (the second took 210 s of its 240 in the seventh session) the tests of that day's convolution
+      # kernels to a third ($memcheck_third).
       bg_start memcheck 240 bash -c '"$1" --tool memcheck --error-exitcode 1 "$2/tests/test_framework" \
         --gtest_filter="$3" && "$1" --tool memcheck --error-exitcode 1 "$2/tests/test_datasets" \
         --gtest_filter="$4" && "$1" --tool memcheck --error-exitcode 1 "$2/tests/test_kernels" \
         --gtest_filter="$5"' memcheck "$sanitizer" "$build" "$framework_cuda" "$datasets_cuda" \
         "$kernels_cuda-$heavy:CudaRuntime.AllocationFailureNamesTheSize:$memcheck_second"
       bg_start memcheck-conv-softmax 240 "$sanitizer" --tool memcheck --error-exitcode 1 \
-        "$build/tests/test_kernels" --gtest_filter="$memcheck_second-$heavy"
+        "$build/tests/test_kernels" --gtest_filter="$memcheck_second-$heavy:$memcheck_third"
+      bg_start memcheck-conv-new 240 "$sanitizer" --tool memcheck --error-exitcode 1 \
+        "$build/tests/test_kernels" --gtest_filter="$memcheck_third"
       bg_start racecheck-new 240 "$sanitizer" --tool racecheck --error-exitcode 1 "$build/tests/test_kernels" \
         --gtest_filter="$race_new"
       bg_start racecheck-new-second 240 "$sanitizer" --tool racecheck --error-exitcode 1 \
@@ -406,7 +413,9 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
       --output-on-failure --no-tests=error -E "^(${cpu_only//:/|})\$"
     step cuda-skips cuda_skips
     if [[ -x $sanitizer ]]; then
-      for name in memcheck memcheck-conv-softmax racecheck-new racecheck-new-second; do bg_finish "$name"; done
+      for name in memcheck memcheck-conv-softmax memcheck-conv-new racecheck-new racecheck-new-second; do
+        bg_finish "$name"
+      done
     fi
     export HALFLING_DATA=${HALFLING_DATA:-$root/data}
     step conv-bench timeout 100 "$build/bench/conv_bench" --batch 128

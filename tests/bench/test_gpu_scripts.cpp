@@ -304,6 +304,53 @@ TEST(GpuScripts, SassRefusesWhatItCannotRead) {
   }
 }
 
+// The test lists scripts/gpu_check.sh hands compute-sanitizer and ctest (race_new, race_second,
+// memcheck_third, heavy, framework_cuda, datasets_cuda) name tests that exist: a misspelt name is a
+// filter that matches nothing, and the sanitizer then passes having checked nothing, on a GPU session
+// that cannot be repeated. A plain name must be a TEST of that suite and name; "Suite.Prefix*" must
+// match one; "Suite.*" must name a suite; a pattern that starts with '*' or names a parameterized
+// instance ('/') is left alone.
+TEST(GpuScripts, SanitizerTestListsNameTestsThatExist) {
+  const fs::path r = HALFLING_SOURCE_DIR;
+  std::set<std::string> tests, suites;
+  const std::regex test_re(R"(\bTEST(?:_F|_P)?\(\s*(\w+)\s*,\s*(\w+)\s*\))");
+  for (const auto& e : fs::recursive_directory_iterator(r / "tests")) {
+    if (e.path().extension() != ".cpp") continue;
+    std::ifstream in(e.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (std::sregex_iterator m(text.begin(), text.end(), test_re), end; m != end; ++m) {
+      tests.insert((*m)[1].str() + "." + (*m)[2].str());
+      suites.insert((*m)[1].str());
+    }
+  }
+  ASSERT_TRUE(tests.count("ConvCuda.TapTableIsBitIdenticalToRung3")) << "the TEST scan found " << tests.size();
+
+  std::ifstream script(r / "scripts" / "gpu_check.sh");
+  const std::regex list_re(R"(^(race_new|race_second|memcheck_third|heavy|framework_cuda|datasets_cuda)\+?='([^']*)')");
+  int checked = 0;
+  for (std::string line; std::getline(script, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, list_re)) continue;
+    std::stringstream names(m[2].str());
+    for (std::string name; std::getline(names, name, ':');) {
+      if (name.empty() || name[0] == '*' || name.find('/') != std::string::npos) continue;
+      ++checked;
+      const std::string what = m[1].str() + " in scripts/gpu_check.sh names '" + name + "'";
+      const size_t star = name.find('*');
+      if (star == std::string::npos) {
+        EXPECT_TRUE(tests.count(name)) << what << ": no such TEST";
+      } else if (name.substr(star - 1) == ".*") {
+        EXPECT_TRUE(suites.count(name.substr(0, star - 1))) << what << ": no such test suite";
+      } else {
+        const std::string prefix = name.substr(0, star);
+        const auto it = tests.lower_bound(prefix);
+        EXPECT_TRUE(it != tests.end() && it->compare(0, prefix.size(), prefix) == 0) << what << ": matches no TEST";
+      }
+    }
+  }
+  EXPECT_GT(checked, 20) << "the lists were not found in scripts/gpu_check.sh";
+}
+
 // scripts/sass_loops.py on a graph in nvdisasm's -bbcfg -poff form, written out: a prologue, a loop of
 // two blocks (a branch inside it, and the edge back from the second to the first) and an epilogue. The
 // loop's body is both blocks, 6 instructions, whatever order the edges come in; a loop without Tensor

@@ -22,6 +22,9 @@
 //   backward_data    stride 1: dx = conv(dy, w flipped and transposed) with padding R-1-ph, S-1-pw:
 //                    dy copied to NHWC, w to [C][R][S][K] with the taps reversed; the same kernel.
 // The copies take a workspace of N*H*W*C + K*C*R*S halves per call (kernels/cuda/conv/workspace.cuh).
+// The input's copy is one thread per element by default; nchw_to_nhwc_tiled_kernel below does it as a
+// transpose through shared memory (written 2026-11-28 without a GPU, opt-in until one has run it:
+// implicit_gemm_nhwc.h, kTiledLayoutChangeIsDefault).
 //
 // What it hands on, to rung 3b (implicit_gemm_table) where the tap table takes the call and to rung 3
 // (implicit_gemm_wmma) where it does not (by calling kernels::conv2d(.., name), so that a pinned
