@@ -143,10 +143,7 @@ inline std::atomic<int>& channel_path_for_tuning() {
   return forced;
 }
 
-inline bool channel_path_chosen() {
-  const int forced = channel_path_for_tuning().load(std::memory_order_relaxed);
-  return forced < 0 ? kChannelPathIsDefault : forced != 0;
-}
+inline bool channel_path_chosen() { return chosen_by_hook(channel_path_for_tuning(), kChannelPathIsDefault); }
 
 class ScopedChannelPath : public ScopedHook<int> {
  public:

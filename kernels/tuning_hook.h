@@ -24,10 +24,11 @@ class ScopedHook {
   T saved_;
 };
 
-// A choice between a rung's two copies (wmma_smem's batched copy, mma_sync's lean copy): the hook holds
-// -1, the rung's own choice (what training and the tests' default runs get), or 0 / 1 to force the
-// general copy or the planned one for one scope of the benchmark or a test.
-inline bool planned_copy_chosen(const std::atomic<int>& hook, bool own) {
+// A choice between two ways of doing the same work (wmma_smem's batched copy, mma_sync's lean copy,
+// reduce_sum's channel path, rungs 4 and 4b's tiled layout change): the hook holds -1, the code's own
+// choice `own` (what training and the tests' default runs get), or 0 / 1 to force the old way or the
+// new one for one scope of the benchmark or a test.
+inline bool chosen_by_hook(const std::atomic<int>& hook, bool own) {
   const int forced = hook.load(std::memory_order_relaxed);
   return forced < 0 ? own : forced != 0;
 }

@@ -108,40 +108,35 @@ std::vector<double> emulate(const ConvArgs& a, const std::vector<double>& src, c
           ig::Column cols[4];
           for (int j = 0; j < 4; ++j) cols[j] = ig::make_column<kBackwardData>(g, n0 + lane + 32 * j);
           // The A index of reduction index kk and row m, and the B index of kk and column j, as the
-          // kernel's loaders compute them in this mode.
+          // kernel's loaders compute them in this mode: through the tap's offsets (read from the table,
+          // a TapEntry, or computed, a TapOffsets<int64_t>), or through the decomposed tap.
+          const auto through_offsets = [&](int kk, const auto& index) -> int64_t {
+            if constexpr (kTaps == Taps::table) return index(tap(kk));
+            return index(kk < g.kred ? ig::make_tap_offsets<kBackwardData>(g, kk) : ig::TapOffsets<int64_t>{0, 0, 0, 0});
+          };
           const auto a_index = [&](int kk, int m) -> int64_t {
-            switch (kTaps) {
-              case Taps::table: return ig::offset_weight_index(g, m, tap(kk), kk < g.kred);
-              case Taps::offsets:
-                return ig::offset_weight_index(
-                    g, m, kk < g.kred ? ig::make_tap_offsets<kBackwardData>(g, kk) : ig::TapOffsets<int64_t>{0, 0, 0, 0},
-                    kk < g.kred);
-              case Taps::strided: return ig::weight_index(g, m, ig::make_tap(g, kk));
-            }
-            return -2;
+            if constexpr (kTaps == Taps::strided) return ig::weight_index(g, m, ig::make_tap(g, kk));
+            return through_offsets(kk, [&](const auto& t) { return ig::offset_weight_index(g, m, t, kk < g.kred); });
           };
           const auto b_index = [&](int kk, const ig::Column& col) -> int64_t {
-            switch (kTaps) {
-              case Taps::table: return ig::offset_gather_index(g, col, tap(kk), kk < g.kred);
-              case Taps::offsets:
-                return ig::offset_gather_index(
-                    g, col, kk < g.kred ? ig::make_tap_offsets<kBackwardData>(g, kk) : ig::TapOffsets<int64_t>{0, 0, 0, 0},
-                    kk < g.kred);
-              case Taps::strided: return ig::strided_gather_index(g, col, ig::make_tap(g, kk));
-            }
-            return -2;
+            if constexpr (kTaps == Taps::strided) return ig::strided_gather_index(g, col, ig::make_tap(g, kk));
+            return through_offsets(kk, [&](const auto& t) { return ig::offset_gather_index(g, col, t, kk < g.kred); });
           };
           // A reduction index past the end reads nothing from either operand: a zero from one side
           // would not do, since 0 times an Inf or NaN read from the other is NaN.
           for (int i = 0; i < 8; ++i) {
             const int64_t idx = a_index(k0 + lane, m0 + warp + 8 * i);
-            if (k0 + lane >= g.kred) EXPECT_EQ(idx, -1) << "A read past the reduction";
+            if (k0 + lane >= g.kred) {
+              EXPECT_EQ(idx, -1) << "A read past the reduction";
+            }
             As[(warp + 8 * i) * ig::kLdA + lane] = idx >= 0 ? w.at(static_cast<size_t>(idx)) : 0.0;
           }
           for (int i = 0; i < 4; ++i) {
             for (int j = 0; j < 4; ++j) {
               const int64_t idx = b_index(k0 + warp + 8 * i, cols[j]);
-              if (k0 + warp + 8 * i >= g.kred) EXPECT_EQ(idx, -1) << "B read past the reduction";
+              if (k0 + warp + 8 * i >= g.kred) {
+                EXPECT_EQ(idx, -1) << "B read past the reduction";
+              }
               Bs[(warp + 8 * i) * ig::kLdB + lane + 32 * j] = idx >= 0 ? src.at(static_cast<size_t>(idx)) : 0.0;
             }
           }
@@ -197,12 +192,16 @@ std::vector<double> emulate_wgrad(const ConvArgs& a, const std::vector<double>& 
             // A position past the slice reads nothing from either operand (0 times an Inf is NaN).
             for (int i = 0; i < 8; ++i) {
               const int64_t idx = ig::wgrad_dy_index(g, row, m0 + warp + 8 * i);
-              if (!row.ok) EXPECT_EQ(idx, -1) << "dy read past the slice";
+              if (!row.ok) {
+                EXPECT_EQ(idx, -1) << "dy read past the slice";
+              }
               As[(warp + 8 * i) * ig::kLdA + lane] = idx >= 0 ? dy.at(static_cast<size_t>(idx)) : 0.0;
             }
             for (int i = 0; i < 16; ++i) {
               const int64_t idx = ig::wgrad_x_index(g, row, colinfo[warp + 8 * i]);
-              if (!row.ok) EXPECT_EQ(idx, -1) << "x read past the slice";
+              if (!row.ok) {
+                EXPECT_EQ(idx, -1) << "x read past the slice";
+              }
               Bs[(warp + 8 * i) * ig::kLdBt + lane] = idx >= 0 ? x.at(static_cast<size_t>(idx)) : 0.0;  // column-major
             }
           }

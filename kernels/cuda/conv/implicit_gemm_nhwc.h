@@ -134,7 +134,7 @@ HL_HOST_DEVICE int64_t nhwc_source(int64_t i, int C, int H, int W) {
 inline constexpr int kLayoutTile = 32;                            // channels and pixels per tile
 inline constexpr int kLayoutRows = 8;                             // threadIdx.y: each thread moves 4 elements
 inline constexpr int kLayoutSteps = kLayoutTile / kLayoutRows;    // 4
-inline constexpr int kLayoutPitch = kLayoutTile + 2;              // halves per shared row (why: layout_tile)
+inline constexpr int kLayoutPitch = kLayoutTile + 2;              // halves per shared row (why: above layout_read)
 inline constexpr int64_t kLayoutMaxGridZ = 65535;
 
 // The tiled copy is not yet the default: it was written without a GPU (kernels/cuda/conv/README.md,
@@ -148,8 +148,7 @@ inline std::atomic<int>& tiled_layout_change_for_tuning() {
   return forced;
 }
 inline bool tiled_layout_change_chosen() {
-  const int forced = tiled_layout_change_for_tuning().load(std::memory_order_relaxed);
-  return forced < 0 ? kTiledLayoutChangeIsDefault : forced != 0;
+  return chosen_by_hook(tiled_layout_change_for_tuning(), kTiledLayoutChangeIsDefault);
 }
 class ScopedTiledLayoutChange : public ScopedHook<int> {
  public:

@@ -246,7 +246,7 @@ void run_layout(const GemmArgs& g) {
 }
 
 void run(const GemmArgs& g) {
-  planned_copy_chosen(mma_sync::lean_copy_for_tuning(), mma_sync::kLeanCopy) ? run_layout<true>(g) : run_layout<false>(g);
+  chosen_by_hook(mma_sync::lean_copy_for_tuning(), mma_sync::kLeanCopy) ? run_layout<true>(g) : run_layout<false>(g);
 }
 
 const char* unsupported(const GemmArgs& g) {

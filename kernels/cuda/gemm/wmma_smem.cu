@@ -145,7 +145,7 @@ void run_layout(const GemmArgs& g) {
 
 void run(const GemmArgs& g) {
   check_grid_y(g, kBM, "wmma_smem");
-  planned_copy_chosen(wmma_smem::batched_copy_for_tuning(), wmma_smem::kBatchedCopy) ? run_layout<true>(g)
+  chosen_by_hook(wmma_smem::batched_copy_for_tuning(), wmma_smem::kBatchedCopy) ? run_layout<true>(g)
                                                                                      : run_layout<false>(g);
 }
 
