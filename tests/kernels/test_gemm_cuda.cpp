@@ -664,9 +664,13 @@ void check_every_setting(const std::string& variant, int settings, WithSetting&&
         try {
           EXPECT_TRUE(run_case(variant, g, o, seed)) << label << " " << what << g.describe();
         } catch (const Error& e) {
-          const bool too_big = std::string(e.what()).find("bytes of shared memory per block") != std::string::npos;
-          EXPECT_TRUE(too_big && may_refuse) << label << " " << what << g.describe() << ": " << e.what();
-          if (too_big) std::cout << "[ info     ] " << label << " refused on this GPU: " << e.what() << "\n";
+          const std::string why = e.what();
+          const bool too_big = why.find("bytes of shared memory per block") != std::string::npos;
+          // A cluster tile (wmma_pipelined_tiles.h #19-#20) on a GPU older than Hopper.
+          const bool no_clusters = why.find("thread-block cluster needs compute capability 9.0") != std::string::npos &&
+                                   runtime::cuda_compute_capability() < 90;
+          EXPECT_TRUE((too_big && may_refuse) || no_clusters) << label << " " << what << g.describe() << ": " << why;
+          if (too_big || no_clusters) std::cout << "[ info     ] " << label << " refused on this GPU: " << why << "\n";
         }
       };
       for (auto [op_a, op_b] : kAllLayouts) {
@@ -746,6 +750,31 @@ TEST(CudaGemm, WmmaPipelinedLeanTilesInsideAndOnTheEdges) {
         body("tile #" + std::to_string(i) + " (" + tiles::describe(tiles::kBigTiles[i]) + ")", true);
       },
       kPlannedCopyShapes, false);
+}
+
+// The cluster tiles (wmma_pipelined_tiles.h #19-#20, cluster_share.h) on grids of several clusters:
+// M and N not multiples of a cluster's 256 rows or columns, so that whole clusters need blocks past the
+// edges of C, which hold no tile of it but still copy and send the parts their peers need; leading
+// dimensions that allow the lean copy inside and a partial last K step (1000 = 31 x 32 + 8; 296 = 9 x
+// 32 + 8) for the general copy; and 32 K steps, around the ring of 5 stages six times. Every block of
+// a cluster waits for its peers' parts, so a wrong schedule hangs rather than miscomputes: the waits
+// trap after 20 s (mbarrier.cuh), which fails the test with a launch error instead.
+TEST(CudaGemm, WmmaPipelinedClusterTilesOnSeveralClusters) {
+  HL_REQUIRE_CUDA();
+  if (runtime::cuda_compute_capability() < 90) GTEST_SKIP() << "the cluster tiles need compute capability 9.0";
+  namespace tiles = kernels::wmma_pipelined;
+  std::vector<int> clustered;
+  for (int i = 0; i < tiles::kBigTileCount; ++i)
+    if (tiles::kBigTiles[i].clustered()) clustered.push_back(i);
+  ASSERT_FALSE(clustered.empty()) << "no tile of wmma_pipelined_tiles.h uses a cluster";
+  check_every_setting(
+      "wmma_pipelined", static_cast<int>(clustered.size()),
+      [&](int j, auto&& body) {
+        const int i = clustered[static_cast<size_t>(j)];
+        const tiles::ScopedBigTile forced(i);
+        body("tile #" + std::to_string(i) + " (" + tiles::describe(tiles::kBigTiles[i]) + ")", false);
+      },
+      {{520, 264, 1000}, {136, 40, 296}}, false);
 }
 
 // A tuning hook set to what the rung has no kernel for: `variant` refuses an 8 x 8 x 8 GEMM with an

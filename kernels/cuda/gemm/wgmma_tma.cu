@@ -49,6 +49,7 @@
 #include <mutex>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/gemm/gemm_common.cuh"
 #include "kernels/cuda/gemm/wgmma_layout.h"
 #include "kernels/cuda/gemm/wgmma_ops.cuh"
@@ -61,60 +62,11 @@ namespace {
 
 using namespace gemm_detail;
 using namespace wgmma_ops;
+using namespace mbarrier_ops;  // the mbarriers (mbarrier.cuh)
 namespace wl = wgmma_layout;
 namespace tp = wgmma_tma_plan;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-
-// ---- the mbarriers ----------------------------------------------------------------------------------------
-
-__device__ __forceinline__ void mbarrier_init(uint32_t bar, int arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
-}
-
-// The producer's arrival on full[s]: one of the one expected, and the bytes the TMA unit will deliver.
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-
-__device__ __forceinline__ bool mbarrier_try_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
-  return t;
-}
-
-// Waits until the phase of the given parity has completed (wgmma_tma_plan.h names which). try_wait
-// itself suspends the thread for a while before it answers no, so the loop does not spin hot. A
-// schedule that is wrong on the hardware would wait forever and take the whole test run (and a GPU
-// session's budget) with it: after kHangNs the thread traps, which ends the kernel with a launch error
-// instead. No correct run comes near it: a wait lasts as long as one TMA copy or one K step of the
-// consumers, microseconds, or milliseconds under compute-sanitizer. (No printf to say where: any call
-// in this kernel makes ptxas serialize its wgmma, "wgmma pipeline crossing function boundary".)
-constexpr uint64_t kHangNs = 20'000'000'000ull;  // 20 s
-__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  if (mbarrier_try_wait(bar, parity)) return;
-  const uint64_t start = global_ns();
-  while (!mbarrier_try_wait(bar, parity))
-    if (global_ns() - start > kHangNs) __trap();
-}
 
 // ---- the copy engine ----------------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "kernels/tuning_hook.h"
+#include "kernels/cuda/gemm/ring_phases.h"
 #include "kernels/cuda/gemm/wgmma_layout.h"
 #include "kernels/half.h"  // HL_HOST_DEVICE
 
@@ -119,18 +120,14 @@ HL_HOST_DEVICE Box box(int j, int64_t x0, int64_t k0) {
 
 // Each stage s has two mbarriers. full[s]: one arrival (the producer's, announcing the stage's bytes)
 // and the copy engine's byte count complete a phase: the stage holds its tile. empty[s]: every consumer
-// thread's arrival completes a phase: no wgmma reads the stage any more. K tile kt is the use
-// u = kt / S of stage kt % S, and each use completes one phase of each barrier, so a waiter names
-// the parity of the phase it waits for: the consumers that of use u of full[s]; the producer, before
-// use u >= 1, that of use u - 1 of empty[s] (the first S uses need no wait: the ring starts empty).
-HL_HOST_DEVICE constexpr int stage_of(int64_t kt, int stages) { return static_cast<int>(kt % stages); }
-HL_HOST_DEVICE constexpr uint32_t full_parity(int64_t kt, int stages) {
-  return static_cast<uint32_t>((kt / stages) & 1);
-}
-HL_HOST_DEVICE constexpr bool producer_waits(int64_t kt, int stages) { return kt >= stages; }
-HL_HOST_DEVICE constexpr uint32_t empty_parity(int64_t kt, int stages) {
-  return static_cast<uint32_t>((kt / stages - 1) & 1);
-}
+// thread's arrival completes a phase: no wgmma reads the stage any more. Which stage a K tile uses and
+// which phase each waiter names is ring_phases.h's arithmetic, shared with wmma_pipelined's cluster
+// tiles.
+using ring::empty_parity;
+using ring::full_parity;
+using ring::producer_waits;
+using ring::stage_of;
+
 // The tile whose stage a consumer releases at step kt (after waiting until at most in_flight groups of
 // wgmma run), or -1 for none: with in_flight = 1 the previous step's, whose group has just completed.
 HL_HOST_DEVICE constexpr int64_t released_at(int64_t kt, int in_flight) { return kt - in_flight; }

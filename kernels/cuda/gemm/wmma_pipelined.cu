@@ -32,6 +32,12 @@
 //      per 16-byte vector, the lean one a plan made before the K loop (copy_plan.h; the README's
 //      "Reading the machine code"). Since the H100 run of 2026-11-27 the rung's own tile is #12,
 //      entry 0 with the lean copy: 29% to 37% of cuBLAS at 4096^3.
+//   4. (Candidates #19 and #20, written 2026-11-28 without a GPU; Hopper only.) #12's block in a
+//      thread-block cluster whose blocks share the operand tiles they have in common: each copies a
+//      part of a shared tile and sends it into its peers' stages through distributed shared memory
+//      (st.async, counted on an mbarrier of the receiver), which cuts the reads from L2 that held #12
+//      at 37% (gemm_wmma_pipelined_cluster_kernel below; the schedule and why it is safe in
+//      cluster_share.h; README.md, "Sharing operands in a thread-block cluster").
 //
 // Everything else is as in wmma_smem: padded shared-memory rows, predicated edges with zero fill,
 // 128-bit copies with a scalar fallback inside the kernel for misaligned matrices (so this rung too
@@ -43,9 +49,12 @@
 #include <mutex>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemm/cluster_share.h"
 #include "kernels/cuda/gemm/gemm_common.cuh"
+#include "kernels/cuda/gemm/ring_phases.h"
 #include "kernels/cuda/gemm/wmma_pipelined_tiles.h"
 #include "kernels/cuda/gemm/wmma_tile.cuh"
+#include "kernels/cuda/mbarrier.cuh"
 #include "kernels/error.h"
 #include "kernels/gemm.h"
 
@@ -58,11 +67,14 @@ using namespace gemm_detail;
 
 // A tile configuration: block tile BM x BN, K step BK, warps arranged WARPS_M x WARPS_N, STAGES
 // shared-memory buffers in the ring; LEAN: the full K steps copied through plans made before the loop
-// (copy_plan.h; the sweep's candidates only, until a GPU has timed them).
-template <int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int STAGES_, bool LEAN_ = false>
+// (copy_plan.h); CM x CN: a thread-block cluster whose blocks share their operand tiles (cluster_share.h).
+template <int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int STAGES_, bool LEAN_ = false, int CM_ = 1,
+          int CN_ = 1>
 struct Config {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;
   static constexpr bool LEAN = LEAN_;
+  static constexpr int CM = CM_, CN = CN_;  // the cluster's blocks along M and N (cluster_share.h); 1 x 1: none
+  static_assert((CM == 1 || CM == 2) && (CN == 1 || CN == 2), "clusters of 1 or 2 blocks along M and N");
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;  // warp tile
   static constexpr int FM = WM / 16, FN = WN / 16;            // accumulator fragments per warp
   static constexpr int kThreads = 32 * WARPS_M * WARPS_N;
@@ -75,7 +87,8 @@ struct Config {
 template <int I>
 using BigTile = Config<wmma_pipelined::kBigTiles[I].bm, wmma_pipelined::kBigTiles[I].bn, wmma_pipelined::kBigTiles[I].bk,
                        wmma_pipelined::kBigTiles[I].warps_m, wmma_pipelined::kBigTiles[I].warps_n,
-                       wmma_pipelined::kBigTiles[I].stages, wmma_pipelined::kBigTiles[I].lean>;
+                       wmma_pipelined::kBigTiles[I].stages, wmma_pipelined::kBigTiles[I].lean,
+                       wmma_pipelined::kBigTiles[I].cluster_m, wmma_pipelined::kBigTiles[I].cluster_n>;
 using BigAmpere = BigTile<wmma_pipelined::kOwnTile>;  // sm_80+ (wmma_pipelined_tiles.h says why)
 using BigTuring = Config<128, 128, 32, 2, 4, 2>;  // sm_75: synchronous copies, 2 buffers suffice
 using Small = Config<64, 64, 32, 2, 2, 3>;        // small GEMMs: 4x the blocks of the big tile
@@ -91,6 +104,51 @@ struct Smem {
   // Every stage starts 128-byte aligned, as the fragment loads and 16-byte copies need.
   static_assert((sizeof(__half) * TA::kElems) % 128 == 0 && (sizeof(__half) * kStageElems) % 128 == 0,
                 "stage buffers stay aligned");
+};
+
+// One warp's share of a block tile: its FP32 accumulators for the whole K loop, and two sets of input
+// fragments (register double buffering: [buf]), in plain view. The cluster kernel's; the main kernel
+// below spells the same code out inline, as it did when it was verified on a GPU: moved into this
+// struct, its PTX numbers the accumulators' registers in another order, which makes it a changed
+// kernel to verify again (scripts/ptx_changed.sh). It moves here when it next changes anyway.
+template <Op op_a, Op op_b, class Cfg>
+struct WarpMma {
+  using TA = ATile<op_a, Cfg::BM, Cfg::BK>;
+  using TB = BTile<op_b, Cfg::BN, Cfg::BK>;
+  static constexpr int FM = Cfg::FM, FN = Cfg::FN;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, ALayout<op_a>> a_frag[2][FM];
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, BLayout<op_b>> b_frag[2][FN];
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[FM][FN];
+  const int wm, wn;  // the warp tile's place in the block tile
+
+  __device__ WarpMma(int wm_, int wn_) : wm(wm_), wn(wn_) {
+#pragma unroll
+    for (int i = 0; i < FM; ++i)
+#pragma unroll
+      for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+  }
+
+  __device__ __forceinline__ void load_frags(int buf, const __half* as, const __half* bs, int kk) {
+#pragma unroll
+    for (int i = 0; i < FM; ++i) wmma::load_matrix_sync(a_frag[buf][i], TA::slice(as, wm + i * 16, kk), TA::kLd);
+#pragma unroll
+    for (int j = 0; j < FN; ++j) wmma::load_matrix_sync(b_frag[buf][j], TB::slice(bs, wn + j * 16, kk), TB::kLd);
+  }
+
+  // The multiply-adds of one K tile, whose A and B tiles are at as and bs: the fragments of each 16-step
+  // are loaded while the previous step's mma_syncs are issued.
+  __device__ __forceinline__ void multiply(const __half* as, const __half* bs) {
+    load_frags(0, as, bs, 0);
+#pragma unroll
+    for (int step = 0; step < Cfg::BK / 16; ++step) {
+      const int cur = step % 2;
+      if (step + 1 < Cfg::BK / 16) load_frags(1 - cur, as, bs, (step + 1) * 16);  // the next step's fragments
+#pragma unroll
+      for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], a_frag[cur][i], b_frag[cur][j], acc[i][j]);
+    }
+  }
 };
 
 // kSplit: this block computes the slice blockIdx.z of K into its FP32 partial tile (slice_for_block).
@@ -185,21 +243,170 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   warp_epilogue<FM, FN>(g, acc, scratch, m0 + wm, n0 + wn);
 }
 
+// The cluster tiles (wmma_pipelined_tiles.h #19, #20; sm_90): gemm_wmma_pipelined_kernel's K loop, with
+// the blocks of a CN x CM cluster sharing the operand tiles they have in common. Each copies only its
+// part of a shared tile (cluster_share.h's Part) and sends it to the peer that needs it too; the
+// schedule, and why it is safe, is cluster_share.h's header (steps 1-4 below). Never split-K.
+template <Op op_a, Op op_b, class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads)
+    gemm_wmma_pipelined_cluster_kernel(GemmArgs g, bool a_vec, bool b_vec) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cs = cluster_share;
+  using namespace mbarrier_ops;
+  using S = Smem<op_a, op_b, Cfg>;
+  using TA = typename S::TA;
+  using TB = typename S::TB;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, STAGES = Cfg::STAGES;
+  constexpr bool kShareA = Cfg::CN == 2, kShareB = Cfg::CM == 2;
+  static_assert((Cfg::CM == 1 || Cfg::CM == 2) && (Cfg::CN == 1 || Cfg::CN == 2) && (kShareA || kShareB),
+                "a cluster of 2 blocks along M, N or both");
+  static_assert(STAGES >= 3, "step 1 needs round kt + 1 landed while later rounds stay in flight");
+  using PA = cs::Part<TA, kShareA ? 2 : 1>;  // the part of the A tile this block copies
+  using PB = cs::Part<TB, kShareB ? 2 : 1>;
+  // What the peers send into each stage, per round: the parts of the shared tiles this block does not copy.
+  constexpr uint32_t kReceived = cs::received_bytes(Cfg::CM, Cfg::CN, PA::kBytes, PB::kBytes);
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
+  __half* const ring = reinterpret_cast<__half*>(smem_raw);
+  const auto a_stage = [&](int s) { return ring + s * S::kStageElems; };
+  const auto b_stage = [&](int s) { return ring + s * S::kStageElems + TA::kElems; };
+
+  const int warp = threadIdx.x / 32;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * BM, n0 = static_cast<int64_t>(blockIdx.x) * BN;
+  const int wm = (warp / Cfg::WARPS_N) * Cfg::WM, wn = (warp % Cfg::WARPS_N) * Cfg::WN;
+  const int64_t k_tiles = (g.K + BK - 1) / BK;
+
+  // This block's place in the cluster, the parts it copies, and its peers.
+  const int x = static_cast<int>(cluster_ctaid_x()), y = static_cast<int>(cluster_ctaid_y());
+  // The peers' ranks below assume x varies fastest in a rank, as in a thread's rank in its block. Were
+  // it otherwise, a block would send to the wrong peer and wait forever: a launch error is clearer.
+  if (cluster_ctarank() != static_cast<uint32_t>(cs::rank_of(x, y, Cfg::CN))) __trap();
+  const int a_part = kShareA ? x : 0, b_part = kShareB ? y : 0;
+  const uint32_t a_peer = static_cast<uint32_t>(cs::a_peer(x, y, Cfg::CN));
+  const uint32_t b_peer = static_cast<uint32_t>(cs::b_peer(x, y, Cfg::CN));
+  const int64_t m_own = m0 + (kShareA ? a_part * (BM / 2) : 0);
+  const int64_t n_own = n0 + (kShareB ? b_part * (BN / 2) : 0);
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbarrier_init(shared_address(&full[s]), 1);
+      mbarrier_init(shared_address(&empty[s]), cs::peers(Cfg::CM, Cfg::CN));
+    }
+    // The first S rounds' bytes announced before any peer can send them (step 2 announces the rest).
+    for (int64_t r = 0; r < STAGES && r < k_tiles; ++r)
+      mbarrier_arrive_expect_tx(shared_address(&full[ring::stage_of(r, STAGES)]), kReceived);
+    fence_mbarrier_init_cluster();
+  }
+  // No block sends to a peer, or arrives on its barriers, before the peer has initialized them.
+  cluster_arrive();
+  cluster_wait();
+
+  // This block's parts of K tile kt into stage s, as gemm_wmma_pipelined_kernel copies whole tiles.
+  [[maybe_unused]] PlannedCopiesIf<Cfg::LEAN, op_a, op_b, PA, PB, BM / (kShareA ? 2 : 1), BN / (kShareB ? 2 : 1), BK,
+                                   Cfg::kThreads, true>
+      lean(g, m_own, n_own, a_vec && b_vec);
+  const auto load_stage = [&](int s, int64_t kt) {
+    __half* const a_dst = a_stage(s) + PA::offset(a_part);
+    __half* const b_dst = b_stage(s) + PB::offset(b_part);
+    if constexpr (Cfg::LEAN) {
+      if (lean.copy(a_dst, b_dst, g, kt * BK)) return;
+    }
+    load_operand_tiles<op_a, op_b, PA, PB, Cfg::kThreads, true>(a_dst, b_dst, g, m_own, n_own, kt * BK, a_vec, b_vec);
+  };
+
+  // Step 1: this thread's vectors of its parts of round r (copied by this thread, so landed once its
+  // own cp.async groups say so) to the same places in the peers' stage, counted on their full[s].
+  const auto send_part = [&](auto part, const __half* own, uint32_t peer, uint32_t full_bar) {
+    using P = decltype(part);
+    const uint32_t bar = map_to_rank(full_bar, peer);
+#pragma unroll
+    for (int v = static_cast<int>(threadIdx.x); v < P::kVectors; v += Cfg::kThreads) {
+      const __half* src = own + P::vector_at(v);
+      st_async_16(map_to_rank(shared_address(src), peer), *reinterpret_cast<const uint4*>(src), bar);
+    }
+  };
+  const auto send = [&](int64_t r) {
+    const int s = ring::stage_of(r, STAGES);
+    // The peers are done with what this stage held S rounds ago (their step 3 released it).
+    if (ring::producer_waits(r, STAGES)) mbarrier_wait<true>(shared_address(&empty[s]), ring::empty_parity(r, STAGES));
+    if constexpr (kShareA) send_part(PA{}, a_stage(s) + PA::offset(a_part), a_peer, shared_address(&full[s]));
+    if constexpr (kShareB) send_part(PB{}, b_stage(s) + PB::offset(b_part), b_peer, shared_address(&full[s]));
+  };
+
+  WarpMma<op_a, op_b, Cfg> mma(wm, wn);
+
+  // Prologue: rounds 0 .. S - 2 in flight (one commit group each, possibly empty), then round 0 sent.
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < k_tiles) load_stage(s, s);
+    cp_async_commit();
+  }
+  cp_async_wait<STAGES - 2>();
+  send(0);
+
+  for (int64_t kt = 0; kt < k_tiles; ++kt) {
+    const int s = ring::stage_of(kt, STAGES);
+    // 1. This thread's copies of round kt + 1 have landed: send them.
+    cp_async_wait<cs::groups_in_flight_at_push(STAGES)>();
+    if (cs::pushed_at(kt) < k_tiles) send(cs::pushed_at(kt));
+    // 2. The peers' parts of round kt have landed here; announce round kt + S's on the same barrier.
+    mbarrier_wait<true>(shared_address(&full[s]), ring::full_parity(kt, STAGES));
+    if (threadIdx.x == 0 && cs::expected_at(kt, STAGES) < k_tiles)
+      mbarrier_arrive_expect_tx(shared_address(&full[s]), kReceived);
+    // 3. Every thread's own copies of round kt visible to all; every warp done with round kt - 1, whose
+    // stage the peers may now fill again.
+    __syncthreads();
+    const int64_t released = cs::released_at(kt, k_tiles, STAGES);
+    if (threadIdx.x == 0 && released >= 0) {
+      const uint32_t bar = shared_address(&empty[ring::stage_of(released, STAGES)]);
+      if constexpr (kShareA) mbarrier_arrive_remote(map_to_rank(bar, a_peer));
+      if constexpr (kShareB) mbarrier_arrive_remote(map_to_rank(bar, b_peer));
+    }
+    // 4. Round kt + S - 1 into that stage, and the multiply-adds of round kt.
+    const int64_t next = kt + STAGES - 1;
+    if (next < k_tiles) load_stage(ring::stage_of(next, STAGES), next);
+    cp_async_commit();
+    mma.multiply(a_stage(s), b_stage(s));
+  }
+
+  cp_async_wait<0>();
+  __syncthreads();
+  // From here no peer sends to this block or arrives on its barriers: every round it receives it has
+  // waited for, and every release it hears comes before the peer's arrival here. The block may not
+  // exit before that arrival, though, so the wait comes after the epilogue.
+  cluster_arrive();
+  float* scratch = reinterpret_cast<float*>(smem_raw) + warp * 256;
+  warp_epilogue<Cfg::FM, Cfg::FN>(g, mma.acc, scratch, m0 + wm, n0 + wn);
+  cluster_wait();
+#else
+  // launch_cluster refuses GPUs below compute capability 9.0. (The static_assert names what the body
+  // above uses of Cfg, which the compile for older GPUs would otherwise report as never referenced.)
+  static_assert(Cfg::FM > 0 && Cfg::FN > 0 && (Cfg::LEAN || !Cfg::LEAN), "a tile with fragments");
+  __trap();
+#endif
+}
+
+// A tile forced by the tuning hook may need more shared memory than this GPU allows a block (the tiles
+// the rung chooses fit every GPU it runs on): refused with the numbers. More than 48 KiB of dynamic
+// shared memory must be allowed explicitly, once per kernel.
+template <class Cfg, class Kernel>
+void allow_shared_memory(Kernel kernel, size_t bytes, std::once_flag& opted_in) {
+  const int allowed = max_shared_memory_per_block();
+  HL_CHECK(bytes <= static_cast<size_t>(allowed), "wmma_pipelined: a ", Cfg::BM, "x", Cfg::BN, "x", Cfg::BK,
+           " tile with ", Cfg::STAGES, " stages needs ", bytes, " bytes of shared memory per block; this GPU allows ",
+           allowed);
+  std::call_once(opted_in, [&] {
+    HL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  });
+}
+
 // slices > 1: a split-K launch (gridDim.z = slices, each block's sums go to split.partial).
 template <Op op_a, Op op_b, class Cfg, bool kSplit = false>
 void launch(const GemmArgs& g, const SplitK& split = {}, int64_t slices = 1) {
   const auto kernel = gemm_wmma_pipelined_kernel<op_a, op_b, Cfg, kSplit>;
   constexpr size_t bytes = Smem<op_a, op_b, Cfg>::kBytes;
-  // More than 48 KiB of dynamic shared memory must be allowed explicitly, once per kernel.
-  // (The tiles the rung chooses fit every GPU it runs on; a tile forced by the tuning hook may not.)
-  const int allowed = max_shared_memory_per_block();
-  HL_CHECK(bytes <= static_cast<size_t>(allowed), "wmma_pipelined: a ", Cfg::BM, "x", Cfg::BN, "x", Cfg::BK,
-           " tile with ", Cfg::STAGES, " stages needs ", bytes, " bytes of shared memory per block; this GPU allows ",
-           allowed);
   static std::once_flag opted_in;
-  std::call_once(opted_in, [&] {
-    HL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  });
+  allow_shared_memory<Cfg>(kernel, bytes, opted_in);
   check_grid_y(g, Cfg::BM, "wmma_pipelined");
   const dim3 grid(blocks_for(g.N, Cfg::BN), blocks_for(g.M, Cfg::BM), static_cast<unsigned>(slices));
   // A slice starts k_len (a multiple of 8) along K from the last one, so the 16-byte alignment of its
@@ -208,12 +415,51 @@ void launch(const GemmArgs& g, const SplitK& split = {}, int64_t slices = 1) {
   HL_LAUNCH_CHECK("gemm_wmma_pipelined_kernel");
 }
 
+// A cluster tile: a grid of whole CN x CM clusters (the blocks past the matrix's last tile row or
+// column copy zeros for their own tile and write nothing, but still copy and send the parts their
+// peers need), launched through cudaLaunchKernelEx, which takes the cluster's shape.
+template <Op op_a, Op op_b, class Cfg>
+void launch_cluster(const GemmArgs& g) {
+  const int cc = runtime::cuda_compute_capability();
+  HL_CHECK(cc >= 90, "wmma_pipelined: a tile whose blocks share operands in a ", Cfg::CN, " x ", Cfg::CM,
+           " thread-block cluster needs compute capability 9.0 or newer; this GPU has ", cc / 10, ".", cc % 10);
+  const auto kernel = gemm_wmma_pipelined_cluster_kernel<op_a, op_b, Cfg>;
+  constexpr size_t bytes = Smem<op_a, op_b, Cfg>::kBytes;
+  static std::once_flag opted_in;
+  allow_shared_memory<Cfg>(kernel, bytes, opted_in);
+  const auto whole = [](unsigned blocks, int per_cluster) {
+    return (blocks + per_cluster - 1) / per_cluster * per_cluster;
+  };
+  const unsigned rows = whole(blocks_for(g.M, Cfg::BM), Cfg::CM);
+  HL_CHECK(rows <= 65535, "gemm wmma_pipelined: M=", g.M, " needs more than 65535 row tiles of ", Cfg::BM, " (",
+           g.describe(), ")");
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(whole(blocks_for(g.N, Cfg::BN), Cfg::CN), rows);
+  config.blockDim = dim3(Cfg::kThreads);
+  config.dynamicSmemBytes = bytes;
+  config.stream = stream();
+  cudaLaunchAttribute cluster_dims[1];
+  cluster_dims[0].id = cudaLaunchAttributeClusterDimension;
+  cluster_dims[0].val.clusterDim.x = Cfg::CN;
+  cluster_dims[0].val.clusterDim.y = Cfg::CM;
+  cluster_dims[0].val.clusterDim.z = 1;
+  config.attrs = cluster_dims;
+  config.numAttrs = 1;
+  // The status is left for HL_LAUNCH_CHECK, which also clears it (as in softmax/cluster_row.cu).
+  (void)cudaLaunchKernelEx(&config, kernel, g, vector_aligned(g.A, g.lda), vector_aligned(g.B, g.ldb));
+  HL_LAUNCH_CHECK("gemm_wmma_pipelined_cluster_kernel");
+}
+
 // Big tile `index` of the table (the tuning hook's choice), through a compile-time index.
 template <Op op_a, Op op_b, int I = 0>
 void launch_big_tile(const GemmArgs& g, int index) {
   if constexpr (I < wmma_pipelined::kBigTileCount) {
     if (index == I) {
-      launch<op_a, op_b, BigTile<I>>(g);
+      if constexpr (wmma_pipelined::kBigTiles[I].clustered()) {
+        launch_cluster<op_a, op_b, BigTile<I>>(g);
+      } else {
+        launch<op_a, op_b, BigTile<I>>(g);
+      }
     } else {
       launch_big_tile<op_a, op_b, I + 1>(g, index);
     }

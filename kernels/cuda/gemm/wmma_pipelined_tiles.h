@@ -22,6 +22,10 @@ struct Tile {
   int warps_m, warps_n;  // warps per block along M and N: each owns (bm / warps_m) x (bn / warps_n) of C
   int stages;            // cp.async buffers in the shared-memory ring
   bool lean = false;     // the full K steps copied through per-thread plans made before the loop (copy_plan.h)
+  // A thread-block cluster of cluster_n x cluster_m blocks (along N and M) that share their operand
+  // tiles (cluster_share.h): 1 x 1, no cluster. Compute capability 9.0 or newer only.
+  int cluster_m = 1, cluster_n = 1;
+  constexpr bool clustered() const { return cluster_m * cluster_n > 1; }
 };
 
 // Noted for each entry: registers per thread on sm_90 (ptxas -v, the same within 4 in every layout, no
@@ -77,6 +81,16 @@ inline constexpr Tile kBigTiles[] = {
     {256, 128, 32, 4, 2, 3, true},  // 16: entry 3, lean copy; 170-210 regs, 75-90 KiB: 1/SM
     {128, 256, 32, 2, 4, 4, true},  // 17: entry 5, lean copy; 166-208 regs, 100-120 KiB: 1/SM
     {128, 256, 64, 2, 4, 3, true},  // 18: 15 with a 64-deep K step; 170-214 regs, 150-162 KiB: 1/SM
+    // 19-20, added 2026-11-28 (not yet run on a GPU): #12's block in a thread-block cluster whose blocks
+    // share the operand tiles they have in common (cluster_share.h): each copies a part from L2 and sends
+    // it to the peers that need it through distributed shared memory. Why: #12 is bound by L2 (80% of its
+    // peak at 4096^3 on an H100), and #14-#18 showed that bigger blocks lose more in warps per SM than they
+    // gain in L2 traffic; a cluster cuts the traffic and keeps #12's block. 5 stages, because a block sends
+    // round kt + 1 while it computes round kt, which takes one stage from the ring's depth: 5 leave #12's 3
+    // rounds in flight. 19: 2 blocks along M share B (12 KiB from L2 per K step instead of 16); 20: 2 x 2
+    // blocks share A and B (8 KiB). sm_90 only: refused on older GPUs.
+    {128, 128, 32, 2, 4, 5, true, 2, 1},  // 19: #12, 5 stages, clusters of 2 along M sharing B
+    {128, 128, 32, 2, 4, 5, true, 2, 2},  // 20: #12, 5 stages, clusters of 2 x 2 sharing A and B
 };
 inline constexpr int kBigTileCount = static_cast<int>(sizeof(kBigTiles) / sizeof(kBigTiles[0]));
 
@@ -88,11 +102,20 @@ inline constexpr int kBigTileCount = static_cast<int>(sizeof(kBigTiles) / sizeof
 // more than the 99 KiB an sm_86/89 block may have; #12 needs entry 0's 68-80 KiB and fits every GPU.
 inline constexpr int kOwnTile = 12;
 
-// "128x256x32, 2x4 warps of 64x64, 3 stages" (and ", lean copy" for a tile that uses it)
+// "128x256x32, 2x4 warps of 64x64, 3 stages" (and ", lean copy" for a tile that uses it, and its cluster)
 inline std::string describe(const Tile& t) {
-  return std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" + std::to_string(t.bk) + ", " +
-         std::to_string(t.warps_m) + "x" + std::to_string(t.warps_n) + " warps of " + std::to_string(t.bm / t.warps_m) +
-         "x" + std::to_string(t.bn / t.warps_n) + ", " + std::to_string(t.stages) + " stages" + (t.lean ? ", lean copy" : "");
+  std::string d = std::to_string(t.bm) + "x" + std::to_string(t.bn) + "x" + std::to_string(t.bk) + ", " +
+                  std::to_string(t.warps_m) + "x" + std::to_string(t.warps_n) + " warps of " +
+                  std::to_string(t.bm / t.warps_m) + "x" + std::to_string(t.bn / t.warps_n) + ", " +
+                  std::to_string(t.stages) + " stages" + (t.lean ? ", lean copy" : "");
+  if (t.cluster_m > 1 && t.cluster_n > 1) {
+    d += ", clusters of " + std::to_string(t.cluster_m) + " x " + std::to_string(t.cluster_n) + " sharing A and B";
+  } else if (t.cluster_m > 1) {
+    d += ", clusters of " + std::to_string(t.cluster_m) + " along M sharing B";
+  } else if (t.cluster_n > 1) {
+    d += ", clusters of " + std::to_string(t.cluster_n) + " along N sharing A";
+  }
+  return d;
 }
 
 // The tuning hook of `bench/gemm_bench --sweep`: when 0 or above, wmma_pipelined (and

@@ -26,8 +26,9 @@ constexpr int kPad = 8;
 // BK its extent along K. The tile keeps the operand's storage order: when K is the contiguous
 // dimension in global memory (A with op N, B with op T) it is stored [X][BK + pad], otherwise
 // [BK][X + pad], so that the global->shared copy moves whole 16-byte runs of a row.
-template <bool kKContiguous, int X, int BK>
+template <bool kKContiguous_, int X, int BK>
 struct SmemOperand {
+  static constexpr bool kKContiguous = kKContiguous_;
   static constexpr int kRows = kKContiguous ? X : BK;  // as stored
   static constexpr int kCols = kKContiguous ? BK : X;
   static constexpr int kLd = kCols + kPad;
