@@ -23,6 +23,9 @@ std::string cuda_device_description();
 int cuda_compute_capability();
 // Streaming multiprocessors of the device; 0 when unavailable.
 int cuda_sm_count();
+// The most shared memory one block may have on the device, once a kernel allows it (the opt-in maximum,
+// 227 KiB on an H100); 0 when unavailable.
+int cuda_max_shared_memory_per_block();
 
 // Raw device memory (no caching). Throws hl::Error naming the size on failure.
 void* cuda_malloc(size_t bytes);

@@ -160,6 +160,9 @@ race_new+=':ConvCuda.TapTableIsBitIdenticalToRung3'
 # The tiled layout change of rungs 4 and 4b (nchw_to_nhwc_tiled_kernel; new on 2026-11-28, opt-in): a
 # transpose through shared memory, on rung 4's own shapes.
 race_new+=':ConvCuda.TiledLayoutChangeGivesTheSameBits'
+# The softmax rung packed_kept (new on 2026-11-28, opt-in: each thread's kept exponentials in shared
+# memory, the block's merge of its threads' pairs): the rows of threads without a finite value.
+race_new+=':SoftmaxCuda.PackedKeptThreadsWithoutAFiniteValue'
 # wmma_pipelined's cluster tiles #19-#20 (new on 2026-11-28, Hopper only: each block's ring filled by its
 # own cp.async and by its peers' st.async, handed over through mbarriers) are in the list already:
 # CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps runs every tile of the table, K = 300 (10 steps, twice
@@ -174,13 +177,15 @@ memcheck_second='ConvCuda.*:CudaConv.*:SoftmaxCuda.*:CudaSoftmax.*'
 # ... except the convolution tests of the kernels changed or added on 2026-11-28 (rung 3's, the tiled
 # layout change), which get a third process: the second took 210 s of its 240 in the seventh session.
 memcheck_third='ConvCuda.TapTableIsBitIdenticalToRung3:ConvCuda.TiledLayoutChange*'
-# ... and wmma_pipelined's tiles, with the cluster tiles #19-#20 (new on 2026-11-28, Hopper only): their
-# sweep test took 19 s of the first process's 229 in the seventh session, which is near its 240, and
-# the cluster tiles add to it. In memcheck_second too, so that the first process leaves them out (the
-# second leaves out what is in memcheck_third).
-memcheck_cluster='CudaGemm.WmmaPipelinedEveryTileTheSweepTimes:CudaGemm.WmmaPipelinedClusterTilesOnSeveralClusters'
-memcheck_second+=":$memcheck_cluster"
-memcheck_third+=":$memcheck_cluster"
+# ... and the other tests of kernels new on 2026-11-28: wmma_pipelined's tiles with the cluster tiles
+# #19-#20 (Hopper only; the sweep test took 19 s of the first process's 229 in the seventh session,
+# which is near its 240, and the cluster tiles add to it) and the softmax rung packed_kept. In
+# memcheck_second too, so that the first process leaves them out (the second leaves out what is in
+# memcheck_third).
+memcheck_new='CudaGemm.WmmaPipelinedEveryTileTheSweepTimes:CudaGemm.WmmaPipelinedClusterTilesOnSeveralClusters'
+memcheck_new+=':SoftmaxCuda.PackedKeptAtItsCapacityBoundaries:SoftmaxCuda.PackedKeptThreadsWithoutAFiniteValue'
+memcheck_second+=":$memcheck_new"
+memcheck_third+=":$memcheck_new"
 
 # The test stage leaves out CPU-only tests that take minutes (tutorials run with --device cpu, the CPU
 # accuracy bar): CI runs them on every commit, and on the H200 machine (16 cores shared with the CUDA

@@ -30,6 +30,7 @@ struct Probe {
   std::string description; // "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 80 GiB)" when available
   int capability = 0;      // 10 * major + minor
   int sm_count = 0;        // streaming multiprocessors
+  int shared_per_block = 0;  // bytes of shared memory a block may have, once allowed (the opt-in maximum)
 };
 
 Probe run_probe() {
@@ -74,6 +75,7 @@ Probe run_probe() {
   p.available = true;
   p.capability = capability;
   p.sm_count = prop.multiProcessorCount;
+  p.shared_per_block = static_cast<int>(prop.sharedMemPerBlockOptin);
   p.description = detail::concat(prop.name, " (sm_", capability, ", ", prop.multiProcessorCount, " SMs, ", gib,
                                  " GiB)");
 #ifdef HALFLING_CUDA_CHECK_ONLY
@@ -124,6 +126,8 @@ std::string cuda_device_description() {
 int cuda_compute_capability() { return probe().available ? probe().capability : 0; }
 
 int cuda_sm_count() { return probe().available ? probe().sm_count : 0; }
+
+int cuda_max_shared_memory_per_block() { return probe().available ? probe().shared_per_block : 0; }
 
 namespace {
 

@@ -18,6 +18,7 @@ std::string cuda_unavailable_reason() { return "halfling was built without CUDA 
 std::string cuda_device_description() { no_cuda("cuda_device_description"); }
 int cuda_compute_capability() { return 0; }
 int cuda_sm_count() { return 0; }
+int cuda_max_shared_memory_per_block() { return 0; }
 void* cuda_malloc(size_t) { no_cuda("cuda_malloc"); }
 void cuda_free(void*) {}
 void* cuda_host_alloc(size_t) { no_cuda("cuda_host_alloc"); }

@@ -305,7 +305,7 @@ TEST(GpuScripts, SassRefusesWhatItCannotRead) {
 }
 
 // The test lists scripts/gpu_check.sh hands compute-sanitizer and ctest (race_new, race_second,
-// memcheck_third, memcheck_cluster, heavy, framework_cuda, datasets_cuda) name tests that exist: a
+// memcheck_third, memcheck_new, heavy, framework_cuda, datasets_cuda) name tests that exist: a
 // misspelt name is a filter that matches nothing, and the sanitizer then passes having checked
 // nothing, on a GPU session that cannot be repeated. A plain name must be a TEST of that suite and
 // name; "Suite.Prefix*" must match one; "Suite.*" must name a suite; a pattern that starts with '*' or
@@ -326,7 +326,7 @@ TEST(GpuScripts, SanitizerTestListsNameTestsThatExist) {
   ASSERT_TRUE(tests.count("ConvCuda.TapTableIsBitIdenticalToRung3")) << "the TEST scan found " << tests.size();
 
   std::ifstream script(r / "scripts" / "gpu_check.sh");
-  const std::regex list_re(R"(^(race_new|race_second|memcheck_third|memcheck_cluster|heavy|framework_cuda|datasets_cuda)\+?='([^']*)')");
+  const std::regex list_re(R"(^(race_new|race_second|memcheck_third|memcheck_new|heavy|framework_cuda|datasets_cuda)\+?='([^']*)')");
   int checked = 0;
   for (std::string line; std::getline(script, line);) {
     std::smatch m;

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "framework/ops.h"
+#include "kernels/cuda/softmax/kept_frames.h"
 #include "kernels/cuda/softmax/register_row_plan.h"
 #include "kernels/half.h"
 #include "kernels/runtime.h"
@@ -77,6 +78,17 @@ void expect_register_row_listed(const k::SoftmaxArgs& a, const std::vector<std::
     const bool fits = a.x_type == DType::f16 && forward &&
                       k::register_row::packed::plan(a.cols, register_row_width(a.x_type, a.cols, aligned_buffers)).threads > 0;
     EXPECT_EQ(listed(rung), fits) << rung << " " << a.describe();
+  }
+  // packed_kept (opt-in): packed_online's rows, FP16 probabilities only (softmax, f16 out), and only
+  // where this GPU gives a block the shared memory its kept exponentials need (kept_frames.h).
+  if (registered_on_cuda("packed_kept")) {
+    const int width = register_row_width(a.x_type, a.cols, aligned_buffers);
+    const k::register_row::Plan p = k::register_row::packed::plan(a.cols, width);
+    const bool fits = a.x_type == DType::f16 && a.y_type == DType::f16 && a.op == k::SoftmaxOp::softmax &&
+                      p.threads > 0 &&
+                      kernels::cuda::kept_frames::shared_bytes(p.threads, p.per_thread) <=
+                          runtime::cuda_max_shared_memory_per_block();
+    EXPECT_EQ(listed("packed_kept"), fits) << "packed_kept " << a.describe();
   }
   // packed_warp: FP16 rows of whole packs in aligned buffers, up to 4096 columns, forward only.
   if (registered_on_cuda("packed_warp")) {
@@ -377,9 +389,12 @@ TEST(SoftmaxCuda, EveryRungLogSoftmaxBackward) {
 // `declined_says` (or, for FP32 rows of a rung that takes FP16 rows only, `fp32_declined_says` when
 // given), and never runs. Afterwards every per-thread count compiled_for() lists has run.
 // Rows 0..4 are the all -inf, masked, logit-12, +inf and NaN rows of make_logits.
+// declines_by_design(a): for arguments the rung declines within its capacity by design (packed_kept:
+// log-softmax and FP32 outputs), a piece of the reason it must give; "" for the rest.
 void sweep_register_rung(const std::string& rung, const std::vector<std::pair<int64_t, int64_t>>& cases,
                          const std::function<int(int64_t, int)>& per_thread, bool (*compiled_for)(int, int),
-                         const std::string& declined_says, const std::string& fp32_declined_says = "") {
+                         const std::string& declined_says, const std::string& fp32_declined_says = "",
+                         const std::function<std::string(const k::SoftmaxArgs&)>& declines_by_design = {}) {
   const auto& v = *k::SoftmaxRegistry::instance().find(rung, DeviceType::cuda);
   uint64_t seed = hl::test::fresh_seed();
   std::set<std::pair<int, int>> used;  // (width, per-thread count) plans run
@@ -405,6 +420,11 @@ void sweep_register_rung(const std::string& rung, const std::vector<std::pair<in
                     << what << ": " << why;
               }
               EXPECT_THROW(k::softmax(a, rung), Error) << what;
+              continue;
+            }
+            if (const std::string by_design = declines_by_design ? declines_by_design(a) : ""; !by_design.empty()) {
+              EXPECT_NE(std::string(why != nullptr ? why : "").find(by_design), std::string::npos)
+                  << what << ": " << (why != nullptr ? why : "(accepted)");
               continue;
             }
             ASSERT_EQ(why, nullptr) << what << ": " << why;
@@ -493,7 +513,8 @@ TEST(SoftmaxCuda, RegisterWarpAtItsCapacityBoundaries) {
 // packed_online.cu): every per-thread count (1, 2, 4 and 8 FP16 packs), one warp and up to 1024
 // threads, the capacity (65536 columns), more rows than one grid covers, and what they decline: FP32
 // rows, rows that are not whole packs (the scalar path) and longer rows, each with its reason.
-void sweep_packed_block_rung(const std::string& rung) {
+void sweep_packed_block_rung(const std::string& rung,
+                             const std::function<std::string(const k::SoftmaxArgs&)>& declines_by_design = {}) {
   std::vector<std::pair<int64_t, int64_t>> cases;
   for (int64_t cols : {7,    8,    100,  248,  256,  264,   512,   520,   1000,  1024,  1032,  2048,
                        2056, 8192, 8200, 32760, 32768, 32776, 65528, 65535, 65536, 65544, 70000})
@@ -502,7 +523,15 @@ void sweep_packed_block_rung(const std::string& rung) {
   sweep_register_rung(
       rung, cases, [](int64_t cols, int width) { return k::register_row::packed::plan(cols, width).per_thread; },
       k::register_row::packed::compiled_for, "keeps a row in the registers of one block",
-      "keeps FP16 rows as their packs (FP32 rows: register_row)");
+      "keeps FP16 rows as their packs (FP32 rows: register_row)", declines_by_design);
+}
+
+// What packed_kept declines within its capacity, by design: log-softmax (it keeps exponentials, not x)
+// and FP32 outputs (subnormal probabilities it flushes).
+std::string packed_kept_declines(const k::SoftmaxArgs& a) {
+  if (a.op != k::SoftmaxOp::softmax) return "softmax only";
+  if (a.y_type != DType::f16) return "writes FP16 probabilities";
+  return "";
 }
 
 TEST(SoftmaxCuda, PackedRowAtItsCapacityBoundaries) {
@@ -517,27 +546,43 @@ TEST(SoftmaxCuda, PackedOnlineAtItsCapacityBoundaries) {
   sweep_packed_block_rung("packed_online");
 }
 
-// packed_online gives each thread its own (max, sum) pair, folded pack by pack, before the block merges
-// them, so a thread whose whole share of the row is -inf, or -inf and NaN, or holds the +inf, or whose
-// maximum rises from pack to pack, is a case of its own that random rows rarely make: a thread owns
-// packs t, t + threads, ... (packs_owned), so these rows mask by owner and pack. Row 0: the first half
-// of the threads see only -inf; row 1: one finite value in the row; row 2: one thread sees only -inf and
-// a NaN (the row is NaN); row 3: one thread holds a +inf among finite values (no finite maximum: NaN);
-// row 4: every thread but the last sees only -inf; row 5: each thread's first half of its packs is -inf
-// (its pair starts from -inf after a pack); row 6: logits near FP16's largest, rising by 1024 from
-// each of a thread's packs to the next (every pack a new maximum, the base-2 shift's rounding at its
-// largest, and all but the last pack's terms rescaled to nothing). Small enough for racecheck
-// (scripts/gpu_check.sh), which checks the merge's shared memory.
-TEST(SoftmaxCuda, PackedOnlineThreadsWithoutAFiniteValue) {
+// packed_kept (packed_kept.cu, opt-in): packed_online's plan and cases, every per-thread count, and with
+// 8 packs per thread each stride of its kept exponentials (kept_frames.h's stride_for: 8192, 32768 and
+// 65536 columns take blocks of 128, 512 and 1024 threads), where a block may have the 224 KiB of a
+// 65536-column row (an H100's 227 KiB; an A100's 163 KiB would decline that row).
+TEST(SoftmaxCuda, PackedKeptAtItsCapacityBoundaries) {
   HL_REQUIRE_CUDA();
-  if (!registered_on_cuda("packed_online")) GTEST_SKIP() << "packed_online is not registered in this build";
+  if (!registered_on_cuda("packed_kept")) GTEST_SKIP() << "packed_kept is not registered in this build";
+  if (runtime::cuda_max_shared_memory_per_block() < kernels::cuda::kept_frames::shared_bytes(1024, 8))
+    GTEST_SKIP() << "this GPU gives a block less shared memory than a 65536-column row of packed_kept needs";
+  sweep_packed_block_rung("packed_kept", packed_kept_declines);
+}
+
+// packed_online and packed_kept give each thread its own (max, sum) pair, folded pack by pack, before
+// the block merges them, so a thread whose whole share of the row is -inf, or -inf and NaN, or holds the
+// +inf, or whose maximum rises from pack to pack, is a case of its own that random rows rarely make: a
+// thread owns packs t, t + threads, ... (packs_owned), so these rows mask by owner and pack. Row 0: the
+// first half of the threads see only -inf; row 1: one finite value in the row; row 2: one thread sees
+// only -inf and a NaN (the row is NaN); row 3: one thread holds a +inf among finite values (no finite
+// maximum: NaN); row 4: every thread but the last sees only -inf; row 5: each thread's first half of its
+// packs is -inf (its pair starts from -inf after a pack); row 6: logits near FP16's largest, rising by
+// 1024 from each of a thread's packs to the next (every pack a new maximum, the base-2 shift's rounding
+// at its largest, and all but the last pack's terms rescaled to nothing); row 7 (2026-11-28): one
+// thread's first pack holds only -inf and a NaN, its other packs finite values (the row is NaN: until
+// then packed_online dropped that NaN when the finite pack came); row 8 (2026-11-28): logits rising by
+// 1 from each of a thread's packs to the next, so that its frame rises by one or two whole frames per
+// pack and packed_kept's earlier packs lag by a few frames, factors that show in FP16. Small enough for
+// racecheck (scripts/gpu_check.sh), which checks the merge's shared memory and packed_kept's kept values.
+void check_threads_without_a_finite_value(const std::string& rung,
+                                          const std::function<std::string(const k::SoftmaxArgs&)>& declines = {}) {
+  const auto& v = *k::SoftmaxRegistry::instance().find(rung, DeviceType::cuda);
   uint64_t seed = hl::test::fresh_seed();
   for (const int64_t cols : {4096, 65536}) {
     const k::register_row::Plan plan = k::register_row::packed::plan(cols, 8);
     const int threads = plan.threads;
     ASSERT_GT(threads, 32) << cols << ": the case needs more than one warp";
     ASSERT_GT(plan.per_thread, 1) << cols << ": the case needs more than one pack per thread";
-    const int64_t rows = 7;
+    const int64_t rows = 9;
     std::vector<double> x = make_logits(1, rows * cols, 8.0, DType::f16, seed++);  // random, no special rows
     const auto owner = [&](int64_t c) { return static_cast<int>((c / 8) % threads); };
     const auto pack_of = [&](int64_t c) { return static_cast<int>((c / 8) / threads); };  // the owner's i-th
@@ -552,6 +597,9 @@ TEST(SoftmaxCuda, PackedOnlineThreadsWithoutAFiniteValue) {
       if (t == 5) x[static_cast<size_t>(2 * cols + c)] = c == 5 * 8 + 3 ? kNaN : -kInf;
       if (t == threads - 1) x[static_cast<size_t>(4 * cols + c)] = 0.25 * static_cast<double>(c % 7);
       else x[static_cast<size_t>(4 * cols + c)] = -kInf;
+      if (t == 9 && pack_of(c) == 0) x[static_cast<size_t>(7 * cols + c)] = c % 8 == 3 ? kNaN : -kInf;
+      double& rising = x[static_cast<size_t>(8 * cols + c)];  // random in [-8, 8] until here
+      rising = static_cast<double>(round_to_half(static_cast<float>(1.0 * pack_of(c) + rising / 16.0)));
     }
     x[static_cast<size_t>(3 * cols + 7 * 8 + 2)] = kInf;
     const Expect e = reference(x, rows, cols);
@@ -559,14 +607,33 @@ TEST(SoftmaxCuda, PackedOnlineThreadsWithoutAFiniteValue) {
     for (DType ty : {DType::f16, DType::f32}) {
       for (bool log : {false, true}) {
         Tensor y = Tensor::full({rows, cols}, kNaN, ty, Device::cuda);  // poisoned
-        k::softmax(forward_args(log, xt, y), "packed_online");
-        const std::string what = std::string("packed_online ") + (log ? "log_softmax" : "softmax") + " f16->" +
-                                 dtype_name(ty) + " " + std::to_string(cols) + " columns";
-        EXPECT_EQ(check_forward(e, y.to_double(), log, ty == DType::f16, chain_for("packed_online", cols), what), 0)
-            << what;
+        const k::SoftmaxArgs a = forward_args(log, xt, y);
+        const std::string what =
+            rung + " " + (log ? "log_softmax" : "softmax") + " f16->" + dtype_name(ty) + " " + std::to_string(cols) + " columns";
+        if (const std::string by_design = declines ? declines(a) : ""; !by_design.empty()) {
+          const char* why = v.unsupported(a);
+          EXPECT_NE(std::string(why != nullptr ? why : "").find(by_design), std::string::npos) << what;
+          continue;
+        }
+        k::softmax(a, rung);
+        EXPECT_EQ(check_forward(e, y.to_double(), log, ty == DType::f16, chain_for(rung, cols), what), 0) << what;
       }
     }
   }
+}
+
+TEST(SoftmaxCuda, PackedOnlineThreadsWithoutAFiniteValue) {
+  HL_REQUIRE_CUDA();
+  if (!registered_on_cuda("packed_online")) GTEST_SKIP() << "packed_online is not registered in this build";
+  check_threads_without_a_finite_value("packed_online");
+}
+
+TEST(SoftmaxCuda, PackedKeptThreadsWithoutAFiniteValue) {
+  HL_REQUIRE_CUDA();
+  if (!registered_on_cuda("packed_kept")) GTEST_SKIP() << "packed_kept is not registered in this build";
+  if (runtime::cuda_max_shared_memory_per_block() < kernels::cuda::kept_frames::shared_bytes(1024, 8))
+    GTEST_SKIP() << "this GPU gives a block less shared memory than a 65536-column row of packed_kept needs";
+  check_threads_without_a_finite_value("packed_kept", packed_kept_declines);
 }
 
 // Runs `rung` and `ref` on the same FP16 logits (make_logits' special rows, all -inf, masked, 12, +inf

@@ -85,15 +85,6 @@ using namespace softmax_detail;
 namespace plan_ns = hl::kernels::register_row::packed;  // packed_row's plan: the same threads and packs
 
 constexpr int N = plan_ns::kWidth;  // FP16 values per 16-byte pack
-constexpr float kLog2e = 1.4426950408889634f;
-
-// 2^t on the SFU, a subnormal result flushed to zero (the header's point 3).
-__device__ __forceinline__ float ex2_ftz(float t) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(t));
-  return r;
-}
-
 // The shift of the base-2 frame for a maximum m: fl(m * log2e), rounded here and nowhere else
 // (__fmul_rn is never fused into a later add, so every use sees the same number); 0 for m = -inf
 // (a thread that has seen only -inf), whose terms are all 2^-inf = 0.
@@ -102,16 +93,6 @@ __device__ __forceinline__ float shift_for(float m) { return m == -INFINITY ? 0.
 // 2^-lo for a finite maximum m and its shift h = shift_for(m), lo = m log2e - h (exact: fmaf rounds
 // once, and the difference is a float): the factor that takes a sum in h's frame back to exp(x - m).
 __device__ __forceinline__ float unshift(float m, float h) { return ex2_ftz(-fmaf(m, kLog2e, -h)); }
-
-// The largest of a pack's 8 values as FP32, NaN ignored as fmaxf ignores it (__hmax2: "if either of
-// inputs is NaN, the other input is returned", cuda_fp16.h; one max.f16x2 per two values from sm_80).
-// A pack of NaN only may give NaN, which the caller's fmaxf ignores in turn.
-__device__ __forceinline__ float pack_max(const Pack<__half, N>& p) {
-  __half2 m2 = __halves2half2(p.v[0], p.v[1]);
-#pragma unroll
-  for (int k = 2; k < N; k += 2) m2 = __hmax2(m2, __halves2half2(p.v[k], p.v[k + 1]));
-  return fmaxf(__low2float(m2), __high2float(m2));
-}
 
 // The row body: packed_row's loads and stores; the thread's online pair folded pack by pack in the base-2
 // frame (the header's points 1 and 2), brought back to exp(x - m) for the block's merge.
@@ -126,9 +107,11 @@ __device__ __forceinline__ void packed_online_row(const BlockGroup& g, const __h
     if (i < owned) {
       const float m_new = fmaxf(m, pack_max(raw[i]));
       const float h_new = shift_for(m_new);
-      // A new maximum rescales the sum by exactly 2^(h - h_new); none from -inf (s is 0, and 2^(0 - h_new)
-      // may overflow). An unchanged one leaves s as it is (2^0 = 1 would too, at the cost of an EX2).
-      if (m_new != m) s = m == -INFINITY ? 0.0f : s * ex2_ftz(h - h_new);
+      // A new maximum rescales the sum by exactly 2^(h - h_new); none from -inf (2^(0 - h_new) may
+      // overflow): s is then 0, or NaN if a pack of -inf held a NaN, and must stay so. (Until 2026-11-28
+      // it was set to 0 there, which dropped such a NaN from the row when a finite pack followed.) An
+      // unchanged maximum leaves s as it is (2^0 = 1 would too, at the cost of an EX2).
+      if (m_new != m && m != -INFINITY) s *= ex2_ftz(h - h_new);
       m = m_new;
       h = h_new;
 #pragma unroll

@@ -10,6 +10,7 @@
 #pragma once
 #include <type_traits>
 
+#include "kernels/cuda/softmax/kept_frames.h"
 #include "kernels/cuda/softmax/register_row_plan.h"
 #include "kernels/cuda/softmax/softmax_common.cuh"
 
@@ -149,6 +150,27 @@ __device__ __forceinline__ void register_backward_row(const Group& g, const TY* 
 }
 
 // ---- the row kept as FP16 packs (packed_row: a block per row; packed_warp: a warp per row) ------------
+
+// The base-2 exponentials of packed_online and packed_kept: log2(e) as a float (kept_frames.h), 2^t on
+// the SFU with a subnormal result flushed, and a pack's largest value.
+using kept_frames::kLog2e;
+
+// 2^t on the SFU, a subnormal result flushed to zero (packed_online.cu's header, point 3).
+__device__ __forceinline__ float ex2_ftz(float t) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(t));
+  return r;
+}
+
+// The largest of a pack's 8 values as FP32, NaN ignored as fmaxf ignores it (__hmax2: "if either of
+// inputs is NaN, the other input is returned", cuda_fp16.h; one max.f16x2 per two values from sm_80).
+// A pack of NaN only may give NaN, which the caller's fmaxf ignores in turn.
+__device__ __forceinline__ float pack_max(const Pack<__half, 8>& p) {
+  __half2 m2 = __halves2half2(p.v[0], p.v[1]);
+#pragma unroll
+  for (int k = 2; k < 8; k += 2) m2 = __hmax2(m2, __halves2half2(p.v[k], p.v[k + 1]));
+  return fmaxf(__low2float(m2), __high2float(m2));
+}
 
 // out pack i = f(x) for every value x of the member's pack i, widened to FP32 (i < owned): the write of
 // the rungs that keep the row as its FP16 packs.
