@@ -1078,10 +1078,13 @@ TEST(CudaGemmTiles, HookOffByDefaultAndEveryTileWellFormed) {
     EXPECT_EQ(t.bk % 16, 0);
     EXPECT_GE(t.stages, 2);                     // a ring: one buffer filling while one is read
     EXPECT_LE(32 * t.warps_m * t.warps_n, 1024);  // one block
+    if (t.clustered()) {
+      EXPECT_GE(t.stages, 3);  // cluster_share.h's step 1 keeps a stage for the send
+    }
     for (int j = 0; j < i; ++j) {                 // no tile timed twice
       const tiles::Tile u = tiles::kBigTiles[j];
       EXPECT_FALSE(u.bm == t.bm && u.bn == t.bn && u.bk == t.bk && u.warps_m == t.warps_m && u.warps_n == t.warps_n &&
-                   u.stages == t.stages && u.lean == t.lean);
+                   u.stages == t.stages && u.lean == t.lean && u.cluster_m == t.cluster_m && u.cluster_n == t.cluster_n);
     }
   }
 }
