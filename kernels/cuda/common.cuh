@@ -49,6 +49,30 @@ inline cudaStream_t stream() { return static_cast<cudaStream_t>(runtime::cuda_st
 
 constexpr int kBlock = 256;  // threads per block for the elementwise kernels
 
+// cudaLaunchKernelEx's configuration for a grid of thread-block clusters (Hopper) of `cluster` blocks
+// each, on the halfling stream: pass `&config`. The cluster attribute lives in the object, which
+// config points at, so the object is neither copied nor moved. A launch's status is left for
+// HL_LAUNCH_CHECK, which also clears it: thrown straight away, a refused cluster launch would stay
+// behind as CUDA's last error and be reported later against some other kernel.
+struct ClusterLaunch {
+  cudaLaunchConfig_t config{};
+  cudaLaunchAttribute cluster{};
+  ClusterLaunch(dim3 grid, dim3 block, size_t dynamic_smem, dim3 blocks_per_cluster) {
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = dynamic_smem;
+    config.stream = stream();
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = blocks_per_cluster.x;
+    cluster.val.clusterDim.y = blocks_per_cluster.y;
+    cluster.val.clusterDim.z = blocks_per_cluster.z;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
 // N values of T moved as one access (16 bytes of halves or floats, or two such accesses for 8 floats):
 // the softmax rungs' packed rows and the Hopper GEMM rungs' 8-column epilogue.
 template <class T, int N>

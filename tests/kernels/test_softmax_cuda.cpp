@@ -526,6 +526,15 @@ void sweep_packed_block_rung(const std::string& rung,
       "keeps FP16 rows as their packs (FP32 rows: register_row)", declines_by_design);
 }
 
+// Why packed_kept's own tests cannot run here, or nullptr: they need the rung, and a GPU that gives a
+// block the 224 KiB of a 65536-column row.
+const char* packed_kept_not_here() {
+  if (!registered_on_cuda("packed_kept")) return "packed_kept is not registered in this build";
+  if (runtime::cuda_max_shared_memory_per_block() < kernels::cuda::kept_frames::shared_bytes(1024, 8))
+    return "this GPU gives a block less shared memory than a 65536-column row of packed_kept needs";
+  return nullptr;
+}
+
 // What packed_kept declines within its capacity, by design: log-softmax (it keeps exponentials, not x)
 // and FP32 outputs (subnormal probabilities it flushes).
 std::string packed_kept_declines(const k::SoftmaxArgs& a) {
@@ -552,9 +561,7 @@ TEST(SoftmaxCuda, PackedOnlineAtItsCapacityBoundaries) {
 // 65536-column row (an H100's 227 KiB; an A100's 163 KiB would decline that row).
 TEST(SoftmaxCuda, PackedKeptAtItsCapacityBoundaries) {
   HL_REQUIRE_CUDA();
-  if (!registered_on_cuda("packed_kept")) GTEST_SKIP() << "packed_kept is not registered in this build";
-  if (runtime::cuda_max_shared_memory_per_block() < kernels::cuda::kept_frames::shared_bytes(1024, 8))
-    GTEST_SKIP() << "this GPU gives a block less shared memory than a 65536-column row of packed_kept needs";
+  if (const char* why = packed_kept_not_here()) GTEST_SKIP() << why;
   sweep_packed_block_rung("packed_kept", packed_kept_declines);
 }
 
@@ -630,9 +637,7 @@ TEST(SoftmaxCuda, PackedOnlineThreadsWithoutAFiniteValue) {
 
 TEST(SoftmaxCuda, PackedKeptThreadsWithoutAFiniteValue) {
   HL_REQUIRE_CUDA();
-  if (!registered_on_cuda("packed_kept")) GTEST_SKIP() << "packed_kept is not registered in this build";
-  if (runtime::cuda_max_shared_memory_per_block() < kernels::cuda::kept_frames::shared_bytes(1024, 8))
-    GTEST_SKIP() << "this GPU gives a block less shared memory than a 65536-column row of packed_kept needs";
+  if (const char* why = packed_kept_not_here()) GTEST_SKIP() << why;
   check_threads_without_a_finite_value("packed_kept", packed_kept_declines);
 }
 

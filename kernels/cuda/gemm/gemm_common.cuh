@@ -59,16 +59,9 @@ inline bool vector_aligned(const void* p, int64_t ld) {
 }
 
 // The most dynamic shared memory a block of this GPU may ask for (after cudaFuncSetAttribute), read
-// once: a tile that needs more is refused with the numbers rather than failing to launch.
-inline int max_shared_memory_per_block() {
-  static const int allowed = [] {
-    int device = 0, optin = 0;
-    HL_CUDA_CHECK(cudaGetDevice(&device));
-    HL_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    return optin;
-  }();
-  return allowed;
-}
+// once by the runtime's probe: a tile that needs more is refused with the numbers rather than failing
+// to launch.
+inline int max_shared_memory_per_block() { return runtime::cuda_max_shared_memory_per_block(); }
 
 inline unsigned blocks_for(int64_t n, int64_t tile) { return static_cast<unsigned>((n + tile - 1) / tile); }
 

@@ -433,20 +433,10 @@ void launch_cluster(const GemmArgs& g) {
   const unsigned rows = whole(blocks_for(g.M, Cfg::BM), Cfg::CM);
   HL_CHECK(rows <= 65535, "gemm wmma_pipelined: M=", g.M, " needs more than 65535 row tiles of ", Cfg::BM, " (",
            g.describe(), ")");
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(whole(blocks_for(g.N, Cfg::BN), Cfg::CN), rows);
-  config.blockDim = dim3(Cfg::kThreads);
-  config.dynamicSmemBytes = bytes;
-  config.stream = stream();
-  cudaLaunchAttribute cluster_dims[1];
-  cluster_dims[0].id = cudaLaunchAttributeClusterDimension;
-  cluster_dims[0].val.clusterDim.x = Cfg::CN;
-  cluster_dims[0].val.clusterDim.y = Cfg::CM;
-  cluster_dims[0].val.clusterDim.z = 1;
-  config.attrs = cluster_dims;
-  config.numAttrs = 1;
-  // The status is left for HL_LAUNCH_CHECK, which also clears it (as in softmax/cluster_row.cu).
-  (void)cudaLaunchKernelEx(&config, kernel, g, vector_aligned(g.A, g.lda), vector_aligned(g.B, g.ldb));
+  const ClusterLaunch grid(dim3(whole(blocks_for(g.N, Cfg::BN), Cfg::CN), rows), dim3(Cfg::kThreads), bytes,
+                           dim3(Cfg::CN, Cfg::CM));
+  // The status is left for HL_LAUNCH_CHECK (ClusterLaunch says why).
+  (void)cudaLaunchKernelEx(&grid.config, kernel, g, vector_aligned(g.A, g.lda), vector_aligned(g.B, g.ldb));
   HL_LAUNCH_CHECK("gemm_wmma_pipelined_cluster_kernel");
 }
 

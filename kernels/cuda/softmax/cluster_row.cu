@@ -141,30 +141,18 @@ void launch(const SoftmaxArgs& a, const TX* x, TY* y) {
   const plan_ns::cluster::Plan p = plan_ns::cluster::plan(a.cols, N);
   HL_CHECK(p.blocks > 0, "cluster_row: no plan for ", a.describe());  // unsupported() rules this out
   const int64_t clusters = std::min<int64_t>(a.rows, kMaxGrid / p.blocks);
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(clusters * p.blocks));
-  config.blockDim = dim3(static_cast<unsigned>(p.block.threads));
-  config.dynamicSmemBytes = 0;
-  config.stream = stream();
-  cudaLaunchAttribute cluster_dims[1];
-  cluster_dims[0].id = cudaLaunchAttributeClusterDimension;
-  cluster_dims[0].val.clusterDim.x = static_cast<unsigned>(p.blocks);
-  cluster_dims[0].val.clusterDim.y = 1;
-  cluster_dims[0].val.clusterDim.z = 1;
-  config.attrs = cluster_dims;
-  config.numAttrs = 1;
+  const ClusterLaunch grid(dim3(static_cast<unsigned>(clusters * p.blocks)),
+                           dim3(static_cast<unsigned>(p.block.threads)), 0, dim3(static_cast<unsigned>(p.blocks)));
   const int cols = static_cast<int>(a.cols);
   with_per_thread<plan_ns::compiled_for, N>("cluster_row", p.block.per_thread, [&](auto pc) {
     constexpr int P = decltype(pc)::value;
     if (a.op == SoftmaxOp::log_softmax_backward) {
-      // The launch's status is left for HL_LAUNCH_CHECK, which also clears it: thrown straight from
-      // here, a refused cluster launch would stay behind as CUDA's last error and be reported later
-      // against some other kernel, after a caller caught this one.
-      (void)cudaLaunchKernelEx(&config, cluster_row_backward_kernel<P, N, TX, TY>, a.rows, cols, p.chunk, x,
+      // The status is left for HL_LAUNCH_CHECK (ClusterLaunch says why).
+      (void)cudaLaunchKernelEx(&grid.config, cluster_row_backward_kernel<P, N, TX, TY>, a.rows, cols, p.chunk, x,
                                static_cast<const TX*>(a.dy), y);
       HL_LAUNCH_CHECK("cluster_row_backward_kernel");
     } else {
-      (void)cudaLaunchKernelEx(&config, cluster_row_forward_kernel<P, N, TX, TY>, a.rows, cols, p.chunk, x, y,
+      (void)cudaLaunchKernelEx(&grid.config, cluster_row_forward_kernel<P, N, TX, TY>, a.rows, cols, p.chunk, x, y,
                                a.op == SoftmaxOp::log_softmax);
       HL_LAUNCH_CHECK("cluster_row_forward_kernel");
     }
