@@ -37,7 +37,9 @@
 #                                       # softmax_bench --sweep (every register_row launch plan, never
 #                                       # timed before 2026-11-26) + PyTorch's softmax, bn_bench,
 #                                       # reduce_bench; then tutorial 07 (LeNet, 5 epochs) and tutorial
-#                                       # 09 (VGG-small, 30 epochs: CIFAR-10); ~6 minutes on an H200
+#                                       # 09 (VGG-small, 30 epochs: CIFAR-10); last, with the budget's
+#                                       # rest, Nsight Compute on the new kernels whose times decide
+#                                       # something (ncu_new_kernels); ~6 minutes on an H200
 #   scripts/gpu_check.sh ablate         # issue #10: the fused epilogues (--no-fuse) and the multi-tensor
 #                                       # optimizer (--no-multi-tensor) switched off, and the step as a
 #                                       # CUDA graph (--cuda-graph), MLP-512, LeNet and VGG-small mixed,
@@ -298,6 +300,52 @@ bg_finish() {
   record_exit "$name" "$rc" "$took" "$secs"
 }
 
+# ncu and short: Nsight Compute's counters for one launch of a kernel, picked by its name.
+#   ncu_setup     find ncu (ncu_bin) and name the sections to collect (ncu_sections); 1 if there is none
+#   ncu_kernel NAME REGEX COUNT PROGRAM ARGS...
+#                 profile the first COUNT launches of kernels whose function name matches REGEX (the
+#                 names are the __global__ functions in kernels/cuda/; GpuScripts.NcuProfilesKernelsThatExist
+#                 checks them) while PROGRAM runs, as step ncu-NAME
+# Nsight Compute replays the launch once per pass of counters; the clocks are left alone (--clock-control
+# none, as the device notes ask) and the caches are flushed between passes (its default), so a softmax
+# shape that fits in L2 starts cold here where softmax_bench times it warm. What to read: the speed-of-
+# light percentages, the warp-state rule that names the dominant stall, the shared-memory bank-conflict
+# table, occupancy.
+ncu_setup() {
+  ncu_bin=$(command -v ncu || find /opt/nvidia /usr/local/cuda*/ -name ncu -type f -perm -u+x 2>/dev/null | sort | tail -n 1)
+  [[ -n $ncu_bin ]] || return 1
+  ncu_sections=()
+  local section
+  for section in SpeedOfLight ComputeWorkloadAnalysis MemoryWorkloadAnalysis_Tables WarpStateStats \
+    SchedulerStats Occupancy LaunchStats InstructionStats SourceCounters; do
+    ncu_sections+=(--section "$section")
+  done
+}
+ncu_kernel() {
+  local name=$1 regex=$2 count=$3
+  shift 3
+  step "ncu-$name" timeout 150 "$ncu_bin" --clock-control none --print-summary none "${ncu_sections[@]}" \
+    -k "regex:$regex" -c "$count" "$@"
+}
+# The kernels written on 2026-11-28 without a GPU whose times decide something (docs/gpu_status.md, "The
+# next GPU session"): wmma_pipelined's cluster tiles #19 and #20 at 4096^3 (issue #4), packed_kept at
+# 128x65536 (issue #6), and rung 3's changed forward and data-gradient kernels on VGG-small's 256->256
+# layer (issue #7; its weight gradient is the ncu stage's conv-256-wgrad-rung3). short runs them at its
+# end, with the time its budget has left, so that a kernel that misses its bar comes back with the
+# counters that say why, without another command; the ncu stage runs them too. About 6 s each on the H100.
+# shellcheck disable=SC2317  # called from the case below
+ncu_new_kernels() {
+  local gemm=("$build/bench/gemm_bench" --sizes 4096 --no-models --warmup 0 --runs 1 --variants wmma_pipelined)
+  ncu_kernel gemm-4096-wmma_pipelined-cluster19 'gemm_wmma_pipelined_cluster_kernel' 1 "${gemm[@]}" --tile 19
+  ncu_kernel gemm-4096-wmma_pipelined-cluster20 'gemm_wmma_pipelined_cluster_kernel' 1 "${gemm[@]}" --tile 20
+  ncu_kernel softmax-128x65536-packed_kept 'packed_kept_kernel' 1 "$build/bench/softmax_bench" --samples 3 \
+    --shapes 128x65536 --variants packed_kept
+  local conv=("$build/bench/conv_bench" --batch 128 --runs 1 --layers vgg --only '256->256' --no-cudnn
+    --variants implicit_gemm_wmma)
+  ncu_kernel conv-256-fwd-rung3 'conv_implicit_gemm_kernel' 1 "${conv[@]}" --passes forward
+  ncu_kernel conv-256-bwd-data-rung3 'conv_implicit_gemm_kernel' 1 "${conv[@]}" --passes backward_data
+}
+
 case $stage in
   preflight)
     step nvidia-smi timeout 30 nvidia-smi
@@ -469,6 +517,16 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     # Last, so that it takes only what the accuracy runs above leave of the budget.
     step conv-splits timeout 60 "$build/bench/conv_bench" --batch 128 --runs 5 --no-cudnn --passes backward_weight \
       --variants implicit_gemm_wmma,implicit_gemm_nhwc_wgrad --sweep-splits
+    # The counters of the kernels this run decides on (ncu_new_kernels), with what the budget has left:
+    # none of them is needed to pass, so too little time left, or no ncu, skips them (the ncu stage fails
+    # instead). 60 s: five launches of about 6 s each under ncu, and the programs' start.
+    if (($(step_seconds) < 60)); then
+      record ncu-new skipped "less than 60 s of the budget left"
+    elif ! ncu_setup; then
+      record ncu-new skipped "no ncu on the PATH, under /opt/nvidia or in the CUDA toolkit"
+    else
+      ncu_new_kernels
+    fi
     ;;
   ablate)
     # Issue #10's "explain each with its measured effect" (docs/performance.md): each technique switched
@@ -505,33 +563,13 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     # guesses (docs/gpu_status.md, "Leads"). One launch of each, picked by its kernel's name, on the shape
     # where it misses: the GEMM rungs at 4096^3 next to cuBLAS's own kernel, the softmax rungs the
     # chooser took on the long rows next to register_warp where the target is met (and packed_row and
-    # packed_online, the long rows' rungs since, packed_online the chooser's first), and the two
-    # weight-gradient kernels on VGG-small's 256->256 layer. Nsight Compute replays the launch once per
-    # pass of counters; the clocks are left alone (--clock-control none, as the device notes ask) and
-    # the caches are flushed between passes (its default), so a softmax shape that fits in L2 starts
-    # cold here where softmax_bench times it warm. What to read: the speed-of-light percentages, the
-    # warp-state rule that names the dominant stall, the shared-memory bank-conflict table, occupancy.
+    # packed_online, the long rows' rungs since, packed_online the chooser's first), the two
+    # weight-gradient kernels on VGG-small's 256->256 layer, and the kernels of 2026-11-28
+    # (ncu_new_kernels, above).
     build_targets gemm_bench softmax_bench conv_bench
     check_gpu
-    ncu_bin=$(command -v ncu || find /opt/nvidia /usr/local/cuda*/ -name ncu -type f -perm -u+x 2>/dev/null | sort | tail -n 1)
-    if [[ -z $ncu_bin ]]; then
-      record ncu FAILED "no ncu on the PATH, under /opt/nvidia or in the CUDA toolkit"
-    else
+    if ncu_setup; then
       step ncu-version timeout 30 "$ncu_bin" --version
-      ncu_sections=()
-      for section in SpeedOfLight ComputeWorkloadAnalysis MemoryWorkloadAnalysis_Tables WarpStateStats \
-        SchedulerStats Occupancy LaunchStats InstructionStats SourceCounters; do
-        ncu_sections+=(--section "$section")
-      done
-      # ncu_kernel NAME REGEX COUNT PROGRAM ARGS...: profile the first COUNT launches of kernels whose
-      # function name matches REGEX (the names are the __global__ functions in kernels/cuda/; the test
-      # GpuScripts.NcuProfilesKernelsThatExist checks them) while PROGRAM runs.
-      ncu_kernel() {
-        local name=$1 regex=$2 count=$3
-        shift 3
-        step "ncu-$name" timeout 150 "$ncu_bin" --clock-control none --print-summary none "${ncu_sections[@]}" \
-          -k "regex:$regex" -c "$count" "$@"
-      }
       gemm=("$build/bench/gemm_bench" --sizes 4096 --no-models --warmup 0 --runs 1)
       # cuBLAS runs first in every gemm_bench and is the program's first kernel launch (the inputs are
       # filled on the host): whatever its kernel is called, '.' takes it.
@@ -567,6 +605,9 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
         --variants implicit_gemm_wmma
       ncu_kernel conv-256-wgrad-rung4b 'nchw_to_nhwc_kernel|conv_nhwc_wgrad_kernel|conv_nhwc_wgrad_reduce_kernel' 4 \
         "${conv[@]}" --variants implicit_gemm_nhwc_wgrad
+      ncu_new_kernels
+    else
+      record ncu FAILED "no ncu on the PATH, under /opt/nvidia or in the CUDA toolkit"
     fi
     ;;
   profile)
