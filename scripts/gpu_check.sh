@@ -36,10 +36,11 @@
 #                                       # tutorial 05's cosine schedule and tutorial 05 itself,
 #                                       # softmax_bench --sweep (every register_row launch plan, never
 #                                       # timed before 2026-11-26) + PyTorch's softmax, bn_bench,
-#                                       # reduce_bench; then tutorial 07 (LeNet, 5 epochs) and tutorial
-#                                       # 09 (VGG-small, 30 epochs: CIFAR-10); last, with the budget's
-#                                       # rest, Nsight Compute on the new kernels whose times decide
-#                                       # something (ncu_new_kernels); ~6 minutes on an H200
+#                                       # reduce_bench; then tutorial 07 (LeNet, 5 epochs), LeNet's step
+#                                       # profile and tutorial 09 (VGG-small, 30 epochs: CIFAR-10);
+#                                       # last, with the budget's rest, Nsight Compute on the new
+#                                       # kernels whose times decide something (ncu_new_kernels);
+#                                       # ~6 minutes on an H200
 #   scripts/gpu_check.sh ablate         # issue #10: the fused epilogues (--no-fuse) and the multi-tensor
 #                                       # optimizer (--no-multi-tensor) switched off, and the step as a
 #                                       # CUDA graph (--cuda-graph), MLP-512, LeNet and VGG-small mixed,
@@ -505,6 +506,10 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     if [[ -d $HALFLING_DATA/mnist ]]; then
       step tutorial-07 timeout 60 "$build/tutorials/07_conv_lenet" --device cuda --precision mixed --epochs 5 \
         --data "$HALFLING_DATA/mnist"
+      # Where LeNet's mixed step goes now that bias gradients take reduce_sum's channel path
+      # (docs/gpu_status.md, the next session's item 4; the ablate stage's lenet-profile, about 1 s).
+      step lenet-profile timeout 30 "$build/bench/train" --model lenet --precision mixed --device cuda --epochs 2 \
+        --max-steps 100 --profile
     fi
     if [[ -d $HALFLING_DATA/cifar10 ]]; then
       step tutorial-09 timeout 150 "$build/tutorials/09_cifar10_vgg" --device cuda --data "$HALFLING_DATA/cifar10" \
