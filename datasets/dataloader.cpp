@@ -153,9 +153,9 @@ struct DataLoader::Impl {
     }
     const float* src = host_images.data<float>();
     const int64_t c = sample_shape[0], h = sample_shape[1], w = sample_shape[2];
-    // One thread, on purpose: a batch is ~1 MB of copying, and an OpenMP team here measured 30x
+    // One thread, on purpose: a batch is ~1 MB of copying, and an OpenMP team here was many times
     // slower than one thread on a busy 2-core machine (threads spin at the barrier while another
-    // process holds the core); the GPU path runs this on its own worker thread anyway.
+    // process holds the core; docs/data.md); the GPU path runs this on its own worker thread anyway.
     std::vector<float> scratch(opt.dtype == DType::f32 ? 0 : static_cast<size_t>(row_elems));
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = idx[r];

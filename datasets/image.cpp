@@ -81,7 +81,7 @@ std::string refused_before_decoding(Format f, const uint8_t* d, size_t n) {
   if (f == Format::png) {
     // Walk the chunks (length, type, data, CRC) up to IEND. stb_image would accept a file cut after
     // its pixel data, and it grows its buffer to whatever size a chunk header claims before reading
-    // the chunk: a 70-byte file claiming a 2 GB chunk made it allocate 2 GB (found by fuzz_image).
+    // the chunk: an 86-byte file claiming a 2 GB chunk made it allocate 2 GB (found by fuzz_image).
     for (size_t at = 8;;) {
       if (n - at < 12) return detail::concat("truncated PNG: the chunk at byte ", at, " is cut off (no IEND chunk)");
       const uint64_t len = (uint64_t{d[at]} << 24) | (uint64_t{d[at + 1]} << 16) | (uint64_t{d[at + 2]} << 8) | d[at + 3];

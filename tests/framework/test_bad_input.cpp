@@ -386,8 +386,9 @@ TEST(BadInput, TutorialProgramsRejectInvalidFlagsClearly) {
   }
 }
 
-// NaN passes CLI::Range (every comparison with NaN is false), so `--lr nan` starts training with a NaN
-// learning rate. Enable once tutorials/common/cli.cpp rejects non-finite values (see docs/hardening.md).
+// NaN passes CLI::Range (every comparison with NaN is false), so without its own check `--lr nan` would
+// start training with a NaN learning rate: tutorials/common/cli.cpp's kFinite refuses it. A program
+// without the flag refuses it as unknown, which names it too.
 TEST(BadInput, TutorialProgramsRejectNanLearningRate) {
   for (const std::string& prog : tutorial_programs()) {
     bool signaled = false;
