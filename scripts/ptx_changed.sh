@@ -76,6 +76,11 @@ def kernels(path):
     # characters long), so that what follows it (the kernel's own name) is kept.
     text = re.sub(r"(\d\d)(_GLOBAL__N__[A-Za-z0-9_]+)",
                   lambda m: "4ANON" + m.group(2)[int(m.group(1)):], text)
+    # A static local of a function in that namespace (a __shared__ array in a device function, e.g.
+    # _ZZN<length>_INTERNAL_<hash>_..._cu_<hash>_<id>2hl...E2sh) carries the same hash in another
+    # prefix: cut it the same way. Both hashes change with the file's text, even its comments.
+    text = re.sub(r"(\d\d)(_INTERNAL_[A-Za-z0-9_]+)",
+                  lambda m: "8INTERNAL" + m.group(2)[int(m.group(1)):], text)
     text = re.sub(r"^\s*//.*$", "", text, flags=re.M)
     # Branch labels are numbered by the function's place in the file ($L__BB<function>_<block>): a
     # kernel added before another renumbers the other's labels without changing its code.

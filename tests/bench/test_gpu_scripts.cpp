@@ -201,6 +201,31 @@ TEST(GpuScripts, PtxChangedComparesKernelByKernel) {
   EXPECT_TRUE(contains(o3, "usage: scripts/ptx_changed.sh REV")) << o3;
 }
 
+// nvcc names a file's anonymous namespace after a hash of the file's text, comments included, and a
+// static local of a function in it (a __shared__ array in a device function) carries that hash in its
+// own prefix (_INTERNAL_<hash>...). So an edit to a comment changes the PTX's names, not its code, and
+// must read "same". In a scratch worktree of HEAD, a comment is added to packed_kept.cu (whose
+// merge_frames holds two such arrays), and the worktree's own script compares it with HEAD.
+TEST(GpuScripts, PtxChangedIgnoresCommentsInFilesWithStaticSharedArrays) {
+  const std::string repo = HALFLING_SOURCE_DIR;
+  if (hl::test::run_command("git -C '" + repo + "' rev-parse HEAD").first != 0) GTEST_SKIP() << "not a git checkout";
+  if (hl::test::run_command("command -v nvcc || test -x /usr/local/cuda/bin/nvcc").first != 0) GTEST_SKIP() << "no nvcc";
+  const std::string file = "kernels/cuda/softmax/packed_kept.cu";
+  const fs::path tree = fs::temp_directory_path() / ("halfling_ptx_comment_" + std::to_string(::getpid()));
+  auto [sa, oa] =
+      hl::test::run_command("git -C '" + repo + "' worktree add --detach --quiet '" + tree.string() + "' HEAD");
+  ASSERT_EQ(sa, 0) << oa;
+  {
+    std::ofstream out(tree / file, std::ios::app);
+    out << "// a comment that changes the file's hash, not its code\n";
+  }
+  auto [s, o] = hl::test::run_command("'" + (tree / "scripts" / "ptx_changed.sh").string() + "' HEAD " + file);
+  hl::test::run_command("git -C '" + repo + "' worktree remove --force '" + tree.string() + "'");
+  EXPECT_EQ(s, 0) << o;
+  EXPECT_TRUE(contains(o, file + ": unchanged: ")) << o;
+  EXPECT_TRUE(contains(o, " 0 changed, 0 new, 0 gone")) << o;
+}
+
 // The names of every __global__ function in kernels/cuda/ (the declaration may span lines, and
 // __launch_bounds__ may hold a call: min_blocks(P, N)).
 std::set<std::string> kernel_names() {
