@@ -9,8 +9,8 @@
 #include <fstream>
 #include <string>
 
+#include "datasets/cifar10.h"
 #include "datasets/dataloader.h"
-#include "datasets/image_folder.h"
 #include "datasets/mnist.h"
 #include "framework/amp.h"
 #include "framework/nn.h"
@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   std::string model_name = "lenet";
   bool no_fuse = false;
   int64_t max_steps = -1;
-  app.add_option("--model", model_name, "lenet (MNIST) or vgg_small (CIFAR-10 image folder)")
+  app.add_option("--model", model_name, "lenet (MNIST) or vgg_small (CIFAR-10: the binary batches or the JPEG image folder)")
       ->check(CLI::IsMember({"lenet", "vgg_small"}))
       ->capture_default_str();
   app.add_flag("--no-fuse", no_fuse, "run each ReLU as its own op instead of in the conv/GEMM epilogue");
@@ -58,10 +58,9 @@ int main(int argc, char** argv) {
       test = data::load_mnist(dir, data::Split::test);
     } else {
       const std::string dir = f.data.empty() ? tutorial::default_data_dir("cifar10") : f.data;
-      data::ImageFolderOptions io;
-      io.norm = data::cifar10_normalization();
-      train = data::load_image_folder(dir, "train", io);
-      test = data::load_image_folder(dir, "test", io);
+      // Either form datasets/fetch.sh makes (the binary batches, or the JPEG image folder), as tutorial 09.
+      train = data::load_cifar10(dir, data::Split::train);
+      test = data::load_cifar10(dir, data::Split::test);
     }
     int64_t epochs = f.epochs;
     int64_t batch = f.batch;

@@ -166,7 +166,7 @@ void ladder(Device dev, bool smoke) {
   }
   if (dev == Device::cpu)
     std::printf("(on a GPU this section times naive, block_row, warp_row, register_warp, register_row, packed_row,\n"
-                " packed_online, online and the opt-in cluster_row and packed_warp)\n");
+                " packed_online, online and the opt-in cluster_row, packed_warp and packed_kept)\n");
 }
 
 // ---- 3. fused vs unfused cross-entropy ---------------------------------------------------------------------

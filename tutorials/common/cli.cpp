@@ -57,7 +57,8 @@ void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::stri
   app.add_option("--softmax", f.softmax,
                  "softmax / cross-entropy variant (see --list-variants); default: by shape (fused_xent for the loss)");
   app.add_option("--conv", f.conv, "convolution variant (see --list-variants); default: the fastest for the device");
-  app.add_option("--bn", f.bn, "CUDA batch-norm variant (see --list-variants); default: per_channel");
+  app.add_option("--bn", f.bn,
+                 "CUDA batch-norm variant (see --list-variants); default: split (per_channel is the readable rung)");
   app.add_option("--csv", f.csv, "write a log of the run to this CSV file, one row per epoch (per run and epoch in 05)");
   app.add_flag("--smoke", f.smoke, "a tiny run on a data subset (seconds on a CPU)");
   app.add_flag("--detect-anomaly", f.detect_anomaly, "stop at the first NaN/inf tensor and name it (slow)");
