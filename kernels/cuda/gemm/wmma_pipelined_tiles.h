@@ -39,7 +39,7 @@ inline constexpr Tile kBigTiles[] = {
     {256, 128, 32, 4, 2, 3},  // 3: the same warps, the block tall instead of wide; 170 regs, 75-90 KiB: 1/SM
     {128, 128, 32, 2, 2, 4},  // 4: 4 warps of 64 x 64; 196 regs, 68-80 KiB: 2 blocks/SM
     {128, 256, 32, 2, 4, 4},  // 5: as 2 with one more stage in flight; 170 regs, 100-120 KiB: 1/SM
-    // 6-8, added 2026-11-26 (not yet timed): 16 warps of entry 0's 64 x 32 (or 32 x 64) in a block twice
+    // 6-8, added 2026-11-26 (timed on an H100 since): 16 warps of entry 0's 64 x 32 (or 32 x 64) in a block twice
     // its size. Why: at 4096^3 every tile above stayed at or below 222 TFLOP/s, and the 64 x 64 warp tiles
     // (2-5), which need fewer shared-memory loads per multiply-add, were the slowest, while each of them
     // left only 8 warps on an SM. What a block tile does change is the traffic from L2: a 128 x 128 tile
@@ -49,7 +49,7 @@ inline constexpr Tile kBigTiles[] = {
     {256, 128, 32, 4, 4, 4},  // 6: 16 warps of 64 x 32; 100 regs, 100-120 KiB: 1 block/SM
     {128, 256, 32, 4, 4, 4},  // 7: 16 warps of 32 x 64; 96 regs, 100-120 KiB: 1/SM
     {256, 128, 64, 4, 4, 3},  // 8: as 6 with K step 64, half the barriers; 126 regs, 150-162 KiB: 1/SM
-    // 9-11, added 2026-11-26 (not yet timed): smaller blocks for issue #4's MNIST-sized shapes, where the
+    // 9-11, added 2026-11-26 (timed on an H100 since): smaller blocks for issue #4's MNIST-sized shapes, where the
     // fastest rung is still beyond 2x of cuBLAS's time. LeNet conv2's forward as a GEMM (25088 x 64 x 800)
     // runs 128 x 128 blocks of which half the columns are past N = 64; its data gradient (25088 x 800 x 64)
     // gives each block only two 32-deep steps, so (the likely reading, untested) a block mostly waits,
@@ -58,7 +58,7 @@ inline constexpr Tile kBigTiles[] = {
     {128, 64, 32, 4, 2, 4},  // 9: 8 warps of 32 x 32, nothing wasted at N = 64; 70 regs, 52-60 KiB: 3/SM
     {64, 64, 32, 2, 2, 3},   // 10: the rung's own small tile (4 warps of 32 x 32), forced on every shape; 70 regs, 27-30 KiB: 7/SM
     {128, 64, 32, 2, 2, 4},  // 11: 4 warps of entry 0's 64 x 32; 120 regs, 52-60 KiB: 3/SM
-    // 12-14, added 2026-11-26 (not yet timed): entries 0, 1 and 6 with the lean copy (copy_plan.h). Why: in
+    // 12-14, added 2026-11-26 (timed on an H100 since): entries 0, 1 and 6 with the lean copy (copy_plan.h). Why: in
     // the sm_90 code, the general copy spends 41 instructions per 16-byte vector (index division, 64-bit
     // edge checks, three-way branch), 4 vectors per thread per K step for entry 0, so a warp issues about
     // 200 copy instructions per 32 HMMAs: if issue slots, not Tensor Cores, are what every tile above ran
@@ -67,7 +67,7 @@ inline constexpr Tile kBigTiles[] = {
     {128, 128, 32, 2, 4, 4, true},  // 12: entry 0, lean copy
     {128, 128, 64, 2, 4, 3, true},  // 13: entry 1, lean copy
     {256, 128, 32, 4, 4, 4, true},  // 14: entry 6, lean copy
-    // 15-18, added 2026-11-27 (not yet timed): 8 warps of 64 x 64 in a block of twice #12's size, with the
+    // 15-18, added 2026-11-27 (timed on an H100 since): 8 warps of 64 x 64 in a block of twice #12's size, with the
     // lean copy. Why (docs/gpu_status.md, "Leads"): Nsight Compute found #12 bound by L2 (80% of its
     // peak, the Tensor pipe at 43%), and a 128 x 256 or 256 x 128 block reads a third less from L2 per
     // multiply-add. Entries 2, 3 and 5 are these blocks with the general copy, whose copy instructions

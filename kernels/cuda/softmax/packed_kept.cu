@@ -5,7 +5,7 @@
 //  1. The exponentials are kept. packed_online computes 2^(x log2e - h) twice per element: once for the
 //     sum, once for the output. Nsight Compute on an H100 put it at 18.7 instructions per element, and
 //     the SFU (MUFU.EX2, 16 results per clock per SM) then needs 8192 clocks per SM for a 65536-column
-//     row, 4.2 us at 1.98 GHz, half of it after the row's last pack has arrived, where the SM has no
+//     row, 4.1 us at 1.98 GHz, half of it after the row's last pack has arrived, where the SM has no
 //     other row to work on (128x65536: one row per SM). Here the sum's exponentials are the output's:
 //     each pack's 8 FP32 values go to shared memory (packs 0 .. P - 2: 224 KiB for a 65536-column row
 //     in 1024 threads, 112 KiB for 32768 columns in 512), and the output is one multiply per element
