@@ -6,9 +6,9 @@
 //
 // The paths (kernels/reduce_plan.h): "channel", the kernels of reduce.cu that take a sum of the [A, C, B]
 // shape (a convolution's bias gradient, sum(dy, {0, 2, 3})), and "cub", CUB's segmented reduction, which
-// takes every sum by default until the channel path has run on a GPU (reduce_plan.h), and the others
-// after. The hook forces each path here. A sum the channel path does not take runs the same kernels
-// under both names, and the table says so.
+// takes every other sum (the channel path is reduce_sum's choice for its shape since its H100 run,
+// reduce_plan.h's kChannelPathIsDefault). The hook forces each path here. A sum the channel path does
+// not take runs the same kernels under both names, and the table says so.
 //
 // GB/s = the input's bytes / time: a sum must read its input once, and its output is small. "%copy"
 // compares with cudaMemcpyAsync device-to-device moving the same number of bytes in and out (2x the

@@ -7,9 +7,10 @@
 // float as it is read (paper §3.3: sums of FP16 values are accumulated in FP32, never in FP16).
 //
 // One shape of sum gets kernels of its own, the "channel path" (kernels/reduce_plan.h says when and
-// why; opt-in until it has run on a GPU): a bias gradient's per-channel sums, x seen as [A, C, B] and
-// summed over A and B. The iterator above finds each element with a 64-bit division per dimension,
-// and CUB's segmented reduction gives each of the C sums one block. On an H100, LeNet's first
+// why; reduce_sum's choice for that shape since its H100 run, kChannelPathIsDefault): a bias
+// gradient's per-channel sums, x seen as [A, C, B] and summed over A and B. The iterator above finds
+// each element with a 64-bit division per dimension, and CUB's segmented reduction gives each of the C
+// sums one block. On an H100, LeNet's first
 // convolution's backward took 1.017 ms where its weight gradient takes 0.05: its bias gradient, 32 such
 // sums of 100,352 values, is the likely cost (not yet profiled kernel by kernel). The channel path reads
 // 16-byte vectors with one division each and cuts every sum into slices, one block per slice; a second
