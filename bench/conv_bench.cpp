@@ -29,7 +29,7 @@
 // CUDNN_TENSOR_OP_MATH) and the fastest of the algorithms its own search finds runnable
 // (cudnnFindConvolution*Algorithm), each timed here with the rungs' median and the workspace it asks
 // for. The search times each algorithm once, and its first pick is not always the fastest by a median:
-// on an H100 (2026-11-27, two runs of the same build) the pick for VGG-small's 256->256 backward data
+// on an H100 (2026-11-27, the seventh session's two runs, commits 547a68f and 52b2024) the pick for VGG-small's 256->256 backward data
 // took 0.0817 ms in one run (algo 1) and 0.2390 in the next (algo 5), so a reference taken from the
 // pick alone moved a rung's "% of cuDNN" by a factor of almost three. Built without cuDNN (CMake did not
 // find it), the cuDNN column is left out and the program says why.

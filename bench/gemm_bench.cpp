@@ -14,10 +14,10 @@
 // kernels/cuda/gemm/wmma_pipelined_tiles.h on every shape, the training shapes included (its tuning
 // hook; sm_80+; a forced tile never splits K, so on the long reductions of the weight gradients those
 // rows are slow by design), one row per tile, labelled "wmma_pipelined #I" (the tiles are described
-// under the table; #0 is the rung's own), and wmma_smem with each candidate K step of
-// kernels/cuda/gemm/wmma_smem_k_step.h other than its own, labelled "wmma_smem k64", and with each K step
-// and its batched copy, "wmma_smem k32 batched" and "wmma_smem k64 batched", and mma_sync with the lean
-// copy of tiles #12-#14 (kernels/cuda/gemm/mma_sync_lanes.h), "mma_sync lean", wgmma with each tile of
+// under the table; kOwnTile, #12, is the rung's own), wmma_smem with each K step and copy of
+// kernels/cuda/gemm/wmma_smem_k_step.h other than its own (64-deep, batched: its row above), labelled
+// "wmma_smem k32", "wmma_smem k64" and "wmma_smem k32 batched", mma_sync with the copy it does not use
+// (kernels/cuda/gemm/mma_sync_lanes.h: the lean copy is its own, so "mma_sync general"), wgmma with each tile of
 // kernels/cuda/gemm/wgmma_layout.h, "wgmma #I", and wgmma_tma with each tile of
 // kernels/cuda/gemm/wgmma_tma_plan.h, "wgmma_tma #I" (both Hopper only). --tile I runs
 // every wmma_pipelined row with tile #I instead (rows labelled "wmma_pipelined #I"): what
@@ -186,7 +186,8 @@ int main(int argc, char** argv) {
   app.add_option("--out", out_name, "dtype of C")->check(CLI::IsMember({"f16", "f32"}));
   app.add_flag("--no-models", no_models, "skip the MLP-512 / LeNet training shapes");
   app.add_flag("--sweep", sweep,
-               "also time wmma_pipelined with each candidate block tile, and wmma_smem with each K step, on every shape");
+               "also time wmma_pipelined's candidate tiles, wmma_smem's other K steps and copies, mma_sync's other "
+               "copy and the wgmma and wgmma_tma tiles, on every shape");
   app.add_option("--tile", forced_tile, "run wmma_pipelined with block tile #I of wmma_pipelined_tiles.h (sm_80+)");
   CLI11_PARSE(app, argc, argv);
   // Checked before looking for a GPU, so that a typo is refused on any machine.

@@ -9,8 +9,8 @@
 # runs; `mixed` uses bench/train's default loss scaling (dynamic, PyTorch GradScaler defaults). The
 # table gives each run's accuracy per seed, the mean, the range and how many seeds reach TARGET (in
 # percent; defaults: mlp512 98.0, lenet 99.0, vgg_small 85.0), and, when both ran, `mixed` - `fp32` at
-# each seed. Writes OUT (default bench/results/seeds_MODEL_DEVICE_DATE.txt) with the header (machine,
-# GPU, commit, command). HALFLING_BUILD (default build/), HALFLING_DATA (read by bench/train itself),
+# each seed. Writes OUT (default bench/results/seeds_MODEL[_SCHEDULE]_DEVICE_DATE.txt, SCHEDULE named
+# when it is not constant) with the header (machine, GPU, commit, command). HALFLING_BUILD (default build/), HALFLING_DATA (read by bench/train itself),
 # MAX_STEPS=N (each epoch stops after N steps: a check of the script, not a measurement) and
 # HALFLING_COMMIT (the commit named in the header) as in bench/compare_train.sh. SCHEDULE (constant,
 # cosine or step; default constant, DESIGN.md §4's rate) and WARMUP_EPOCHS pass bench/train's

@@ -1,5 +1,5 @@
-// Files that appear whole or not at all: every file halfling saves (checkpoints, PNGs, the image-folder
-// cache) goes through AtomicFile, so a crash, a full disk or a second process writing the same file
+// Files that appear whole or not at all: checkpoints, PNGs and the image-folder cache go through
+// AtomicFile (the tutorials' CSV logs and bench/train's .npy files do not), so a crash, a full disk or a second process writing the same file
 // can never leave a torn one behind, and a failed save keeps the old file (docs/checkpoints.md).
 #pragma once
 #include <sys/types.h>  // ssize_t

@@ -4,7 +4,8 @@
 //  - FP32 gradients: before an update the parameters' gradients (FP16 in mixed precision) are
 //    unscaled into FP32 buffers by one fused pass (see amp::LossScaler), where clipping happens;
 //  - FP32 moments (momentum, Adam's m and v) whatever the parameter dtype.
-// Every update is one multi-tensor kernel call over all parameters (kernels/optim.h).
+// Every update is one multi-tensor kernel call over all parameters (kernels/optim.h;
+// set_multi_tensor(false), bench/train --no-multi-tensor, makes it one launch per tensor, for comparison).
 // No host synchronization inside a step: whether a step is applied may be decided on the device
 // (step_unless, the loss scaler's found-inf flag), so the count of applied steps (Adam's t) and
 // SGD's "momentum buffer initialized" flags live in device memory too; steps() and state() read them

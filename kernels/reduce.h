@@ -1,5 +1,6 @@
-// Reductions. On the GPU these go through CUB (generic reductions are not the lesson; DESIGN.md §7);
-// on the CPU they accumulate in double. Inputs of any floating dtype; the math is never done in f16.
+// Reductions. On the GPU these go through CUB (generic reductions are not the lesson; DESIGN.md §7),
+// but for the per-channel sums of bias gradients, which take kernels of their own (reduce_plan.h's
+// channel path); on the CPU they accumulate in double. Inputs of any floating dtype; the math is never done in f16.
 #pragma once
 #include <cstdint>
 #include <vector>

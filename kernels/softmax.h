@@ -72,9 +72,10 @@ using SoftmaxRegistry = Registry<SoftmaxArgs>;
 
 // Checks the arguments and runs `variant` if given, else the registry's choice: a pinned default
 // (--softmax / set_default), else HALFLING_SOFTMAX, else, on the GPU, the rung this shape runs fastest
-// on (warp_row for short rows, register_row up to its register capacity, else block_row, online for
-// very long ones; fused_xent for cross-entropy), else the highest-priority variant that supports the
-// arguments.
+// on (kernels/softmax.cpp, auto_cuda_variants: warp_row up to 32 columns, register_warp to 1024,
+// register_row to 16384, packed_online then packed_row for FP16 rows to 65536, block_row for what
+// they decline up to 65536, online beyond; fused_xent for cross-entropy), else the highest-priority
+// variant that supports the arguments.
 void softmax(const SoftmaxArgs& args, const std::string& variant = "");
 
 // Would softmax(args) find a variant (honouring a pinned default or HALFLING_SOFTMAX)? The framework's

@@ -1,8 +1,8 @@
 // Split-K by whole waves: how many slices to cut a long reduction into, counting the waves a grid runs.
 //
-// The split-K rules (the GEMM's in kernels/gemm_split.h, the convolution weight gradients' in
-// kernels/cuda/conv/) aim at a number of blocks per SM ("about two", "about four") and do not count how
-// many blocks an SM holds at once. A grid of B blocks on a GPU that holds `slots` of them runs in
+// The split-K rules (the GEMM's in kernels/gemm_split.h, and before 2026-11-27 the convolution weight
+// gradients' in kernels/cuda/conv/) aim at a number of blocks per SM ("about two", "about four") and do
+// not count how many blocks an SM holds at once. A grid of B blocks on a GPU that holds `slots` of them runs in
 // ceil(B / slots) waves, and a grid that passes a whole number of waves by a little runs its last wave
 // on a few SMs while the rest idle. Rung 3's weight gradient on VGG-small's 256->256 layer at batch 128
 // is the case that called for this: 72 output tiles of 64 x 128, the old rule's 8 slices, 576 blocks,

@@ -40,12 +40,13 @@
 #                                       # profile and tutorial 09 (VGG-small, 30 epochs: CIFAR-10);
 #                                       # last, with the budget's rest, Nsight Compute on the new
 #                                       # kernels whose times decide something (ncu_new_kernels);
-#                                       # ~6 minutes on an H200
+#                                       # about 5 minutes (292 s on an H200, 2026-11-26; 327 s on an
+#                                       # H100, 2026-11-27)
 #   scripts/gpu_check.sh ablate         # issue #10: the fused epilogues (--no-fuse) and the multi-tensor
 #                                       # optimizer (--no-multi-tensor) switched off, and the step as a
 #                                       # CUDA graph (--cuda-graph), MLP-512, LeNet and VGG-small mixed,
 #                                       # next to the defaults in two interleaved rounds, then a profile
-#                                       # of each default step; an estimated 4 minutes
+#                                       # of each default step; about a minute (54 s on an H100)
 #   scripts/gpu_check.sh ncu            # issues #4, #6, #7: Nsight Compute's counters (speed of light,
 #                                       # stall reasons, bank conflicts, occupancy) for one launch of each
 #                                       # kernel still short of its target, and of the reference it is
@@ -70,7 +71,7 @@
 # The commit: .git is usually not copied to the device, so pass it, e.g.
 #   HALFLING_COMMIT=$(git rev-parse --short HEAD) scripts/gpu_check.sh test
 #
-# Each stage writes gpu_<stage>_<gpu>_<date>.txt (bench-*: their own gemm_/conv_/softmax_ files; train
+# Each stage writes gpu_<stage>_<gpu>_<date>.txt (bench-*: their own gemm_/conv_/softmax_/bn_ files; train
 # also train_cuda_<gpu>_<date>.txt from compare_train.sh) into $HALFLING_RESULTS, else $OUT (the folder
 # the device tool copies back), else bench/results/. The file holds the GPU, the date, the commit, every
 # command and its output, and ends with every step's status; the exit status is non-zero if any step
@@ -131,11 +132,12 @@ race+=':ConvCuda.NhwcRungOnTheShapesItComputesItself'  # implicit_gemm_nhwc's cp
 race+=':ConvCuda.NhwcWgradRungOnTheShapesItComputesItself'  # implicit_gemm_nhwc_wgrad's
 
 # short: racecheck on the kernels added or changed since the last GPU run (docs/gpu_status.md's table)
-# only, on small shapes, in two lists run side by side. (The lists below are those of the H100 run of
-# 2026-11-27, which verified every kernel in them; nothing device-side changed after it, so they stay
-# as a regression check until a new kernel replaces them. A kernel changed since goes in.) (on the H200, 2026-11-26, the two lists of that
-# run took 226 s and 181 s beside the suite, of their 240). A kernel changed since goes in. Since
-# 2026-11-26: rung 4b of the convolution (implicit_gemm_nhwc_wgrad, new, opt-in; its own shapes, and
+# only, on small shapes, in two lists run side by side (on the H200, 2026-11-26, the two lists of that
+# run took 226 s and 181 s beside the suite, of their 240). The lists began as those of the H100 runs of
+# 2026-11-27, which verified every kernel in them, and stay as a regression check; the kernels changed
+# or added on 2026-11-28 (below) have not run on a GPU yet. A kernel changed since goes in. Since
+# 2026-11-26: rung 4b of the convolution (implicit_gemm_nhwc_wgrad, new then, the default since its
+# H100 run; its own shapes, and
 # every variant's small shapes, where it hands most calls on), the optimizer's launches (one per tensor
 # on request), wmma_pipelined's sweep tiles #6-#11 (the test runs every tile of the table), wmma_smem's
 # 64-deep K step, and the softmax rung packed_row (new, opt-in; its block reductions share memory): the
@@ -154,8 +156,9 @@ race_new+=':CudaGemm.WmmaSmemEveryKStepOneBlock'
 # 2026-11-27, kept as a regression check).
 race_new+=':CudaReduce.SumOverAnyDimensions:CudaReduce.ChannelPathGivesTheSameBitsEveryRun'
 # The softmax rung packed_online (its block merge shares memory; verified on the H100 in the seventh
-# session of 2026-11-27, kept as a regression check): the test of threads whose share of the row holds
-# no finite value or whose maximum rises pack by pack, on rows of 4096 and 65536.
+# session of 2026-11-27, its fold changed on 2026-11-28 for a NaN it dropped, not yet run on a GPU): the
+# test of threads whose share of the row holds no finite value or whose maximum rises pack by pack, on
+# rows of 4096 and 65536, and the NaN row.
 race_new+=':SoftmaxCuda.PackedOnlineThreadsWithoutAFiniteValue'
 # Rung 3's and 3b's kernels (implicit_gemm_wmma.cu; changed on 2026-11-28, without a GPU: Divisor
 # quotients, tap offsets in the loop, predicated loads): both rungs on every pass, strided included.
@@ -517,9 +520,10 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     else
       record cifar10 FAILED "no $HALFLING_DATA/cifar10: carry it (scripts/gpu_pack.sh packs the JPEG archive)"
     fi
-    # Issue #7: the weight gradients' split-K counts, every one timed (rung 3's rule counts waves since
-    # 2026-11-27, kernels/wave_split.h, a model; rung 4b's does not yet): the data to keep or change both.
-    # Last, so that it takes only what the accuracy runs above leave of the budget.
+    # Issue #7: the weight gradients' split-K counts, every one timed (rungs 3 and 4b both count whole
+    # waves since 2026-11-27, kernels/wave_split.h, a model): the data to keep or change the rule. After
+    # the accuracy runs, so that it takes only what they leave of the budget (and Nsight Compute below
+    # only what this leaves).
     step conv-splits timeout 60 "$build/bench/conv_bench" --batch 128 --runs 5 --no-cudnn --passes backward_weight \
       --variants implicit_gemm_wmma,implicit_gemm_nhwc_wgrad --sweep-splits
     # The counters of the kernels this run decides on (ncu_new_kernels), with what the budget has left:

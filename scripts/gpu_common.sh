@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # The plumbing of the GPU-session scripts (scripts/gpu_check.sh, bench/gpu_gemm.sh, gpu_softmax.sh,
-# gpu_conv.sh): sourced by them, never run. It cds to the repository root and sets:
+# gpu_conv.sh, gpu_bn.sh): sourced by them, never run. It cds to the repository root and sets:
 #   root, build, arch, jobs, results, commit, gpu, slug, day, sanitizer, budget
 # and defines start_results, step, record, build_targets, check_gpu, sanitizers_enabled,
 # sanitize_kernels and finish.

@@ -39,8 +39,9 @@
 // Status: written in a session without a GPU; verified on an H200 on 2026-11-26 (the CUDA tests,
 // memcheck, racecheck) and measured there with conv_bench at batch 128
 // (bench/results/gpu_short_nvidia_h200_2026-11-26.txt): on VGG-small's 3x3 layers with C >= 64 its
-// forward and backward_data run at 91% to 164% of cuDNN, against 28% to 56% for rung 3. It is the
-// default f16 convolution since.
+// forward and backward_data run at 91% to 164% of cuDNN, against 28% to 56% for rung 3. It was the
+// default f16 convolution from then until rung 4b (implicit_gemm_nhwc_wgrad.cu, priority 41) took its
+// place on 2026-11-27; it now computes the forward and stride-1 backward_data passes rung 4b hands on.
 #include <cuda_fp16.h>
 #include <mma.h>
 
@@ -313,7 +314,7 @@ void nhwc::copy_nchw_to_nhwc(const __half* src, __half* dst, int64_t n, int C, i
   HL_LAUNCH_CHECK("nchw_to_nhwc_kernel");
 }
 
-// Priority 40, above rungs 3b and 3: the default for f16 inputs since its H200 run (see the header).
+// Priority 40, above rungs 3b and 3, below rung 4b (41), which hands it forward and stride-1 backward_data.
 HL_REGISTER_VARIANT(ConvArgs, {"implicit_gemm_nhwc", DeviceType::cuda, 40,
                                "implicit GEMM over NHWC copies of the operands: 16-byte cp.async gathers, a 4-stage "
                                "ring, 128x128 tiles (backward_weight and C % 32 != 0 run implicit_gemm_table or "

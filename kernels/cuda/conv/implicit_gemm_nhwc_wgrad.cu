@@ -19,10 +19,10 @@
 // (paper §3.3), 128 x 128 block tiles of 8 warps of 64 x 32.
 //
 // The output (K x R*S*C) is small and the reduction (N*P*Q, 131072 positions on VGG's first layers) is
-// long, so the reduction is split across blocks (blockIdx.z, about two blocks per SM), each slice's FP32
-// partial tile written to the workspace, and a second kernel adds the slices in a fixed order
-// (deterministic, no atomics), applies beta, reorders [k][r][s][c] into the framework's [k][c][r][s]
-// and rounds once. The workspace holds the two NHWC copies and the partials (at most 42 MB on
+// long, so the reduction is split across blocks (blockIdx.z, a count that fills whole waves:
+// kernels/wave_split.h), each slice's FP32 partial tile written to the workspace, and a second kernel
+// adds the slices in a fixed order (deterministic, no atomics), applies beta, reorders [k][r][s][c]
+// into the framework's [k][c][r][s] and rounds once. The workspace holds the two NHWC copies and the partials (at most 42 MB on
 // VGG-small at batch 128; more than 256 MiB is handed on).
 //
 // What it hands on, to rung 4 (implicit_gemm_nhwc, which computes forward and stride-1 backward_data

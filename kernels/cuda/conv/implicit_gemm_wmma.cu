@@ -117,8 +117,9 @@ __device__ __forceinline__ TapEntry load_tap(const int4* __restrict__ table, int
 // kUnitStride: backward_data with stride 1 x 1, whose gather needs no integer division (gather_index).
 // kTable: the implicit_gemm_table rung: the loaders read the tap table `taps` (else unused, nullptr)
 // and the epilogue keeps one column per thread. Its kernels are compiled for 2 resident blocks per
-// SM: left free, ptxas gives them 132 registers on sm_90 (rung 3: 126), which leaves room for one
-// 256-thread block; capped at 128 they do not spill (-Xptxas -v). Rung 3 keeps its bounds.
+// SM: left free, ptxas gave them 132 registers on sm_90 (rung 3: 126; 118 since 2026-11-28), which
+// leaves room for one 256-thread block; capped at 128 they do not spill (-Xptxas -v). Rung 3 keeps its
+// bounds.
 template <bool kBackwardData, bool kUnitStride, bool kTable>
 __global__ void __launch_bounds__(kThreads, kTable ? 2 : 0)
     conv_implicit_gemm_kernel(ConvArgs a, Geometry g, const int4* __restrict__ taps) {

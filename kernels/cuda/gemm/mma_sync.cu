@@ -25,8 +25,9 @@
 // scalar fallback), every epilogue, as every rung. Not split along K (wmma_pipelined_split_k does
 // that for the small outputs with long reductions).
 //
-// `bench/gemm_bench --sweep` also times it with the lean copy of wmma_pipelined's tiles #12-#14
-// (copy_plan.h), through a tuning hook in mma_sync_lanes.h that only the benchmark and the tests set.
+// Since the H100 run of 2026-11-27 it copies with the lean copy of wmma_pipelined's tiles #12-#14
+// (copy_plan.h, kLeanCopy in mma_sync_lanes.h); a tuning hook there lets `bench/gemm_bench --sweep` and
+// the tests force the general copy.
 //
 // The lane arithmetic (which row each lane hands to ldmatrix, which registers feed which mma, where each
 // accumulator goes) lives in mma_sync_lanes.h, where a CPU test plays a whole block through it against

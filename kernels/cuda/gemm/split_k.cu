@@ -1,6 +1,6 @@
 // Split-K for the GEMM rungs: the second pass, which adds the slices' FP32 partial sums and applies
-// the epilogue. Not a rung of its own: wmma_pipelined_split_k (FP16) and smem_tiled_split_k (FP32)
-// split their reduction this way when the output has too few tiles to fill the GPU and K is long
+// the epilogue. Not a rung of its own: wgmma_tma_split_k and wmma_pipelined_split_k (FP16) and
+// smem_tiled_split_k (FP32) split their reduction this way when the output has too few tiles to fill the GPU and K is long
 // (kernels/gemm_split.h decides; gemm_common.cuh's slice_for_block gives each block its slice). The
 // cublas reference point uses the same pass, with one slice, for the epilogues cublasGemmEx lacks.
 //

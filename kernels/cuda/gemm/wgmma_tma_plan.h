@@ -47,8 +47,8 @@ static_assert(128 * kProducerRegisters + kConsumerThreads * kConsumerRegisters <
 // The candidate tiles: N per block, the stages of the ring, and how many groups of wgmma a consumer
 // leaves running when it hands a stage back (0: it waits for this step's multiply-adds and releases
 // this step's stage; 1: it waits only for the previous step's and releases that one, so the Tensor
-// Cores always have a group queued). Entry 0 is the rung's own; `gemm_bench --sweep` times the others
-// through tile_for_tuning() below. One block per SM for all: 384 threads at 168 registers fill the
+// Cores always have a group queued). own_tile() below picks among them per shape; `gemm_bench --sweep`
+// times each through tile_for_tuning(). One block per SM for all: 384 threads at 168 registers fill the
 // register file, whatever the shared memory would allow.
 struct TileConfig {
   int bn, stages, in_flight;

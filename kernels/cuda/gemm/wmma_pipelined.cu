@@ -22,7 +22,8 @@
 //      weight gradient as an im2col GEMM: 1 to 7 tiles, K = 25088 or 100352), the variant
 //      wmma_pipelined_split_k also splits K across blocks (split-K, kernels/gemm_split.h):
 //      blockIdx.z takes a slice of K, and a second pass (split_k.cu) adds the slices' FP32 partial
-//      tiles and applies the epilogue. Written in a session without a GPU, it is the default f16 GEMM
+//      tiles and applies the epilogue. Written in a session without a GPU, it has been the default f16
+//      GEMM on GPUs other than compute capability 9.0 (and there for the operands rung 8 declines)
 //      since its tests, sanitizers and benchmark ran on an H200 (2026-11-26): LeNet fc1's forward
 //      went from 0.0660 to 0.0161 ms (21% to 87% of cuBLAS), conv2's weight gradient as a GEMM from
 //      0.4673 to 0.0426 ms (one gemm_bench run), and nothing that does not split moved.

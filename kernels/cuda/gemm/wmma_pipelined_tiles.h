@@ -1,5 +1,5 @@
-// The block tiles of the `wmma_pipelined` GEMM rung (wmma_pipelined.cu) on sm_80+: entry 0 for large
-// problems, the others candidates, and the tuning hook through which `bench/gemm_bench --sweep` times
+// The block tiles of the `wmma_pipelined` GEMM rung (wmma_pipelined.cu) on sm_80+: kOwnTile (#12) for
+// large problems, the others candidates, and the tuning hook through which `bench/gemm_bench --sweep` times
 // each of them on every shape it measures. Plain C++ with no
 // CUDA in it, so that the benchmark and the tests name the same tiles as the kernels.
 //
@@ -33,7 +33,7 @@ struct Tile {
 // depends on which dimension is contiguous). An H100/H200 SM has 64K registers and 227 KiB of shared
 // memory, which sets the resident blocks per SM.
 inline constexpr Tile kBigTiles[] = {
-    {128, 128, 32, 2, 4, 4},  // 0: the rung's tile, 8 warps of 64 x 32; 120 regs, 68-80 KiB: 2 blocks/SM
+    {128, 128, 32, 2, 4, 4},  // 0: the rung's until #12; 8 warps of 64 x 32; 120 regs, 68-80 KiB: 2 blocks/SM
     {128, 128, 64, 2, 4, 3},  // 1: K step 64, half the barriers per multiply-add; 116 regs, 102-108 KiB: 2/SM
     {128, 256, 32, 2, 4, 3},  // 2: 8 warps of 64 x 64; 170 regs, 75-90 KiB: 1 block/SM
     {256, 128, 32, 4, 2, 3},  // 3: the same warps, the block tall instead of wide; 170 regs, 75-90 KiB: 1/SM

@@ -16,8 +16,9 @@
 // but a block's row of 4K..32K FP16 values, times the blocks resident on an SM, no longer stays in
 // L1, and the H200 run (bench/results/softmax_nvidia_h200_2026-11-23.txt) shows block_row and
 // warp_row at ~55% of the copy bandwidth for 1024..32768 columns. One read + one write per element is
-// what a copy moves. Prediction: ~1.4x over block_row for rows that leave L1, towards the issue's 80%
-// of copy. Softmax keeps exp(x - max) from the sum in the registers and multiplies it by 1/sum, so it
+// what a copy moves. Predicted: ~1.4x over block_row for rows that leave L1, towards the issue's 80%
+// of copy; measured on an H200: 1.21x at 4096x4096 (27.38 against 33.07 us) and 1.14x at 1024x32768
+// (54.29 against 62.05; bench/results/softmax_register_row_nvidia_h200_2026-11-23.txt). Softmax keeps exp(x - max) from the sum in the registers and multiplies it by 1/sum, so it
 // also evaluates one exp() per element instead of two. The log-softmax backward caches dy (one read
 // for the sum and the write) and reads y once: 2 reads + 1 write, down from block_row's 3 + 1.
 // Paper §3.3: FP32 math on FP16 storage: every value is widened to FP32 on load, max, sum, exp and
@@ -26,9 +27,10 @@
 // What is still left: a row must fit in the registers of one block: 1024 threads x 32 values = 32768
 // columns for FP16 packs, 16384 for FP32 packs and the scalar path (more values per thread spill to
 // local memory: register_row_plan.h). Longer rows are declined (unsupported() says why) and go to
-// block_row or online. At that size one block fills an SM's register file, so the SM idles during the
-// two block reductions; a row split across a cluster of blocks (distributed shared memory) would lift
-// both limits.
+// packed_online or packed_row (FP16 packs), block_row or online (kernels/softmax.cpp). At that size one
+// block fills an SM's register file, so the SM idles during the two block reductions; a row split
+// across a cluster of blocks (cluster_row.cu, distributed shared memory) was written to lift both
+// limits, and measured slower on every shape timed.
 #include "kernels/cuda/softmax/register_row.cuh"
 #include "kernels/cuda/softmax/register_row_plan.h"
 

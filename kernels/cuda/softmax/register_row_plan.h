@@ -22,7 +22,8 @@ constexpr int kMaxThreads = 1024;  // one block per row; also the kernels' __lau
 constexpr int max_values(int width) { return width == 8 ? 32 : 16; }
 
 // The longest row, by path: 1024 threads x 4 FP16 packs x 8 = 32768 columns; FP32 packs (4 x 4) and
-// the scalar path (16 values) 16384. Longer rows: block_row (up to 65536) or online (kernels/softmax.cpp).
+// the scalar path (16 values) 16384. Longer rows: packed_online or packed_row (FP16 packs), block_row (up
+// to 65536) or online (kernels/softmax.cpp).
 constexpr int64_t kMaxCols = static_cast<int64_t>(kMaxThreads) * 32;  // the FP16 packed path
 constexpr int64_t max_cols(int width) { return static_cast<int64_t>(kMaxThreads) * max_values(width); }
 
