@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
   std::string model_name = "lenet";
   bool no_fuse = false;
   int64_t max_steps = -1;
-  app.add_option("--model", model_name, "lenet (MNIST) or vgg_small (CIFAR-10: the binary batches or the JPEG image folder)")
+  app.add_option("--model", model_name,
+                 "lenet (MNIST) or vgg_small (CIFAR-10: the binary batches or the JPEG image folder)")
       ->check(CLI::IsMember({"lenet", "vgg_small"}))
       ->capture_default_str();
   app.add_flag("--no-fuse", no_fuse, "run each ReLU as its own op instead of in the conv/GEMM epilogue");
