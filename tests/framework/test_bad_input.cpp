@@ -390,10 +390,13 @@ TEST(BadInput, TutorialProgramsRejectInvalidFlagsClearly) {
 // start training with a NaN learning rate: tutorials/common/cli.cpp's kFinite refuses it. A program
 // without the flag refuses it as unknown, which names it too.
 TEST(BadInput, TutorialProgramsRejectNanLearningRate) {
-  for (const std::string& prog : tutorial_programs()) {
+  const std::vector<std::string> programs = tutorial_programs();
+  ASSERT_FALSE(programs.empty()) << "no tutorial programs found in build/tutorials/";
+  for (const std::string& prog : programs) {
     bool signaled = false;
     for (const std::string args : {"--lr nan", "--momentum nan"}) {
       const auto [status, out] = hl::test::run_command(prog + " " + args + " --data /nonexistent_halfling_data", &signaled);
+      EXPECT_FALSE(signaled) << prog << " " << args << " crashed:\n" << out;
       EXPECT_NE(status, 0) << prog << " " << args;
       EXPECT_NE(out.find(args.substr(0, args.find(' '))), std::string::npos) << prog << " " << args << ":\n" << out;
     }

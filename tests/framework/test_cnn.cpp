@@ -221,6 +221,9 @@ TEST_F(Cnn, BatchNormRunningStatsFollowPyTorch) {
     const double mean = s / 36;
     double ss = 0;
     for (double v : vals) ss += (v - mean) * (v - mean);
+    // Which formula, not how precise: f32 statistics of 36 values in [-3, 5] are within about 1e-6 of
+    // these, and the wrong formulas (the biased running variance, the other momentum convention)
+    // miss them by about 1e-2 or more, so 1e-5 (and 1e-4 for y) tells them apart with room.
     EXPECT_NEAR(rmv[c], 0.9 * old_m[c] + 0.1 * mean, 1e-5);
     EXPECT_NEAR(rvv[c], 0.9 * old_v[c] + 0.1 * ss / 35, 1e-5);  // unbiased for the running variance
     // ...and the biased variance for the normalization itself.

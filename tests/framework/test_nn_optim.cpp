@@ -21,7 +21,14 @@ TEST(NN, LinearShapesNamesAndInit) {
   EXPECT_EQ(lin.weight.shape(), (Shape{512, 784}));
   EXPECT_EQ(lin.bias.shape(), (Shape{512}));
   const double bound = 1.0 / std::sqrt(784.0);
-  for (float v : lin.weight.to_vector()) EXPECT_LE(std::abs(v), bound);
+  // PyTorch's U(-1/sqrt(in), 1/sqrt(in)): inside the bound, and spread over it (not all zero, both signs).
+  double lo = 0, hi = 0;
+  for (float v : lin.weight.to_vector()) {
+    EXPECT_LE(std::abs(v), bound);
+    lo = std::min(lo, static_cast<double>(v)), hi = std::max(hi, static_cast<double>(v));
+  }
+  EXPECT_LT(lo, -0.9 * bound);
+  EXPECT_GT(hi, 0.9 * bound);
   auto mlp = nn::mlp512(g);
   const auto named = mlp->named_parameters();
   ASSERT_EQ(named.size(), 6u);

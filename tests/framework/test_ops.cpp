@@ -31,6 +31,7 @@ TEST(Ops, BroadcastingBinaryOps) {
   EXPECT_THROW(a + f32({1, 2}, {2}), Error);
   try {
     a* f32({1, 2}, {2});
+    ADD_FAILURE() << "mul of [2, 3] and [2] did not throw";
   } catch (const Error& e) {
     const std::string msg = e.what();
     EXPECT_EQ(msg.rfind("mul:", 0), 0u) << msg;
@@ -190,6 +191,8 @@ TEST(Ops, LinearMatchesMatmulPlusBias) {
   Tensor x = Tensor::randn({5, 7}, g), w = Tensor::randn({3, 7}, g), b = Tensor::randn({3}, g);
   const auto y = linear(x, w, b).to_vector();
   const auto ref = (matmul(x, w, false, true) + b).to_vector();
+  // The fused bias rounds once, matmul then add twice: an ulp of |y| (< 2^-19 for these |y| < 16)
+  // apart at most; 1e-5 adds room for the two GEMM calls summing the 7 products in another order.
   for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], ref[i], 1e-5);
   const auto yr = linear(x, w, b, true).to_vector();
   for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(yr[i], std::max(y[i], 0.0f));

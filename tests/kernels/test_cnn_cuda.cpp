@@ -340,9 +340,13 @@ TEST(CudaBatchNorm, EveryVariantIsRegisteredAndTheSplitIsTheDefault) {
   // bn_bench on an H200 on 2026-11-26, about 9x faster than per_channel over VGG-small's six batch
   // norms: so nothing is opt-in, and the automatic choice is split wherever it takes the call.
   EXPECT_EQ(opt_in, std::vector<std::string>{});
-  if (!runtime::cuda_available()) return;  // split's plan asks the GPU for its SM count
+}
+
+// The registry's choice for a VGG-small batch norm, made on a GPU: split's plan asks it for its SM count.
+TEST(CudaBatchNorm, TheAutomaticChoiceTakesTheSplit) {
+  HL_REQUIRE_CUDA();
   if (std::getenv(BatchNormArgs::env_var) != nullptr || !BatchNormRegistry::instance().default_name().empty())
-    return;  // a pinned variant (HALFLING_BN or --bn): the automatic choice is not in use
+    GTEST_SKIP() << "a pinned variant (HALFLING_BN or --bn): the automatic choice is not in use";
   BatchNormArgs a;
   a.s = BatchNormShape{128, 64, 1024};
   a.t = DType::f16;

@@ -43,7 +43,10 @@ TEST(Half, PinnedValues) {
   for (const half z : std::vector<half>(3)) EXPECT_EQ(z.bits, 0);
 }
 
+// DESIGN.md §1's example: FP16 holds 2023 x 2^-14 for 0.123456789 (11 significant bits), which four
+// significant digits show as 0.1235, where FP32 keeps 0.12345679.
 TEST(Half, PrintsWithFourSignificantDigits) {
+  EXPECT_EQ(static_cast<double>(h(0.123456789f)), 2023.0 / 16384.0);
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.4g", static_cast<double>(h(0.123456789f)));
   EXPECT_EQ(std::string(buf), "0.1235");

@@ -409,14 +409,21 @@ TEST(Trainer, ProgressBarOnlyOnATerminal) {
   close(master);
 }
 
+// keep_on_device for the CPU leaves the data sets where they are (the same storage, no copy).
+TEST(Trainer, KeepOnDeviceForTheCpuMovesNothing) {
+  hl::data::Dataset train = synthetic(10, 4), test = synthetic(6, 5);
+  const Tensor cpu_images = train.images, cpu_labels = test.labels;
+  tut::keep_on_device(train, test, hl::Device::cpu);
+  EXPECT_EQ(train.images.data_ptr(), cpu_images.data_ptr()) << "on the CPU nothing moves";
+  EXPECT_EQ(test.labels.data_ptr(), cpu_labels.data_ptr()) << "on the CPU nothing moves";
+  EXPECT_EQ(train.images.device(), hl::Device::cpu);
+}
+
 // The data sets put on the GPU whole, and an epoch there gives the CPU's counts and (to f16/f32
 // kernel rounding) its loss.
 TEST(Trainer, KeepOnDeviceAndACudaEpoch) {
-  hl::data::Dataset train = synthetic(10, 4), test = synthetic(6, 5);
-  const Tensor cpu_images = train.images;
-  tut::keep_on_device(train, test, hl::Device::cpu);
-  EXPECT_EQ(train.images.data_ptr(), cpu_images.data_ptr()) << "on the CPU nothing moves";
   HL_REQUIRE_CUDA();
+  hl::data::Dataset train = synthetic(10, 4), test = synthetic(6, 5);
   tut::keep_on_device(train, test, hl::Device::cuda);
   EXPECT_EQ(train.images.device(), hl::Device::cuda);
   EXPECT_EQ(train.labels.device(), hl::Device::cuda);
@@ -519,19 +526,29 @@ TEST(Trainer, CudaGraphGivesTheUsualLoopsBits) {
   EXPECT_EQ(graphed.history.size(), 18u);
 }
 
-// Host code inside a step cannot be replayed, and the profiler's events cannot be recorded: both are
-// refused before the epoch starts, and a CPU loader is refused everywhere. A read back to the host
-// inside the step is refused while it is recorded, and leaves the loop usable.
-TEST(Trainer, CudaGraphRefusesWhatItCannotReplay) {
+// A CUDA graph of a step that runs on the CPU is refused, on any machine, before the epoch starts.
+TEST(Trainer, CudaGraphRefusesACpuLoader) {
   hl::Generator gen(5);
   Probe model(gen);
   hl::optim::SGD sgd(model.parameters(), {.lr = 0.1});
   tut::TrainOptions o = quiet();
   o.cuda_graph = true;
   hl::data::DataLoader cpu_loader(synthetic(8, 6), {.batch_size = 4, .shuffle = false});
-  std::string message = hl::test::error_of([&] { tut::train_epoch(model, sgd, cpu_loader, 0, o); });
+  const std::string message = hl::test::error_of([&] { tut::train_epoch(model, sgd, cpu_loader, 0, o); });
   EXPECT_NE(message.find("cuda_graph records the CUDA launches"), std::string::npos) << message;
+}
+
+// Host code inside a step cannot be replayed, and the profiler's events cannot be recorded: both are
+// refused before the epoch starts (a CPU loader: CudaGraphRefusesACpuLoader). A read back to the host
+// inside the step is refused while it is recorded, and leaves the loop usable.
+TEST(Trainer, CudaGraphRefusesWhatItCannotReplay) {
   HL_REQUIRE_CUDA();
+  hl::Generator gen(5);
+  Probe model(gen);
+  hl::optim::SGD sgd(model.parameters(), {.lr = 0.1});
+  tut::TrainOptions o = quiet();
+  o.cuda_graph = true;
+  std::string message;
   model.to(hl::Device::cuda);
   hl::data::DataLoader loader(synthetic(8, 6).to(hl::Device::cuda),
                               {.batch_size = 4, .shuffle = false, .device = hl::Device::cuda});
