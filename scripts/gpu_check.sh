@@ -315,6 +315,7 @@ bg_finish() {
 # shape that fits in L2 starts cold here where softmax_bench times it warm. What to read: the speed-of-
 # light percentages, the warp-state rule that names the dominant stall, the shared-memory bank-conflict
 # table, occupancy.
+ncu_missing="no ncu on the PATH, under /opt/nvidia or in the CUDA toolkit"  # what both stages say without it
 ncu_setup() {
   ncu_bin=$(command -v ncu || find /opt/nvidia /usr/local/cuda*/ -name ncu -type f -perm -u+x 2>/dev/null | sort | tail -n 1)
   [[ -n $ncu_bin ]] || return 1
@@ -532,7 +533,7 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     if (($(step_seconds) < 60)); then
       record ncu-new skipped "less than 60 s of the budget left"
     elif ! ncu_setup; then
-      record ncu-new skipped "no ncu on the PATH, under /opt/nvidia or in the CUDA toolkit"
+      record ncu-new skipped "$ncu_missing"
     else
       ncu_new_kernels
     fi
@@ -616,7 +617,7 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
         "${conv[@]}" --variants implicit_gemm_nhwc_wgrad
       ncu_new_kernels
     else
-      record ncu FAILED "no ncu on the PATH, under /opt/nvidia or in the CUDA toolkit"
+      record ncu FAILED "$ncu_missing"
     fi
     ;;
   profile)

@@ -178,12 +178,19 @@ TEST(GpuScripts, FiltersNameTestsThatExist) {
   EXPECT_GT(checked, 40) << "the scripts' filters were not found: has their form changed?";
 }
 
+// Why scripts/ptx_changed.sh cannot run here (it compares two git trees' PTX), or "" when it can.
+std::string ptx_changed_cannot_run() {
+  if (hl::test::run_command("git -C '" + std::string(HALFLING_SOURCE_DIR) + "' rev-parse HEAD").first != 0)
+    return "not a git checkout";
+  if (hl::test::run_command("command -v nvcc || test -x /usr/local/cuda/bin/nvcc").first != 0) return "no nvcc";
+  return "";
+}
+
 // scripts/ptx_changed.sh: a file compared with the commit it was last changed in reports every kernel
 // the same; a bad commit is refused. (Needs nvcc and a git checkout; no GPU.)
 TEST(GpuScripts, PtxChangedComparesKernelByKernel) {
   const std::string repo = HALFLING_SOURCE_DIR;
-  if (hl::test::run_command("git -C '" + repo + "' rev-parse HEAD").first != 0) GTEST_SKIP() << "not a git checkout";
-  if (hl::test::run_command("command -v nvcc || test -x /usr/local/cuda/bin/nvcc").first != 0) GTEST_SKIP() << "no nvcc";
+  if (const std::string why = ptx_changed_cannot_run(); !why.empty()) GTEST_SKIP() << why;
   const std::string file = "kernels/cuda/gemm/naive.cu";
   auto [ls, last] = hl::test::run_command("git -C '" + repo + "' log -1 --format=%h -- " + file);
   ASSERT_EQ(ls, 0) << last;
@@ -208,8 +215,7 @@ TEST(GpuScripts, PtxChangedComparesKernelByKernel) {
 // merge_frames holds two such arrays), and the worktree's own script compares it with HEAD.
 TEST(GpuScripts, PtxChangedIgnoresCommentsInFilesWithStaticSharedArrays) {
   const std::string repo = HALFLING_SOURCE_DIR;
-  if (hl::test::run_command("git -C '" + repo + "' rev-parse HEAD").first != 0) GTEST_SKIP() << "not a git checkout";
-  if (hl::test::run_command("command -v nvcc || test -x /usr/local/cuda/bin/nvcc").first != 0) GTEST_SKIP() << "no nvcc";
+  if (const std::string why = ptx_changed_cannot_run(); !why.empty()) GTEST_SKIP() << why;
   const std::string file = "kernels/cuda/softmax/packed_kept.cu";
   const fs::path tree = fs::temp_directory_path() / ("halfling_ptx_comment_" + std::to_string(::getpid()));
   auto [sa, oa] =
@@ -302,13 +308,12 @@ TEST(GpuBenches, ChoosersRefuseWhatDoesNotExist) {
       gemm + " --sizes 256 --no-models --variants wmma_pipelined --tile 12 --runs 1",
       gemm + " --sizes 256 --no-models --warmup 0 --runs 1 --variants wmma_pipelined --tile 20",
   };
-  bool no_gpu = false;
-  for (const std::string& command : accepted) {
-    auto [s, o] = hl::test::run_command(command);
-    EXPECT_EQ(s, 0) << command << "\n" << o;
-    // Without a GPU every one says so; with one, none does.
-    if (&command == &accepted[0]) no_gpu = contains(o, "no CUDA device");
-    EXPECT_EQ(contains(o, "no CUDA device"), no_gpu) << command << "\n" << o;
+  bool no_gpu = false;  // what the first says; without a GPU every one says so, with one none does
+  for (size_t i = 0; i < std::size(accepted); ++i) {
+    auto [s, o] = hl::test::run_command(accepted[i]);
+    EXPECT_EQ(s, 0) << accepted[i] << "\n" << o;
+    if (i == 0) no_gpu = contains(o, "no CUDA device");
+    EXPECT_EQ(contains(o, "no CUDA device"), no_gpu) << accepted[i] << "\n" << o;
   }
 #endif
 }
