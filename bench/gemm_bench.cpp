@@ -4,7 +4,7 @@
 // weight gradient (TN) of every MLP-512 and LeNet layer, the convolutions as their im2col GEMMs.
 //
 //   build/bench/gemm_bench [--sizes 512,1024,...] [--variants a,b,...] [--runs N] [--out f16|f32]
-//                          [--no-models] [--sweep] [--tile I]
+//                          [--no-models] [--sweep [--sweep-tiles all|clustered|unclustered|I,J,...]] [--tile I]
 //
 // Inputs are FP16 (random values in [-1, 1)), C is --out (default f16), FP32 accumulation everywhere
 // (paper §3.3). Each row shows the median time, TFLOP/s (2MNK / time) and the ratio to cuBLAS in the
@@ -19,7 +19,12 @@
 // "wmma_smem k32", "wmma_smem k64" and "wmma_smem k32 batched", mma_sync with the copy it does not use
 // (kernels/cuda/gemm/mma_sync_lanes.h: the lean copy is its own, so "mma_sync general"), wgmma with each tile of
 // kernels/cuda/gemm/wgmma_layout.h, "wgmma #I", and wgmma_tma with each tile of
-// kernels/cuda/gemm/wgmma_tma_plan.h, "wgmma_tma #I" (both Hopper only). --tile I runs
+// kernels/cuda/gemm/wgmma_tma_plan.h, "wgmma_tma #I" (both Hopper only). With --variants, the sweep
+// times the candidates of the variants named only. --sweep-tiles chooses which of wmma_pipelined's
+// tiles it times: "clustered" (Hopper's thread-block cluster tiles, #19 and #20 on 2026-11-28),
+// "unclustered" (the others) or tile numbers. scripts/gpu_check.sh times the cluster tiles in programs
+// of their own: a cluster tile whose schedule is wrong on the hardware traps (mbarrier.cuh), and the
+// CUDA context of the program that ran it is then lost to every row after it. --tile I runs
 // every wmma_pipelined row with tile #I instead (rows labelled "wmma_pipelined #I"): what
 // scripts/gpu_check.sh's ncu stage uses to profile one candidate tile. A tile past the table is refused
 // (exit status 2) on any machine.
@@ -169,6 +174,35 @@ const char* layout(const Shape& s) {
   return s.op_b == Op::N ? "TN" : "TT";
 }
 
+// --sweep-tiles: which of wmma_pipelined_tiles.h's tiles the sweep times. "all"; "clustered" (the tiles
+// whose blocks share operands in a thread-block cluster) or "unclustered" (the others); or tile numbers
+// "I,J,...", each once. Sets `chosen` (ascending) and returns "", or returns why the words are refused.
+std::string parse_sweep_tiles(const std::vector<std::string>& words, std::vector<int>& chosen) {
+  chosen.clear();
+  if (words.size() == 1 && (words[0] == "all" || words[0] == "clustered" || words[0] == "unclustered")) {
+    for (int i = 0; i < tiles::kBigTileCount; ++i)
+      if (words[0] == "all" || tiles::kBigTiles[i].clustered() == (words[0] == "clustered")) chosen.push_back(i);
+    return "";
+  }
+  for (const std::string& w : words) {
+    size_t used = 0;
+    int i = -1;
+    try {
+      i = std::stoi(w, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (w == "all" || w == "clustered" || w == "unclustered") return "'" + w + "' stands alone, not in a list";
+    if (w.empty() || used != w.size()) return "'" + w + "' is neither a tile number nor all, clustered or unclustered";
+    if (i < 0 || i >= tiles::kBigTileCount)
+      return "tile " + w + ": wmma_pipelined_tiles.h lists tiles #0 to #" + std::to_string(tiles::kBigTileCount - 1);
+    if (std::find(chosen.begin(), chosen.end(), i) != chosen.end()) return "tile " + w + " named twice";
+    chosen.push_back(i);
+  }
+  std::sort(chosen.begin(), chosen.end());
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -189,11 +223,25 @@ int main(int argc, char** argv) {
                "also time wmma_pipelined's candidate tiles, wmma_smem's other K steps and copies, mma_sync's other "
                "copy and the wgmma and wgmma_tma tiles, on every shape");
   app.add_option("--tile", forced_tile, "run wmma_pipelined with block tile #I of wmma_pipelined_tiles.h (sm_80+)");
+  std::vector<std::string> sweep_tile_words = {"all"};
+  app.add_option("--sweep-tiles", sweep_tile_words,
+                 "the tiles of wmma_pipelined_tiles.h that --sweep times: all (default), clustered (Hopper's "
+                 "thread-block cluster tiles), unclustered, or numbers I,J,...")
+      ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
   // Checked before looking for a GPU, so that a typo is refused on any machine.
   if (forced_tile != -1 && (forced_tile < 0 || forced_tile >= tiles::kBigTileCount)) {
     std::fprintf(stderr, "gemm_bench: --tile %d: wmma_pipelined_tiles.h lists tiles #0 to #%d\n", forced_tile,
                  tiles::kBigTileCount - 1);
+    return 2;
+  }
+  std::vector<int> swept_tiles;
+  if (const std::string why = parse_sweep_tiles(sweep_tile_words, swept_tiles); !why.empty()) {
+    std::fprintf(stderr, "gemm_bench: --sweep-tiles: %s\n", why.c_str());
+    return 2;
+  }
+  if (app.count("--sweep-tiles") > 0 && !sweep) {
+    std::fprintf(stderr, "gemm_bench: --sweep-tiles chooses among the tiles --sweep times: give --sweep too\n");
     return 2;
   }
 
@@ -232,6 +280,11 @@ int main(int argc, char** argv) {
     const bool can_sweep = runtime::cuda_compute_capability() >= 80 &&
                            registry.find("wmma_pipelined", DeviceType::cuda) != nullptr;
     if (sweep && !can_sweep) std::cout << "# --sweep: needs wmma_pipelined on an sm_80+ GPU; not run\n\n";
+    // With --variants, the sweep times the candidates of the variants named, no others.
+    const auto sweeps = [&](const std::string& v) {
+      return registry.find(v, DeviceType::cuda) != nullptr &&
+             (!explicit_variants || std::find(variants.begin(), variants.end(), v) != variants.end());
+    };
     if (forced_tile >= 0 && runtime::cuda_compute_capability() < 80) {
       std::cout << "# --tile: the tuning tiles are for sm_80+; wmma_pipelined runs its own tile on this GPU\n\n";
       forced_tile = -1;
@@ -302,25 +355,26 @@ int main(int argc, char** argv) {
         }
       }
       if (sweep_here) {
-        for (int i = 0; i < tiles::kBigTileCount; ++i) {
-          const tiles::ScopedBigTile tile(i);
-          time_row("wmma_pipelined", "wmma_pipelined #" + std::to_string(i));
-        }
-        if (registry.find("mma_sync", DeviceType::cuda) != nullptr) {  // the copy the rung does not use
+        if (sweeps("wmma_pipelined"))
+          for (int i : swept_tiles) {
+            const tiles::ScopedBigTile tile(i);
+            time_row("wmma_pipelined", "wmma_pipelined #" + std::to_string(i));
+          }
+        if (sweeps("mma_sync")) {  // the copy the rung does not use
           const kernels::mma_sync::ScopedLeanCopy other(!kernels::mma_sync::kLeanCopy);
           time_row("mma_sync", kernels::mma_sync::kLeanCopy ? "mma_sync general" : "mma_sync lean");
         }
-        if (registry.find("wgmma", DeviceType::cuda) != nullptr)
+        if (sweeps("wgmma"))
           for (int i = 0; i < kernels::cuda::wgmma_layout::kTileCount; ++i) {  // the "wgmma" row: its own choice
             const kernels::wgmma::ScopedTile tile(i);
             time_row("wgmma", "wgmma #" + std::to_string(i));
           }
-        if (registry.find("wgmma_tma", DeviceType::cuda) != nullptr)
+        if (sweeps("wgmma_tma"))
           for (int i = 0; i < kernels::cuda::wgmma_tma_plan::kTileCount; ++i) {
             const kernels::wgmma_tma::ScopedTile tile(i);
             time_row("wgmma_tma", "wgmma_tma #" + std::to_string(i));
           }
-        if (registry.find("wmma_smem", DeviceType::cuda) != nullptr)
+        if (sweeps("wmma_smem"))
           for (bool batched : {false, true})
             for (int k : kernels::wmma_smem::kCandidateKSteps) {
               // The rung's own K step and copy are its row above.
@@ -334,39 +388,51 @@ int main(int argc, char** argv) {
       runtime::cuda_free(B);
       runtime::cuda_free(C);
     }
-    if (sweep && can_sweep) {
-      std::cout << "\n# --sweep: wmma_pipelined with block tile #I for every problem "
-                << "(kernels/cuda/gemm/wmma_pipelined_tiles.h; #" << tiles::kOwnTile
-                << " is the tile the rung uses for big problems):\n";
-      for (int i = 0; i < tiles::kBigTileCount; ++i)
-        std::cout << "#   #" << i << ": " << tiles::describe(tiles::kBigTiles[i]) << "\n";
-      std::cout << "# and wmma_smem with K step N and the general copy ('wmma_smem kN') or the batched one ('kN "
-                   "batched'; the rung's own is "
-                << kernels::wmma_smem::kKStep << (kernels::wmma_smem::kBatchedCopy ? " batched" : "")
-                << "): kernels/cuda/gemm/wmma_smem_k_step.h;\n"
-                << "# 'mma_sync " << (kernels::mma_sync::kLeanCopy ? "general" : "lean")
-                << "': mma_sync with the copy it does not use (its own: the "
-                << (kernels::mma_sync::kLeanCopy ? "lean" : "general")
-                << " copy; kernels/cuda/gemm/mma_sync_lanes.h);\n"
-                << "# 'wgmma #I': wgmma with tile #I of kernels/cuda/gemm/wgmma_layout.h (compute capability 9.0 only):\n";
-      for (int i = 0; i < kernels::cuda::wgmma_layout::kTileCount; ++i)
-        std::cout << "#   #" << i << ": 128x" << kernels::cuda::wgmma_layout::kTiles[i].bn << "x64, 2 warpgroups, "
-                  << kernels::cuda::wgmma_layout::kTiles[i].stages << " stages, "
-                  << kernels::cuda::wgmma_layout::kTiles[i].in_flight << " wgmma group in flight"
-                  << (i == 0 ? " (the rung's own for C wider than 64 columns)"
-                      : i == kernels::cuda::wgmma_layout::kNarrowTile ? " (the rung's own for 64 columns or fewer)"
-                                                                     : "")
-                  << "\n";
-      std::cout << "# 'wgmma_tma #I': wgmma_tma with tile #I of kernels/cuda/gemm/wgmma_tma_plan.h (compute capability "
-                   "9.0 only; rows that are not 16-byte aligned are refused):\n";
-      namespace tp = kernels::cuda::wgmma_tma_plan;
-      for (int i = 0; i < tp::kTileCount; ++i)
-        std::cout << "#   #" << i << ": 128x" << tp::kTiles[i].bn << "x64, a producer and 2 consumer warpgroups, "
-                  << tp::kTiles[i].stages << " stages, " << tp::kTiles[i].in_flight << " wgmma group in flight"
-                  << (i == 0 ? " (the rung's own for C wider than 64 columns)"
-                      : i == tp::kNarrowTile ? " (the rung's own for 64 columns or fewer)"
-                                             : "")
-                  << "\n";
+    if (sweep && can_sweep) {  // the legend of the rows the sweep added
+      std::cout << "\n# --sweep:\n";
+      if (sweeps("wmma_pipelined")) {
+        std::cout << "# 'wmma_pipelined #I': wmma_pipelined with block tile #I for every problem "
+                  << "(kernels/cuda/gemm/wmma_pipelined_tiles.h; #" << tiles::kOwnTile
+                  << " is the tile the rung uses for big problems)"
+                  << (static_cast<int>(swept_tiles.size()) < tiles::kBigTileCount ? ", the tiles --sweep-tiles chose"
+                                                                                   : "")
+                  << ":\n";
+        for (int i : swept_tiles) std::cout << "#   #" << i << ": " << tiles::describe(tiles::kBigTiles[i]) << "\n";
+      }
+      if (sweeps("wmma_smem"))
+        std::cout << "# 'wmma_smem kN': wmma_smem with K step N and the general copy, 'kN batched' with the batched "
+                     "one (the rung's own is "
+                  << kernels::wmma_smem::kKStep << (kernels::wmma_smem::kBatchedCopy ? " batched" : "")
+                  << "): kernels/cuda/gemm/wmma_smem_k_step.h;\n";
+      if (sweeps("mma_sync"))
+        std::cout << "# 'mma_sync " << (kernels::mma_sync::kLeanCopy ? "general" : "lean")
+                  << "': mma_sync with the copy it does not use (its own: the "
+                  << (kernels::mma_sync::kLeanCopy ? "lean" : "general")
+                  << " copy; kernels/cuda/gemm/mma_sync_lanes.h);\n";
+      if (sweeps("wgmma")) {
+        std::cout << "# 'wgmma #I': wgmma with tile #I of kernels/cuda/gemm/wgmma_layout.h (compute capability 9.0 "
+                     "only):\n";
+        namespace wl = kernels::cuda::wgmma_layout;
+        for (int i = 0; i < wl::kTileCount; ++i)
+          std::cout << "#   #" << i << ": 128x" << wl::kTiles[i].bn << "x64, 2 warpgroups, " << wl::kTiles[i].stages
+                    << " stages, " << wl::kTiles[i].in_flight << " wgmma group in flight"
+                    << (i == 0 ? " (the rung's own for C wider than 64 columns)"
+                        : i == wl::kNarrowTile ? " (the rung's own for 64 columns or fewer)"
+                                               : "")
+                    << "\n";
+      }
+      if (sweeps("wgmma_tma")) {
+        std::cout << "# 'wgmma_tma #I': wgmma_tma with tile #I of kernels/cuda/gemm/wgmma_tma_plan.h (compute "
+                     "capability 9.0 only; rows that are not 16-byte aligned are refused):\n";
+        namespace tp = kernels::cuda::wgmma_tma_plan;
+        for (int i = 0; i < tp::kTileCount; ++i)
+          std::cout << "#   #" << i << ": 128x" << tp::kTiles[i].bn << "x64, a producer and 2 consumer warpgroups, "
+                    << tp::kTiles[i].stages << " stages, " << tp::kTiles[i].in_flight << " wgmma group in flight"
+                    << (i == 0 ? " (the rung's own for C wider than 64 columns)"
+                        : i == tp::kNarrowTile ? " (the rung's own for 64 columns or fewer)"
+                                               : "")
+                    << "\n";
+      }
     }
     std::cout << "\n# %cuBLAS = cuBLAS time / variant time (higher is better); 'vs cuBLAS' = ||C - C_cublas|| / "
                  "||C_cublas|| (expect ~1e-3 for an f16 C: both round to f16, ~1e-6 for f32)\n";

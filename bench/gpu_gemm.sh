@@ -18,8 +18,11 @@ start_results gemm "GEMM ladder on $gpu"
 build_targets test_kernels test_tutorials gemm_bench 04_gemm_ladder
 check_gpu
 
-# Every GEMM test: the CUDA ladder (sweep, epilogues, alignment, FP32 accumulation, registry) and the CPU GEMM.
-step gemm-tests timeout 240 "$build/tests/test_kernels" --gtest_filter='*Gemm*'
+# Every GEMM test: the CUDA ladder (sweep, epilogues, alignment, FP32 accumulation, registry) and the CPU GEMM;
+# the tests that run wmma_pipelined's cluster tiles in a program of their own, here and under the
+# sanitizers, and the cluster tiles' benchmark rows too (scripts/gpu_common.sh, cluster_tiles, says why).
+step gemm-tests timeout 240 "$build/tests/test_kernels" --gtest_filter="*Gemm*-$cluster_memcheck:$cluster_race"
+step gemm-tests-cluster timeout 120 "$build/tests/test_kernels" --gtest_filter="$cluster_memcheck:$cluster_race"
 step tutorial-04-test timeout 120 "$build/tests/test_tutorials" --gtest_filter='Tutorial04*'
 
 # The sanitizers on the small cases only (each kernel launch is ~100x slower under them).
@@ -27,11 +30,13 @@ step tutorial-04-test timeout 120 "$build/tests/test_tutorials" --gtest_filter='
 small='Shapes/CudaGemmSweep.*/s1x1x1:Shapes/CudaGemmSweep.*/s7x13x5:Shapes/CudaGemmSweep.*/s17x33x65'
 small+=':CudaGemm.NaNPassesThroughBiasAndRelu:CudaGemm.MisalignedPointers*'
 small+=':CudaGemm.SplitKEpiloguesApplyOnceToTheWholeSum'  # split-K: the sliced kernels and the second pass
-small+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps'  # wmma_pipelined's tuning tiles (--sweep)
 sanitize_kernels "$small:CudaGemm.AccumulatesInFp32:CudaGemm.NonDenseLeadingDimensions" "$small"
+sanitize_kernels "$cluster_memcheck" "$cluster_race" cluster  # with wmma_pipelined's tuning tiles (--sweep)
 
-# --sweep: also wmma_pipelined with each candidate tile (kernels/cuda/gemm/wmma_pipelined_tiles.h).
-step benchmark timeout 240 "$build/bench/gemm_bench" --runs 20 --sweep
+# --sweep: also wmma_pipelined with each candidate tile (kernels/cuda/gemm/wmma_pipelined_tiles.h), the
+# cluster tiles each in a program of its own.
+step benchmark timeout 240 "$build/bench/gemm_bench" --runs 20 --sweep --sweep-tiles unclustered
+bench_cluster_tiles 20
 step tutorial-04 timeout 120 "$build/tutorials/04_gemm_ladder" --device cuda
 finish
 exit

@@ -32,7 +32,9 @@
 #                                       # (memcheck on every CUDA test, racecheck on the kernels added or
 #                                       # changed since the last GPU run, small shapes), then, on a quiet
 #                                       # GPU, conv_bench (and rungs 4 and 4b again with the tiled
-#                                       # layout change), gemm_bench --sweep, MLP-512's GPU seeds under
+#                                       # layout change), gemm_bench --sweep (wmma_pipelined's cluster
+#                                       # tiles, and their tests under the sanitizers, each in a
+#                                       # program of its own: gpu_common.sh says why), MLP-512's GPU seeds under
 #                                       # tutorial 05's cosine schedule and tutorial 05 itself,
 #                                       # softmax_bench --sweep (every register_row launch plan, never
 #                                       # timed before 2026-11-26) + PyTorch's softmax, bn_bench,
@@ -125,7 +127,6 @@ heavy+=':CudaGemm.WgmmaTmaSplitKEveryTileOnLongReductions'  # ...SplitKSecondPas
 # without finishing (2026-11-23), while the small sweep shapes race-check the same tile code in seconds.
 race='Shapes/CudaGemmSweep.*/s1x1x1:Shapes/CudaGemmSweep.*/s7x13x5:Shapes/CudaGemmSweep.*/s17x33x65'
 race+=':CudaGemm.NaNPassesThroughBiasAndRelu:CudaGemm.MisalignedPointers*:CudaGemm.SplitKEpilogues*'
-race+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps'  # the tuning tiles of gemm_bench --sweep
 race+=':SoftmaxCuda.*:CudaSoftmax.*:CudaReduce.*:CudaOptim.*:CudaBatchNorm.*:CudaPool.*'
 race+=':ConvCuda.SmallShapes*:ConvCuda.BetaAccumulates*:ConvCuda.BiasRelu*:ConvCuda.Im2colGemmChunks*'
 race+=':ConvCuda.NhwcRungOnTheShapesItComputesItself'  # implicit_gemm_nhwc's cp.async ring
@@ -137,20 +138,21 @@ race+=':ConvCuda.NhwcWgradRungOnTheShapesItComputesItself'  # implicit_gemm_nhwc
 # 2026-11-27, which verified every kernel in them, and stay as a regression check; the kernels changed
 # or added on 2026-11-28 (below) have not run on a GPU yet. A kernel changed since goes in. Since
 # 2026-11-26: rung 4b of the convolution (implicit_gemm_nhwc_wgrad, new then, the default since its
-# H100 run; its own shapes, and
-# every variant's small shapes, where it hands most calls on), the optimizer's launches (one per tensor
-# on request), wmma_pipelined's sweep tiles #6-#11 (the test runs every tile of the table), wmma_smem's
-# 64-deep K step, and the softmax rung packed_row (new, opt-in; its block reductions share memory): the
-# first list. The lean-copy sweep tiles #12-#14, wmma_smem's batched copy and mma_sync's lean copy in
-# the blocks and steps where they run (copy_plan.h): the second, beside the convolution variants' small
-# shapes, since the first holds rung 4b's own shapes, the heavier half; and the GEMM rung wgmma (new
-# since 2026-11-27, Hopper only), whose ring is filled by cp.async and ordinary stores and read by the
-# Tensor Cores through the async proxy, and the GEMM rung wgmma_tma (new since 2026-11-27, Hopper
-# only), whose ring the TMA unit fills and whose mbarriers hand it between warpgroups (what racecheck
-# can follow of that; the epilogue's staging tile, written over the ring, it does). (The softmax rung
-# packed_warp, new since too, uses no shared memory: memcheck covers it, with every SoftmaxCuda test.)
+# H100 run; its own shapes, and every variant's small shapes, where it hands most calls on), the
+# optimizer's launches (one per tensor on request), wmma_pipelined's sweep tiles #6-#11 (since
+# 2026-11-28 in cluster_race, gpu_common.sh, with the rest of the table), wmma_smem's 64-deep K step,
+# and the softmax rung packed_row (new, opt-in; its block reductions share memory): the first list. The
+# lean-copy sweep tiles #12-#14 (in cluster_race too since 2026-11-28), wmma_smem's batched copy and
+# mma_sync's lean copy in the blocks and steps where they run (copy_plan.h): the second, beside the
+# convolution variants' small shapes, since the first holds rung 4b's own shapes, the heavier half; and
+# the GEMM rung wgmma (new since 2026-11-27, Hopper only), whose ring is filled by cp.async and
+# ordinary stores and read by the Tensor Cores through the async proxy, and the GEMM rung wgmma_tma (new
+# since 2026-11-27, Hopper only), whose ring the TMA unit fills and whose mbarriers hand it between
+# warpgroups (what racecheck can follow of that; the epilogue's staging tile, written over the ring, it
+# does). (The softmax rung packed_warp, new since too, uses no shared memory: memcheck covers it, with
+# every SoftmaxCuda test.)
 race_new='ConvCuda.NhwcWgradRungOnTheShapesItComputesItself:CudaOptim.OneLaunchPerTensorGivesTheSameBits'
-race_new+=':CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps:SoftmaxCuda.PackedRowGivesRegisterRowsBits'
+race_new+=':SoftmaxCuda.PackedRowGivesRegisterRowsBits'
 race_new+=':CudaGemm.WmmaSmemEveryKStepOneBlock'
 # reduce_sum's channel path (block_reduce shares memory; verified on the H100 in the seventh session of
 # 2026-11-27, kept as a regression check).
@@ -170,10 +172,8 @@ race_new+=':ConvCuda.TiledLayoutChangeGivesTheSameBits'
 # memory, the block's merge of its threads' pairs): the rows of threads without a finite value.
 race_new+=':SoftmaxCuda.PackedKeptThreadsWithoutAFiniteValue'
 # wmma_pipelined's cluster tiles #19-#20 (new on 2026-11-28, Hopper only: each block's ring filled by its
-# own cp.async and by its peers' st.async, handed over through mbarriers) are in the list already:
-# CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps runs every tile of the table, K = 300 (10 steps, twice
-# around their 5 stages), in whole clusters whose other blocks lie past C.
-race_second='ConvCuda.BetaAccumulatesIntoTheOutput:CudaGemm.WmmaPipelinedLeanTilesInsideAndOnTheEdges'
+# own cp.async and by its peers' st.async, handed over through mbarriers) are in cluster_race (gpu_common.sh).
+race_second='ConvCuda.BetaAccumulatesIntoTheOutput'
 race_second+=':CudaGemm.WmmaSmemBatchedCopyInsideAndOnTheEdges:CudaGemm.MmaSyncLeanCopyInsideAndOnTheEdges'
 race_second+=':CudaGemm.WgmmaEveryTileInsideAndOnTheEdges'  # the wgmma rung (new since 2026-11-26), every tile
 race_second+=':CudaGemm.WgmmaTmaEveryTileInsideAndOnTheEdges'  # the wgmma_tma rung (new since 2026-11-26)
@@ -183,15 +183,9 @@ memcheck_second='ConvCuda.*:CudaConv.*:SoftmaxCuda.*:CudaSoftmax.*'
 # ... except the convolution tests of the kernels changed or added on 2026-11-28 (rung 3's, the tiled
 # layout change), which get a third process: the second took 210 s of its 240 in the seventh session.
 memcheck_third='ConvCuda.TapTableIsBitIdenticalToRung3:ConvCuda.TiledLayoutChange*'
-# ... and the other tests of kernels new on 2026-11-28: wmma_pipelined's tiles with the cluster tiles
-# #19-#20 (Hopper only; the sweep test took 19 s of the first process's 229 in the seventh session,
-# which is near its 240, and the cluster tiles add to it) and the softmax rung packed_kept. In
-# memcheck_second too, so that the first process leaves them out (the second leaves out what is in
-# memcheck_third).
-memcheck_new='CudaGemm.WmmaPipelinedEveryTileTheSweepTimes:CudaGemm.WmmaPipelinedClusterTilesOnSeveralClusters'
-memcheck_new+=':SoftmaxCuda.PackedKeptAtItsCapacityBoundaries:SoftmaxCuda.PackedKeptThreadsWithoutAFiniteValue'
-memcheck_second+=":$memcheck_new"
-memcheck_third+=":$memcheck_new"
+# ... and the softmax rung packed_kept's (new on 2026-11-28). (memcheck_second's SoftmaxCuda.* has them,
+# so that the first process leaves them out; the second leaves out what is in memcheck_third.)
+memcheck_third+=':SoftmaxCuda.PackedKeptAtItsCapacityBoundaries:SoftmaxCuda.PackedKeptThreadsWithoutAFiniteValue'
 
 # The test stage leaves out CPU-only tests that take minutes (tutorials run with --device cpu, the CPU
 # accuracy bar): CI runs them on every commit, and on the H200 machine (16 cores shared with the CUDA
@@ -333,22 +327,31 @@ ncu_kernel() {
     -k "regex:$regex" -c "$count" "$@"
 }
 # The kernels written on 2026-11-28 without a GPU whose times decide something (docs/gpu_status.md, "The
-# next GPU session"): wmma_pipelined's cluster tiles #19 and #20 at 4096^3 (issue #4), packed_kept at
-# 128x65536 (issue #6), and rung 3's changed forward and data-gradient kernels on VGG-small's 256->256
-# layer (issue #7; its weight gradient is the ncu stage's conv-256-wgrad-rung3). short runs them at its
-# end, with the time its budget has left, so that a kernel that misses its bar comes back with the
-# counters that say why, without another command; the ncu stage runs them too. About 6 s each on the H100.
-# shellcheck disable=SC2317  # called from the case below
+# next GPU session"): packed_kept at 128x65536 (issue #6), rung 3's changed forward and data-gradient
+# kernels on VGG-small's 256->256 layer (issue #7; its weight gradient is the ncu stage's
+# conv-256-wgrad-rung3), and wmma_pipelined's cluster tiles at 4096^3 (issue #4), those of cluster_tiles
+# named in the arguments (short: those whose gemm_bench step passed; one that traps would cost its 20 s
+# wait, or more, under each of ncu's replays; the others are recorded as skipped), last for that reason.
+# short runs them at its end, with the time its budget has left, so that a kernel that misses its bar
+# comes back with the counters that say why, without another command; the ncu stage runs them too.
+# About 6 s each on the H100.
 ncu_new_kernels() {
-  local gemm=("$build/bench/gemm_bench" --sizes 4096 --no-models --warmup 0 --runs 1 --variants wmma_pipelined)
-  ncu_kernel gemm-4096-wmma_pipelined-cluster19 'gemm_wmma_pipelined_cluster_kernel' 1 "${gemm[@]}" --tile 19
-  ncu_kernel gemm-4096-wmma_pipelined-cluster20 'gemm_wmma_pipelined_cluster_kernel' 1 "${gemm[@]}" --tile 20
   ncu_kernel softmax-128x65536-packed_kept 'packed_kept_kernel' 1 "$build/bench/softmax_bench" --samples 3 \
     --shapes 128x65536 --variants packed_kept
   local conv=("$build/bench/conv_bench" --batch 128 --runs 1 --layers vgg --only '256->256' --no-cudnn
     --variants implicit_gemm_wmma)
   ncu_kernel conv-256-fwd-rung3 'conv_implicit_gemm_kernel' 1 "${conv[@]}" --passes forward
   ncu_kernel conv-256-bwd-data-rung3 'conv_implicit_gemm_kernel' 1 "${conv[@]}" --passes backward_data
+  local gemm=("$build/bench/gemm_bench" --sizes 4096 --no-models --warmup 0 --runs 1 --variants wmma_pipelined)
+  local tile
+  for tile in "${cluster_tiles[@]}"; do
+    if [[ " $* " == *" $tile "* ]]; then
+      ncu_kernel "gemm-4096-wmma_pipelined-cluster$tile" 'gemm_wmma_pipelined_cluster_kernel' 1 "${gemm[@]}" \
+        --tile "$tile"
+    else
+      record "ncu-gemm-4096-wmma_pipelined-cluster$tile" skipped "its step gemm-bench-tile$tile did not pass"
+    fi
+  done
 }
 
 case $stage in
@@ -395,11 +398,16 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
         step memcheck-datasets timeout 90 "$sanitizer" --tool memcheck --error-exitcode 1 \
           "$build/tests/test_datasets" --gtest_filter="$datasets_cuda"
         step memcheck-kernels timeout 300 "$sanitizer" --tool memcheck --error-exitcode 1 \
-          "$build/tests/test_kernels" --gtest_filter="$kernels_cuda-$heavy:CudaRuntime.AllocationFailureNamesTheSize"
+          "$build/tests/test_kernels" \
+          --gtest_filter="$kernels_cuda-$heavy:CudaRuntime.AllocationFailureNamesTheSize:$cluster_memcheck"
+        step memcheck-cluster timeout 150 "$sanitizer" --tool memcheck --error-exitcode 1 \
+          "$build/tests/test_kernels" --gtest_filter="$cluster_memcheck"
       fi
       if [[ ${2:-racecheck} == racecheck ]]; then
         step racecheck-kernels timeout 300 "$sanitizer" --tool racecheck --error-exitcode 1 \
           "$build/tests/test_kernels" --gtest_filter="$race-$heavy"
+        step racecheck-cluster timeout 150 "$sanitizer" --tool racecheck --error-exitcode 1 \
+          "$build/tests/test_kernels" --gtest_filter="$cluster_race"
       fi
     fi
     ;;
@@ -466,7 +474,7 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
         --gtest_filter="$3" && "$1" --tool memcheck --error-exitcode 1 "$2/tests/test_datasets" \
         --gtest_filter="$4" && "$1" --tool memcheck --error-exitcode 1 "$2/tests/test_kernels" \
         --gtest_filter="$5"' memcheck "$sanitizer" "$build" "$framework_cuda" "$datasets_cuda" \
-        "$kernels_cuda-$heavy:CudaRuntime.AllocationFailureNamesTheSize:$memcheck_second"
+        "$kernels_cuda-$heavy:CudaRuntime.AllocationFailureNamesTheSize:$memcheck_second:$cluster_memcheck"
       bg_start memcheck-conv-softmax 240 "$sanitizer" --tool memcheck --error-exitcode 1 \
         "$build/tests/test_kernels" --gtest_filter="$memcheck_second-$heavy:$memcheck_third"
       bg_start memcheck-conv-new 240 "$sanitizer" --tool memcheck --error-exitcode 1 \
@@ -475,6 +483,11 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
         --gtest_filter="$race_new"
       bg_start racecheck-new-second 240 "$sanitizer" --tool racecheck --error-exitcode 1 \
         "$build/tests/test_kernels" --gtest_filter="$race_second"
+      # The tests that run wmma_pipelined's cluster tiles, apart (gpu_common.sh, cluster_memcheck, says why).
+      bg_start memcheck-cluster 240 "$sanitizer" --tool memcheck --error-exitcode 1 "$build/tests/test_kernels" \
+        --gtest_filter="$cluster_memcheck"
+      bg_start racecheck-cluster 240 "$sanitizer" --tool racecheck --error-exitcode 1 "$build/tests/test_kernels" \
+        --gtest_filter="$cluster_race"
     else
       record compute-sanitizer FAILED "not found: $sanitizer"
     fi
@@ -482,7 +495,8 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
       --output-on-failure --no-tests=error -E "^(${cpu_only//:/|})\$"
     step cuda-skips cuda_skips
     if [[ -x $sanitizer ]]; then
-      for name in memcheck memcheck-conv-softmax memcheck-conv-new racecheck-new racecheck-new-second; do
+      for name in memcheck memcheck-conv-softmax memcheck-conv-new racecheck-new racecheck-new-second \
+        memcheck-cluster racecheck-cluster; do
         bg_finish "$name"
       done
     fi
@@ -492,7 +506,11 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     # the conv-bench step's rows for the same rungs with the per-element copy.
     step conv-bench-tiled-layout timeout 40 "$build/bench/conv_bench" --batch 128 --no-cudnn --tiled-layout \
       --variants implicit_gemm_nhwc,implicit_gemm_nhwc_wgrad
-    step gemm-bench timeout 110 "$build/bench/gemm_bench" --runs 10 --sweep
+    # Every tile but the cluster tiles, then each cluster tile in a program of its own, next to the
+    # rung's own tile (gpu_common.sh, cluster_tiles, says why). ncu_new_kernels below profiles only
+    # those whose step passed.
+    step gemm-bench timeout 110 "$build/bench/gemm_bench" --runs 10 --sweep --sweep-tiles unclustered
+    bench_cluster_tiles 10
     if [[ -d $HALFLING_DATA/mnist ]]; then
       step seeds-mlp512-cosine timeout 100 env SCHEDULE=cosine \
         OUT="$results/seeds_mlp512_cosine_cuda_${slug}_${day}.txt" "$root/bench/seeds.sh" cuda mlp512 5 5
@@ -535,7 +553,7 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     elif ! ncu_setup; then
       record ncu-new skipped "$ncu_missing"
     else
-      ncu_new_kernels
+      ncu_new_kernels "${ran_cluster_tiles[@]}"
     fi
     ;;
   ablate)
@@ -615,7 +633,7 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
         --variants implicit_gemm_wmma
       ncu_kernel conv-256-wgrad-rung4b 'nchw_to_nhwc_kernel|conv_nhwc_wgrad_kernel|conv_nhwc_wgrad_reduce_kernel' 4 \
         "${conv[@]}" --variants implicit_gemm_nhwc_wgrad
-      ncu_new_kernels
+      ncu_new_kernels "${cluster_tiles[@]}"
     else
       record ncu FAILED "$ncu_missing"
     fi

@@ -3,7 +3,8 @@
 # gpu_conv.sh, gpu_bn.sh): sourced by them, never run. It cds to the repository root and sets:
 #   root, build, arch, jobs, results, commit, gpu, slug, day, sanitizer, budget
 # and defines start_results, step, record, build_targets, check_gpu, sanitizers_enabled,
-# sanitize_kernels and finish.
+# sanitize_kernels, bench_cluster_tiles and finish; and the lists of wmma_pipelined's cluster tiles and
+# their tests (cluster_memcheck, cluster_race, cluster_tiles, own_tile).
 #
 # Those scripts are made for a lent GPU machine driven one bash command at a time: at most 600 s per
 # command, a fresh machine (no build directory) for nearly every command, and only the files under $OUT
@@ -235,15 +236,46 @@ sanitizers_enabled() {
   say "# compute-sanitizer: $sanitizer ($(timeout 20 "$sanitizer" --version 2>/dev/null | grep -o 'Version .*' | head -1))"
 }
 
-# sanitize_kernels MEMCHECK_FILTER [RACECHECK_FILTER]: compute-sanitizer memcheck and racecheck on
-# test_kernels with these gtest filters (racecheck: the memcheck one if not given), 150 s each,
-# unless sanitizers_enabled says no.
+# sanitize_kernels MEMCHECK_FILTER [RACECHECK_FILTER [NAME]]: compute-sanitizer memcheck and racecheck
+# on test_kernels with these gtest filters (racecheck: the memcheck one if not given), 150 s each,
+# unless sanitizers_enabled says no; as steps memcheck and racecheck, or memcheck-NAME and racecheck-NAME.
 sanitize_kernels() {
-  sanitizers_enabled memcheck racecheck || return 0
-  step memcheck timeout 150 "$sanitizer" --tool memcheck --error-exitcode 1 "$build/tests/test_kernels" \
+  local suffix=${3:+-$3}
+  sanitizers_enabled "memcheck$suffix" "racecheck$suffix" || return 0
+  step "memcheck$suffix" timeout 150 "$sanitizer" --tool memcheck --error-exitcode 1 "$build/tests/test_kernels" \
     --gtest_filter="$1"
-  step racecheck timeout 150 "$sanitizer" --tool racecheck --error-exitcode 1 "$build/tests/test_kernels" \
-    --gtest_filter="${2:-$1}"
+  step "racecheck$suffix" timeout 150 "$sanitizer" --tool racecheck --error-exitcode 1 \
+    "$build/tests/test_kernels" --gtest_filter="${2:-$1}"
+}
+
+# wmma_pipelined's cluster tiles (wmma_pipelined_tiles.h, new on 2026-11-28, Hopper only) are kept apart
+# from everything else on a GPU. A cluster tile whose schedule is wrong on the hardware would wait
+# forever; its waits trap after 20 s instead (kernels/cuda/mbarrier.cuh), and a trap leaves the
+# program's CUDA context unusable, so that every later test or benchmark row of the same program would
+# fail too (in test_kernels' file order the softmax tests come after the GEMM tests, packed_kept's and
+# packed_online's among them). So:
+# - cluster_memcheck, cluster_race: the tests that run the cluster tiles (every tile of the table, every
+#   lean one, or the cluster tiles alone), which the scripts run under each sanitizer in a process of
+#   their own and leave out of the others. K = 300 in the ring test: 10 steps, twice around the cluster
+#   tiles' 5 stages, in whole clusters whose other blocks lie past C.
+# - cluster_tiles, own_tile: the table's clustered() tiles and its kOwnTile
+#   (GpuScripts.ClusterTilesNameTheTablesTiles checks both), for bench_cluster_tiles and the ncu steps.
+cluster_memcheck='CudaGemm.WmmaPipelinedEveryTileTheSweepTimes:CudaGemm.WmmaPipelinedLeanTilesInsideAndOnTheEdges'
+cluster_memcheck+=':CudaGemm.WmmaPipelinedClusterTilesOnSeveralClusters'
+cluster_race='CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps:CudaGemm.WmmaPipelinedLeanTilesInsideAndOnTheEdges'
+cluster_tiles=(19 20)
+own_tile=12
+
+# bench_cluster_tiles RUNS: gemm_bench with each cluster tile in a program of its own, next to the rung's
+# own tile, on the squares (--runs RUNS), as steps gemm-bench-tileN; the caller sweeps the other tiles
+# (--sweep-tiles unclustered). Sets ran_cluster_tiles to the tiles whose step passed.
+bench_cluster_tiles() {
+  local tile
+  ran_cluster_tiles=()
+  for tile in "${cluster_tiles[@]}"; do
+    step "gemm-bench-tile$tile" timeout 45 "$build/bench/gemm_bench" --runs "$1" --no-models \
+      --variants wmma_pipelined --sweep --sweep-tiles "$own_tile,$tile" && ran_cluster_tiles+=("$tile")
+  done
 }
 
 # finish: the per-step summary at the end of the results file; returns the exit status (1 if any step

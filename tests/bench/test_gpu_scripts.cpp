@@ -17,6 +17,7 @@
 
 #include <unistd.h>
 
+#include "kernels/cuda/gemm/wmma_pipelined_tiles.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -149,8 +150,8 @@ TEST(GpuScripts, FiltersNameTestsThatExist) {
   const std::regex quoted(R"re('([^']*)'|"([^"]*)")re");
   const std::regex pattern_chars(R"([A-Za-z0-9_./*?]+)");
   int checked = 0;
-  for (const char* file : {"scripts/gpu_check.sh", "bench/gpu_gemm.sh", "bench/gpu_conv.sh", "bench/gpu_softmax.sh",
-                           "bench/gpu_bn.sh"}) {
+  for (const char* file : {"scripts/gpu_check.sh", "scripts/gpu_common.sh", "bench/gpu_gemm.sh", "bench/gpu_conv.sh",
+                           "bench/gpu_softmax.sh", "bench/gpu_bn.sh"}) {
     std::ifstream in(fs::path(HALFLING_SOURCE_DIR) / file);
     ASSERT_TRUE(in) << file;
     std::string line;
@@ -255,7 +256,8 @@ TEST(GpuScripts, NcuProfilesKernelsThatExist) {
   ASSERT_TRUE(kernels.count("register_warp_forward_kernel")) << "a __launch_bounds__ with a call in it";
   std::ifstream in(fs::path(HALFLING_SOURCE_DIR) / "scripts" / "gpu_check.sh");
   ASSERT_TRUE(in);
-  const std::regex call(R"re(^\s*ncu_kernel ([a-z0-9_x-]+) '([^']*)' ([0-9]+) )re");
+  // The step's name may hold a shell variable ("...-cluster$tile", one step per tile of a loop).
+  const std::regex call(R"re(^\s*ncu_kernel "?([a-z0-9_x$-]+)"? '([^']*)' ([0-9]+) )re");
   std::string line;
   int calls = 0;
   std::set<std::string> steps;
@@ -271,6 +273,35 @@ TEST(GpuScripts, NcuProfilesKernelsThatExist) {
       EXPECT_TRUE(kernels.count(name)) << "ncu step " << m[1] << ": no __global__ function named '" << name << "'";
   }
   EXPECT_GE(calls, 10) << "the ncu_kernel calls were not found: has their form changed?";
+}
+
+// The GPU scripts run and profile wmma_pipelined's cluster tiles apart from the other tiles, by number
+// (scripts/gpu_common.sh's cluster_tiles, and own_tile for the row each is timed next to): those must be the
+// table's clustered() tiles and its kOwnTile, or a new cluster tile would run among the others, or a
+// renumbered one not at all.
+TEST(GpuScripts, ClusterTilesNameTheTablesTiles) {
+  namespace tiles = hl::kernels::wmma_pipelined;
+  std::vector<int> clustered;
+  for (int i = 0; i < tiles::kBigTileCount; ++i)
+    if (tiles::kBigTiles[i].clustered()) clustered.push_back(i);
+  std::ifstream in(fs::path(HALFLING_SOURCE_DIR) / "scripts" / "gpu_common.sh");
+  ASSERT_TRUE(in);
+  const std::regex tiles_line(R"(^cluster_tiles=\(([0-9 ]*)\)$)"), own_line(R"(^own_tile=([0-9]+)$)");
+  std::vector<int> listed;
+  int own = -1, lists = 0;
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_match(line, m, tiles_line)) {
+      ++lists;
+      std::istringstream numbers(m[1].str());
+      for (int n; numbers >> n;) listed.push_back(n);
+    } else if (std::regex_match(line, m, own_line)) {
+      own = std::stoi(m[1].str());
+    }
+  }
+  ASSERT_EQ(lists, 1) << "scripts/gpu_common.sh should set cluster_tiles=(...) once";
+  EXPECT_EQ(listed, clustered) << "cluster_tiles in scripts/gpu_common.sh against wmma_pipelined_tiles.h's clustered()";
+  EXPECT_EQ(own, tiles::kOwnTile) << "own_tile in scripts/gpu_common.sh against wmma_pipelined_tiles.h's kOwnTile";
 }
 
 // The benchmarks' choosers (the ncu stage's --shapes, --variants, --only, --tile) refuse a typo on any machine,
@@ -292,12 +323,21 @@ TEST(GpuBenches, ChoosersRefuseWhatDoesNotExist) {
       {conv + " --variants implicit_gemm", "no CUDA conv rung 'implicit_gemm' (known: "},
       {gemm + " --tile 99", "--tile 99: wmma_pipelined_tiles.h lists tiles #0 to #"},
       {gemm + " --tile -2", "--tile -2: wmma_pipelined_tiles.h lists tiles #0 to #"},
+      {gemm + " --sweep --sweep-tiles 99", "--sweep-tiles: tile 99: wmma_pipelined_tiles.h lists tiles #0 to #"},
+      {gemm + " --sweep --sweep-tiles 12,x", "--sweep-tiles: 'x' is neither a tile number nor all, clustered"},
+      {gemm + " --sweep --sweep-tiles 12,clustered", "--sweep-tiles: 'clustered' stands alone, not in a list"},
+      {gemm + " --sweep --sweep-tiles 12,12", "--sweep-tiles: tile 12 named twice"},
+      {gemm + " --sweep-tiles 12", "--sweep-tiles chooses among the tiles --sweep times: give --sweep too"},
   };
   for (const auto& [command, message] : refused) {
     auto [s, o] = hl::test::run_command(command);
     EXPECT_EQ(s, 2) << command << "\n" << o;
     EXPECT_TRUE(contains(o, message)) << command << "\n" << o;
   }
+  namespace tiles = hl::kernels::wmma_pipelined;
+  int first_clustered = 0;
+  while (first_clustered < tiles::kBigTileCount && !tiles::kBigTiles[first_clustered].clustered()) ++first_clustered;
+  ASSERT_LT(first_clustered, tiles::kBigTileCount) << "no cluster tile in wmma_pipelined_tiles.h";
   // What the ncu stage and ncu_new_kernels pass (the cluster tiles, packed_kept, rung 3's passes), among others.
   const std::string accepted[] = {
       softmax + " --shapes 4096x1024,128x10 --variants register_warp,block_row",
@@ -307,14 +347,34 @@ TEST(GpuBenches, ChoosersRefuseWhatDoesNotExist) {
              "backward_data",
       gemm + " --sizes 256 --no-models --variants wmma_pipelined --tile 12 --runs 1",
       gemm + " --sizes 256 --no-models --warmup 0 --runs 1 --variants wmma_pipelined --tile 20",
+      // short's gemm-bench steps (the cluster tiles apart), on one small size.
+      gemm + " --sizes 256 --no-models --warmup 0 --runs 1 --variants wmma_pipelined,wgmma --sweep --sweep-tiles "
+             "unclustered",
+      gemm + " --sizes 256 --no-models --warmup 0 --runs 1 --variants wmma_pipelined --sweep --sweep-tiles " +
+          std::to_string(tiles::kOwnTile) + "," + std::to_string(first_clustered),
   };
   bool no_gpu = false;  // what the first says; without a GPU every one says so, with one none does
+  std::vector<std::string> outputs;
   for (size_t i = 0; i < std::size(accepted); ++i) {
     auto [s, o] = hl::test::run_command(accepted[i]);
     EXPECT_EQ(s, 0) << accepted[i] << "\n" << o;
     if (i == 0) no_gpu = contains(o, "no CUDA device");
     EXPECT_EQ(contains(o, "no CUDA device"), no_gpu) << accepted[i] << "\n" << o;
+    outputs.push_back(o);
   }
+  if (no_gpu) return;
+  // On a GPU, the sweep's rows are the ones chosen and no others: every tile but the cluster tiles, and
+  // the variants named (a row's label is printed even where its tile is refused, on a GPU before Hopper).
+  const std::string& unclustered = outputs[outputs.size() - 2];
+  const std::string& two_tiles = outputs.back();
+  for (int i = 0; i < tiles::kBigTileCount; ++i) {
+    const std::string row = "wmma_pipelined #" + std::to_string(i) + " ";
+    EXPECT_EQ(contains(unclustered, row), !tiles::kBigTiles[i].clustered()) << row << "\n" << unclustered;
+    EXPECT_EQ(contains(two_tiles, row), i == tiles::kOwnTile || i == first_clustered) << row << "\n" << two_tiles;
+  }
+  EXPECT_FALSE(contains(unclustered, "wmma_smem k")) << unclustered;
+  EXPECT_FALSE(contains(two_tiles, "wgmma")) << two_tiles;
+  EXPECT_FALSE(contains(two_tiles, "mma_sync")) << two_tiles;
 #endif
 }
 
@@ -342,7 +402,8 @@ TEST(GpuScripts, SassRefusesWhatItCannotRead) {
 }
 
 // The test lists scripts/gpu_check.sh hands compute-sanitizer and ctest (race_new, race_second,
-// memcheck_third, memcheck_new, heavy, framework_cuda, datasets_cuda) name tests that exist: a
+// memcheck_third, heavy, framework_cuda, datasets_cuda; and gpu_common.sh's cluster_memcheck and
+// cluster_race) name tests that exist: a
 // misspelt name is a filter that matches nothing, and the sanitizer then passes having checked
 // nothing, on a GPU session that cannot be repeated. A plain name must be a TEST of that suite and
 // name; "Suite.Prefix*" must match one; "Suite.*" must name a suite; a pattern that starts with '*' or
@@ -362,30 +423,37 @@ TEST(GpuScripts, SanitizerTestListsNameTestsThatExist) {
   }
   ASSERT_TRUE(tests.count("ConvCuda.TapTableIsBitIdenticalToRung3")) << "the TEST scan found " << tests.size();
 
-  std::ifstream script(r / "scripts" / "gpu_check.sh");
-  const std::regex list_re(R"(^(race_new|race_second|memcheck_third|memcheck_new|heavy|framework_cuda|datasets_cuda)\+?='([^']*)')");
+  const std::regex list_re(
+      R"(^(race_new|race_second|memcheck_third|cluster_memcheck|cluster_race|heavy|framework_cuda|datasets_cuda)\+?='([^']*)')");
   int checked = 0;
-  for (std::string line; std::getline(script, line);) {
-    std::smatch m;
-    if (!std::regex_search(line, m, list_re)) continue;
-    std::stringstream names(m[2].str());
-    for (std::string name; std::getline(names, name, ':');) {
-      if (name.empty() || name[0] == '*' || name.find('/') != std::string::npos) continue;
-      ++checked;
-      const std::string what = m[1].str() + " in scripts/gpu_check.sh names '" + name + "'";
-      const size_t star = name.find('*');
-      if (star == std::string::npos) {
-        EXPECT_TRUE(tests.count(name)) << what << ": no such TEST";
-      } else if (name.substr(star - 1) == ".*") {
-        EXPECT_TRUE(suites.count(name.substr(0, star - 1))) << what << ": no such test suite";
-      } else {
-        const std::string prefix = name.substr(0, star);
-        const auto it = tests.lower_bound(prefix);
-        EXPECT_TRUE(it != tests.end() && it->compare(0, prefix.size(), prefix) == 0) << what << ": matches no TEST";
+  std::set<std::string> lists;
+  for (const char* file : {"gpu_check.sh", "gpu_common.sh"}) {
+    std::ifstream script(r / "scripts" / file);
+    ASSERT_TRUE(script) << file;
+    for (std::string line; std::getline(script, line);) {
+      std::smatch m;
+      if (!std::regex_search(line, m, list_re)) continue;
+      lists.insert(m[1].str());
+      std::stringstream names(m[2].str());
+      for (std::string name; std::getline(names, name, ':');) {
+        if (name.empty() || name[0] == '*' || name.find('/') != std::string::npos) continue;
+        ++checked;
+        const std::string what = m[1].str() + " in scripts/" + file + " names '" + name + "'";
+        const size_t star = name.find('*');
+        if (star == std::string::npos) {
+          EXPECT_TRUE(tests.count(name)) << what << ": no such TEST";
+        } else if (name.substr(star - 1) == ".*") {
+          EXPECT_TRUE(suites.count(name.substr(0, star - 1))) << what << ": no such test suite";
+        } else {
+          const std::string prefix = name.substr(0, star);
+          const auto it = tests.lower_bound(prefix);
+          EXPECT_TRUE(it != tests.end() && it->compare(0, prefix.size(), prefix) == 0) << what << ": matches no TEST";
+        }
       }
     }
   }
-  EXPECT_GT(checked, 20) << "the lists were not found in scripts/gpu_check.sh";
+  EXPECT_GT(checked, 20) << "the lists were not found in scripts/gpu_check.sh and gpu_common.sh";
+  EXPECT_EQ(lists.size(), 8u) << "a list was not found: has its form changed?";
 }
 
 // scripts/sass_loops.py on a graph in nvdisasm's -bbcfg -poff form, written out: a prologue, a loop of
