@@ -308,7 +308,10 @@ bg_finish() {
 # none, as the device notes ask) and the caches are flushed between passes (its default), so a softmax
 # shape that fits in L2 starts cold here where softmax_bench times it warm. What to read: the speed-of-
 # light percentages, the warp-state rule that names the dominant stall, the shared-memory bank-conflict
-# table, occupancy.
+# table, occupancy. --print-details all prints each section's body too (the default, its header only,
+# left out the memory tables and the source counters' tables, such as where the 33% "excessive sectors"
+# of the cp.async GEMMs at 4096^3 come from: gpu_ncu_nvidia_h100_80gb_hbm3_2026-11-27.txt); Nsight
+# Compute 2024.1 takes the option, and the H100 run's asked for it by name.
 ncu_missing="no ncu on the PATH, under /opt/nvidia or in the CUDA toolkit"  # what both stages say without it
 ncu_setup() {
   ncu_bin=$(command -v ncu || find /opt/nvidia /usr/local/cuda*/ -name ncu -type f -perm -u+x 2>/dev/null | sort | tail -n 1)
@@ -323,18 +326,19 @@ ncu_setup() {
 ncu_kernel() {
   local name=$1 regex=$2 count=$3
   shift 3
-  step "ncu-$name" timeout 150 "$ncu_bin" --clock-control none --print-summary none "${ncu_sections[@]}" \
-    -k "regex:$regex" -c "$count" "$@"
+  step "ncu-$name" timeout 150 "$ncu_bin" --clock-control none --print-summary none --print-details all \
+    "${ncu_sections[@]}" -k "regex:$regex" -c "$count" "$@"
 }
 # The kernels written on 2026-11-28 without a GPU whose times decide something (docs/gpu_status.md, "The
 # next GPU session"): packed_kept at 128x65536 (issue #6), rung 3's changed forward and data-gradient
 # kernels on VGG-small's 256->256 layer (issue #7; its weight gradient is the ncu stage's
 # conv-256-wgrad-rung3), and wmma_pipelined's cluster tiles at 4096^3 (issue #4), those of cluster_tiles
 # named in the arguments (short: those whose gemm_bench step passed; one that traps would cost its 20 s
-# wait, or more, under each of ncu's replays; the others are recorded as skipped), last for that reason.
-# short runs them at its end, with the time its budget has left, so that a kernel that misses its bar
-# comes back with the counters that say why, without another command; the ncu stage runs them too.
-# About 6 s each on the H100.
+# wait, or more, under each of ncu's replays; the others are recorded as skipped), after the others for
+# that reason, with the rung's own tile before them and tile #13 after (below). short runs them at its
+# end, with the time its budget has left, so that a kernel that misses its bar comes back with the
+# counters that say why, without another command; the ncu stage runs them too. About 6 s each on the
+# H100.
 ncu_new_kernels() {
   ncu_kernel softmax-128x65536-packed_kept 'packed_kept_kernel' 1 "$build/bench/softmax_bench" --samples 3 \
     --shapes 128x65536 --variants packed_kept
@@ -343,6 +347,9 @@ ncu_new_kernels() {
   ncu_kernel conv-256-fwd-rung3 'conv_implicit_gemm_kernel' 1 "${conv[@]}" --passes forward
   ncu_kernel conv-256-bwd-data-rung3 'conv_implicit_gemm_kernel' 1 "${conv[@]}" --passes backward_data
   local gemm=("$build/bench/gemm_bench" --sizes 4096 --no-models --warmup 0 --runs 1 --variants wmma_pipelined)
+  # The rung's own tile (#12) on this GPU, what the cluster tiles' counters are read against (the H100's
+  # of 2026-11-27 are in gpu_ncu_nvidia_h100_80gb_hbm3_2026-11-27.txt; this GPU may be another).
+  ncu_kernel gemm-4096-wmma_pipelined-own 'gemm_wmma_pipelined_kernel' 1 "${gemm[@]}" --tile "$own_tile"
   local tile
   for tile in "${cluster_tiles[@]}"; do
     if [[ " $* " == *" $tile "* ]]; then
@@ -352,6 +359,13 @@ ncu_new_kernels() {
       record "ncu-gemm-4096-wmma_pipelined-cluster$tile" skipped "its step gemm-bench-tile$tile did not pass"
     fi
   done
+  # Tile #13 (#12 with a 64-deep K step: its copies of A cover whole 128-byte rows where #12's cover
+  # 64-byte ones), the test of the L2 reading (docs/gpu_status.md, "Leads"): the 2026-11-27 counters
+  # put 33% excess sectors on every 32-deep cp.async kernel, as many as A's own, and none on wgmma's
+  # 64-deep one; #13 was only 2-6% faster than #12. If #13's L2 throughput is well below #12's at
+  # about the same speed, L2 is not what holds #12, and the cluster tiles' lower L2 traffic will not
+  # move it much either.
+  ncu_kernel gemm-4096-wmma_pipelined-k64 'gemm_wmma_pipelined_kernel' 1 "${gemm[@]}" --tile 13
 }
 
 case $stage in
@@ -547,7 +561,8 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
       --variants implicit_gemm_wmma,implicit_gemm_nhwc_wgrad --sweep-splits
     # The counters of the kernels this run decides on (ncu_new_kernels), with what the budget has left:
     # none of them is needed to pass, so too little time left, or no ncu, skips them (the ncu stage fails
-    # instead). 60 s: five launches of about 6 s each under ncu, and the programs' start.
+    # instead). 60 s: the first launches, about 6 s each under ncu, and the programs' start; a launch the
+    # rest of the budget does not cover is recorded as not run (ncu_new_kernels puts them in order of need).
     if (($(step_seconds) < 60)); then
       record ncu-new skipped "less than 60 s of the budget left"
     elif ! ncu_setup; then
