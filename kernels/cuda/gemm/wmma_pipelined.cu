@@ -36,9 +36,10 @@
 //   4. (Candidates #19 and #20, written 2026-11-28 without a GPU; Hopper only.) #12's block in a
 //      thread-block cluster whose blocks share the operand tiles they have in common: each copies a
 //      part of a shared tile and sends it into its peers' stages through distributed shared memory
-//      (st.async, counted on an mbarrier of the receiver), which cuts the reads from L2 that held #12
-//      at 37% (gemm_wmma_pipelined_cluster_kernel below; the schedule and why it is safe in
-//      cluster_share.h; README.md, "Sharing operands in a thread-block cluster").
+//      (st.async, counted on an mbarrier of the receiver), which cuts the reads from L2 that seemed to
+//      hold #12 at 37% (docs/gpu_status.md's leads question that since; gemm_wmma_pipelined_cluster_kernel
+//      below; the schedule and why it is safe in cluster_share.h; README.md, "Sharing operands in a
+//      thread-block cluster").
 //
 // Everything else is as in wmma_smem: padded shared-memory rows, predicated edges with zero fill,
 // 128-bit copies with a scalar fallback inside the kernel for misaligned matrices (so this rung too

@@ -83,9 +83,11 @@ inline constexpr Tile kBigTiles[] = {
     {128, 256, 64, 2, 4, 3, true},  // 18: 15 with a 64-deep K step; 170-214 regs, 150-162 KiB: 1/SM
     // 19-20, added 2026-11-28 (not yet run on a GPU): #12's block in a thread-block cluster whose blocks
     // share the operand tiles they have in common (cluster_share.h): each copies a part from L2 and sends
-    // it to the peers that need it through distributed shared memory. Why: #12 is bound by L2 (80% of its
-    // peak at 4096^3 on an H100), and #14-#18 showed that bigger blocks lose more in warps per SM than they
-    // gain in L2 traffic; a cluster cuts the traffic and keeps #12's block. 5 stages, because a block sends
+    // it to the peers that need it through distributed shared memory. Why: #12 looked bound by L2 (80% of
+    // its peak at 4096^3 on an H100; docs/gpu_status.md's leads since question it), and #14-#18 showed that
+    // bigger blocks lose more in warps per SM than they gain in L2 traffic; a cluster cuts the traffic and
+    // keeps #12's block (ptxas -v on sm_90: 124-126 registers, no spills, 85-100 KiB: 2 blocks/SM, as
+    // #12). 5 stages, because a block sends
     // round kt + 1 while it computes round kt, which takes one stage from the ring's depth: 5 leave #12's 3
     // rounds in flight. 19: 2 blocks along M share B (12 KiB from L2 per K step instead of 16); 20: 2 x 2
     // blocks share A and B (8 KiB). sm_90 only: refused on older GPUs.
