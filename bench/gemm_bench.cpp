@@ -174,6 +174,19 @@ const char* layout(const Shape& s) {
   return s.op_b == Op::N ? "TN" : "TT";
 }
 
+// The legend of one Hopper rung's tiles under the table (wgmma_layout.h's or wgmma_tma_plan.h's): each
+// tile's shape, warpgroups, stages and wgmma groups in flight, and which the rung itself chooses.
+template <class TileTable>
+void print_wgmma_tiles(const TileTable& tiles, int count, int narrow, const char* warpgroups) {
+  for (int i = 0; i < count; ++i)
+    std::cout << "#   #" << i << ": 128x" << tiles[i].bn << "x64, " << warpgroups << ", " << tiles[i].stages
+              << " stages, " << tiles[i].in_flight << " wgmma group in flight"
+              << (i == 0         ? " (the rung's own for C wider than 64 columns)"
+                  : i == narrow ? " (the rung's own for 64 columns or fewer)"
+                                : "")
+              << "\n";
+}
+
 // --sweep-tiles: which of wmma_pipelined_tiles.h's tiles the sweep times. "all"; "clustered" (the tiles
 // whose blocks share operands in a thread-block cluster) or "unclustered" (the others); or tile numbers
 // "I,J,...", each once. Sets `chosen` (ascending) and returns "", or returns why the words are refused.
@@ -413,25 +426,13 @@ int main(int argc, char** argv) {
         std::cout << "# 'wgmma #I': wgmma with tile #I of kernels/cuda/gemm/wgmma_layout.h (compute capability 9.0 "
                      "only):\n";
         namespace wl = kernels::cuda::wgmma_layout;
-        for (int i = 0; i < wl::kTileCount; ++i)
-          std::cout << "#   #" << i << ": 128x" << wl::kTiles[i].bn << "x64, 2 warpgroups, " << wl::kTiles[i].stages
-                    << " stages, " << wl::kTiles[i].in_flight << " wgmma group in flight"
-                    << (i == 0 ? " (the rung's own for C wider than 64 columns)"
-                        : i == wl::kNarrowTile ? " (the rung's own for 64 columns or fewer)"
-                                               : "")
-                    << "\n";
+        print_wgmma_tiles(wl::kTiles, wl::kTileCount, wl::kNarrowTile, "2 warpgroups");
       }
       if (sweeps("wgmma_tma")) {
         std::cout << "# 'wgmma_tma #I': wgmma_tma with tile #I of kernels/cuda/gemm/wgmma_tma_plan.h (compute "
                      "capability 9.0 only; rows that are not 16-byte aligned are refused):\n";
         namespace tp = kernels::cuda::wgmma_tma_plan;
-        for (int i = 0; i < tp::kTileCount; ++i)
-          std::cout << "#   #" << i << ": 128x" << tp::kTiles[i].bn << "x64, a producer and 2 consumer warpgroups, "
-                    << tp::kTiles[i].stages << " stages, " << tp::kTiles[i].in_flight << " wgmma group in flight"
-                    << (i == 0 ? " (the rung's own for C wider than 64 columns)"
-                        : i == tp::kNarrowTile ? " (the rung's own for 64 columns or fewer)"
-                                               : "")
-                    << "\n";
+        print_wgmma_tiles(tp::kTiles, tp::kTileCount, tp::kNarrowTile, "a producer and 2 consumer warpgroups");
       }
     }
     std::cout << "\n# %cuBLAS = cuBLAS time / variant time (higher is better); 'vs cuBLAS' = ||C - C_cublas|| / "
