@@ -234,7 +234,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-models", no_models, "skip the MLP-512 / LeNet training shapes");
   app.add_flag("--sweep", sweep,
                "also time wmma_pipelined's candidate tiles, wmma_smem's other K steps and copies, mma_sync's other "
-               "copy and the wgmma and wgmma_tma tiles, on every shape");
+               "copy and the wgmma and wgmma_tma tiles, on every shape (with --variants, only the candidates of the "
+               "variants named)");
   app.add_option("--tile", forced_tile, "run wmma_pipelined with block tile #I of wmma_pipelined_tiles.h (sm_80+)");
   std::vector<std::string> sweep_tile_words = {"all"};
   app.add_option("--sweep-tiles", sweep_tile_words,
