@@ -304,8 +304,9 @@ TEST(GpuScripts, ClusterTilesNameTheTablesTiles) {
   EXPECT_EQ(own, tiles::kOwnTile) << "own_tile in scripts/gpu_common.sh against wmma_pipelined_tiles.h's kOwnTile";
 }
 
-// The benchmarks' choosers (the ncu stage's --shapes, --variants, --only, --tile) refuse a typo on any machine,
-// before looking for a GPU, and take what is valid (without a GPU: "no CUDA device", status 0).
+// The benchmarks' choosers (the ncu stage's --shapes, --variants, --only, --tile, and the gemm-bench steps'
+// --sweep-tiles) refuse a typo on any machine, before looking for a GPU, and take what is valid (without a
+// GPU: "no CUDA device", status 0).
 TEST(GpuBenches, ChoosersRefuseWhatDoesNotExist) {
 #ifndef HALFLING_WITH_CUDA
   GTEST_SKIP() << "a CPU-only build has no softmax_bench, conv_bench or gemm_bench";
