@@ -310,8 +310,8 @@ bg_finish() {
 # light percentages, the warp-state rule that names the dominant stall, the shared-memory bank-conflict
 # table, occupancy. --print-details all prints each section's body too (the default, its header only,
 # left out the memory tables and the source counters' tables, such as where the 33% "excessive sectors"
-# of the cp.async GEMMs at 4096^3 come from: gpu_ncu_nvidia_h100_80gb_hbm3_2026-11-27.txt); Nsight
-# Compute 2024.1 takes the option, and the H100 run's asked for it by name.
+# of the cp.async GEMMs at 4096^3 come from: gpu_ncu_nvidia_h100_80gb_hbm3_2026-11-27.txt). Nsight
+# Compute 2024.1 takes the option, and the H100's ncu named it in that run's output.
 ncu_missing="no ncu on the PATH, under /opt/nvidia or in the CUDA toolkit"  # what both stages say without it
 ncu_setup() {
   ncu_bin=$(command -v ncu || find /opt/nvidia /usr/local/cuda*/ -name ncu -type f -perm -u+x 2>/dev/null | sort | tail -n 1)
@@ -617,10 +617,8 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
       # cuBLAS runs first in every gemm_bench and is the program's first kernel launch (the inputs are
       # filled on the host): whatever its kernel is called, '.' takes it.
       ncu_kernel gemm-4096-cublas '.' 1 "${gemm[@]}" --variants cublas
-      ncu_kernel gemm-4096-wmma_pipelined 'gemm_wmma_pipelined_kernel' 1 "${gemm[@]}" --variants wmma_pipelined
-      # Tile #12: entry 0 with the lean copy (copy_plan.h): the same kernel with fewer copy instructions.
-      ncu_kernel gemm-4096-wmma_pipelined-lean 'gemm_wmma_pipelined_kernel' 1 "${gemm[@]}" --variants wmma_pipelined \
-        --tile 12
+      # wmma_pipelined's own tile (#12 since the H100 run of 2026-11-27) is ncu_new_kernels' step
+      # gemm-4096-wmma_pipelined-own, below, next to the cluster tiles and #13.
       ncu_kernel gemm-4096-mma_sync 'gemm_mma_sync_kernel' 1 "${gemm[@]}" --variants mma_sync
       ncu_kernel gemm-4096-wmma_smem 'gemm_wmma_smem_kernel' 1 "${gemm[@]}" --variants wmma_smem
       ncu_kernel gemm-4096-wgmma 'gemm_wgmma_kernel' 1 "${gemm[@]}" --variants wgmma
