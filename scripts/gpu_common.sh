@@ -254,14 +254,18 @@ sanitize_kernels() {
 # program's CUDA context unusable, so that every later test or benchmark row of the same program would
 # fail too (in test_kernels' file order the softmax tests come after the GEMM tests, packed_kept's and
 # packed_online's among them). So:
-# - cluster_memcheck, cluster_race: the tests that run the cluster tiles (every tile of the table, every
-#   lean one, or the cluster tiles alone), which the scripts run under each sanitizer in a process of
-#   their own and leave out of the others. K = 300 in the ring test: 10 steps, twice around the cluster
-#   tiles' 5 stages, in whole clusters whose other blocks lie past C.
+# - cluster_memcheck, cluster_race: the tests that run the cluster tiles, which the scripts run under each
+#   sanitizer in a process of their own and leave out of the others. For memcheck that is every test
+#   named CudaGemm.WmmaPipelined*: every test that forces a tile of the table is named so
+#   (GpuScripts.TestsThatForceAWmmaPipelinedTileRunApart checks), whether it runs every tile, every lean
+#   one or the cluster tiles alone. Until 2026-11-29 the list named three tests, and
+#   WmmaPipelinedEveryTileOneBlockRingWraps, which runs every tile too, ran in memcheck's first process
+#   with the rest of the kernels' tests. For racecheck (slow): the two small ones. K = 300 in the ring
+#   test: 10 steps, twice around the cluster tiles' 5 stages, in whole clusters whose other blocks lie
+#   past C.
 # - cluster_tiles, own_tile: the table's clustered() tiles and its kOwnTile
 #   (GpuScripts.ClusterTilesNameTheTablesTiles checks both), for bench_cluster_tiles and the ncu steps.
-cluster_memcheck='CudaGemm.WmmaPipelinedEveryTileTheSweepTimes:CudaGemm.WmmaPipelinedLeanTilesInsideAndOnTheEdges'
-cluster_memcheck+=':CudaGemm.WmmaPipelinedClusterTilesOnSeveralClusters'
+cluster_memcheck='CudaGemm.WmmaPipelined*'
 cluster_race='CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps:CudaGemm.WmmaPipelinedLeanTilesInsideAndOnTheEdges'
 cluster_tiles=(19 20)
 own_tile=12

@@ -304,6 +304,80 @@ TEST(GpuScripts, ClusterTilesNameTheTablesTiles) {
   EXPECT_EQ(own, tiles::kOwnTile) << "own_tile in scripts/gpu_common.sh against wmma_pipelined_tiles.h's kOwnTile";
 }
 
+// The code of the TEST whose name ends at `from`: from its opening brace to the brace that closes it,
+// without its comments and with its string and character literals emptied, so that a name it only
+// mentions (in a message, say) does not count.
+std::string test_code(const std::string& text, size_t from) {
+  std::string code;
+  int depth = 0;
+  for (size_t i = text.find('{', from); i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '/' && i + 1 < text.size() && text[i + 1] == '/') {
+      i = text.find('\n', i);
+      if (i == std::string::npos) break;
+      continue;
+    }
+    code += c;
+    if (c == '"' || c == '\'') {
+      for (++i; i < text.size() && text[i] != c; ++i)
+        if (text[i] == '\\') ++i;
+      code += c;
+    } else if (c == '{') {
+      ++depth;
+    } else if (c == '}' && --depth == 0) {
+      break;
+    }
+  }
+  return code;
+}
+
+// A test that forces a wmma_pipelined tile (tiles::ScopedBigTile, or check_every_tuning_tile, which forces
+// each tile in turn) can run a cluster tile, and a cluster tile that traps leaves the program's CUDA
+// context unusable. So compute-sanitizer runs such tests under memcheck in a process of their own, and
+// leaves them out of the other processes. The list gpu_common.sh hands it is cluster_memcheck. A test
+// that forces a tile but is not matched by it would run in memcheck's first process, with the rest of the
+// kernels' tests. WmmaPipelinedEveryTileOneBlockRingWraps did so until 2026-11-29.
+TEST(GpuScripts, TestsThatForceAWmmaPipelinedTileRunApart) {
+  const fs::path r = HALFLING_SOURCE_DIR;
+  std::ifstream common(r / "scripts" / "gpu_common.sh");
+  ASSERT_TRUE(common);
+  std::vector<std::string> patterns;
+  const std::regex list_re(R"(^cluster_memcheck\+?='([^']*)')");
+  for (std::string line; std::getline(common, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, list_re)) continue;
+    std::stringstream names(m[1].str());
+    for (std::string name; std::getline(names, name, ':');)
+      if (!name.empty()) patterns.push_back(name);
+  }
+  ASSERT_FALSE(patterns.empty()) << "no cluster_memcheck='...' in scripts/gpu_common.sh";
+  // gtest's filter syntax as the list uses it: a name, or a prefix and '*'.
+  const auto listed = [&](const std::string& test) {
+    return std::any_of(patterns.begin(), patterns.end(), [&](const std::string& p) {
+      return p.back() == '*' ? test.compare(0, p.size() - 1, p, 0, p.size() - 1) == 0 : test == p;
+    });
+  };
+
+  const std::regex test_re(R"(\bTEST(?:_F|_P)?\(\s*(\w+)\s*,\s*(\w+)\s*\))");
+  int forcing = 0;
+  for (const auto& e : fs::recursive_directory_iterator(r / "tests")) {
+    if (e.path().extension() != ".cpp") continue;
+    std::ifstream in(e.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (std::sregex_iterator m(text.begin(), text.end(), test_re), end; m != end; ++m) {
+      const std::string code = test_code(text, static_cast<size_t>(m->position(0) + m->length(0)));
+      if (!contains(code, "ScopedBigTile") && !contains(code, "check_every_tuning_tile(")) continue;
+      ++forcing;
+      const std::string name = (*m)[1].str() + "." + (*m)[2].str();
+      EXPECT_TRUE(listed(name)) << name << " (" << e.path().filename().string()
+                                << ") forces a wmma_pipelined tile, but scripts/gpu_common.sh's cluster_memcheck "
+                                   "does not match it: rename it CudaGemm.WmmaPipelined..., or add it to the list";
+    }
+  }
+  // Today: every tile twice, the lean tiles, the cluster tiles twice, and the refused index.
+  EXPECT_GE(forcing, 6) << "the scan found too few tests that force a tile: has the way they do it changed?";
+}
+
 // The benchmarks' choosers (the ncu stage's --shapes, --variants, --only, --tile, and the gemm-bench steps'
 // --sweep-tiles) refuse a typo on any machine, before looking for a GPU, and take what is valid (without a
 // GPU: "no CUDA device", status 0).

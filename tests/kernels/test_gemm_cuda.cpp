@@ -777,6 +777,73 @@ TEST(CudaGemm, WmmaPipelinedClusterTilesOnSeveralClusters) {
       {{520, 264, 1000}, {136, 40, 296}}, false);
 }
 
+// The cluster tiles inside a CUDA graph recording. The trainer records whole training steps
+// (TrainOptions::cuda_graph, framework/cuda_graph.h), and a cluster tile that became the rung's own
+// (docs/gpu_status.md, the next GPU session's item 6) would be recorded with every large GEMM in them.
+// It is launched through cudaLaunchKernelEx with the cluster's shape, where every other tile uses <<<>>>,
+// so this checks that the launch records as a graph node that replays the cluster kernel. Nothing may run
+// while recording. Each replay's C must be bit for bit that of a direct launch on the same inputs, and
+// within the rung's tolerance of float64. The second replay reads new inputs from the same buffers.
+TEST(CudaGemm, WmmaPipelinedClusterTilesReplayInACudaGraph) {
+  HL_REQUIRE_CUDA();
+  if (runtime::cuda_compute_capability() < 90) GTEST_SKIP() << "the cluster tiles need compute capability 9.0";
+  namespace tiles = kernels::wmma_pipelined;
+  // Several clusters along M and N (3 x 2 blocks of 128 x 128, partly past C), K steps 10 times round
+  // the 5-stage ring, and a last K step of 8.
+  constexpr int64_t M = 300, N = 200, K = 296;
+  uint64_t seed = test::fresh_seed();
+  int tried = 0;
+  for (int i = 0; i < tiles::kBigTileCount; ++i) {
+    if (!tiles::kBigTiles[i].clustered()) continue;
+    ++tried;
+    const std::string label = "tile #" + std::to_string(i) + " (" + tiles::describe(tiles::kBigTiles[i]) + ")";
+    const tiles::ScopedBigTile forced(i);
+    Problem p = make_problem(Op::N, Op::N, M, N, K, seed);
+    DeviceBuffer da(p.a, DType::f16), db(p.b, DType::f16), dc(static_cast<size_t>(M * N), DType::f32),
+        direct(static_cast<size_t>(M * N), DType::f32);
+    dc.poison();
+    GemmArgs g = problem(Op::N, Op::N, M, N, K, DType::f16, DType::f32);
+    g.device = kCuda;
+    g.A = da.get();
+    g.B = db.get();
+    g.C = dc.get();
+
+    runtime::cuda_capture_begin();
+    try {
+      kernels::gemm(g, "wmma_pipelined");
+    } catch (...) {
+      runtime::cuda_capture_abort();
+      throw;
+    }
+    void* exec = runtime::cuda_capture_end();
+    const std::unique_ptr<void, void (*)(void*)> graph(exec, [](void* e) { runtime::cuda_graph_destroy(e); });
+    expect_all_equal(dc.download(), std::vector<double>(static_cast<size_t>(M * N), kNaN),
+                     label + ": C after the recording (nothing may have run)");
+
+    const RungTolerance rt = tolerance_for("wmma_pipelined", DType::f16);
+    for (int replay = 0; replay < 2; ++replay) {
+      if (replay == 1) {
+        p = make_problem(Op::N, Op::N, M, N, K, seed);
+        da.upload(p.a);
+        db.upload(p.b);
+        dc.poison();
+      }
+      runtime::cuda_graph_launch(exec);
+      const std::vector<double> replayed = dc.download();
+      const std::string what = label + ", replay " + std::to_string(replay + 1);
+      expect_all_close(
+          replayed, p.ref, [&](size_t e) { return element_tol(rt, K, p.mag[e], p.ref[e], DType::f32); },
+          what + " against float64 (tolerance: " + rt.why + ")");
+      GemmArgs d = g;
+      d.C = direct.get();
+      direct.poison();
+      kernels::gemm(d, "wmma_pipelined");
+      expect_all_equal(replayed, direct.download(), what + " against a direct launch");
+    }
+  }
+  EXPECT_GT(tried, 0) << "no tile of wmma_pipelined_tiles.h uses a cluster";
+}
+
 // A tuning hook set to what the rung has no kernel for: `variant` refuses an 8 x 8 x 8 GEMM with an
 // Error that names `listed_in`, the file that lists what it has.
 void expect_tuning_refused(const std::string& variant, const std::string& setting, const std::string& listed_in) {
