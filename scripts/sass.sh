@@ -15,10 +15,11 @@
 #
 # The disassembler: NVDISASM when set, else cuobjdump from the CUDA toolkit. This project's development
 # machine has CUDA 13's nvcc without cuobjdump or nvdisasm; NVDISASM=/path/to/nvdisasm then names one
-# from another toolkit, such as Debian bookworm's non-free nvidia-cuda-toolkit (11.8: `apt-get download
-# nvidia-cuda-toolkit`, then `dpkg -x` it anywhere). 11.8 decodes sm_90 code but not the ELF header
-# CUDA 12+ writes (the ABI version and the e_flags layout changed), so the script hands it a copy with
-# the header rewritten in the 11.x form (sm_90, virtual sm_90, 64-bit); the code is not touched.
+# from another toolkit, such as Debian's non-free nvidia-cuda-toolkit (`apt-get download
+# nvidia-cuda-toolkit`, then `dpkg -x` it anywhere): bookworm's 11.8 or trixie's 12.4. 11.8 decodes sm_90
+# code but not the ELF header CUDA 12+ writes (the ABI version and the e_flags layout changed), so the
+# script hands an 11.x nvdisasm a copy with the header rewritten in the 11.x form (sm_90, virtual sm_90,
+# 64-bit); the code is not touched. 12.4's reads CUDA 13's header as it is.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 src=${1:-}
@@ -60,7 +61,10 @@ target=(-arch=sm_90)
 if [[ -z ${NVDISASM:-} ]]; then
   "$cuobjdump" -sass "$tmp/k.cubin" >"$tmp/k.sass"
 else
-  python3 - "$tmp/k.cubin" <<'PY'
+  # Only an 11.x nvdisasm needs the old header; 12.4's (Debian trixie's) reads CUDA 13's as it is, and
+  # misreads the rewritten one ("Cannot decode architecture").
+  if "$NVDISASM" --version 2>/dev/null | grep -q 'release 11\.'; then
+    python3 - "$tmp/k.cubin" <<'PY'
 import struct, sys
 path = sys.argv[1]
 elf = bytearray(open(path, "rb").read())
@@ -68,6 +72,7 @@ elf[8] = 7  # EI_ABIVERSION of CUDA 11.x cubins
 struct.pack_into("<I", elf, 48, 0x005A055A)  # e_flags: sm_90, virtual sm_90, 64-bit addresses, unified textures
 open(path, "wb").write(elf)
 PY
+  fi
   "$NVDISASM" -c "$tmp/k.cubin" >"$tmp/k.sass"
 fi
 [[ -n ${SASS_DUMP:-} ]] && cp "$tmp/k.sass" "$SASS_DUMP"
