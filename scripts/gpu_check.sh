@@ -335,8 +335,9 @@ ncu_kernel() {
 # conv-256-wgrad-rung3), and wmma_pipelined's cluster tiles at 4096^3 (issue #4), those of cluster_tiles
 # named in the arguments (short: those whose gemm_bench step passed; one that traps would cost its 20 s
 # wait, or more, under each of ncu's replays; the others are recorded as skipped), after the others for
-# that reason, with the rung's own tile before them and tile #13 after (below). short runs them at its
-# end, with the time its budget has left, so that a kernel that misses its bar comes back with the
+# that reason, with the rung's own tile before them and tile #13 after (below); and the tiles of
+# 2026-11-29 that load their fragments ahead (ahead_tiles), the first next to #12, the others last.
+# short runs them at its end, with the time its budget has left, so that a kernel that misses its bar comes back with the
 # counters that say why, without another command; the ncu stage runs them too. About 6 s each on the
 # H100.
 ncu_new_kernels() {
@@ -350,7 +351,10 @@ ncu_new_kernels() {
   # The rung's own tile (#12) on this GPU, what the cluster tiles' counters are read against (the H100's
   # of 2026-11-27 are in gpu_ncu_nvidia_h100_80gb_hbm3_2026-11-27.txt; this GPU may be another).
   ncu_kernel gemm-4096-wmma_pipelined-own 'gemm_wmma_pipelined_kernel' 1 "${gemm[@]}" --tile "$own_tile"
-  local tile
+  # #12 with its fragments loaded ahead (#21, wmma_pipelined.cu's point 5): the warp stall reasons and
+  # eligible warps next to #12's, which its change of order is meant to move.
+  local first=${ahead_tiles[0]} tile
+  ncu_kernel "gemm-4096-wmma_pipelined-ahead$first" 'gemm_wmma_pipelined_kernel' 1 "${gemm[@]}" --tile "$first"
   for tile in "${cluster_tiles[@]}"; do
     if [[ " $* " == *" $tile "* ]]; then
       ncu_kernel "gemm-4096-wmma_pipelined-cluster$tile" 'gemm_wmma_pipelined_cluster_kernel' 1 "${gemm[@]}" \
@@ -366,6 +370,11 @@ ncu_new_kernels() {
   # about the same speed, L2 is not what holds #12, and the cluster tiles' lower L2 traffic will not
   # move it much either.
   ncu_kernel gemm-4096-wmma_pipelined-k64 'gemm_wmma_pipelined_kernel' 1 "${gemm[@]}" --tile 13
+  # The other tiles with fragments ahead (#22: #13's; #23: #15's 64 x 64 warps, one block per SM).
+  for tile in "${ahead_tiles[@]:1}"; do
+    ncu_kernel "gemm-4096-wmma_pipelined-ahead$tile" 'gemm_wmma_pipelined_kernel' 1 "${gemm[@]}" \
+      --tile "$tile"
+  done
 }
 
 case $stage in

@@ -263,11 +263,13 @@ sanitize_kernels() {
 #   with the rest of the kernels' tests. For racecheck (slow): the two small ones. K = 300 in the ring
 #   test: 10 steps, twice around the cluster tiles' 5 stages, in whole clusters whose other blocks lie
 #   past C.
-# - cluster_tiles, own_tile: the table's clustered() tiles and its kOwnTile
-#   (GpuScripts.ClusterTilesNameTheTablesTiles checks both), for bench_cluster_tiles and the ncu steps.
+# - cluster_tiles, own_tile: the table's clustered() tiles and its kOwnTile; ahead_tiles: its tiles that
+#   load their fragments ahead (2026-11-29; they cannot hang, and are swept with the others). All three
+#   for bench_cluster_tiles and the ncu steps (GpuScripts.ClusterTilesNameTheTablesTiles checks them).
 cluster_memcheck='CudaGemm.WmmaPipelined*'
 cluster_race='CudaGemm.WmmaPipelinedEveryTileOneBlockRingWraps:CudaGemm.WmmaPipelinedLeanTilesInsideAndOnTheEdges'
 cluster_tiles=(19 20)
+ahead_tiles=(21 22 23)
 own_tile=12
 
 # bench_cluster_tiles RUNS: gemm_bench with each cluster tile in a program of its own, next to the rung's

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -278,29 +279,33 @@ TEST(GpuScripts, NcuProfilesKernelsThatExist) {
 // The GPU scripts run and profile wmma_pipelined's cluster tiles apart from the other tiles, by number
 // (scripts/gpu_common.sh's cluster_tiles, and own_tile for the row each is timed next to): those must be the
 // table's clustered() tiles and its kOwnTile, or a new cluster tile would run among the others, or a
-// renumbered one not at all.
+// renumbered one not at all. Its ahead_tiles, which the ncu steps profile, must be the tiles with `ahead`.
 TEST(GpuScripts, ClusterTilesNameTheTablesTiles) {
   namespace tiles = hl::kernels::wmma_pipelined;
-  std::vector<int> clustered;
-  for (int i = 0; i < tiles::kBigTileCount; ++i)
+  std::vector<int> clustered, ahead;
+  for (int i = 0; i < tiles::kBigTileCount; ++i) {
     if (tiles::kBigTiles[i].clustered()) clustered.push_back(i);
+    if (tiles::kBigTiles[i].ahead) ahead.push_back(i);
+  }
   std::ifstream in(fs::path(HALFLING_SOURCE_DIR) / "scripts" / "gpu_common.sh");
   ASSERT_TRUE(in);
-  const std::regex tiles_line(R"(^cluster_tiles=\(([0-9 ]*)\)$)"), own_line(R"(^own_tile=([0-9]+)$)");
-  std::vector<int> listed;
+  const std::regex tiles_line(R"(^(cluster|ahead)_tiles=\(([0-9 ]*)\)$)"), own_line(R"(^own_tile=([0-9]+)$)");
+  std::map<std::string, std::vector<int>> listed;
   int own = -1, lists = 0;
   for (std::string line; std::getline(in, line);) {
     std::smatch m;
     if (std::regex_match(line, m, tiles_line)) {
       ++lists;
-      std::istringstream numbers(m[1].str());
-      for (int n; numbers >> n;) listed.push_back(n);
+      std::istringstream numbers(m[2].str());
+      for (int n; numbers >> n;) listed[m[1].str()].push_back(n);
     } else if (std::regex_match(line, m, own_line)) {
       own = std::stoi(m[1].str());
     }
   }
-  ASSERT_EQ(lists, 1) << "scripts/gpu_common.sh should set cluster_tiles=(...) once";
-  EXPECT_EQ(listed, clustered) << "cluster_tiles in scripts/gpu_common.sh against wmma_pipelined_tiles.h's clustered()";
+  ASSERT_EQ(lists, 2) << "scripts/gpu_common.sh should set cluster_tiles=(...) and ahead_tiles=(...) once each";
+  EXPECT_EQ(listed["cluster"], clustered)
+      << "cluster_tiles in scripts/gpu_common.sh against wmma_pipelined_tiles.h's clustered()";
+  EXPECT_EQ(listed["ahead"], ahead) << "ahead_tiles in scripts/gpu_common.sh against wmma_pipelined_tiles.h's ahead";
   EXPECT_EQ(own, tiles::kOwnTile) << "own_tile in scripts/gpu_common.sh against wmma_pipelined_tiles.h's kOwnTile";
 }
 

@@ -844,6 +844,86 @@ TEST(CudaGemm, WmmaPipelinedClusterTilesReplayInACudaGraph) {
   EXPECT_GT(tried, 0) << "no tile of wmma_pipelined_tiles.h uses a cluster";
 }
 
+// The fragments-ahead tiles (wmma_pipelined_tiles.h #21-#23; wmma_pipelined.cu, point 5) reorder a K
+// tile's loads, copies and barrier, not its arithmetic. Each accumulator gets the same mma_syncs on the
+// same fragments in the same order as in the tile it is made from, so C must be the same bits. The shapes
+// cover K of 1 to 10 K steps (fewer than the ring's stages, and around it), the lean copy inside and the
+// general one at the edges, and a matrix the lean copy cannot take (1 x 1 x 1). Each runs in every
+// layout, with both C dtypes, and either with beta = 0 (C poisoned) or with alpha, beta, bias and ReLU.
+// (Small: its process runs it under memcheck beside every tile's sweep, scripts/gpu_common.sh.)
+TEST(CudaGemm, WmmaPipelinedFragmentsAheadGiveTheirTilesBits) {
+  HL_REQUIRE_CUDA();
+  if (runtime::cuda_compute_capability() < 80) GTEST_SKIP() << "the tuning tiles are for sm_80+; older GPUs keep their tile";
+  namespace tiles = kernels::wmma_pipelined;
+  const std::vector<std::vector<int64_t>> shapes = {{256, 256, 296}, {304, 272, 104}, {130, 136, 40}, {1, 1, 1}};
+  uint64_t seed = test::fresh_seed();
+  int pairs = 0;
+  for (int i = 0; i < tiles::kBigTileCount; ++i) {
+    const tiles::Tile& t = tiles::kBigTiles[i];
+    if (!t.ahead) continue;
+    int base = -1;
+    for (int j = 0; j < tiles::kBigTileCount; ++j) {
+      const tiles::Tile& u = tiles::kBigTiles[j];
+      if (!u.ahead && u.bm == t.bm && u.bn == t.bn && u.bk == t.bk && u.warps_m == t.warps_m &&
+          u.warps_n == t.warps_n && u.stages == t.stages && u.lean == t.lean && u.cluster_m == t.cluster_m &&
+          u.cluster_n == t.cluster_n)
+        base = j;
+    }
+    ASSERT_GE(base, 0) << "tile #" << i << " (" << tiles::describe(t) << ") has no tile without fragments ahead";
+    ++pairs;
+    const std::string label = "tile #" + std::to_string(i) + " against #" + std::to_string(base) + " (" +
+                              tiles::describe(t) + ")";
+    for (auto [op_a, op_b] : kAllLayouts) {
+      for (DType c : {DType::f32, DType::f16}) {
+        for (size_t k = 0; k < shapes.size(); ++k) {
+          const std::vector<int64_t>& sh = shapes[k];
+          const bool accumulate = k % 2 == 1;
+          GemmArgs g = problem(op_a, op_b, sh[0], sh[1], sh[2], DType::f16, c);
+          g.device = kCuda;
+          if (accumulate) {
+            g.alpha = 0.5f;
+            g.beta = 0.75f;
+            g.relu = true;
+            g.bias_type = DType::f32;
+          }
+          const int64_t a_rows = op_a == Op::N ? g.M : g.K, b_rows = op_b == Op::N ? g.K : g.N;
+          DeviceBuffer da(test::random_values(static_cast<size_t>(a_rows * g.lda), seed++, -1, 1, DType::f16),
+                          DType::f16);
+          DeviceBuffer db(test::random_values(static_cast<size_t>(b_rows * g.ldb), seed++, -1, 1, DType::f16),
+                          DType::f16);
+          DeviceBuffer dbias(test::random_values(static_cast<size_t>(g.N), seed++, -1, 1, DType::f32), DType::f32);
+          const std::vector<double> c0 =
+              accumulate ? test::random_values(static_cast<size_t>(g.M * g.ldc), seed++, -1, 1, c)
+                         : std::vector<double>(static_cast<size_t>(g.M * g.ldc), kNaN);
+          DeviceBuffer dc(c0, c);
+          g.A = da.get();
+          g.B = db.get();
+          g.C = dc.get();
+          g.bias = accumulate ? dbias.get() : nullptr;
+          const auto run = [&](int tile) {
+            const tiles::ScopedBigTile forced(tile);
+            dc.upload(c0);
+            kernels::gemm(g, "wmma_pipelined");
+            return dc.download();
+          };
+          const std::string what = label + " " + g.describe();
+          try {
+            const std::vector<double> want = run(base);
+            expect_all_equal(run(i), want, what);
+          } catch (const Error& e) {
+            // A tile needing more shared memory than this GPU allows a block is refused with the numbers
+            // (as in check_every_setting); then both are, since they use the same ring.
+            const bool too_big = std::string(e.what()).find("bytes of shared memory per block") != std::string::npos;
+            EXPECT_TRUE(too_big) << what << ": " << e.what();
+            if (too_big) std::cout << "[ info     ] " << label << " refused on this GPU: " << e.what() << "\n";
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(pairs, 0) << "no tile of wmma_pipelined_tiles.h loads its fragments ahead";
+}
+
 // A tuning hook set to what the rung has no kernel for: `variant` refuses an 8 x 8 x 8 GEMM with an
 // Error that names `listed_in`, the file that lists what it has.
 void expect_tuning_refused(const std::string& variant, const std::string& setting, const std::string& listed_in) {
@@ -1148,10 +1228,16 @@ TEST(CudaGemmTiles, HookOffByDefaultAndEveryTileWellFormed) {
     if (t.clustered()) {
       EXPECT_GE(t.stages, 3);  // cluster_share.h's step 1 keeps a stage for the send
     }
+    if (t.ahead) {  // wmma_pipelined.cu's point 5 (its static_asserts say the same at compile time)
+      EXPECT_FALSE(t.clustered()) << "the cluster kernel has no fragments-ahead form";
+      EXPECT_EQ(t.bk / 16 % 2, 0) << "each K tile starts on fragment set 0";
+      EXPECT_GE(t.stages, 3) << "tile kt + 1 read while tile kt + stages - 1 is copied into tile kt - 1's stage";
+    }
     for (int j = 0; j < i; ++j) {                 // no tile timed twice
       const tiles::Tile u = tiles::kBigTiles[j];
       EXPECT_FALSE(u.bm == t.bm && u.bn == t.bn && u.bk == t.bk && u.warps_m == t.warps_m && u.warps_n == t.warps_n &&
-                   u.stages == t.stages && u.lean == t.lean && u.cluster_m == t.cluster_m && u.cluster_n == t.cluster_n);
+                   u.stages == t.stages && u.lean == t.lean && u.cluster_m == t.cluster_m &&
+                   u.cluster_n == t.cluster_n && u.ahead == t.ahead);
     }
   }
 }

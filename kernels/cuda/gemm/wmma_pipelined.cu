@@ -40,6 +40,16 @@
 //      hold #12 at 37% (docs/gpu_status.md's leads question that since; gemm_wmma_pipelined_cluster_kernel
 //      below; the schedule and why it is safe in cluster_share.h; README.md, "Sharing operands in a
 //      thread-block cluster").
+//   5. (Candidates #21-#23, written 2026-11-29 without a GPU.) Point 2 overlaps the loads of a K tile's
+//      second 16-deep step with its first step's mma_syncs, but not the first step's: in #12's sm_90
+//      code each K tile starts with the wait and the barrier, then about 65 copy instructions, then 6
+//      ldmatrix whose results the first mma_sync needs at once. So a warp reaches every barrier, and
+//      every first load, with none of its multiply-adds in flight. With AHEAD the order within a K tile
+//      is the one CUTLASS's multistage loops use: the next step's fragments are loaded before this
+//      step's mma_syncs, also across K tiles (the last step's next step is the next tile's first), and
+//      the wait and the barrier come right after the mma_syncs of the second-to-last step. The Tensor
+//      Cores have a step's mma_syncs queued through both waits, and the copies are issued behind the
+//      first step's. Which is faster is for `gemm_bench --sweep` to say (wmma_pipelined_tiles.h).
 //
 // Everything else is as in wmma_smem: padded shared-memory rows, predicated edges with zero fill,
 // 128-bit copies with a scalar fallback inside the kernel for misaligned matrices (so this rung too
@@ -71,11 +81,18 @@ using namespace gemm_detail;
 // shared-memory buffers in the ring; LEAN: the full K steps copied through plans made before the loop
 // (copy_plan.h); CM x CN: a thread-block cluster whose blocks share their operand tiles (cluster_share.h).
 template <int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int STAGES_, bool LEAN_ = false, int CM_ = 1,
-          int CN_ = 1>
+          int CN_ = 1, bool AHEAD_ = false>
 struct Config {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;
   static constexpr bool LEAN = LEAN_;
   static constexpr int CM = CM_, CN = CN_;  // the cluster's blocks along M and N (cluster_share.h); 1 x 1: none
+  static constexpr bool AHEAD = AHEAD_;     // the next K step's first fragments loaded ahead (point 5 above)
+  static_assert(!AHEAD || CM * CN == 1, "the cluster kernel's K loop has no fragments-ahead form");
+  // The blocks per SM the kernel asks ptxas to leave room for (__launch_bounds__' second argument; 0
+  // asks nothing, and compiles exactly as the one-argument form the other tiles were verified with).
+  // Left to itself, ptxas gave the AHEAD forms of #12 and #13 154-158 registers, which fit one block of
+  // 256 threads per SM where #12's 118 fit two: 2 holds them to 128.
+  static constexpr int kMinBlocks = AHEAD && BM * BN <= 128 * 128 ? 2 : 0;
   static_assert((CM == 1 || CM == 2) && (CN == 1 || CN == 2), "clusters of 1 or 2 blocks along M and N");
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;  // warp tile
   static constexpr int FM = WM / 16, FN = WN / 16;            // accumulator fragments per warp
@@ -90,7 +107,8 @@ template <int I>
 using BigTile = Config<wmma_pipelined::kBigTiles[I].bm, wmma_pipelined::kBigTiles[I].bn, wmma_pipelined::kBigTiles[I].bk,
                        wmma_pipelined::kBigTiles[I].warps_m, wmma_pipelined::kBigTiles[I].warps_n,
                        wmma_pipelined::kBigTiles[I].stages, wmma_pipelined::kBigTiles[I].lean,
-                       wmma_pipelined::kBigTiles[I].cluster_m, wmma_pipelined::kBigTiles[I].cluster_n>;
+                       wmma_pipelined::kBigTiles[I].cluster_m, wmma_pipelined::kBigTiles[I].cluster_n,
+                       wmma_pipelined::kBigTiles[I].ahead>;
 using BigAmpere = BigTile<wmma_pipelined::kOwnTile>;  // sm_80+ (wmma_pipelined_tiles.h says why)
 using BigTuring = Config<128, 128, 32, 2, 4, 2>;  // sm_75: synchronous copies, 2 buffers suffice
 using Small = Config<64, 64, 32, 2, 2, 3>;        // small GEMMs: 4x the blocks of the big tile
@@ -155,7 +173,7 @@ struct WarpMma {
 
 // kSplit: this block computes the slice blockIdx.z of K into its FP32 partial tile (slice_for_block).
 template <Op op_a, Op op_b, class Cfg, bool kSplit>
-__global__ void __launch_bounds__(Cfg::kThreads)
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     gemm_wmma_pipelined_kernel(GemmArgs args, bool a_vec, bool b_vec, SplitK split) {
   const GemmArgs g = kSplit ? slice_for_block(args, split) : args;
   using S = Smem<op_a, op_b, Cfg>;
@@ -212,28 +230,72 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     cp_async_commit();
   }
 
-  for (int64_t kt = 0; kt < k_tiles; ++kt) {
-    // Groups committed so far: STAGES - 1 + kt. Tile kt is ready when at most STAGES - 2 newer
-    // groups are still in flight; the barrier then makes every thread's copies visible to all, and
-    // guarantees that every warp finished computing tile kt - 1, whose buffer is refilled next.
+  if constexpr (Cfg::AHEAD) {
+    // Point 5 above: the same copies, fragments and multiply-adds, in another order. Each K tile's
+    // 16-deep steps load the next step's fragments before issuing their own multiply-adds, and the last
+    // step's "next step" is the first of K tile kt + 1. So tile kt + 1 must be published before that
+    // load: the wait and the barrier come after the multiply-adds of the second-to-last step, which are
+    // then in flight through them, as the last step's are through the next tile's first loads. The copy
+    // of tile kt + STAGES - 1 goes into the stage of tile kt - 1, which every warp last read before the
+    // barrier of K tile kt - 1 (its last loads from it were for that tile's last step).
+    constexpr int kSteps = BK / 16;
+    static_assert(kSteps % 2 == 0, "each K tile starts on fragment set 0");
+    static_assert(STAGES >= 3, "tile kt + 1 is read while tile kt + STAGES - 1 is copied into tile kt - 1's stage");
     cp_async_wait<STAGES - 2>();
     __syncthreads();
+    load_frags(0, a_stage(0), b_stage(0), 0);
+    for (int64_t kt = 0; kt < k_tiles; ++kt) {
+      const __half* as = a_stage(static_cast<int>(kt % STAGES));
+      const __half* bs = b_stage(static_cast<int>(kt % STAGES));
+#pragma unroll
+      for (int step = 0; step < kSteps; ++step) {
+        const int cur = step % 2;
+        if (step + 1 < kSteps) {
+          load_frags(1 - cur, as, bs, (step + 1) * 16);
+        } else if (kt + 1 < k_tiles) {
+          const int s1 = static_cast<int>((kt + 1) % STAGES);
+          load_frags(1 - cur, a_stage(s1), b_stage(s1), 0);
+        }
+#pragma unroll
+        for (int i = 0; i < FM; ++i)
+#pragma unroll
+          for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], a_frag[cur][i], b_frag[cur][j], acc[i][j]);
+        if (step == 0) {
+          const int64_t next = kt + STAGES - 1;
+          if (next < k_tiles) load_stage(static_cast<int>(next % STAGES), next);
+          cp_async_commit();
+        }
+        if (step + 2 == kSteps) {
+          // Groups committed: STAGES - 1 + kt + 1; tile kt + 1 has landed when at most STAGES - 2 are newer.
+          cp_async_wait<STAGES - 2>();
+          __syncthreads();
+        }
+      }
+    }
+  } else {
+    for (int64_t kt = 0; kt < k_tiles; ++kt) {
+      // Groups committed so far: STAGES - 1 + kt. Tile kt is ready when at most STAGES - 2 newer
+      // groups are still in flight; the barrier then makes every thread's copies visible to all, and
+      // guarantees that every warp finished computing tile kt - 1, whose buffer is refilled next.
+      cp_async_wait<STAGES - 2>();
+      __syncthreads();
 
-    const int64_t next = kt + STAGES - 1;
-    if (next < k_tiles) load_stage(static_cast<int>(next % STAGES), next);
-    cp_async_commit();
+      const int64_t next = kt + STAGES - 1;
+      if (next < k_tiles) load_stage(static_cast<int>(next % STAGES), next);
+      cp_async_commit();
 
-    const __half* as = a_stage(static_cast<int>(kt % STAGES));
-    const __half* bs = b_stage(static_cast<int>(kt % STAGES));
-    load_frags(0, as, bs, 0);
+      const __half* as = a_stage(static_cast<int>(kt % STAGES));
+      const __half* bs = b_stage(static_cast<int>(kt % STAGES));
+      load_frags(0, as, bs, 0);
 #pragma unroll
-    for (int step = 0; step < BK / 16; ++step) {
-      const int cur = step % 2;
-      if (step + 1 < BK / 16) load_frags(1 - cur, as, bs, (step + 1) * 16);  // the next step's fragments
+      for (int step = 0; step < BK / 16; ++step) {
+        const int cur = step % 2;
+        if (step + 1 < BK / 16) load_frags(1 - cur, as, bs, (step + 1) * 16);  // the next step's fragments
 #pragma unroll
-      for (int i = 0; i < FM; ++i)
+        for (int i = 0; i < FM; ++i)
 #pragma unroll
-        for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], a_frag[cur][i], b_frag[cur][j], acc[i][j]);
+          for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], a_frag[cur][i], b_frag[cur][j], acc[i][j]);
+      }
     }
   }
 
@@ -250,7 +312,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 // part of a shared tile (cluster_share.h's Part) and sends it to the peer that needs it too; the
 // schedule, and why it is safe, is cluster_share.h's header (steps 1-4 below). Never split-K.
 template <Op op_a, Op op_b, class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads)
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     gemm_wmma_pipelined_cluster_kernel(GemmArgs g, bool a_vec, bool b_vec) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cs = cluster_share;

@@ -25,6 +25,9 @@ struct Tile {
   // A thread-block cluster of cluster_n x cluster_m blocks (along N and M) that share their operand
   // tiles (cluster_share.h): 1 x 1, no cluster. Compute capability 9.0 or newer only.
   int cluster_m = 1, cluster_n = 1;
+  // The next K step's first fragments loaded before this step's last multiply-adds, across the barrier
+  // that publishes the step (wmma_pipelined.cu's kernel, point 5): no load waits right after a barrier.
+  bool ahead = false;
   constexpr bool clustered() const { return cluster_m * cluster_n > 1; }
 };
 
@@ -93,6 +96,24 @@ inline constexpr Tile kBigTiles[] = {
     // blocks share A and B (8 KiB). sm_90 only: refused on older GPUs.
     {128, 128, 32, 2, 4, 5, true, 2, 1},  // 19: #12, 5 stages, clusters of 2 along M sharing B
     {128, 128, 32, 2, 4, 5, true, 2, 2},  // 20: #12, 5 stages, clusters of 2 x 2 sharing A and B
+    // 21-23, added 2026-11-29 (not yet run on a GPU): #12, #13 and #15 with the next K step's fragments
+    // loaded ahead (wmma_pipelined.cu, point 5). Why: the H100's counters for #12 (2026-11-27) put the
+    // Tensor pipe at 43% and the issue slots at 42%, with 0.78 of 3.86 warps eligible per cycle: the
+    // warps wait more than they issue. Its sm_90 K loop makes each of them wait twice per K step, each
+    // time with no multiply-add of its own in flight: at the barrier, and for the first 6 fragment
+    // loads (ldmatrix), which it issues only after the barrier and the step's 65 or so copy instructions.
+    // With `ahead`, the barrier comes after the first 16-deep step's multiply-adds are issued, and the
+    // next step's first fragments are loaded before the last step's multiply-adds, so the Tensor Cores
+    // have work queued through both waits. The tiles and everything else are unchanged. #23 is #15's
+    // block of 8 warps of 64 x 64, 1 per SM: with 2 warps per scheduler, it has the fewest other warps to
+    // hide a wait behind. Both fragment sets are now live across the barrier: left to itself, ptxas gave
+    // #21 and #22 154-158 registers (one block per SM), so their kernels ask for two blocks per SM
+    // (Config::kMinBlocks), which holds them to 128. #22 fits with no spills; #21 spills 68-108 bytes
+    // (a 40-48 byte stack frame; in its sm_90 K loop the lean copy's plans are read back from local
+    // memory, 6 LDL and 4 STL per K step). Shared memory as their base tiles'.
+    {128, 128, 32, 2, 4, 4, true, 1, 1, true},  // 21: #12, fragments ahead; 128 regs (spills), 68-80 KiB: 2/SM
+    {128, 128, 64, 2, 4, 3, true, 1, 1, true},  // 22: #13, fragments ahead; 128 regs, 102-108 KiB: 2/SM
+    {128, 256, 32, 2, 4, 3, true, 1, 1, true},  // 23: #15, fragments ahead; 233-240 regs, 75-90 KiB: 1/SM
 };
 inline constexpr int kBigTileCount = static_cast<int>(sizeof(kBigTiles) / sizeof(kBigTiles[0]));
 
@@ -110,6 +131,7 @@ inline std::string describe(const Tile& t) {
                   std::to_string(t.warps_m) + "x" + std::to_string(t.warps_n) + " warps of " +
                   std::to_string(t.bm / t.warps_m) + "x" + std::to_string(t.bn / t.warps_n) + ", " +
                   std::to_string(t.stages) + " stages" + (t.lean ? ", lean copy" : "");
+  if (t.ahead) d += ", fragments ahead";
   if (t.cluster_m > 1 && t.cluster_n > 1) {
     d += ", clusters of " + std::to_string(t.cluster_m) + " x " + std::to_string(t.cluster_n) + " sharing A and B";
   } else if (t.cluster_m > 1) {
