@@ -43,13 +43,14 @@
 //   5. (Candidates #21-#23, written 2026-11-29 without a GPU.) Point 2 overlaps the loads of a K tile's
 //      second 16-deep step with its first step's mma_syncs, but not the first step's: in #12's sm_90
 //      code each K tile starts with the wait and the barrier, then about 65 copy instructions, then 6
-//      ldmatrix whose results the first mma_sync needs at once. So a warp reaches every barrier, and
-//      every first load, with none of its multiply-adds in flight. With AHEAD the order within a K tile
+//      ldmatrix whose results the first mma_sync needs at once. The 8 warps of a block leave the barrier
+//      together, and none has an mma_sync to issue until its copies are issued and its loads return.
+//      With AHEAD the order within a K tile
 //      is the one CUTLASS's multistage loops use: the next step's fragments are loaded before this
 //      step's mma_syncs, also across K tiles (the last step's next step is the next tile's first), and
-//      the wait and the barrier come right after the mma_syncs of the second-to-last step. The Tensor
-//      Cores have a step's mma_syncs queued through both waits, and the copies are issued behind the
-//      first step's. Which is faster is for `gemm_bench --sweep` to say (wmma_pipelined_tiles.h).
+//      the wait and the barrier come right after the mma_syncs of the second-to-last step. Each warp
+//      then has a step's mma_syncs to issue right after the barrier and while its loads are in flight,
+//      and the copies are issued behind the first step's mma_syncs. Which is faster is for `gemm_bench --sweep` to say (wmma_pipelined_tiles.h).
 //
 // Everything else is as in wmma_smem: padded shared-memory rows, predicated edges with zero fill,
 // 128-bit copies with a scalar fallback inside the kernel for misaligned matrices (so this rung too

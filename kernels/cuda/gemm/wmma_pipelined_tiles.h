@@ -99,12 +99,13 @@ inline constexpr Tile kBigTiles[] = {
     // 21-23, added 2026-11-29 (not yet run on a GPU): #12, #13 and #15 with the next K step's fragments
     // loaded ahead (wmma_pipelined.cu, point 5). Why: the H100's counters for #12 (2026-11-27) put the
     // Tensor pipe at 43% and the issue slots at 42%, with 0.78 of 3.86 warps eligible per cycle: the
-    // warps wait more than they issue. Its sm_90 K loop makes each of them wait twice per K step, each
-    // time with no multiply-add of its own in flight: at the barrier, and for the first 6 fragment
-    // loads (ldmatrix), which it issues only after the barrier and the step's 65 or so copy instructions.
-    // With `ahead`, the barrier comes after the first 16-deep step's multiply-adds are issued, and the
-    // next step's first fragments are loaded before the last step's multiply-adds, so the Tensor Cores
-    // have work queued through both waits. The tiles and everything else are unchanged. #23 is #15's
+    // warps wait more than they issue. Its sm_90 K loop starts every K step with the barrier, then the
+    // step's 65 or so copy instructions, then the first 6 fragment loads (ldmatrix), whose results the
+    // first multiply-add needs at once: the block's 8 warps leave the barrier together, and none has a
+    // multiply-add to issue until its loads return. With `ahead`, the barrier comes after the
+    // multiply-adds of a K tile's second-to-last 16-deep step, and the next K tile's first fragments are
+    // loaded before the last step's multiply-adds, so each warp has multiply-adds to issue right after
+    // both waits. The tiles and everything else are unchanged. #23 is #15's
     // block of 8 warps of 64 x 64, 1 per SM: with 2 warps per scheduler, it has the fewest other warps to
     // hide a wait behind. Both fragment sets are now live across the barrier: left to itself, ptxas gave
     // #21 and #22 154-158 registers (one block per SM), so their kernels ask for two blocks per SM
