@@ -248,6 +248,20 @@ std::set<std::string> kernel_names() {
   return names;
 }
 
+// Calls visit(suite, name, file, text, after) for every TEST, TEST_F and TEST_P in tests/**/*.cpp: the
+// file's path and text, and where in the text the TEST's parenthesized name ends.
+template <class Visit>
+void for_each_test(Visit&& visit) {
+  const std::regex test_re(R"(\bTEST(?:_F|_P)?\(\s*(\w+)\s*,\s*(\w+)\s*\))");
+  for (const auto& e : fs::recursive_directory_iterator(fs::path(HALFLING_SOURCE_DIR) / "tests")) {
+    if (e.path().extension() != ".cpp") continue;
+    std::ifstream in(e.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (std::sregex_iterator m(text.begin(), text.end(), test_re), end; m != end; ++m)
+      visit((*m)[1].str(), (*m)[2].str(), e.path(), text, static_cast<size_t>(m->position(0) + m->length(0)));
+  }
+}
+
 // gpu_check.sh's ncu stage picks each launch by its kernel's name (ncu -k regex:...). A name that
 // matches no kernel profiles nothing, and the step would still pass: so every alternative of every
 // ncu_kernel pattern must be the name of a kernel in kernels/cuda/ ('.' takes whatever runs first).
@@ -363,24 +377,20 @@ TEST(GpuScripts, TestsThatForceAWmmaPipelinedTileRunApart) {
     });
   };
 
-  const std::regex test_re(R"(\bTEST(?:_F|_P)?\(\s*(\w+)\s*,\s*(\w+)\s*\))");
   int forcing = 0;
-  for (const auto& e : fs::recursive_directory_iterator(r / "tests")) {
-    if (e.path().extension() != ".cpp") continue;
-    std::ifstream in(e.path());
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    for (std::sregex_iterator m(text.begin(), text.end(), test_re), end; m != end; ++m) {
-      const std::string code = test_code(text, static_cast<size_t>(m->position(0) + m->length(0)));
-      if (!contains(code, "ScopedBigTile") && !contains(code, "check_every_tuning_tile(")) continue;
-      ++forcing;
-      const std::string name = (*m)[1].str() + "." + (*m)[2].str();
-      EXPECT_TRUE(listed(name)) << name << " (" << e.path().filename().string()
-                                << ") forces a wmma_pipelined tile, but scripts/gpu_common.sh's cluster_memcheck "
-                                   "does not match it: rename it CudaGemm.WmmaPipelined..., or add it to the list";
-    }
-  }
-  // Today: every tile twice, the lean tiles, the cluster tiles twice, and the refused index.
-  EXPECT_GE(forcing, 6) << "the scan found too few tests that force a tile: has the way they do it changed?";
+  for_each_test([&](const std::string& suite, const std::string& test, const fs::path& file, const std::string& text,
+                    size_t after) {
+    const std::string code = test_code(text, after);
+    if (!contains(code, "ScopedBigTile") && !contains(code, "check_every_tuning_tile(")) return;
+    ++forcing;
+    const std::string name = suite + "." + test;
+    EXPECT_TRUE(listed(name)) << name << " (" << file.filename().string()
+                              << ") forces a wmma_pipelined tile, but scripts/gpu_common.sh's cluster_memcheck "
+                                 "does not match it: rename it CudaGemm.WmmaPipelined..., or add it to the list";
+  });
+  // Today: every tile twice, the lean tiles, the cluster tiles twice, the fragments-ahead tiles against
+  // their base tiles, and the refused index.
+  EXPECT_GE(forcing, 7) << "the scan found too few tests that force a tile: has the way they do it changed?";
 }
 
 // The benchmarks' choosers (the ncu stage's --shapes, --variants, --only, --tile, and the gemm-bench steps'
@@ -491,16 +501,10 @@ TEST(GpuScripts, SassRefusesWhatItCannotRead) {
 TEST(GpuScripts, SanitizerTestListsNameTestsThatExist) {
   const fs::path r = HALFLING_SOURCE_DIR;
   std::set<std::string> tests, suites;
-  const std::regex test_re(R"(\bTEST(?:_F|_P)?\(\s*(\w+)\s*,\s*(\w+)\s*\))");
-  for (const auto& e : fs::recursive_directory_iterator(r / "tests")) {
-    if (e.path().extension() != ".cpp") continue;
-    std::ifstream in(e.path());
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    for (std::sregex_iterator m(text.begin(), text.end(), test_re), end; m != end; ++m) {
-      tests.insert((*m)[1].str() + "." + (*m)[2].str());
-      suites.insert((*m)[1].str());
-    }
-  }
+  for_each_test([&](const std::string& suite, const std::string& test, const fs::path&, const std::string&, size_t) {
+    tests.insert(suite + "." + test);
+    suites.insert(suite);
+  });
   ASSERT_TRUE(tests.count("ConvCuda.TapTableIsBitIdenticalToRung3")) << "the TEST scan found " << tests.size();
 
   const std::regex list_re(
