@@ -337,9 +337,9 @@ ncu_kernel() {
 # wait, or more, under each of ncu's replays; the others are recorded as skipped), after the others for
 # that reason, with the rung's own tile before them and tile #13 after (below); and the tiles of
 # 2026-11-29 that load their fragments ahead (ahead_tiles), the first next to #12, the others last.
-# short runs them at its end, with the time its budget has left, so that a kernel that misses its bar comes back with the
-# counters that say why, without another command; the ncu stage runs them too. About 6 s each on the
-# H100.
+# short runs them at its end, with the time its budget has left, so that a kernel that misses its bar
+# comes back with the counters that say why, without another command; the ncu stage runs them too.
+# About 6 s each on the H100.
 ncu_new_kernels() {
   ncu_kernel softmax-128x65536-packed_kept 'packed_kept_kernel' 1 "$build/bench/softmax_bench" --samples 3 \
     --shapes 128x65536 --variants packed_kept
