@@ -1231,7 +1231,7 @@ TEST(CudaGemmTiles, HookOffByDefaultAndEveryTileWellFormed) {
     if (t.ahead) {  // wmma_pipelined.cu's point 5 (its static_asserts say the same at compile time)
       EXPECT_FALSE(t.clustered()) << "the cluster kernel has no fragments-ahead form";
       EXPECT_EQ(t.bk / 16 % 2, 0) << "each K tile starts on fragment set 0";
-      EXPECT_GE(t.stages, 3) << "tile kt + 1 read while tile kt + stages - 1 is copied into tile kt - 1's stage";
+      EXPECT_GE(t.stages, 3) << "with fewer stages no copy is in flight while a K tile is computed";
     }
     for (int j = 0; j < i; ++j) {                 // no tile timed twice
       const tiles::Tile u = tiles::kBigTiles[j];

@@ -50,7 +50,8 @@
 //      step's mma_syncs, also across K tiles (the last step's next step is the next tile's first), and
 //      the wait and the barrier come right after the mma_syncs of the second-to-last step. Each warp
 //      then has a step's mma_syncs to issue right after the barrier and while its loads are in flight,
-//      and the copies are issued behind the first step's mma_syncs. Which is faster is for `gemm_bench --sweep` to say (wmma_pipelined_tiles.h).
+//      and the copies are issued behind the first step's mma_syncs. The steps, and why they are safe:
+//      ahead_schedule.h. Which is faster is for `gemm_bench --sweep` to say (wmma_pipelined_tiles.h).
 //
 // Everything else is as in wmma_smem: padded shared-memory rows, predicated edges with zero fill,
 // 128-bit copies with a scalar fallback inside the kernel for misaligned matrices (so this rung too
@@ -62,6 +63,7 @@
 #include <mutex>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemm/ahead_schedule.h"
 #include "kernels/cuda/gemm/cluster_share.h"
 #include "kernels/cuda/gemm/gemm_common.cuh"
 #include "kernels/cuda/gemm/ring_phases.h"
@@ -232,17 +234,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
 
   if constexpr (Cfg::AHEAD) {
-    // Point 5 above: the same copies, fragments and multiply-adds, in another order. Each K tile's
-    // 16-deep steps load the next step's fragments before issuing their own multiply-adds, and the last
-    // step's "next step" is the first of K tile kt + 1. So tile kt + 1 must be published before that
-    // load: the wait and the barrier come after the multiply-adds of the second-to-last step, which are
-    // then in flight through them, as the last step's are through the next tile's first loads. The copy
-    // of tile kt + STAGES - 1 goes into the stage of tile kt - 1, which every warp last read before the
-    // barrier of K tile kt - 1 (its last loads from it were for that tile's last step).
+    // Point 5 above: the same copies, fragments and multiply-adds, in another order; the steps, and why
+    // they are safe, are ahead_schedule.h's (1-4 below).
     constexpr int kSteps = BK / 16;
     static_assert(kSteps % 2 == 0, "each K tile starts on fragment set 0");
-    static_assert(STAGES >= 3, "tile kt + 1 is read while tile kt + STAGES - 1 is copied into tile kt - 1's stage");
-    cp_async_wait<STAGES - 2>();
+    static_assert(STAGES >= 3, "with fewer stages no copy is in flight while a K tile is computed");
+    cp_async_wait<ahead::in_flight_at_barrier(STAGES)>();
     __syncthreads();
     load_frags(0, a_stage(0), b_stage(0), 0);
     for (int64_t kt = 0; kt < k_tiles; ++kt) {
@@ -251,24 +248,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #pragma unroll
       for (int step = 0; step < kSteps; ++step) {
         const int cur = step % 2;
-        if (step + 1 < kSteps) {
-          load_frags(1 - cur, as, bs, (step + 1) * 16);
-        } else if (kt + 1 < k_tiles) {
-          const int s1 = static_cast<int>((kt + 1) % STAGES);
-          load_frags(1 - cur, a_stage(s1), b_stage(s1), 0);
+        // 1. The next step's fragments: this tile's (its stage's pointers are at hand), or the next
+        // tile's first. (Which, the compiler knows for each unrolled step.)
+        const int64_t t = ahead::loaded_tile(kt, step, kSteps);
+        const int kk = ahead::loaded_step(step, kSteps) * 16;
+        if (t == kt) {
+          load_frags(1 - cur, as, bs, kk);
+        } else if (t < k_tiles) {
+          const int s = static_cast<int>(t % STAGES);
+          load_frags(1 - cur, a_stage(s), b_stage(s), kk);
         }
+        // 2. This step's multiply-adds.
 #pragma unroll
         for (int i = 0; i < FM; ++i)
 #pragma unroll
           for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], a_frag[cur][i], b_frag[cur][j], acc[i][j]);
-        if (step == 0) {
-          const int64_t next = kt + STAGES - 1;
+        // 3. The copies of tile kt + STAGES - 1, into the stage tile kt - 1 had.
+        if (ahead::copies_at(step)) {
+          const int64_t next = ahead::copied_tile(kt, STAGES);
           if (next < k_tiles) load_stage(static_cast<int>(next % STAGES), next);
           cp_async_commit();
         }
-        if (step + 2 == kSteps) {
-          // Groups committed: STAGES - 1 + kt + 1; tile kt + 1 has landed when at most STAGES - 2 are newer.
-          cp_async_wait<STAGES - 2>();
+        // 4. Tile kt + 1 landed (this thread's copies) and published (everyone's).
+        if (ahead::barrier_after(step, kSteps)) {
+          cp_async_wait<ahead::in_flight_at_barrier(STAGES)>();
           __syncthreads();
         }
       }

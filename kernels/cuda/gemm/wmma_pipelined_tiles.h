@@ -109,7 +109,7 @@ inline constexpr Tile kBigTiles[] = {
     // block of 8 warps of 64 x 64, 1 per SM: with 2 warps per scheduler, it has the fewest other warps to
     // hide a wait behind. Both fragment sets are now live across the barrier: left to itself, ptxas gave
     // #21 and #22 154-158 registers (one block per SM), so their kernels ask for two blocks per SM
-    // (Config::kMinBlocks), which holds them to 128. #22 fits with no spills; #21 spills 68-108 bytes
+    // (Config::kMinBlocks), which holds them to 128. #22 fits with no spills; #21 spills 60-100 bytes
     // (a 40-48 byte stack frame; in its sm_90 K loop the lean copy's plans are read back from local
     // memory, 6 LDL and 4 STL per K step). Shared memory as their base tiles'.
     {128, 128, 32, 2, 4, 4, true, 1, 1, true},  // 21: #12, fragments ahead; 128 regs (spills), 68-80 KiB: 2/SM
