@@ -844,6 +844,13 @@ TEST(CudaGemm, WmmaPipelinedClusterTilesReplayInACudaGraph) {
   EXPECT_GT(tried, 0) << "no tile of wmma_pipelined_tiles.h uses a cluster";
 }
 
+// Two tiles of wmma_pipelined_tiles.h alike in every field but `ahead` (the order of the K loop): one
+// comparison, so that a field added to the table is compared wherever tiles are.
+bool alike_but_order(const kernels::wmma_pipelined::Tile& u, const kernels::wmma_pipelined::Tile& t) {
+  return u.bm == t.bm && u.bn == t.bn && u.bk == t.bk && u.warps_m == t.warps_m && u.warps_n == t.warps_n &&
+         u.stages == t.stages && u.lean == t.lean && u.cluster_m == t.cluster_m && u.cluster_n == t.cluster_n;
+}
+
 // The fragments-ahead tiles (wmma_pipelined_tiles.h #21-#23; wmma_pipelined.cu, point 5) reorder a K
 // tile's loads, copies and barrier, not its arithmetic. Each accumulator gets the same mma_syncs on the
 // same fragments in the same order as in the tile it is made from, so C must be the same bits. The shapes
@@ -862,13 +869,8 @@ TEST(CudaGemm, WmmaPipelinedFragmentsAheadGiveTheirTilesBits) {
     const tiles::Tile& t = tiles::kBigTiles[i];
     if (!t.ahead) continue;
     int base = -1;
-    for (int j = 0; j < tiles::kBigTileCount; ++j) {
-      const tiles::Tile& u = tiles::kBigTiles[j];
-      if (!u.ahead && u.bm == t.bm && u.bn == t.bn && u.bk == t.bk && u.warps_m == t.warps_m &&
-          u.warps_n == t.warps_n && u.stages == t.stages && u.lean == t.lean && u.cluster_m == t.cluster_m &&
-          u.cluster_n == t.cluster_n)
-        base = j;
-    }
+    for (int j = 0; j < tiles::kBigTileCount; ++j)
+      if (!tiles::kBigTiles[j].ahead && alike_but_order(tiles::kBigTiles[j], t)) base = j;
     ASSERT_GE(base, 0) << "tile #" << i << " (" << tiles::describe(t) << ") has no tile without fragments ahead";
     ++pairs;
     const std::string label = "tile #" + std::to_string(i) + " against #" + std::to_string(base) + " (" +
@@ -1235,9 +1237,7 @@ TEST(CudaGemmTiles, HookOffByDefaultAndEveryTileWellFormed) {
     }
     for (int j = 0; j < i; ++j) {                 // no tile timed twice
       const tiles::Tile u = tiles::kBigTiles[j];
-      EXPECT_FALSE(u.bm == t.bm && u.bn == t.bn && u.bk == t.bk && u.warps_m == t.warps_m && u.warps_n == t.warps_n &&
-                   u.stages == t.stages && u.lean == t.lean && u.cluster_m == t.cluster_m &&
-                   u.cluster_n == t.cluster_n && u.ahead == t.ahead);
+      EXPECT_FALSE(alike_but_order(u, t) && u.ahead == t.ahead);
     }
   }
 }
