@@ -52,7 +52,10 @@
 #   scripts/gpu_check.sh ncu            # issues #4, #6, #7: Nsight Compute's counters (speed of light,
 #                                       # stall reasons, bank conflicts, occupancy) for one launch of each
 #                                       # kernel still short of its target, and of the reference it is
-#                                       # measured against where that is one kernel (cuBLAS); ~3 minutes
+#                                       # measured against where that is one kernel (cuBLAS); ~3 minutes.
+#                                       # ncu and short also write ncu_source_<stage>_<gpu>_<date>.tar.gz:
+#                                       # each profile's source page, instruction by instruction
+#                                       # (ncu_export below; scripts/ncu_source.py reads it anywhere)
 #   scripts/gpu_check.sh profile        # where a training step's time goes, halfling (bench/train
 #                                       # --profile) next to PyTorch (torch.profiler): LeNet and VGG-small
 #                                       # mixed, 100 steps per epoch (VGG-small needs CIFAR-10); then
@@ -303,7 +306,13 @@ bg_finish() {
 #   ncu_kernel NAME REGEX COUNT PROGRAM ARGS...
 #                 profile the first COUNT launches of kernels whose function name matches REGEX (the
 #                 names are the __global__ functions in kernels/cuda/; GpuScripts.NcuProfilesKernelsThatExist
-#                 checks them) while PROGRAM runs, as step ncu-NAME
+#                 checks them) while PROGRAM runs, as step ncu-NAME; then ncu_export NAME
+#   ncu_export NAME
+#                 the report of step ncu-NAME as CSV, instruction by instruction (the source page: each
+#                 SASS instruction's executions, warp stall samples by reason, shared-memory wavefronts
+#                 against the ideal, excess L2 sectors) and every metric collected (the raw page), into
+#                 $results/ncu_source_<stage>_<gpu>_<date>.tar.gz (one file, remade after each kernel, so
+#                 that a run stopped early keeps what it had), as step ncu-export-NAME
 # Nsight Compute replays the launch once per pass of counters; the clocks are left alone (--clock-control
 # none, as the device notes ask) and the caches are flushed between passes (its default), so a softmax
 # shape that fits in L2 starts cold here where softmax_bench times it warm. What to read: the speed-of-
@@ -312,7 +321,16 @@ bg_finish() {
 # left out the memory tables and the source counters' tables, such as where the 33% "excessive sectors"
 # of the cp.async GEMMs at 4096^3 come from: gpu_ncu_nvidia_h100_80gb_hbm3_2026-11-27.txt). Nsight
 # Compute 2024.1 takes the option, and the H100's ncu named it in that run's output.
+# Why the exports (2026-11-29): the details page names a kernel's dominant stall and its five worst
+# source lines, not which instruction of a K loop the warps wait at, nor which shared-memory
+# instruction makes the 35% excess wavefronts of wmma_pipelined's tile #12 (the H100's counters of
+# 2026-11-27: 105.4 million wavefronts, 37.2 million above the ideal; docs/gpu_status.md). The source
+# page has both, for every instruction, from the same replay; scripts/ncu_source.py reads it on any
+# machine, without a GPU and without Nsight Compute, so that sessions without a GPU can work from it.
+# The .ncu-rep reports stay behind: an older Nsight Compute (Debian's 2024.1) may not open a newer
+# one's report, and CSV reads anywhere.
 ncu_missing="no ncu on the PATH, under /opt/nvidia or in the CUDA toolkit"  # what both stages say without it
+ncu_reports=$scratch/ncu-reports  # the reports, until ncu_export has printed them as CSV
 ncu_setup() {
   ncu_bin=$(command -v ncu || find /opt/nvidia /usr/local/cuda*/ -name ncu -type f -perm -u+x 2>/dev/null | sort | tail -n 1)
   [[ -n $ncu_bin ]] || return 1
@@ -326,8 +344,39 @@ ncu_setup() {
 ncu_kernel() {
   local name=$1 regex=$2 count=$3
   shift 3
+  mkdir -p "$ncu_reports"
+  rm -f "$ncu_reports/$name.ncu-rep"
+  # --page details: with --export alone, ncu prints no results to the console.
   step "ncu-$name" timeout 150 "$ncu_bin" --clock-control none --print-summary none --print-details all \
-    "${ncu_sections[@]}" -k "regex:$regex" -c "$count" "$@"
+    --page details --export "$ncu_reports/$name" --force-overwrite "${ncu_sections[@]}" -k "regex:$regex" \
+    -c "$count" "$@"
+  ncu_export "$name"
+}
+ncu_export() {
+  local name=$1 rep=$ncu_reports/$1.ncu-rep
+  if [[ ! -s $rep ]]; then
+    record "ncu-export-$name" skipped "no report: step ncu-$name profiled nothing"
+    return 0
+  fi
+  local csv=$ncu_reports/csv archive="$results/ncu_source_${label}_${slug}_${day}.tar.gz" n
+  mkdir -p "$csv"
+  if ! timeout 120 "$ncu_bin" --import "$rep" --page source --csv --print-source sass >"$csv/$name.sass.csv" ||
+    ! timeout 60 "$ncu_bin" --import "$rep" --page raw --csv >"$csv/$name.raw.csv"; then
+    record "ncu-export-$name" FAILED "ncu --import $rep could not print its source or raw page"
+    return 1
+  fi
+  rm -f "$rep"  # a few MB each: what matters is in the CSV files
+  n=$(grep -c '^"0x' "$csv/$name.sass.csv")
+  # Written beside, then renamed: a run stopped here keeps the previous archive whole.
+  if ! (cd "$csv" && tar -czf "$archive.part" -- *.csv) || ! mv -f "$archive.part" "$archive"; then
+    record "ncu-export-$name" FAILED "could not write $archive"
+    return 1
+  fi
+  if (($(stat -c %s "$archive") > 15 * 1024 * 1024)); then
+    record "ncu-export-$name" FAILED "$archive is over 15 MiB; the device tool returns 16 MiB per file at most"
+    return 1
+  fi
+  record "ncu-export-$name" ok "$n SASS instructions, in ${archive##*/}"
 }
 # The kernels written on 2026-11-28 without a GPU whose times decide something (docs/gpu_status.md, "The
 # next GPU session"): packed_kept at 128x65536 (issue #6), rung 3's changed forward and data-gradient

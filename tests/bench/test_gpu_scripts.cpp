@@ -294,6 +294,96 @@ TEST(GpuScripts, NcuProfilesKernelsThatExist) {
 // (scripts/gpu_common.sh's cluster_tiles, and own_tile for the row each is timed next to): those must be the
 // table's clustered() tiles and its kOwnTile, or a new cluster tile would run among the others, or a
 // renumbered one not at all. Its ahead_tiles, which the ncu steps profile, must be the tiles with `ahead`.
+// The ncu stage end to end with stand-ins for ncu and nvidia-smi (no GPU, no Nsight Compute): each
+// ncu_kernel step leaves a report, and ncu_export prints its source and raw pages as CSV into one archive
+// in the results folder (the device tool returns at most 8 files), remade after each step; a step that
+// profiled nothing (the stand-in writes no report for the cluster tiles) is recorded as skipped, not
+// exported, and the details page still reaches the log. The stand-in answers --import with a source page
+// of two instructions, and prints no details when asked to --export without a --page, as ncu does.
+TEST(GpuScripts, NcuStageExportsEverySourcePage) {
+  if (hl::test::run_command("command -v tar && command -v bash").first != 0) GTEST_SKIP() << "no tar or bash";
+  const fs::path dir = fs::path(::testing::TempDir()) / ("halfling_ncu_export_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "bin");
+  fs::create_directories(dir / "out");
+  const auto write_script = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / "bin" / name) << text;
+    fs::permissions(dir / "bin" / name, fs::perms::owner_all);
+  };
+  write_script("nvidia-smi", "#!/usr/bin/env bash\n"
+                             "[[ $1 == -L ]] && { echo 'GPU 0: Stand-in GPU (UUID: GPU-0)'; exit 0; }\n"
+                             "echo 'Stand-in GPU'\n");
+  write_script("ncu", R"sh(#!/usr/bin/env bash
+[[ $1 == --version ]] && { echo 'stand-in ncu'; exit 0; }
+if [[ $1 == --import ]]; then
+  [[ -s $2 ]] || { echo "no report $2" >&2; exit 1; }
+  if [[ " $* " == *" --page source "* ]]; then
+    printf '%s\n' '"Kernel Name","k(int)",""' '"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed"' \
+      '"0x7f00","      HMMA.16816.F32 R0, R2, R4, R0 ","5","64"' '"0x7f10","      EXIT ","1","8"'
+  else
+    printf '%s\n' '"ID","Kernel Name"' '"0","k(int)"'
+  fi
+  exit 0
+fi
+out='' regex='' page=''
+while (($#)); do
+  case $1 in --export) out=$2; shift ;; -k) regex=$2; shift ;; --page) page=$2; shift ;; esac
+  shift
+done
+[[ $regex == *cluster* ]] && exit 0
+echo report >"$out.ncu-rep"
+# As Nsight Compute does: with --export and no --page, nothing on the console.
+[[ -z $out || -n $page ]] && echo "Section: GPU Speed Of Light Throughput ($regex)"
+exit 0
+)sh");
+  const std::string cmd = "PATH='" + (dir / "bin").string() + "':$PATH HALFLING_BUILD='" + HALFLING_BINARY_DIR +
+                          "' HALFLING_PREBUILT=1 HALFLING_RESULTS='" + (dir / "out").string() + "' bash " +
+                          script("gpu_check.sh") + " ncu";
+  auto [s, o] = hl::test::run_command(cmd);
+  EXPECT_EQ(s, 0) << o;
+
+  fs::path archive;
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir / "out")) {
+    ++files;
+    const std::string name = e.path().filename().string();
+    if (name.rfind("ncu_source_ncu_stand_in_gpu_", 0) == 0 && e.path().extension() == ".gz") archive = e.path();
+  }
+  ASSERT_FALSE(archive.empty()) << "no ncu_source_ncu_stand_in_gpu_*.tar.gz in " << dir / "out" << "\n" << o;
+  EXPECT_EQ(files, 2) << "the results file and the archive, nothing else (no .part left behind)";
+  auto [ts, listing] = hl::test::run_command("tar -tzf '" + archive.string() + "' | sort");
+  ASSERT_EQ(ts, 0) << listing;
+
+  // Every ncu step of the stage's log: exported if it left a report, skipped if it did not.
+  const std::regex step_line(R"(## ncu-([a-z0-9_x-]+): ok)");
+  int exported = 0, skipped = 0;
+  for (auto it = std::sregex_iterator(o.begin(), o.end(), step_line); it != std::sregex_iterator(); ++it) {
+    const std::string name = (*it)[1];
+    if (name == "version" || name.rfind("export-", 0) == 0) continue;
+    if (contains(name, "cluster")) {
+      EXPECT_TRUE(contains(o, "## ncu-export-" + name + ": skipped (no report")) << name << "\n" << o;
+      EXPECT_FALSE(contains(listing, name + ".sass.csv")) << name;
+      ++skipped;
+    } else {
+      EXPECT_TRUE(contains(o, "## ncu-export-" + name + ": ok (2 SASS instructions")) << name << "\n" << o;
+      // The details page still reaches the log (the results file) beside the export.
+      const size_t at = o.find("\n## ncu-" + name + "\n");
+      EXPECT_TRUE(at != std::string::npos && contains(o.substr(at, o.find("## ncu-" + name + ": ok", at) - at),
+                                                      "Section: GPU Speed Of Light Throughput"))
+          << "no details page in step ncu-" << name;
+      EXPECT_TRUE(contains(listing, name + ".sass.csv\n")) << name << "\n" << listing;
+      EXPECT_TRUE(contains(listing, name + ".raw.csv\n")) << name << "\n" << listing;
+      ++exported;
+    }
+  }
+  EXPECT_GE(exported, 20) << o;
+  EXPECT_EQ(skipped, 2) << "the stand-in profiles nothing for the two cluster tiles\n" << o;
+  auto [cs, page] = hl::test::run_command("tar -xzOf '" + archive.string() + "' gemm-4096-cublas.sass.csv");
+  EXPECT_EQ(cs, 0) << page;
+  EXPECT_TRUE(contains(page, "HMMA.16816.F32")) << page;
+  fs::remove_all(dir);
+}
+
 TEST(GpuScripts, ClusterTilesNameTheTablesTiles) {
   namespace tiles = hl::kernels::wmma_pipelined;
   std::vector<int> clustered, ahead;
