@@ -83,7 +83,7 @@
 # failed (the later steps of the stage still run).
 # Environment: see scripts/gpu_common.sh (HALFLING_BUILD, CUDA_ARCH, HALFLING_JOBS, HALFLING_RESULTS,
 # HALFLING_COMMIT, HALFLING_BUDGET, HALFLING_BUILD_TIMEOUT); also HALFLING_DATA (default data/),
-# HALFLING_CTEST_JOBS (8).
+# HALFLING_CTEST_JOBS (8), HALFLING_NCU (the ncu to run; default: found by ncu_setup).
 set -uo pipefail
 usage="usage: scripts/gpu_check.sh preflight|build|test|sanitize [memcheck|racecheck]|bench-gemm|bench-conv|bench-softmax|bench-bn|bench|train|ablate|ncu|profile|short"
 [[ $# -ge 1 ]] || { echo "$usage" >&2; exit 2; }
@@ -302,7 +302,8 @@ bg_finish() {
 }
 
 # ncu and short: Nsight Compute's counters for one launch of a kernel, picked by its name.
-#   ncu_setup     find ncu (ncu_bin) and name the sections to collect (ncu_sections); 1 if there is none
+#   ncu_setup     find ncu (ncu_bin: $HALFLING_NCU if set, else the PATH's, else the newest under /opt/nvidia
+#                 or the CUDA toolkit) and name the sections to collect (ncu_sections); 1 if there is none
 #   ncu_kernel NAME REGEX COUNT PROGRAM ARGS...
 #                 profile the first COUNT launches of kernels whose function name matches REGEX (the
 #                 names are the __global__ functions in kernels/cuda/; GpuScripts.NcuProfilesKernelsThatExist
@@ -332,7 +333,8 @@ bg_finish() {
 ncu_missing="no ncu on the PATH, under /opt/nvidia or in the CUDA toolkit"  # what both stages say without it
 ncu_reports=$scratch/ncu-reports  # the reports, until ncu_export has printed them as CSV
 ncu_setup() {
-  ncu_bin=$(command -v ncu || find /opt/nvidia /usr/local/cuda*/ -name ncu -type f -perm -u+x 2>/dev/null | sort | tail -n 1)
+  ncu_bin=${HALFLING_NCU:-$(command -v ncu ||
+    find /opt/nvidia /usr/local/cuda*/ -name ncu -type f -perm -u+x 2>/dev/null | sort | tail -n 1)}
   [[ -n $ncu_bin ]] || return 1
   ncu_sections=()
   local section

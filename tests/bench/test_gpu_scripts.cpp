@@ -318,7 +318,8 @@ TEST(GpuScripts, NcuStageExportsEverySourcePage) {
 if [[ $1 == --import ]]; then
   [[ -s $2 ]] || { echo "no report $2" >&2; exit 1; }
   if [[ " $* " == *" --page source "* ]]; then
-    printf '%s\n' '"Kernel Name","k(int)",""' '"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed"' \
+    printf '%s\n' '"Kernel Name","k(int)",""' \
+      '"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed"' \
       '"0x7f00","      HMMA.16816.F32 R0, R2, R4, R0 ","5","64"' '"0x7f10","      EXIT ","1","8"'
   else
     printf '%s\n' '"ID","Kernel Name"' '"0","k(int)"'
@@ -336,7 +337,9 @@ echo report >"$out.ncu-rep"
 [[ -z $out || -n $page ]] && echo "Section: GPU Speed Of Light Throughput ($regex)"
 exit 0
 )sh");
-  const std::string cmd = "PATH='" + (dir / "bin").string() + "':$PATH HALFLING_BUILD='" + HALFLING_BINARY_DIR +
+  // HALFLING_NCU: gpu_common.sh puts the CUDA toolkit's bin first on the PATH, where a real ncu may lie.
+  const std::string cmd = "PATH='" + (dir / "bin").string() + "':$PATH HALFLING_NCU='" +
+                          (dir / "bin" / "ncu").string() + "' HALFLING_BUILD='" + HALFLING_BINARY_DIR +
                           "' HALFLING_PREBUILT=1 HALFLING_RESULTS='" + (dir / "out").string() + "' bash " +
                           script("gpu_check.sh") + " ncu";
   auto [s, o] = hl::test::run_command(cmd);
