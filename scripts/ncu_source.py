@@ -6,6 +6,7 @@ Nsight Compute needed, so a session without a GPU can study a run that had one.
 
     ncu_source.py ARCHIVE.tar.gz                 # the profiled steps the archive holds
     ncu_source.py ARCHIVE.tar.gz STEP [options]  # one step's kernels (STEP: e.g. gemm-4096-wmma_pipelined-own)
+    ncu_source.py ARCHIVE.tar.gz STEP STEP...     # side by side: each step's kernel with the most samples
     ncu_source.py FILE.sass.csv [options]        # an export made by hand:
                                                  #   ncu --import R.ncu-rep --page source --csv --print-source sass
 Options:
@@ -18,7 +19,9 @@ instructions, their executions, their share of the samples and their worst reaso
 wavefronts against the ideal and their excess L2 sectors; the loops (a branch back to an earlier
 instruction), the hottest first; and the instructions with the most samples. A sample is one warp found
 at that instruction by Nsight Compute's periodic sampling, with the reason it could not issue
-("selected": it was issuing); shares of the samples are shares of the warps' time.
+("selected": it was issuing); shares of the samples are shares of the warps' time. Side by side, the
+steps' totals (executions, samples, shared wavefronts over the ideal, excess L2 sectors) and the shares
+of their samples by reason and by opcode: e.g. tile #12 against its fragments-ahead form #21.
 """
 import argparse
 import csv
@@ -188,10 +191,44 @@ def report(kernel, top, span):
     return True
 
 
+def compare(named):
+    """Side by side, one column per (step, kernel): the kernel of each step with the most samples."""
+    cols = []
+    for step, kernels in named:
+        k = max(kernels, key=lambda k: sum(r[4][SAMPLES] for r in k.rows))
+        cols.append((step, k, summed(k.rows, (SAMPLES, EXECUTED, *SHARED, L2_EXCESS, *k.reasons))))
+    width = max(12, *(len(step) for step, _, _ in cols))
+    print(f"{'':<26}" + "".join(f" {step:>{width}}" for step, _, _ in cols))
+
+    def line(label, cells):
+        print(f"{label:<26}" + "".join(f" {c:>{width}}" for c in cells))
+
+    line("warp instrs executed", [f"{t[EXECUTED]:.0f}" for _, _, t in cols])
+    line("warp samples", [f"{t[SAMPLES]:.0f}" for _, _, t in cols])
+    line("shared wavefronts / ideal",
+         [f"{t[SHARED[0]] / t[SHARED[1]]:.3f}" if t[SHARED[1]] else "-" for _, _, t in cols])
+    line("excess L2 sectors", [f"{t[L2_EXCESS]:.0f}" for _, _, t in cols])
+    print("stall reasons, share of each kernel's samples:")
+    reasons = sorted({c for _, k, _ in cols for c in k.reasons}, key=lambda c: -max(
+        (t[c] / t[SAMPLES] if t[SAMPLES] else 0.0) for _, _, t in cols))
+    for c in reasons[:10]:
+        line("  " + c[len("stall_"):], [pct(t[c], t[SAMPLES]).strip() for _, _, t in cols])
+    print("opcodes, share of each kernel's samples:")
+    shares = []
+    for _, k, t in cols:
+        by_op = defaultdict(float)
+        for r in k.rows:
+            by_op[r[2]] += r[4][SAMPLES]
+        shares.append({op: v / t[SAMPLES] if t[SAMPLES] else 0.0 for op, v in by_op.items()})
+    ops = sorted({op for sh in shares for op in sh}, key=lambda op: -max(sh.get(op, 0.0) for sh in shares))
+    for op in ops[:10]:
+        line("  " + op, [f"{100.0 * sh[op]:.1f}%" if op in sh else "-" for sh in shares])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("file")
-    ap.add_argument("step", nargs="?")
+    ap.add_argument("steps", nargs="*", metavar="step")
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--range", dest="span")
     a = ap.parse_args()
@@ -205,30 +242,36 @@ def main():
         if a.file.endswith((".tar.gz", ".tgz")):
             with tarfile.open(a.file) as tar:
                 steps = sorted(n[: -len(".sass.csv")] for n in tar.getnames() if n.endswith(".sass.csv"))
-                if not a.step:
+                if not a.steps:
                     print(f"{a.file}: {len(steps)} profiled steps")
                     for s in steps:
                         print(f"  {s}")
                     return 0
-                if a.step not in steps:
-                    raise SystemExit(f"ncu_source.py: {a.file} holds no step {a.step}; it holds: {', '.join(steps)}")
-                text = tar.extractfile(a.step + ".sass.csv").read().decode("utf-8", "replace")
-                where = f"{a.file}:{a.step}.sass.csv"
+                named = []
+                for step in a.steps:
+                    if step not in steps:
+                        raise SystemExit(f"ncu_source.py: {a.file} holds no step {step}; it holds: {', '.join(steps)}")
+                    text = tar.extractfile(step + ".sass.csv").read().decode("utf-8", "replace")
+                    named.append((step, parse(text, f"{a.file}:{step}.sass.csv")))
         else:
-            if a.step:
+            if a.steps:
                 ap.error("a STEP is for an archive; a CSV file is read whole")
             with open(a.file, encoding="utf-8", errors="replace") as f:
-                text = f.read()
-            where = a.file
+                named = [(a.file, parse(f.read(), a.file))]
     except (OSError, tarfile.TarError) as e:
         raise SystemExit(f"ncu_source.py: {a.file}: {e}")
+    if len(named) > 1:
+        if span:
+            ap.error("--range is for one step: a range of offsets means something else in another kernel")
+        compare(named)
+        return 0
     found = False
-    for i, kernel in enumerate(parse(text, where)):
+    for i, kernel in enumerate(named[0][1]):
         if i:
             print()
         found |= report(kernel, a.top, span)
     if not found:
-        raise SystemExit(f"ncu_source.py: {where}: no kernel has an instruction at offsets {span[0]:#x} to "
+        raise SystemExit(f"ncu_source.py: {named[0][0]}: no kernel has an instruction at offsets {span[0]:#x} to "
                          f"{span[1]:#x}")
     return 0
 

@@ -139,16 +139,39 @@ def main():
         with tarfile.open(archive, "w:gz") as tar:
             for name, text in (("gemm-4096-own.sass.csv", export([("gemm_kernel<1>(GemmArgs)", BASE, GEMM)])),
                                ("gemm-4096-own.raw.csv", '"ID","Kernel Name"\n"0","gemm_kernel"\n'),
-                               ("softmax-128x65536.sass.csv", export([("softmax_kernel(float *)", BASE, SOFTMAX)]))):
+                               ("softmax-128x65536.sass.csv", export([("softmax_kernel(float *)", BASE, SOFTMAX)])),
+                               # Two launches in one step (ncu_kernel's COUNT > 1), the smaller first.
+                               ("two-launches.sass.csv", export([("softmax_kernel(float *)", BASE, SOFTMAX),
+                                                                 ("gemm_kernel<1>(GemmArgs)", BASE, GEMM)]))):
                 data = text.encode()
                 info = tarfile.TarInfo(name)
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
         rc, out, err = run(script, archive)
-        check(rc == 0 and "2 profiled steps" in out and "gemm-4096-own" in out and "softmax-128x65536" in out
+        check(rc == 0 and "3 profiled steps" in out and "gemm-4096-own" in out and "softmax-128x65536" in out
               and ".raw" not in out, "the archive's steps listed", out + err)
         rc, out, err = run(script, archive, "softmax-128x65536")
         check(rc == 0 and "kernel: softmax_kernel(float *)" in out and "gemm" not in out, "one step read", out + err)
+        # Side by side: one column per step; shares of each kernel's own samples.
+        rc, out, err = run(script, archive, "gemm-4096-own", "softmax-128x65536")
+        rows = {line[:26].strip(): line[26:].split() for line in out.splitlines() if line.strip()}
+        check(rc == 0 and out.splitlines()[0].split() == ["gemm-4096-own", "softmax-128x65536"],
+              "one column per step, in the order named", out + err)
+        check(rows.get("warp samples") == ["400", "10"] and rows.get("warp instrs executed") == ["56320", "1024"],
+              "each step's totals", out)
+        check(rows.get("shared wavefronts / ideal") == ["1.781", "-"]
+              and rows.get("excess L2 sectors") == ["1024", "64"],
+              "wavefronts over the ideal (812 / 456), '-' without shared accesses", out)
+        check(rows.get("long_sb") == ["35.0%", "70.0%"] and rows.get("barrier") == ["25.0%", "0.0%"],
+              "stall reasons as shares of each kernel's samples", out)
+        check(rows.get("HMMA") == ["52.5%", "-"] and rows.get("LDG") == ["-", "70.0%"],
+              "opcodes as shares, '-' where a kernel has none", out)
+        rc, out, err = run(script, archive, "softmax-128x65536", "two-launches")
+        rows = {line[:26].strip(): line[26:].split() for line in out.splitlines() if line.strip()}
+        check(rc == 0 and rows.get("warp samples") == ["10", "400"],
+              "a step of two launches compared through its kernel with the most samples", out + err)
+        rc, out, err = run(script, archive, "gemm-4096-own", "softmax-128x65536", "--range", "0:10")
+        check(rc != 0 and "--range is for one step" in err, "a range refused side by side", out + err)
         rc, out, err = run(script, archive, "gemm-4096")
         check(rc != 0 and "holds no step gemm-4096" in err and "gemm-4096-own" in err,
               "an unknown step refused with the list", out + err)
