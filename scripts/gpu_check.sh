@@ -411,8 +411,8 @@ ncu_export() {
 # named in the arguments (short: those whose gemm_bench step passed; one that traps would cost its 20 s
 # wait, or more, under each of ncu's replays; the others are recorded as skipped), after the others for
 # that reason, with the rung's own tile before them and tile #13 after (below); and the tiles of
-# 2026-11-29 that load their fragments ahead (ahead_tiles), the first next to #12, the others last.
-# short runs them at its end, with the time its budget has left, so that a kernel that misses its bar
+# 2026-11-29 that load their fragments ahead (ahead_tiles), the first next to #12, the others after;
+# last, packed_online at 128x65536, to read packed_kept against. short runs them at its end, with the time its budget has left, so that a kernel that misses its bar
 # comes back with the counters that say why, without another command; the ncu stage runs them too.
 # About 6 s each on the H100.
 ncu_new_kernels() {
@@ -450,6 +450,11 @@ ncu_new_kernels() {
     ncu_kernel "gemm-4096-wmma_pipelined-ahead$tile" 'gemm_wmma_pipelined_kernel' 1 "${gemm[@]}" \
       --tile "$tile"
   done
+  # packed_online at 128x65536, the rung packed_kept would replace there, from the same GPU: the two
+  # source pages side by side (scripts/ncu_source.py) say where packed_kept's exponentials-once saved
+  # time, or did not. Last: its counters of 2026-11-27 are in gpu_ncu_packed_online_v2_*.
+  ncu_kernel softmax-128x65536-packed_online 'packed_online_forward_kernel' 1 "$build/bench/softmax_bench" \
+    --samples 3 --shapes 128x65536 --variants packed_online
 }
 
 case $stage in
@@ -690,9 +695,9 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     # guesses (docs/gpu_status.md, "Leads"). One launch of each, picked by its kernel's name, on the shape
     # where it misses: the GEMM rungs at 4096^3 next to cuBLAS's own kernel, the softmax rungs the
     # chooser took on the long rows next to register_warp where the target is met (and packed_row and
-    # packed_online, the long rows' rungs since, packed_online the chooser's first), the two
-    # weight-gradient kernels on VGG-small's 256->256 layer, and the kernels of 2026-11-28
-    # (ncu_new_kernels, above).
+    # packed_online, the long rows' rungs since, packed_online the chooser's first: it is
+    # ncu_new_kernels' last, beside packed_kept), the two weight-gradient kernels on VGG-small's
+    # 256->256 layer, and the kernels of 2026-11-28 (ncu_new_kernels, above).
     build_targets gemm_bench softmax_bench conv_bench
     check_gpu
     if ncu_setup; then
@@ -722,8 +727,6 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
         --shapes 1024x32768 --variants packed_row
       ncu_kernel softmax-128x65536-packed_row 'packed_row_forward_kernel' 1 "${softmax[@]}" \
         --shapes 128x65536 --variants packed_row
-      ncu_kernel softmax-128x65536-packed_online 'packed_online_forward_kernel' 1 "${softmax[@]}" \
-        --shapes 128x65536 --variants packed_online
       conv=("$build/bench/conv_bench" --batch 128 --runs 1 --layers vgg --only '256->256' --passes backward_weight
         --no-cudnn)
       ncu_kernel conv-256-wgrad-rung3 'conv_implicit_gemm_wgrad_kernel|conv_wgrad_reduce_kernel' 2 "${conv[@]}" \
