@@ -27,6 +27,7 @@ import argparse
 import csv
 import io
 import re
+import signal
 import sys
 import tarfile
 from collections import defaultdict
@@ -46,14 +47,12 @@ class Kernel:
 
 
 def number(text):
-    """A cell as a number: ncu writes '-' or '' where a metric does not apply, and may group thousands."""
+    """A cell as a number: ncu writes '-' or '' where a metric does not apply, and may group thousands.
+    Anything else (a unit, say) raises ValueError: a number read as 0 would be a silent wrong answer."""
     text = text.strip().replace(",", "")
     if text in ("", "-", "n/a"):
         return 0.0
-    try:
-        return float(text)
-    except ValueError:
-        return 0.0
+    return float(text)
 
 
 def opcode_of(sass):
@@ -95,7 +94,14 @@ def parse(text, where):
         m = re.match(r"(@!?\w+\s+)?BRA(\.\w+)*\s+(0x[0-9a-fA-F]+)", sass)
         if m:
             target = int(m.group(3), 16)
-        values = {c: number(row.get(c, "")) for c in (SAMPLES, EXECUTED, *SHARED, L2_EXCESS, *kernel.reasons)}
+        values = {}
+        for c in (SAMPLES, EXECUTED, *SHARED, L2_EXCESS, *kernel.reasons):
+            try:
+                values[c] = number(row.get(c, ""))
+            except ValueError:
+                raise SystemExit(f"ncu_source.py: {where}: kernel {kernel.name}, instruction {row['Address']}: "
+                                 f"column {c} holds {row[c]!r}, not a number (export with --csv, whose "
+                                 "units are the base units)")
         kernel.rows.append([address, sass, opcode_of(sass), target, values])
     if not kernels:
         raise SystemExit(f"ncu_source.py: {where}: no \"Kernel Name\" line: not a source-page export")
@@ -226,6 +232,7 @@ def compare(named):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `ncu_source.py ... | head` ends quietly
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("file")
     ap.add_argument("steps", nargs="*", metavar="step")

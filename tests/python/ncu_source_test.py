@@ -188,6 +188,13 @@ def main():
         rc, out, err = run(script, nosamples)
         check(rc != 0 and nosamples in err and "Warp Stall Sampling (All Samples)" in err and "SourceCounters" in err,
               "an export without the samples refused, naming the column", out + err)
+        units = os.path.join(tmp, "units.sass.csv")
+        with open(units, "w") as f:
+            f.write('"Kernel Name","k",""\n"Address","Source","Warp Stall Sampling (All Samples)",'
+                    '"Instructions Executed"\n"0x10","EXIT","3","1.5 K"\n')
+        rc, out, err = run(script, units)
+        check(rc != 0 and units in err and "0x10" in err and "Instructions Executed" in err and "'1.5 K'" in err,
+              "a cell that is not a number refused, naming the file, instruction and column", out + err)
         rc, out, err = run(script, os.path.join(tmp, "absent.sass.csv"))
         check(rc != 0 and "absent.sass.csv" in err and "Traceback" not in err, "a missing file refused", out + err)
         rc, out, err = run(script, both, "step")
