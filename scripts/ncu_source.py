@@ -12,7 +12,7 @@ Nsight Compute needed, so a session without a GPU can study a run that had one.
 Options:
     --top N          the N instructions with the most stall samples (default 15)
     --range A:B      only the instructions at offsets A to B (hex, from the kernel's first instruction, as
-                     scripts/sass.sh and nvdisasm number them; e.g. a K loop's 0x1760:0x2f10)
+                     scripts/sass.sh and nvdisasm number them; e.g. a K loop's 0x1770:0x2ef0)
 
 For each kernel: its warp stall samples by reason; by opcode (LDSM, HMMA, LDGSTS, BAR, ...) the
 instructions, their executions, their share of the samples and their worst reasons, their shared-memory
