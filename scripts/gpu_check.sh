@@ -376,33 +376,29 @@ ncu_export() {
   rm -f "$rep"  # the CSV files hold what is read from it
   n=$(grep -c '^"0x' "$csv/$name.sass.csv")
   # Written beside, then renamed: a run stopped here keeps the previous archive whole. An archive the
-  # device tool would not return (16 MiB per file at most) is made again without this step's pages.
-  local size=0 pages
-  for _ in 1 2; do
-    pages=$(cd "$csv" && compgen -G '*.csv')
-    if [[ -z $pages ]]; then  # this step's pages were the only ones
-      rm -f "$archive"
-      size=0
-      break
-    fi
-    if ! (cd "$csv" && tar -czf "$archive.part" -- *.csv) || ! mv -f "$archive.part" "$archive"; then
-      rm -f "$archive.part"
-      record "ncu-export-$name" FAILED "could not write $archive"
-      return 1
-    fi
-    size=$(stat -c %s "$archive")
-    ((size > 15 * 1024 * 1024)) || break
-    rm -f "$csv/$name".*.csv
-  done
+  # device tool would not return (16 MiB per file at most) is made again without this step's pages:
+  # the previous one, with the same other pages, was under the limit.
+  local size failed="could not write $archive"
+  ncu_archive "$csv" "$archive" || { record "ncu-export-$name" FAILED "$failed"; return 1; }
+  size=$(stat -c %s "$archive" 2>/dev/null || echo 0)
   if ((size > 15 * 1024 * 1024)); then
-    record "ncu-export-$name" FAILED "$archive is over 15 MiB even without this step's pages"
-    return 1
-  fi
-  if [[ ! -f $csv/$name.sass.csv ]]; then
+    rm -f "$csv/$name".*.csv
+    ncu_archive "$csv" "$archive" || { record "ncu-export-$name" FAILED "$failed"; return 1; }
     record "ncu-export-$name" FAILED "left out: with its pages $archive would pass the 15 MiB the device tool returns"
     return 1
   fi
   record "ncu-export-$name" ok "$n SASS instructions, in ${archive##*/} ($((size / 1024)) KiB)"
+}
+# ncu_archive DIR ARCHIVE: DIR's CSV pages as ARCHIVE (.tar.gz, through ARCHIVE.part and a rename), or no
+# ARCHIVE when DIR holds none.
+ncu_archive() {
+  if [[ -z $(compgen -G "$1/*.csv") ]]; then
+    rm -f "$2"
+    return 0
+  fi
+  (cd "$1" && tar -czf "$2.part" -- *.csv) && mv -f "$2.part" "$2" && return 0
+  rm -f "$2.part"
+  return 1
 }
 # The kernels written on 2026-11-28 without a GPU whose times decide something (docs/gpu_status.md, "The
 # next GPU session"): packed_kept at 128x65536 (issue #6), rung 3's changed forward and data-gradient
@@ -412,8 +408,9 @@ ncu_export() {
 # wait, or more, under each of ncu's replays; the others are recorded as skipped), after the others for
 # that reason, with the rung's own tile before them and tile #13 after (below); and the tiles of
 # 2026-11-29 that load their fragments ahead (ahead_tiles), the first next to #12, the others after;
-# last, packed_online at 128x65536, to read packed_kept against. short runs them at its end, with the time its budget has left, so that a kernel that misses its bar
-# comes back with the counters that say why, without another command; the ncu stage runs them too.
+# last, packed_online at 128x65536, to read packed_kept against. short runs them at its end, with the
+# time its budget has left, so that a kernel that misses its bar comes back with the counters that say
+# why, without another command; the ncu stage runs them too.
 # About 6 s each on the H100.
 ncu_new_kernels() {
   ncu_kernel softmax-128x65536-packed_kept 'packed_kept_kernel' 1 "$build/bench/softmax_bench" --samples 3 \

@@ -290,10 +290,6 @@ TEST(GpuScripts, NcuProfilesKernelsThatExist) {
   EXPECT_GE(calls, 10) << "the ncu_kernel calls were not found: has their form changed?";
 }
 
-// The GPU scripts run and profile wmma_pipelined's cluster tiles apart from the other tiles, by number
-// (scripts/gpu_common.sh's cluster_tiles, and own_tile for the row each is timed next to): those must be the
-// table's clustered() tiles and its kOwnTile, or a new cluster tile would run among the others, or a
-// renumbered one not at all. Its ahead_tiles, which the ncu steps profile, must be the tiles with `ahead`.
 // The ncu stage end to end with stand-ins for ncu and nvidia-smi (no GPU, no Nsight Compute): each
 // ncu_kernel step leaves a report, and ncu_export prints its source and raw pages as CSV into one archive
 // in the results folder (the device tool returns at most 8 files), remade after each step; a step that
@@ -403,6 +399,10 @@ exit 0
   fs::remove_all(dir);
 }
 
+// The GPU scripts run and profile wmma_pipelined's cluster tiles apart from the other tiles, by number
+// (scripts/gpu_common.sh's cluster_tiles, and own_tile for the row each is timed next to): those must be the
+// table's clustered() tiles and its kOwnTile, or a new cluster tile would run among the others, or a
+// renumbered one not at all. Its ahead_tiles, which the ncu steps profile, must be the tiles with `ahead`.
 TEST(GpuScripts, ClusterTilesNameTheTablesTiles) {
   namespace tiles = hl::kernels::wmma_pipelined;
   std::vector<int> clustered, ahead;
