@@ -437,6 +437,53 @@ TEST(ConvCudaRegistry, ImplicitGemmRefusesStridesAndPaddingPast32Bits) {
   }
 }
 
+// The gather's coordinates are ints as well (implicit_gemm_index.h): with a stride of 2^30 and a padding
+// near 2^31, the strided data gradient's h + ph passed 2^31 - 1, wrapped below 0 and read as padding, so
+// dx[2^19] came out 0 where it is w * dy[2] (found by review, 2026-11-29; the shape is valid, one image of
+// 2^20 elements). The reduction index of a K step's rows is an int too: C*R*S within 32 of 2^31 - 1 would
+// pass it on the last step (a shape that every other condition accepts). Every implicit GEMM rung refuses
+// both now (rungs 4 and 4b ask rung 3), in every pass, and the automatic choice goes elsewhere; a padding
+// of 2^29 on the same layer is taken.
+TEST(ConvCudaRegistry, ImplicitGemmRefusesCoordinatesPast32Bits) {
+  if (!runtime::cuda_compiled()) GTEST_SKIP() << "halfling was built without CUDA";
+  if (runtime::cuda_compute_capability() != 0 && runtime::cuda_compute_capability() < 70)
+    GTEST_SKIP() << "no FP16 Tensor Cores: both rungs refuse everything here";
+  const int64_t top = int64_t{1} << 31;
+  const Shape wraps{"wraps", 1, 1, int64_t{1} << 20, 1, 1, 1, 1, int64_t{1} << 30, 1, top - (int64_t{1} << 19), 0};
+  // C*R*S = 3 x 715,827,882 = 2^31 - 2: one image of 3 elements, padded to a row as long as the filter.
+  const Shape long_reduction{"long reduction", 1, 3, 1, 1, 1, 715827882, 1, 1, 1, 357913941, 0};
+  const Shape fits{"fits", 1, 1, int64_t{1} << 20, 1, 1, 1, 1, int64_t{1} << 30, 1, int64_t{1} << 29, 0};
+  const auto f16_args = [](const Shape& s, ConvPass pass) {
+    ConvArgs a = args_for(s, pass);
+    a.device = kCuda;
+    a.in_type = a.out_type = DType::f16;
+    return a;
+  };
+  for (const char* name :
+       {"implicit_gemm_wmma", "implicit_gemm_table", "implicit_gemm_nhwc", "implicit_gemm_nhwc_wgrad"}) {
+    const auto* v = ConvRegistry::instance().find(name, kCuda);
+    ASSERT_NE(v, nullptr) << name;
+    for (ConvPass pass : {ConvPass::forward, ConvPass::backward_data, ConvPass::backward_weight}) {
+      const std::string where = std::string(name) + " " + kernels::conv_pass_name(pass);
+      for (const auto& [shape, reason] : {std::pair{wraps, "coordinate passes 2^31 - 1"},
+                                          std::pair{long_reduction, "within 32 of 2^31 - 1"}}) {
+        const ConvArgs a = f16_args(shape, pass);
+        const char* why = v->unsupported(a);
+        ASSERT_NE(why, nullptr) << where << ", " << shape.name;
+        EXPECT_NE(std::string(why).find(reason), std::string::npos) << where << ", " << shape.name << ": " << why;
+        const std::string chosen = ConvRegistry::instance().select(a).name;
+        EXPECT_TRUE(chosen.rfind("implicit_gemm", 0) != 0) << chosen << " for " << where << ", " << shape.name;
+      }
+    }
+  }
+  const auto* rung3 = ConvRegistry::instance().find("implicit_gemm_wmma", kCuda);
+  ASSERT_NE(rung3, nullptr);
+  for (ConvPass pass : {ConvPass::forward, ConvPass::backward_data, ConvPass::backward_weight}) {
+    const char* why = rung3->unsupported(f16_args(fits, pass));
+    EXPECT_EQ(why, nullptr) << kernels::conv_pass_name(pass) << ": " << why;
+  }
+}
+
 // ==================================================================================================
 // correctness on the GPU
 // ==================================================================================================

@@ -28,7 +28,8 @@
 // Not covered here (unsupported() says so, and the registry's automatic choice then runs im2col_gemm,
 // the next variant; a pinned variant stops with the reason instead): f32 inputs (Tensor Cores
 // multiply FP16; direct and im2col_gemm take f32), GPUs older than compute capability 7.0 (no FP16
-// Tensor Cores), tensors whose per-image index exceeds 32 bits, and strides or padding above 2^31 - 1.
+// Tensor Cores), tensors whose per-image index exceeds 32 bits, strides or padding above 2^31 - 1, and
+// the shapes whose padded rows or columns, or reduction index, would pass 2^31 - 1 (the gather's are ints).
 //
 // The kernel, per block of 256 threads (8 warps):
 //   * a 64 x 128 output tile (64 output channels x 128 output positions); each warp owns 32 x 32 of it,
@@ -490,6 +491,16 @@ const char* unsupported(const ConvArgs& a) {
   if (a.K * a.C * a.R * a.S > kMax || a.C * a.H * a.W > kMax || a.K * P * Q > kMax) {
     return "one image (or the weight tensor) has more than 2^31 - 1 elements";
   }
+  // So are a gathered element's row and column (implicit_gemm_index.h: oy * sh - ph forward, h + ph in
+  // the strided data gradient, then a tap's r or s off them), and the reduction index of a K step's rows
+  // (up to kBK past the last). Within an image of 2^31 - 1 elements these still pass 2^31 with a stride
+  // or padding near it, and a row that wraps below 0 reads as padding: a zero where dy has a value.
+  const auto coordinates_fit = [&](int64_t in, int64_t out, int64_t stride, int64_t pad, int64_t taps) {
+    return std::max(in, (out - 1) * stride) + pad + taps <= kMax;
+  };
+  if (!coordinates_fit(a.H, P, a.stride_h, a.pad_h, a.R) || !coordinates_fit(a.W, Q, a.stride_w, a.pad_w, a.S))
+    return "a padded row or column coordinate passes 2^31 - 1 (the gather computes them in 32 bits)";
+  if (std::max(a.C, a.K) * a.R * a.S > kMax - kBK) return "a reduction (C*R*S or K*R*S) within 32 of 2^31 - 1";
   if (a.pass == ConvPass::backward_weight) {
     if ((a.C * a.R * a.S + kBN - 1) / kBN > kMax) return "more than 2^31 - 1 column tiles";
     if ((a.K + kBM - 1) / kBM > 65535) return "more than 65535 row tiles (gridDim.y)";
