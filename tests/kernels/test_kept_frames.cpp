@@ -21,6 +21,18 @@ namespace {
 namespace kf = kernels::cuda::kept_frames;
 constexpr float kInf = INFINITY;
 
+// What a block asks of shared memory: the kept values (7 of 8 packs in FP32) at the stride its size rounds
+// up to, and the merge's 256 bytes, which the check against a GPU's limit per block must count too.
+TEST(KeptFrames, SharedMemoryOfABlock) {
+  EXPECT_EQ(kf::shared_bytes(1024, 8), 224 * 1024);  // a 65536-column row: 1024 threads x 7 packs x 32 bytes
+  EXPECT_EQ(kf::shared_bytes(512, 8), 112 * 1024);   // 32768 columns: two blocks on an H100's SM
+  EXPECT_EQ(kf::shared_bytes(300, 8), kf::shared_bytes(512, 8)) << "the stride rounds 300 threads up to 512";
+  EXPECT_EQ(kf::shared_bytes(1024, 1), 0) << "one pack: recomputed, nothing kept";
+  EXPECT_EQ(kf::kMergeBytes, 256);
+  EXPECT_EQ(kf::block_shared_bytes(1024, 8), 224 * 1024 + 256);
+  EXPECT_LE(kf::block_shared_bytes(1024, 8), 227 * 1024) << "an H100's limit per block holds the largest block";
+}
+
 TEST(KeptFrames, Exp2IntIsExactAndFlushes) {
   for (int k = 0; k >= -126; --k) EXPECT_EQ(kf::exp2_int(static_cast<float>(k)), std::ldexp(1.0f, k)) << k;
   EXPECT_EQ(kf::exp2_int(-127.0f), 0.0f);  // below the normal range: flushed, as the kernel's EX2s

@@ -91,6 +91,12 @@ constexpr int stride_for(int threads) { return threads <= 256 ? 256 : threads <=
 constexpr int64_t shared_bytes(int threads, int P) {
   return static_cast<int64_t>(stride_for(threads)) * 2 * kept_shared(P) * 16;
 }
+// The block's other shared memory: the merge's frame and sum for each of up to 32 warps (packed_kept.cu's
+// merge_frames, which asserts it). A GPU's limit per block is on both together, so the rung checks it
+// against block_shared_bytes: against the kept values alone, a row within 256 bytes of the limit would
+// pass the check and fail at launch.
+inline constexpr int64_t kMergeBytes = 2 * 32 * sizeof(float);
+constexpr int64_t block_shared_bytes(int threads, int P) { return shared_bytes(threads, P) + kMergeBytes; }
 
 // A sum of exponentials in the frame h: sum 2^(x log2e - h). h = -inf: no finite maximum seen.
 struct FrameSum {

@@ -33,9 +33,10 @@
 //
 // Error budget (the tests' bound, tests/kernels/softmax_reference.h): a term's exponent t = fl(x log2e -
 // h) is off by at most u|t| with |t| <= (m - x) log2e + 1, MUFU.EX2 within 2 ulp; every change of frame
-// and the merge's factors are exact; an output adds the rounding of 1/S and of the product (half an ulp
-// each) before the FP16 rounding. So each probability is within (|x - M| log2e + 1) u + 3 ulp of FP32
-// before it is rounded to FP16, inside packed_online's budget.
+// and the merge's factors are exact; the sum S is a chain of FP32 additions, each off by at most u of the
+// running sum (the tests' `chain` term); an output adds the rounding of 1/S and of the product (half an
+// ulp each) before the FP16 rounding. So each probability is within (|x - M| log2e + 1) u + 3 ulp of FP32,
+// plus S's relative error, before it is rounded to FP16, inside packed_online's budget.
 //
 // Status: written 2026-11-28 without a GPU; opt-in (kernels/registry.h) until its tests, compute-
 // sanitizer and softmax_bench have run on one. The prediction: 128x65536 nearer the copy than
@@ -76,6 +77,7 @@ __device__ __forceinline__ kf::FrameSum warp_combine(kf::FrameSum f) {
 
 __device__ __forceinline__ kf::FrameSum merge_frames(kf::FrameSum f) {
   __shared__ float sh[32], ss[32];
+  static_assert(sizeof(sh) + sizeof(ss) == kf::kMergeBytes, "kept_frames.h counts this shared memory");
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   f = warp_combine(f);
   __syncthreads();  // the previous row's use of sh/ss is over
@@ -167,7 +169,7 @@ const char* unsupported(const SoftmaxArgs& a) {
   if (a.y_type != DType::f16) return "this rung writes FP16 probabilities (FP32 outputs: packed_online)";
   const register_row::Plan p = plan_ns::plan(a.cols, path_width(a));
   const int limit = runtime::cuda_max_shared_memory_per_block();  // 0: no GPU to ask, and none to run on
-  if (a.cols > 0 && limit > 0 && shared_bytes(p.threads, p.per_thread) > limit)
+  if (a.cols > 0 && limit > 0 && kf::block_shared_bytes(p.threads, p.per_thread) > limit)
     return "this rung keeps a row's exponentials in shared memory: this row needs more than this GPU allows a "
            "block (packed_online keeps none)";
   return nullptr;
@@ -184,10 +186,11 @@ void run(const SoftmaxArgs& a) {
     const auto launch = [&](auto stride) {
       constexpr int STRIDE = decltype(stride)::value;
       const auto kernel = packed_kept_kernel<P, STRIDE>;
-      const int64_t bytes = shared_bytes(p.threads, P);
+      const int64_t bytes = shared_bytes(p.threads, P);  // dynamic: the kept values
       const int limit = runtime::cuda_max_shared_memory_per_block();
-      HL_CHECK(bytes <= limit, "packed_kept: ", a.describe(), " needs ", bytes,
-               " bytes of shared memory per block; this GPU allows ", limit);
+      HL_CHECK(kf::block_shared_bytes(p.threads, P) <= limit, "packed_kept: ", a.describe(), " needs ",
+               kf::block_shared_bytes(p.threads, P), " bytes of shared memory per block (", bytes,
+               " for the kept values, ", kf::kMergeBytes, " for the merge); this GPU allows ", limit);
       // More than 48 KiB must be allowed explicitly, once per kernel (its stride fixes its bytes).
       static std::once_flag opted_in;
       std::call_once(opted_in, [&] {
