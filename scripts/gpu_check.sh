@@ -442,7 +442,7 @@ ncu_new_kernels() {
   # about the same speed, L2 is not what holds #12, and the cluster tiles' lower L2 traffic will not
   # move it much either.
   ncu_kernel gemm-4096-wmma_pipelined-k64 'gemm_wmma_pipelined_kernel' 1 "${gemm[@]}" --tile 13
-  # The other tiles with fragments ahead (#22: #13's; #23: #15's 64 x 64 warps, one block per SM).
+  # The other tiles with fragments ahead (#22: #13's; #23: #17's 64 x 64 warps, one block per SM).
   for tile in "${ahead_tiles[@]:1}"; do
     ncu_kernel "gemm-4096-wmma_pipelined-ahead$tile" 'gemm_wmma_pipelined_kernel' 1 "${gemm[@]}" \
       --tile "$tile"

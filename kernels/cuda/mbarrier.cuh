@@ -108,6 +108,13 @@ __device__ __forceinline__ uint32_t cluster_ctarank() {
   return v;
 }
 
+// The number of blocks in this block's cluster (1 when launched without one).
+__device__ __forceinline__ uint32_t cluster_nctarank() {
+  uint32_t v = 0;
+  asm("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(v));
+  return v;
+}
+
 // The address in block `rank`'s shared memory of what lies at `addr` in this block's (the two blocks
 // run the same kernel, so the same variable sits at the same offset): a shared::cluster address.
 __device__ __forceinline__ uint32_t map_to_rank(uint32_t addr, uint32_t rank) {

@@ -347,9 +347,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
   // This block's place in the cluster, the parts it copies, and its peers.
   const int x = static_cast<int>(cluster_ctaid_x()), y = static_cast<int>(cluster_ctaid_y());
-  // The peers' ranks below assume x varies fastest in a rank, as in a thread's rank in its block. Were
-  // it otherwise, a block would send to the wrong peer and wait forever: a launch error is clearer.
-  if (cluster_ctarank() != static_cast<uint32_t>(cs::rank_of(x, y, Cfg::CN))) __trap();
+  // The peers' ranks below assume x varies fastest in a rank, as in a thread's rank in its block, and a
+  // cluster of exactly CN x CM blocks (launched without one, a block is a cluster of 1, and its peers'
+  // addresses would name blocks that do not exist). Were it otherwise, a block would send to the wrong
+  // peer and wait forever: a launch error is clearer.
+  if (cluster_nctarank() != static_cast<uint32_t>(Cfg::CM * Cfg::CN) ||
+      cluster_ctarank() != static_cast<uint32_t>(cs::rank_of(x, y, Cfg::CN)))
+    __trap();
   const int a_part = kShareA ? x : 0, b_part = kShareB ? y : 0;
   const uint32_t a_peer = static_cast<uint32_t>(cs::a_peer(x, y, Cfg::CN));
   const uint32_t b_peer = static_cast<uint32_t>(cs::b_peer(x, y, Cfg::CN));
@@ -385,13 +389,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
   // Step 1: this thread's vectors of its parts of round r (copied by this thread, so landed once its
   // own cp.async groups say so) to the same places in the peers' stage, counted on their full[s].
+  // Each thread sends the same number of vectors (every copy path gives vector v to thread v % kThreads),
+  // counted at compile time: with threadIdx.x as the loop's start, nvcc unrolled a loop that runs once.
+  // The vector is read into registers first, one 16-byte shared load: read through the reference that
+  // st_async_16 takes, nvcc split some of these reads into 4-byte ones.
   const auto send_part = [&](auto part, const __half* own, uint32_t peer, uint32_t full_bar) {
     using P = decltype(part);
+    static_assert(P::kVectors % Cfg::kThreads == 0, "every thread sends as many vectors of a part");
     const uint32_t bar = map_to_rank(full_bar, peer);
 #pragma unroll
-    for (int v = static_cast<int>(threadIdx.x); v < P::kVectors; v += Cfg::kThreads) {
-      const __half* src = own + P::vector_at(v);
-      st_async_16(map_to_rank(shared_address(src), peer), *reinterpret_cast<const uint4*>(src), bar);
+    for (int i = 0; i < P::kVectors / Cfg::kThreads; ++i) {
+      const __half* src = own + P::vector_at(static_cast<int>(threadIdx.x) + i * Cfg::kThreads);
+      const uint4 vector = *reinterpret_cast<const uint4*>(src);
+      st_async_16(map_to_rank(shared_address(src), peer), vector, bar);
     }
   };
   const auto send = [&](int64_t r) {
@@ -410,7 +420,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     cp_async_commit();
   }
   cp_async_wait<STAGES - 2>();
-  send(0);
+  if (k_tiles > 0) send(0);  // K = 0 never comes here (gemm.cpp refuses it), but a round 0 is only sent if announced
 
   for (int64_t kt = 0; kt < k_tiles; ++kt) {
     const int s = ring::stage_of(kt, STAGES);
@@ -492,6 +502,12 @@ void launch_cluster(const GemmArgs& g) {
   HL_CHECK(cc >= 90, "wmma_pipelined: a tile whose blocks share operands in a ", Cfg::CN, " x ", Cfg::CM,
            " thread-block cluster needs compute capability 9.0 or newer; this GPU has ", cc / 10, ".", cc % 10);
   const auto kernel = gemm_wmma_pipelined_cluster_kernel<op_a, op_b, Cfg>;
+  // The kernel's body exists only in code for sm_90 or newer: a build without it (CMAKE_CUDA_ARCHITECTURES
+  // with no 90) would run the trap on this GPU by JIT and leave the CUDA context unusable. Refused instead.
+  static const int loaded_arch = loaded_ptx_version(kernel);  // 0: unknown, which the launch reports
+  HL_CHECK(loaded_arch == 0 || loaded_arch >= 90, "wmma_pipelined: this build has no code for compute capability "
+           "9.0 or newer, which a tile whose blocks share operands in a thread-block cluster needs (add 90 to "
+           "CMAKE_CUDA_ARCHITECTURES)");
   constexpr size_t bytes = Smem<op_a, op_b, Cfg>::kBytes;
   static std::once_flag opted_in;
   allow_shared_memory<Cfg>(kernel, bytes, opted_in);

@@ -89,14 +89,14 @@ inline constexpr Tile kBigTiles[] = {
     // it to the peers that need it through distributed shared memory. Why: #12 looked bound by L2 (80% of
     // its peak at 4096^3 on an H100; docs/gpu_status.md's leads since question it), and #14-#18 showed that
     // bigger blocks lose more in warps per SM than they gain in L2 traffic; a cluster cuts the traffic and
-    // keeps #12's block (ptxas -v on sm_90: 124-126 registers, no spills, 85-100 KiB: 2 blocks/SM, as
+    // keeps #12's block (ptxas -v on sm_90: 116-126 registers, no spills, 85-100 KiB: 2 blocks/SM, as
     // #12). 5 stages, because a block sends
     // round kt + 1 while it computes round kt, which takes one stage from the ring's depth: 5 leave #12's 3
     // rounds in flight. 19: 2 blocks along M share B (12 KiB from L2 per K step instead of 16); 20: 2 x 2
     // blocks share A and B (8 KiB). sm_90 only: refused on older GPUs.
     {128, 128, 32, 2, 4, 5, true, 2, 1},  // 19: #12, 5 stages, clusters of 2 along M sharing B
     {128, 128, 32, 2, 4, 5, true, 2, 2},  // 20: #12, 5 stages, clusters of 2 x 2 sharing A and B
-    // 21-23, added 2026-11-29 (not yet run on a GPU): #12, #13 and #15 with the next K step's fragments
+    // 21-23, added 2026-11-29 (not yet run on a GPU): #12, #13 and #17 with the next K step's fragments
     // loaded ahead (wmma_pipelined.cu, point 5). Why: the H100's counters for #12 (2026-11-27) put the
     // Tensor pipe at 43% and the issue slots at 42%, with 0.78 of 3.86 warps eligible per cycle: the
     // warps wait more than they issue. Its sm_90 K loop starts every K step with the barrier, then the
@@ -105,16 +105,21 @@ inline constexpr Tile kBigTiles[] = {
     // multiply-add to issue until its loads return. With `ahead`, the barrier comes after the
     // multiply-adds of a K tile's second-to-last 16-deep step, and the next K tile's first fragments are
     // loaded before the last step's multiply-adds, so each warp has multiply-adds to issue right after
-    // both waits. The tiles and everything else are unchanged. #23 is #15's
+    // both waits. The tiles and everything else are unchanged. #23 is #17's
     // block of 8 warps of 64 x 64, 1 per SM: with 2 warps per scheduler, it has the fewest other warps to
-    // hide a wait behind. Both fragment sets are now live across the barrier: left to itself, ptxas gave
-    // #21 and #22 154-158 registers (one block per SM), so their kernels ask for two blocks per SM
+    // hide a wait behind. Its base is #17 (4 stages), not #15 (3, 6% slower on the H100), because this
+    // order issues a K tile's copy later and needs it earlier: S - 1 K tiles of 16-deep steps between the
+    // two become (S - 1) x BK / 16 - 2 steps, which would leave 3 stages of 32-deep tiles 2 steps (one K
+    // tile) where #15 has 4; 4 stages give it #15's 4. (#21 keeps 4 of #12's 6, #22 6 of #13's 8.) One
+    // fragment set is now live where #12 has none (across the copies, the barrier and the loop's back
+    // edge): left to itself, ptxas gave #21 and #22 154-158 registers (one block per SM), so their kernels
+    // ask for two blocks per SM
     // (Config::kMinBlocks), which holds them to 128. #22 fits with no spills; #21 spills 60-100 bytes
     // (a 40-48 byte stack frame; in its sm_90 K loop the lean copy's plans are read back from local
     // memory, 6 LDL and 4 STL per K step). Shared memory as their base tiles'.
     {128, 128, 32, 2, 4, 4, true, 1, 1, true},  // 21: #12, fragments ahead; 128 regs (spills), 68-80 KiB: 2/SM
     {128, 128, 64, 2, 4, 3, true, 1, 1, true},  // 22: #13, fragments ahead; 128 regs, 102-108 KiB: 2/SM
-    {128, 256, 32, 2, 4, 3, true, 1, 1, true},  // 23: #15, fragments ahead; 233-240 regs, 75-90 KiB: 1/SM
+    {128, 256, 32, 2, 4, 4, true, 1, 1, true},  // 23: #17, fragments ahead; 233-237 regs, 100-120 KiB: 1/SM
 };
 inline constexpr int kBigTileCount = static_cast<int>(sizeof(kBigTiles) / sizeof(kBigTiles[0]));
 
