@@ -114,9 +114,22 @@ Tensor run_grad_hooks(TensorImpl* t, Tensor g) {
   return g;
 }
 
-// Accumulate g into t->grad (leaves, and non-leaves that retain their gradient), in t's dtype.
+// Accumulate g into t->grad (leaves, and non-leaves that retain their gradient), in t's dtype. Every
+// .grad owns its storage: the optimizer unscales and clips gradients in place, and several backward
+// functions pass a gradient on unchanged (add of two same-shaped tensors gives both inputs the one g,
+// reshape a view of it, a hook may return a tensor its caller keeps). So the first gradient is kept as
+// it is only when nothing else holds it or its storage (g here is backward()'s own handle), else copied,
+// as PyTorch's AccumulateGrad does; a sum or a cast is a new tensor anyway.
 void accumulate_grad(TensorImpl* t, const Tensor& g) {
-  Tensor acc = t->grad ? add(Tensor(t->grad), g) : g;
+  Tensor acc;
+  if (t->grad) {
+    acc = add(Tensor(t->grad), g);
+  } else if (g.dtype() != t->dtype) {
+    acc = g;  // cast below
+  } else {
+    const bool shared = g.impl_ptr().use_count() > 1 || g.impl_ptr()->storage.use_count() > 1;
+    acc = shared ? g.clone() : g;
+  }
   if (acc.dtype() != t->dtype) acc = cast(acc, t->dtype);
   t->grad = acc.impl_ptr();
 }

@@ -1,6 +1,7 @@
 #include "framework/ops.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "framework/autograd.h"
 #include "kernels/elementwise.h"
@@ -185,6 +186,9 @@ Tensor rdiv(double s, const Tensor& a) {
 Tensor pow(const Tensor& a, double e) {
   Tensor out = scalar_raw(k::ScalarOp::pow, a, e, "pow");
   return record(out, "pow", {a}, [a, e](const Tensor& g) {
+    // x^0 is 1 everywhere, so its gradient is 0 everywhere: not 0 * x^-1, which is NaN at x = 0 (a NaN
+    // that a dynamic loss scaler would take for an overflow, step after step). PyTorch's rule too.
+    if (e == 0.0) return std::vector<Tensor>{Tensor::zeros(a.shape(), a.dtype(), a.device())};
     return std::vector<Tensor>{mul(mul(g, pow(a, e - 1.0)), e)};
   });
 }
@@ -222,7 +226,16 @@ Tensor operator+(const Tensor& a, double s) { return add(a, s); }
 Tensor operator-(const Tensor& a, double s) { return add(a, -s); }
 Tensor operator*(const Tensor& a, double s) { return mul(a, s); }
 Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
-Tensor operator/(const Tensor& a, double s) { return mul(a, 1.0 / s); }
+// A power of two's reciprocal is exact, so a * (1/s) is a / s, in one multiply. Any other s: f32 and f64
+// tensors are divided by s in their dtype (rounded once, as div() and PyTorch do; a * (1/s) differs from
+// it in the last bit for about a third of quotients); f16 ones are multiplied by 1/s in FP32 and rounded
+// once to f16 (dividing by an f16 scalar would round s first: 0.1 is 0.0999756 in f16).
+Tensor operator/(const Tensor& a, double s) {
+  int exponent = 0;
+  const bool power_of_two = std::isfinite(s) && s != 0.0 && std::frexp(s, &exponent) == (s < 0 ? -0.5 : 0.5);
+  if (power_of_two || !a.defined() || !is_floating(a.dtype()) || a.dtype() == DType::f16) return mul(a, 1.0 / s);
+  return div(a, Tensor::scalar(s, a.dtype(), a.device()));
+}
 Tensor operator-(const Tensor& a) { return neg(a); }
 
 // ---- dtype ---------------------------------------------------------------------------------------------------
@@ -254,6 +267,7 @@ Tensor reduce_impl(const Tensor& a, std::vector<int64_t> dims, bool keepdim, boo
   for (int64_t d : dims) {
     const int64_t dd = d < 0 ? d + nd : d;
     HL_CHECK(dd >= 0 && dd < nd, name, ": dimension ", d, " out of range for ", a.describe());
+    HL_CHECK(!ix.reduced[dd], name, ": dimension ", dd, " of ", a.describe(), " is named twice in the dims");
     ix.reduced[dd] = true;
   }
   Shape out_shape, keep_shape;
@@ -340,9 +354,10 @@ Tensor gemm_raw(const Tensor& a, const Tensor& b, bool ta, bool tb, const Tensor
            b.describe(), (tb ? " (transposed)" : ""), " (", K, " vs ", Kb, ")");
   Tensor out = Tensor::empty({M, N}, a.dtype(), a.device());
   if (M == 0 || N == 0) return out;
-  if (K == 0) {  // an empty sum: zeros (+ bias)
+  if (K == 0) {  // an empty sum: zeros (+ bias, then the ReLU the caller asked for)
     out.zero_();
     if (bias.defined()) out.copy_(add(out, bias.detach()));
+    if (fused_relu) out.copy_(relu(out));
     return out;
   }
   k::GemmArgs g;
@@ -372,8 +387,10 @@ Tensor gemm_raw(const Tensor& a, const Tensor& b, bool ta, bool tb, const Tensor
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   check_matmul(a, b, "matmul");
   Tensor out = gemm_raw(a, b, ta, tb, Tensor(), false, "matmul");
-  return record(out, "matmul", {a, b}, [a, b, ta, tb](const Tensor& g) {
-    // C = op(A) op(B); every gradient is itself one GEMM in one of the three layouts.
+  return record(out, "matmul", {a, b}, [a, b, ta, tb](const Tensor& g_in) {
+    // C = op(A) op(B); every gradient is itself one GEMM in one of the three layouts, on operands of
+    // one dtype: a seed of another (backward(seed) takes any floating dtype) is converted first.
+    const Tensor g = g_in.dtype() == a.dtype() ? g_in : cast(g_in, a.dtype());
     Tensor ga, gb;
     const Tensor ad = a.detach(), bd = b.detach();
     if (a.requires_grad()) {
@@ -403,11 +420,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, bool fu
   if (bias.defined()) inputs.push_back(bias);
   return record(out, fused_relu ? "linear_relu" : "linear", inputs,
                 [x, weight, bias, fused_relu, out = out.detach()](const Tensor& g_in) {
-                  Tensor g = g_in;
+                  // In the output's dtype, which the GEMMs below need (a seed may have another).
+                  Tensor g = g_in.dtype() == out.dtype() ? g_in : cast(g_in, out.dtype());
                   if (fused_relu) {  // out = relu(z) > 0 exactly where z > 0
                     Tensor gz = Tensor::empty(out.shape(), out.dtype(), out.device());
-                    const Tensor gc = g.dtype() == out.dtype() ? g : cast(g, out.dtype());
-                    k::relu_backward(out.device(), out.numel(), out.data_ptr(), gc.data_ptr(), gz.data_ptr(),
+                    k::relu_backward(out.device(), out.numel(), out.data_ptr(), g.data_ptr(), gz.data_ptr(),
                                      out.dtype());
                     g = gz;
                   }

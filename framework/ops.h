@@ -39,7 +39,7 @@ Tensor operator+(const Tensor& a, double s);
 Tensor operator-(const Tensor& a, double s);
 Tensor operator*(const Tensor& a, double s);
 Tensor operator*(double s, const Tensor& a);
-Tensor operator/(const Tensor& a, double s);
+Tensor operator/(const Tensor& a, double s);  // rounded once, as div(); f16: a * (1/s) in FP32, rounded once
 Tensor operator-(const Tensor& a);
 
 // ---- dtype ----
@@ -47,6 +47,8 @@ Tensor cast(const Tensor& a, DType t);  // differentiable; the gradient is cast 
 
 // ---- reductions (f32 math; f16 inputs give f32 outputs) ----
 Tensor sum(const Tensor& a);                                             // all elements -> scalar
+// Over the dims named (negative counts from the end; each at most once). An empty list reduces nothing
+// (a copy in the reduction's dtype), where PyTorch's sum(x, dim=[]) reduces every dim: sum(a) does that.
 Tensor sum(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim = false);
 Tensor mean(const Tensor& a);
 Tensor mean(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim = false);

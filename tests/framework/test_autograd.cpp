@@ -14,6 +14,37 @@ using namespace hl;
 
 Tensor vec(std::vector<double> v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, DType::f64); }
 
+// Every .grad owns its storage. add of two same-shaped tensors hands both the one gradient, reshape a
+// view of it, and a hook may return a tensor its caller keeps; the optimizer then unscales and clips
+// .grad in place, so a shared buffer was divided twice (found by review, 2026-11-29: with a static loss
+// scale of 1024, an SGD step 1024 times too small). Now only a gradient nothing else holds is kept as it
+// is, as in PyTorch.
+TEST(Autograd, EveryLeafOwnsItsGradient) {
+  Tensor p = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3}).requires_grad_();
+  Tensor q = Tensor::from_vector(std::vector<float>{1, 1, 1, 1, 1, 1}, {6}).requires_grad_();
+  const Tensor w = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {6});
+  sum(mul(add(p.reshape({6}), q), w)).backward();
+  ASSERT_EQ(p.grad().to_vector(), w.to_vector());
+  ASSERT_EQ(q.grad().to_vector(), w.to_vector());
+  q.grad().fill_(0);  // in place, as the optimizer's unscale and clipping write
+  EXPECT_EQ(p.grad().to_vector(), w.to_vector()) << "p's gradient changed with q's: one buffer";
+
+  Tensor a = Tensor::from_vector(std::vector<float>{1, 2}, {2}).requires_grad_();
+  Tensor b = Tensor::from_vector(std::vector<float>{3, 4}, {2}).requires_grad_();
+  sum(add(a, b)).backward();
+  a.grad().fill_(7);
+  EXPECT_EQ(b.grad().to_vector(), (std::vector<float>{1, 1}));
+
+  // A hook's returned tensor stays the caller's.
+  Tensor mine = Tensor::from_vector(std::vector<float>{5, 5}, {2});
+  Tensor c = Tensor::from_vector(std::vector<float>{1, 2}, {2}).requires_grad_();
+  c.register_hook([&](const Tensor&) { return mine; });
+  sum(c).backward();
+  c.grad().fill_(0);
+  EXPECT_EQ(mine.to_vector(), (std::vector<float>{5, 5}));
+  EXPECT_EQ(c.grad().to_vector(), (std::vector<float>{0, 0}));
+}
+
 TEST(Autograd, ChainRuleByHand) {
   // y = sum((a * b + a)^2); dy/da = 2(ab + a)(b + 1), dy/db = 2(ab + a) a
   Tensor a = vec({1.0, 2.0, -3.0}).requires_grad_();

@@ -316,6 +316,87 @@ TEST(Ops, BackwardsConvertAnUpstreamGradientOfAnotherDtype) {
           {"nll_loss", [&](const Tensor& x) { return nll_loss(log_softmax(x), labels); }},
       },
       f32({0.5f, -1, 2, 3, 0.25f, -0.5f}, {2, 3}));
+  // matmul (every layout) and linear without the fused ReLU hand g to a GEMM, whose operands share a
+  // dtype: they refused another seed's with matmul's "operands must share a dtype" until 2026-11-29.
+  const Tensor w = f32({1, -2, 0.5f, 3, -1, 2}, {2, 3});
+  const Tensor b = f32({0.25f, -4}, {2});
+  test::expect_seed_dtype_does_not_matter(
+      {
+          {"matmul NN", [&](const Tensor& x) { return matmul(x, f32({1, 2, -1, 0.5f, 3, -2}, {3, 2})); }},
+          {"matmul NT", [&](const Tensor& x) { return matmul(x, w, false, true); }},
+          {"matmul TN", [&](const Tensor& x) { return matmul(x, w, true, false); }},
+          {"matmul TT", [&](const Tensor& x) { return matmul(x, f32({1, 2, -1, 0.5f, 3, -2}, {3, 2}), true, true); }},
+          {"linear", [&](const Tensor& x) { return linear(x, w, b); }},
+          {"weight of linear", [&](const Tensor& x) { return linear(f32({1, 2, 3, 4, 5, 6}, {2, 3}), x); }},
+      },
+      f32({0.5f, -1, 2, 3, 0.25f, -0.5f}, {2, 3}));
+}
+
+// An f16 model's output seeded with backward's default f32 ones (the user's first try): the GEMMs get
+// f16 gradients, the same as with an f16 seed.
+TEST(Ops, HalfLinearTakesAnF32Seed) {
+  const auto grads = [](DType seed_type) {
+    Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {2, 2}, DType::f16).requires_grad_();
+    Tensor w = Tensor::from_vector(std::vector<float>{0.5f, -1, 2, 0.25f, 1, 1}, {3, 2}, DType::f16).requires_grad_();
+    const Tensor y = linear(x, w);
+    y.backward(Tensor::ones(y.shape(), seed_type));
+    return std::make_pair(x.grad().to_double(), w.grad().to_double());
+  };
+  EXPECT_EQ(grads(DType::f32), grads(DType::f16));
+}
+
+// Linear with no input features is its bias; with the fused ReLU, the bias through the ReLU.
+TEST(Ops, LinearOfNoFeaturesAppliesTheFusedRelu) {
+  const Tensor b = f32({-1, 0.5f, -2}, {3});
+  EXPECT_EQ(linear(Tensor::zeros({2, 0}), Tensor::zeros({3, 0}), b, true).to_vector(),
+            (std::vector<float>{0, 0.5f, 0, 0, 0.5f, 0}));
+  EXPECT_EQ(linear(Tensor::zeros({2, 0}), Tensor::zeros({3, 0}), b, false).to_vector(),
+            (std::vector<float>{-1, 0.5f, -2, -1, 0.5f, -2}));
+}
+
+// x^0 = 1 has gradient 0 everywhere, x = 0 included (0 * 0^-1 would be NaN).
+TEST(Ops, PowOfZeroHasAZeroGradientAtZero) {
+  Tensor x = f32({0, 2, -3}, {3}).requires_grad_();
+  sum(pow(x, 0.0)).backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{0, 0, 0}));
+  Tensor y = f32({0, 2}, {2}).requires_grad_();
+  sum(pow(y, 2.0)).backward();
+  EXPECT_EQ(y.grad().to_vector(), (std::vector<float>{0, 4}));
+}
+
+// a / s rounds the quotient once (f32, f64), where a * (1/s) is a last bit off for about a third of
+// quotients; a power of two's reciprocal is exact either way. f16 rounds a * (1/s) from FP32 once.
+TEST(Ops, DivisionByANumberRoundsTheQuotientOnce) {
+  std::vector<double> v(1000);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i + 1);
+  for (DType t : {DType::f32, DType::f64}) {
+    const Tensor a = Tensor::from_vector(v, {1000}, t);
+    for (double s : {3.0, 7.0, 49.0, 10.0, 0.1, 0.5, -4.0}) {
+      const std::vector<double> got = (a / s).to_double();
+      for (size_t i = 0; i < v.size(); ++i) {
+        const double want = t == DType::f32 ? static_cast<double>(static_cast<float>(v[i]) / static_cast<float>(s))
+                                            : v[i] / s;
+        ASSERT_EQ(got[i], want) << dtype_name(t) << " " << v[i] << " / " << s;
+      }
+    }
+  }
+  EXPECT_EQ((Tensor::from_vector(std::vector<double>{49}, {1}, DType::f64) / 49.0).to_double()[0], 1.0);
+  const Tensor h = Tensor::from_vector(std::vector<float>{1, 3, 100}, {3}, DType::f16) / 0.1;
+  EXPECT_EQ(h.to_vector(), (std::vector<float>{10, 30, 1000}));
+}
+
+// A dim named twice (1 and -1 of a 2-D tensor) is an error that names it, as in PyTorch.
+TEST(Ops, ReductionRefusesADimNamedTwice) {
+  const Tensor a = Tensor::zeros({2, 3});
+  try {
+    (void)sum(a, {1, -1});
+    FAIL() << "sum over {1, -1} of a 2-D tensor was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dimension 1 of"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("named twice"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)mean(a, {0, 0}), Error);
+  EXPECT_EQ(sum(a, {0, 1}).shape(), Shape{});
 }
 
 // sum_to undoes a broadcast: a size-1 dim against a 0-sized one sums nothing (zeros), and the result
