@@ -43,6 +43,7 @@ int64_t parse_count(double v, const std::string& key, const std::string& spec) {
 
 ScalerConfig ScalerConfig::parse(const std::string& spec) {
   ScalerConfig c;
+  bool init_given = false;
   const size_t colon = spec.find(':');
   const std::string kind = spec.substr(0, colon);
   const std::string args = colon == std::string::npos ? "" : spec.substr(colon + 1);
@@ -68,7 +69,7 @@ ScalerConfig ScalerConfig::parse(const std::string& spec) {
       HL_CHECK(eq != std::string::npos, "loss scale '", spec, "': expected key=value, got '", item, "'");
       const std::string key = item.substr(0, eq);
       const double v = parse_number(item.substr(eq + 1), spec);
-      if (key == "init") c.init_scale = v;
+      if (key == "init") c.init_scale = v, init_given = true;
       else if (key == "growth") c.growth_factor = v;
       else if (key == "backoff") c.backoff_factor = v;
       else if (key == "interval") c.growth_interval = parse_count(v, key, spec);
@@ -81,13 +82,20 @@ ScalerConfig ScalerConfig::parse(const std::string& spec) {
   } else {
     throw Error("loss scale '" + spec + "': expected none, static:S or dynamic[:key=value,...]");
   }
+  HL_CHECK(c.min_scale >= 0.0 && c.min_scale <= c.max_scale, "loss scale '", spec, "': needs 0 <= min <= max");
+  // An init left to its default starts inside the bounds given (dynamic:min=4,max=4 runs at 4); one
+  // given outside them is refused (it would run there until the first growth or backoff).
+  if (c.kind == Kind::dynamic && !init_given) c.init_scale = std::clamp(c.init_scale, c.min_scale, c.max_scale);
   HL_CHECK(std::isfinite(c.init_scale) && c.init_scale > 0 && std::isfinite(static_cast<float>(c.init_scale)),
            "loss scale '", spec, "': the scale must be a positive finite f32, got ", c.init_scale);
+  HL_CHECK(c.init_scale >= kSmallestScale, "loss scale '", spec, "': the scale must be at least 2^-111 (",
+           kSmallestScale, "), got ", c.init_scale, ": unscaling by a smaller one can overflow FP32 (amp.h)");
   HL_CHECK(c.growth_factor > 1.0, "loss scale '", spec, "': growth must be > 1");
   HL_CHECK(c.backoff_factor > 0.0 && c.backoff_factor < 1.0, "loss scale '", spec, "': backoff must be in (0, 1)");
   HL_CHECK(c.growth_interval >= 1, "loss scale '", spec, "': interval must be >= 1");
   HL_CHECK(c.hysteresis >= 1, "loss scale '", spec, "': hysteresis must be >= 1");
-  HL_CHECK(c.min_scale >= 0.0 && c.min_scale <= c.max_scale, "loss scale '", spec, "': needs 0 <= min <= max");
+  HL_CHECK(c.kind != Kind::dynamic || (c.min_scale <= c.init_scale && c.init_scale <= c.max_scale), "loss scale '",
+           spec, "': init ", c.init_scale, " is outside [min, max] = [", c.min_scale, ", ", c.max_scale, "]");
   return c;
 }
 
@@ -137,7 +145,7 @@ kernels::ScalerRule ScalerConfig::rule() const {
   r.dynamic = kind == Kind::dynamic;
   r.growth_factor = growth_factor;
   r.backoff_factor = backoff_factor;
-  r.min_scale = min_scale;
+  r.min_scale = std::max(min_scale, kSmallestScale);  // the floor of every scale (amp.h)
   r.max_scale = max_scale;
   r.growth_interval = growth_interval;
   r.hysteresis = hysteresis;
@@ -292,6 +300,11 @@ void LossScaler::load_state(const std::map<std::string, std::string>& s) {
   HL_CHECK(std::isfinite(st.scale) && st.scale > 0 && std::isfinite(static_cast<float>(st.scale)) &&
                static_cast<float>(st.scale) > 0.0f,
            "LossScaler::load_state: the scale must be a positive finite f32, got ", get("scale"));
+  const kernels::ScalerRule rule = config_.rule();
+  HL_CHECK(!rule.dynamic || (st.scale >= rule.min_scale && st.scale <= rule.max_scale),
+           "LossScaler::load_state: the scale ", get("scale"), " is outside this scaler's [", rule.min_scale, ", ",
+           rule.max_scale, "]");
+  HL_CHECK(st.scale >= kSmallestScale, "LossScaler::load_state: the scale ", get("scale"), " is below 2^-111 (amp.h)");
   HL_CHECK(st.growth_tracker >= 0 && st.hysteresis_left >= 1 && st.hysteresis_left <= config_.hysteresis &&
                st.skipped >= 0 && steps >= 0 && st.skipped <= steps,
            "LossScaler::load_state: inconsistent counters: growth_tracker ", st.growth_tracker, ", hysteresis_left ",

@@ -36,6 +36,13 @@ const char* precision_name(Precision p);
 inline DType compute_dtype(Precision p) { return p == Precision::fp32 ? DType::f32 : DType::f16; }
 inline bool uses_master_weights(Precision p) { return p == Precision::mixed; }
 
+// The smallest loss scale used: unscaling multiplies each gradient by float(1/S), and at S >= 2^-111 every
+// finite FP16 gradient (|g| < 2^16) stays finite (< 2^127); below 2^-128, 1/S is not even a finite f32.
+// The unscale flags only non-finite inputs, so an inf it made itself would reach the weights unseen
+// (found by review, 2026-11-29: 144 overflows in a row took the default dynamic scaler there). A static or
+// initial scale below it is refused, and the dynamic rule never backs off below it, whatever `min` says.
+inline constexpr double kSmallestScale = 0x1p-111;
+
 struct ScalerConfig {
   enum class Kind { none, fixed, dynamic };
   Kind kind = Kind::dynamic;

@@ -92,7 +92,8 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
 // dtypes: a stored tensor may be loaded into a parameter of the same dtype or of a wider floating dtype
 // (f16 -> f32 -> f64: exact); narrowing (f32 -> f16) or integer <-> floating is an error, because
 // it would change values silently. Convert the model first (Module::to(DType)) to load narrower.
-// Optimizer state is present but ignored when `optimizer` is null (loading weights for inference).
+// Optimizer state is present but ignored when `optimizer` is null (loading weights for inference); an
+// optimizer with master weights built before such a load re-reads them at its next step (optim.h).
 Checkpoint load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* optimizer = nullptr);
 
 // Copy the tensors named "<prefix><parameter>" into a model's parameters, with load_checkpoint's

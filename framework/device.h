@@ -125,11 +125,21 @@ class Storage {
   void* data() const { return ptr_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  // Counts the writes made through Tensor::copy_ and fill_ (a parameter loaded from a checkpoint, or
+  // set by hand), not the kernels that write through raw pointers (an op's output, an optimizer's
+  // update). An optimizer with FP32 master weights compares it with what it last saw, and re-reads
+  // the master of a parameter written behind its back (framework/optim.h).
+  uint64_t version() const { return version_; }
+  void bump_version() { ++version_; }
+  // A parameter converted or moved in place (nn::Module::to) gets new storage with the same values:
+  // it keeps the old storage's count, so that the conversion is not taken for a write.
+  void set_version(uint64_t v) { version_ = v; }
 
  private:
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
   Device device_;
+  uint64_t version_ = 0;
 };
 
 // Copy bytes between any two devices (synchronous from the host's point of view when the

@@ -49,6 +49,7 @@ namespace {
 // Replace a parameter's contents in place, so every handle to it sees the new storage.
 void replace_data(Tensor& p, const Tensor& data) {
   TensorImpl* impl = p.impl();
+  data.impl()->storage->set_version(impl->storage->version());  // the same values: not a write (device.h)
   impl->storage = data.impl()->storage;
   impl->offset = data.impl()->offset;
   impl->dtype = data.dtype();

@@ -1,7 +1,9 @@
 #include "framework/optim.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -57,6 +59,27 @@ Optimizer::Optimizer(std::vector<Tensor> params, bool master_weights)
       masters_[i] = Tensor::empty(params_[i].shape(), state_dtype(i), params_[i].device());
       masters_[i].copy_(params_[i]);
     }
+  }
+  note_param_versions();
+}
+
+void Optimizer::note_param_versions() {
+  param_versions_.resize(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) param_versions_[i] = params_[i].impl()->storage->version();
+}
+
+// A parameter written through copy_ or fill_ since the masters were last in step with it: the update
+// would overwrite the new values with the old master's, silently (found by review, 2026-11-29: weights
+// loaded into the model after the optimizer was built were gone after one step at lr 0). Its master is
+// re-read from it, on the device, in the stream's order; nothing is read back to the host.
+void Optimizer::reread_written_masters() {
+  if (!use_masters_) return;
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const uint64_t v = params_[i].impl()->storage->version();
+    if (v == param_versions_[i]) continue;
+    masters_[i].copy_(params_[i]);
+    param_versions_[i] = v;
   }
 }
 
@@ -177,6 +200,7 @@ void Optimizer::step() { step_unless(nullptr); }
 
 void Optimizer::step_unless(const int32_t* skip) {
   follow_params_device();
+  reread_written_masters();
   if (!unscaled_) unscale_grads(1.0f, nullptr);
   std::vector<kernels::ParamSlot> slots;
   std::vector<size_t> index;
@@ -256,15 +280,34 @@ void Optimizer::load_state(const State& s) {
       HL_CHECK(use_masters_, "load_state: the state has master weights, this ", type(), " does not keep them");
       masters[k] = copy;
     } else {
+      const std::vector<std::string> names = buffer_names();
+      if (std::find(names.begin(), names.end(), prefix) == names.end()) {
+        std::string kept;
+        for (const std::string& b : names) kept += (kept.empty() ? "" : ", ") + b;
+        throw Error("load_state: unexpected state tensor '" + name + "' (this " + type() + " keeps " +
+                    (kept.empty() ? std::string("no per-parameter buffers") : kept) + ")");
+      }
       auto& list = restored[prefix];
       list.resize(params_.size());
       list[k] = copy;
     }
   }
+  // A parameter's buffers come all together or not at all: Adam's m without its v would resume with a
+  // v of zeros, and a first step far too large.
+  for (size_t i = 0; i < params_.size(); ++i) {
+    std::vector<std::string> have, lack;
+    for (const std::string& b : buffer_names()) {
+      auto it = restored.find(b);
+      (it != restored.end() && it->second[i].defined() ? have : lack).push_back(b);
+    }
+    HL_CHECK(have.empty() || lack.empty(), "load_state: parameter ", i, " has '", have.front(), "' but not '",
+             lack.front(), "' (", type(), " keeps them together)");
+  }
   if (use_masters_) {
     for (size_t i = 0; i < params_.size(); ++i)
       HL_CHECK(masters[i].defined(), "load_state: the state lacks master weights for parameter ", i);
     masters_ = masters;
+    note_param_versions();  // the restored masters are the parameters' (load_checkpoint copies those first)
   }
   buffers_ = restored;
   applied_ = int64_tensor(steps, params_[0].device());
@@ -315,6 +358,10 @@ std::vector<int32_t*> SGD::update(std::vector<kernels::ParamSlot>& slots, const 
 }
 
 
+std::vector<std::string> SGD::buffer_names() const {
+  return opt_.momentum != 0.0 ? std::vector<std::string>{"momentum"} : std::vector<std::string>{};
+}
+
 // ---- Adam / AdamW ----------------------------------------------------------------------------------------
 
 Adam::Adam(std::vector<Tensor> params, Options opt) : Optimizer(std::move(params), opt.master_weights), opt_(opt) {
@@ -325,11 +372,40 @@ Adam::Adam(std::vector<Tensor> params, Options opt) : Optimizer(std::move(params
   set_lr(opt.lr);  // validates it
 }
 
+int64_t* Adam::group_counter(size_t g) {
+  return g == 0 ? applied_steps_device() : static_cast<int64_t*>(counters_[g].data_ptr());
+}
+
 std::vector<int32_t*> Adam::update(std::vector<kernels::ParamSlot>& slots, const std::vector<size_t>& index,
                                    const int32_t* skip) {
+  const Device dev = params_[0].device();
+  if (group_of_.empty()) {
+    group_of_.assign(params_.size(), 0);
+    counters_.assign(1, Tensor());
+  }
+  for (Tensor& c : counters_)  // the model moved (Optimizer::follow_params_device moves the base's state)
+    if (c.defined() && c.device() != dev) c = c.to(dev);
+  // The parameters of a group without a gradient this step leave it together, with its count so far.
+  std::vector<char> present(params_.size(), 0);
+  for (size_t i : index) present[i] = 1;
+  std::vector<char> some_present(counters_.size(), 0), some_absent(counters_.size(), 0);
+  for (size_t i = 0; i < params_.size(); ++i) (present[i] ? some_present : some_absent)[group_of_[i]] = 1;
+  std::vector<size_t> split_to(counters_.size(), 0);
+  for (size_t g = 0; g < split_to.size(); ++g) {
+    if (!some_present[g] || !some_absent[g]) continue;
+    Tensor c = Tensor::empty({}, DType::f64, dev);
+    copy_bytes(c.data_ptr(), dev, group_counter(g), dev, sizeof(int64_t));  // queued before this step's count
+    counters_.push_back(c);
+    split_to[g] = counters_.size() - 1;
+  }
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!present[i] && split_to[group_of_[i]] != 0) group_of_[i] = split_to[group_of_[i]];
+
+  std::map<size_t, std::vector<kernels::ParamSlot>> by_group;
   for (size_t j = 0; j < slots.size(); ++j) {
     slots[j].buf1 = buffer("exp_avg", index[j]).data_ptr();
     slots[j].buf2 = buffer("exp_avg_sq", index[j]).data_ptr();
+    by_group[group_of_[index[j]]].push_back(slots[j]);
   }
   kernels::AdamParams p;
   p.lr = lr_;
@@ -338,11 +414,73 @@ std::vector<int32_t*> Adam::update(std::vector<kernels::ParamSlot>& slots, const
   p.eps = opt_.eps;
   p.weight_decay = opt_.weight_decay;
   p.decoupled = opt_.decoupled;
-  // This update is step t = (applied updates so far) + 1, read by the kernel from the device counter.
-  p.applied_steps = applied_steps_device();
   p.skip = skip;
-  kernels::adam_update(params_[0].device(), slots, p);
+  for (auto& [g, group] : by_group) {
+    // Step t = (updates applied to the group so far) + 1, read by the kernel from the group's counter.
+    p.applied_steps = group_counter(g);
+    kernels::adam_update(dev, group, p);
+  }
+  // Group 0's count is the optimizer's own, which step_unless advances; the others', here, unless skipped.
+  for (auto& [g, group] : by_group)
+    if (g != 0) kernels::optim_finish(dev, skip, group_counter(g), {});
   return {};
+}
+
+std::vector<int64_t> Adam::param_steps() const {
+  const int64_t all = steps();
+  std::vector<int64_t> out(params_.size(), all);
+  for (size_t i = 0; i < group_of_.size(); ++i) {
+    if (group_of_[i] == 0) continue;
+    int64_t n = 0;
+    detail::read_raw(counters_[group_of_[i]], &n, sizeof n);  // a synchronization on CUDA: between steps only
+    out[i] = n;
+  }
+  return out;
+}
+
+Optimizer::State Adam::state() const {
+  State s = Optimizer::state();
+  const std::vector<int64_t> t = param_steps();
+  const int64_t all = steps();
+  if (std::any_of(t.begin(), t.end(), [all](int64_t v) { return v != all; })) {
+    std::string list;
+    for (int64_t v : t) list += (list.empty() ? "" : ",") + std::to_string(v);
+    s.meta["param_steps"] = list;
+  }
+  return s;
+}
+
+void Adam::load_state(const State& s) {
+  // Checked before the base changes anything; applied after it accepted the rest.
+  std::vector<int64_t> t;
+  auto it = s.meta.find("param_steps");
+  auto steps_it = s.meta.find("steps");
+  if (it != s.meta.end() && steps_it != s.meta.end()) {  // without 'steps' the base refuses the state
+    const int64_t all = detail::parse_int64(steps_it->second, type() + "::load_state: 'steps'");
+    std::stringstream ss(it->second);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      const int64_t v = detail::parse_int64(item, type() + "::load_state: 'param_steps'");
+      HL_CHECK(v >= 0 && v <= all, type(), "::load_state: 'param_steps' has ", v, ", outside [0, steps = ", all, "]");
+      t.push_back(v);
+    }
+    HL_CHECK(t.size() == params_.size(), type(), "::load_state: 'param_steps' has ", t.size(),
+             " counts for ", params_.size(), " parameters");
+  }
+  Optimizer::load_state(s);
+  group_of_.clear();
+  counters_.clear();
+  if (t.empty()) return;
+  const int64_t all = steps();
+  group_of_.assign(params_.size(), 0);
+  counters_.assign(1, Tensor());
+  std::map<int64_t, size_t> group_with;  // a count other than steps() -> its group
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i] == all) continue;
+    auto [g, fresh] = group_with.try_emplace(t[i], counters_.size());
+    if (fresh) counters_.push_back(int64_tensor(t[i], params_[0].device()));
+    group_of_[i] = g->second;
+  }
 }
 
 

@@ -26,6 +26,10 @@ class Optimizer {
   // master_weights: keep an FP32 copy of every parameter (taken now, from the current values) and
   // apply updates to it. Use it for `mixed` precision; without it an FP16 parameter is updated in
   // place, and updates below half an FP16 ulp of the weight are lost (the `fp16` mode).
+  // A parameter written after this through Tensor::copy_ or fill_ (load_checkpoint without this
+  // optimizer, an initialization by hand) has its master re-read from it at the next step, as PyTorch's
+  // optimizers, which keep no copy, see the new values; converting or moving the model in place
+  // (nn::Module::to) is not such a write, so masters taken before `to(f16)` keep their FP32 values.
   Optimizer(std::vector<Tensor> params, bool master_weights);
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
@@ -91,6 +95,9 @@ class Optimizer {
   // device when *skip is nonzero. Returns the device flags to set once the update is applied.
   virtual std::vector<int32_t*> update(std::vector<kernels::ParamSlot>& slots, const std::vector<size_t>& index,
                                        const int32_t* skip) = 0;
+  // The per-parameter state buffers this optimizer keeps ("momentum"; "exp_avg", "exp_avg_sq"): what
+  // load_state accepts besides "master", and all of them or none for each parameter.
+  virtual std::vector<std::string> buffer_names() const = 0;
   // The count of applied updates, in device memory (an int64 stored in a one-element f64 tensor).
   int64_t* applied_steps_device();
   // Per-parameter i32 flags in device memory (SGD: "momentum buffer initialized").
@@ -107,6 +114,11 @@ class Optimizer {
 
  private:
   void unscale_impl(float inv_scale, const double* scale, int32_t* found_inf);
+  // The parameters' storage versions as of the masters (Storage::version), and the re-read of the
+  // masters of parameters written since.
+  void note_param_versions();
+  void reread_written_masters();
+  std::vector<uint64_t> param_versions_;
   // Moves the state to the parameters' device if they moved since it was made (see optim.cpp).
   void follow_params_device();
   bool use_masters_;
@@ -135,12 +147,15 @@ class SGD : public Optimizer {
  protected:
   std::vector<int32_t*> update(std::vector<kernels::ParamSlot>& slots, const std::vector<size_t>& index,
                                const int32_t* skip) override;
+  std::vector<std::string> buffer_names() const override;
 
  private:
   Options opt_;
 };
 
-// Adam (Kingma & Ba) and AdamW (decoupled weight decay, Loshchilov & Hutter), PyTorch's semantics.
+// Adam (Kingma & Ba) and AdamW (decoupled weight decay, Loshchilov & Hutter), PyTorch's semantics,
+// including its step t per parameter: the number of updates applied to that parameter, so a parameter
+// whose first gradient comes at step 11 takes its first step with t = 1.
 class Adam : public Optimizer {
  public:
   struct Options {
@@ -154,12 +169,26 @@ class Adam : public Optimizer {
   };
   Adam(std::vector<Tensor> params, Options opt);
   std::string type() const override { return opt_.decoupled ? "AdamW" : "Adam"; }
+  // Each parameter's t so far (updates applied to it). Reads device counters: between steps only.
+  std::vector<int64_t> param_steps() const;
+  // state() adds "param_steps" (comma-separated, one per parameter) when they differ from steps().
+  State state() const override;
+  void load_state(const State& s) override;
 
  protected:
   std::vector<int32_t*> update(std::vector<kernels::ParamSlot>& slots, const std::vector<size_t>& index,
                                const int32_t* skip) override;
+  std::vector<std::string> buffer_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 
  private:
+  // The parameters in groups with the same history (present at the same steps), each counting its t on
+  // one device counter, so that one launch still updates a whole group. Group 0 counts with the
+  // optimizer's applied steps: its parameters had a gradient at every step so far (the common case:
+  // one group). At a step, the parameters of a group that have no gradient leave it together for a new
+  // group, whose counter starts from the group's count before the step (a copy on the device).
+  int64_t* group_counter(size_t g);
+  std::vector<size_t> group_of_;  // per parameter; empty: all in group 0
+  std::vector<Tensor> counters_;  // [g] for g >= 1 (an i64 in a one-element f64, as the base's count)
   Options opt_;
 };
 

@@ -242,11 +242,13 @@ void Tensor::copy_(const Tensor& src) {
     s = conv;
   }
   copy_bytes(data_ptr(), device(), s.data_ptr(), s.device(), nbytes());
+  impl_->storage->bump_version();
 }
 
 void Tensor::fill_(double value) {
   require_defined("Tensor::fill_");
   kernels::fill(device(), numel(), data_ptr(), dtype(), value);
+  impl_->storage->bump_version();
 }
 
 // ---- views --------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 
 #include "framework/amp.h"
@@ -572,6 +573,47 @@ TEST(Amp, MinAndMaxScaleBoundTheDynamicScale) {
   EXPECT_EQ(s.get_scale(), 2.0);  // floored at min
   for (int i = 0; i < 5; ++i) p.step(s);
   EXPECT_EQ(s.get_scale(), 8.0);  // capped at max
+}
+
+// Unscaling multiplies by float(1/S): below 2^-128 that is inf, and 0 * inf or g * inf made NaN and inf
+// that the found-inf check (on the inputs) never saw (found by review, 2026-11-29: 144 overflows in a row
+// took the default scaler to 2^-128, and the next clean step wrote -inf and NaN into the weights). The
+// scale never goes below 2^-111 now, where every finite FP16 gradient unscales to a finite FP32 value;
+// a static or initial scale below it, or outside [min, max], is refused; so is such a saved scale.
+TEST(Amp, TheScaleStaysWhereUnscalingIsFinite) {
+  for (const char* spec : {"static:1e-50", "static:1e-39", "dynamic:init=1e-50", "static:1e-34"}) {
+    try {
+      (void)ScalerConfig::parse(spec);
+      ADD_FAILURE() << spec << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("at least 2^-111"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(ScalerConfig::parse("static:0x1p-111").init_scale, amp::kSmallestScale);
+  EXPECT_THROW((void)ScalerConfig::parse("dynamic:init=65536,max=1024"), Error);
+  EXPECT_THROW((void)ScalerConfig::parse("dynamic:init=1,min=1024"), Error);
+
+  Probe p;
+  LossScaler s(ScalerConfig::parse("dynamic"));
+  for (int i = 0; i < 200; ++i) ASSERT_FALSE(p.step(s, INFINITY));
+  EXPECT_EQ(s.get_scale(), amp::kSmallestScale) << "the backoff stops at 2^-111";
+  const std::vector<double> before = p.w.to_double();
+  EXPECT_TRUE(p.step(s));  // a clean step: gradients 1 and 1, unscaled exactly
+  const std::vector<double> after = p.w.to_double();
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(after[i])) << "w[" << i << "] = " << after[i];
+    EXPECT_NEAR(after[i], before[i] - 0.01, 1e-7);
+  }
+
+  // A saved scale below the floor, or outside a dynamic scaler's [min, max], is refused.
+  LossScaler bounded(ScalerConfig::parse("dynamic:init=4,min=2,max=8"));
+  const std::map<std::string, std::string> st = bounded.state();
+  for (const char* bad : {"1", "16", "1e-40"}) {
+    std::map<std::string, std::string> b = st;
+    b["scale"] = bad;
+    EXPECT_THROW(bounded.load_state(b), Error) << "scale " << bad;
+  }
+  EXPECT_EQ(bounded.get_scale(), 4.0);
 }
 
 TEST(Amp, UnscaleTwiceOrAfterAStepSaysWhichOneHappened) {

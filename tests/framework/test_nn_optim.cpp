@@ -440,6 +440,116 @@ TEST(Optim, AParameterWithoutAGradientThisStepIsLeftAlone) {
   EXPECT_FALSE(sgd.unscaled_grads()[1].defined());
 }
 
+// PyTorch counts Adam's t per parameter: a parameter whose first gradient comes at step 11 takes a first
+// step (t = 1: m and v bias-corrected to g and g^2, so an update of lr * g / (|g| + eps), about lr). Counted
+// per optimizer, t was 11 and the update 0.48 lr (found by review, 2026-11-29); after a long wait it
+// approaches 3.16 lr. A parameter that misses a step keeps its count; a skipped step counts for nobody.
+TEST(Optim, AdamCountsEachParametersOwnSteps) {
+  Tensor a = Tensor::from_vector(std::vector<float>{0.0f}, {1}).requires_grad_();
+  Tensor b = Tensor::from_vector(std::vector<float>{0.0f}, {1}).requires_grad_();
+  Tensor c = Tensor::from_vector(std::vector<float>{0.0f}, {1}).requires_grad_();
+  optim::Adam adam({a, b, c}, {.lr = 0.1});
+  const auto step_with = [&](std::vector<Tensor> present) {
+    adam.zero_grad();
+    Tensor loss = sum(present[0]);
+    for (size_t i = 1; i < present.size(); ++i) loss = loss + sum(present[i]);
+    loss.backward();
+    adam.step();
+  };
+  for (int i = 0; i < 10; ++i) step_with({a, c});
+  step_with({a, b});  // b's first gradient; c misses this one
+  EXPECT_NEAR(b.item(), -0.1, 1e-6) << "b's first update is a first step";
+  step_with({a, b, c});
+  EXPECT_EQ(adam.steps(), 12);
+  EXPECT_EQ(adam.param_steps(), (std::vector<int64_t>{12, 2, 11}));
+  // A skipped step (a found-inf flag set on the device) counts for no group.
+  Tensor flag = Tensor::from_vector(std::vector<int32_t>{1}, {});
+  adam.zero_grad();
+  sum(b).backward();
+  adam.step_unless(flag.data<int32_t>());
+  EXPECT_EQ(adam.param_steps(), (std::vector<int64_t>{12, 2, 11}));
+  // The counts travel with the state, and a resumed optimizer takes the next step as the first would.
+  const optim::Optimizer::State st = adam.state();
+  ASSERT_EQ(st.meta.at("param_steps"), "12,2,11");
+  Tensor a2 = Tensor::from_vector(std::vector<float>{a.item()}, {1}).requires_grad_();
+  Tensor b2 = Tensor::from_vector(std::vector<float>{b.item()}, {1}).requires_grad_();
+  Tensor c2 = Tensor::from_vector(std::vector<float>{c.item()}, {1}).requires_grad_();
+  optim::Adam resumed({a2, b2, c2}, {.lr = 0.1});
+  resumed.load_state(st);
+  EXPECT_EQ(resumed.param_steps(), (std::vector<int64_t>{12, 2, 11}));
+  step_with({a, b, c});
+  resumed.zero_grad();
+  (sum(a2) + sum(b2) + sum(c2)).backward();
+  resumed.step();
+  EXPECT_EQ(a2.item(), a.item());
+  EXPECT_EQ(b2.item(), b.item());
+  EXPECT_EQ(c2.item(), c.item());
+  // Every parameter at every step: one group, and the state as before (no param_steps).
+  Tensor d = Tensor::from_vector(std::vector<float>{0.0f}, {1}).requires_grad_();
+  optim::Adam plain({d}, {.lr = 0.1});
+  sum(d).backward();
+  plain.step();
+  EXPECT_EQ(plain.state().meta.count("param_steps"), 0u);
+  optim::Optimizer::State bad = st;
+  bad.meta["param_steps"] = "12,2";
+  EXPECT_EQ(load_refusal(resumed, bad), "Adam::load_state: 'param_steps' has 2 counts for 3 parameters");
+  bad.meta["param_steps"] = "12,13,11";
+  EXPECT_EQ(load_refusal(resumed, bad), "Adam::load_state: 'param_steps' has 13, outside [0, steps = 12]");
+}
+
+// A parameter written through copy_ (a checkpoint loaded without the optimizer, say) after an optimizer
+// with master weights was made: the next step re-reads its master, where it used to overwrite the new
+// values with the old master's (found by review, 2026-11-29). Converting the model in place
+// (Module::to(f16)) is not a write: masters taken before it keep their FP32 values.
+TEST(Optim, AParameterWrittenBehindTheOptimizersBackHasItsMasterReread) {
+  Generator gen(3);
+  auto model = std::make_shared<nn::Linear>(2, 1, gen);
+  optim::SGD sgd(model->parameters(), {.lr = 0.0, .master_weights = true});
+  const std::vector<double> fp32 = sgd.master_weights()[0].to_double();
+  model->to(DType::f16);
+  sum(model->forward(Tensor::ones({1, 2}, DType::f16))).backward();
+  sgd.step();
+  EXPECT_EQ(sgd.master_weights()[0].to_double(), fp32) << "to(f16) was taken for a write";
+
+  Tensor w = model->parameters()[0];
+  w.copy_(Tensor::from_vector(std::vector<float>{0.25f, -0.5f}, {1, 2}));  // as load_checkpoint does
+  sgd.zero_grad();
+  sum(model->forward(Tensor::ones({1, 2}, DType::f16))).backward();
+  sgd.step();  // lr 0: nothing may move
+  EXPECT_EQ(w.to_vector(), (std::vector<float>{0.25f, -0.5f}));
+  EXPECT_EQ(sgd.master_weights()[0].to_vector(), (std::vector<float>{0.25f, -0.5f}));
+  w.fill_(2.0);
+  sgd.step();
+  EXPECT_EQ(w.to_vector(), (std::vector<float>{2, 2}));
+}
+
+// A state whose buffers this optimizer does not keep, or with Adam's m and not its v, is refused by name
+// (it had loaded, and the missing v came back as zeros: a first resumed step far too large).
+TEST(Optim, LoadStateRefusesBuffersItDoesNotKeepAndIncompleteSets) {
+  Tensor p = Tensor::from_vector(std::vector<float>{1.0f}, {1}).requires_grad_();
+  optim::Adam adam({p}, {.lr = 0.1});
+  sum(p).backward();
+  adam.step();
+  const optim::Optimizer::State good = adam.state();
+  optim::Optimizer::State st = good;
+  for (auto& [name, t] : st.tensors)
+    if (name == "exp_avg_sq.0") name = "exp_avgsq.0";
+  EXPECT_EQ(load_refusal(adam, st),
+            "load_state: unexpected state tensor 'exp_avgsq.0' (this Adam keeps exp_avg, exp_avg_sq)");
+  st = good;
+  std::erase_if(st.tensors, [](const auto& e) { return e.first == "exp_avg_sq.0"; });
+  EXPECT_EQ(load_refusal(adam, st), "load_state: parameter 0 has 'exp_avg' but not 'exp_avg_sq' (Adam keeps "
+                                    "them together)");
+  EXPECT_EQ(load_refusal(adam, good), "(loaded)");
+  optim::SGD plain({p}, {.lr = 0.1});
+  optim::SGD with_momentum({p}, {.lr = 0.1, .momentum = 0.9});
+  sum(p).backward();
+  with_momentum.step();
+  optim::Optimizer::State m = with_momentum.state();
+  EXPECT_EQ(load_refusal(plain, m),
+            "load_state: unexpected state tensor 'momentum.0' (this SGD keeps no per-parameter buffers)");
+}
+
 TEST(Optim, SkipStepAndLoadStateEndTheStepSoTheNextOneUnscalesAgain) {
   Tensor p = Tensor::from_vector(std::vector<float>{0.0f}, {1}).requires_grad_();
   optim::SGD sgd({p}, {.lr = 1.0});
