@@ -1,6 +1,6 @@
 // Learning-rate schedules for the tutorials, evaluated per optimizer step: a linear warm-up from
 // lr/warmup_steps to the peak, then cosine decay to final_lr (or step decay by 10x at 50% and 75% of
-// training). Set each step's value with Optimizer::set_lr (framework/optim.h).
+// the steps after the warm-up). Set each step's value with Optimizer::set_lr (framework/optim.h).
 //
 // Why a warm-up: a freshly initialized network with batch norm takes large, badly conditioned steps
 // at the peak learning rate; growing the rate over the first epochs avoids an early divergence.
