@@ -125,8 +125,25 @@ Dataset load_cifar10(const std::string& dir, Split split, Normalization norm, co
     opt.cache_dir = cache_dir;
     opt.name = detail::concat("cifar10/", split_name(split));
     Dataset ds = load_image_folder(d.string(), split_name(split), opt);
-    HL_CHECK(ds.num_classes == kCifarClasses, op, ": ", (d / split_name(split)).string(), " holds ", ds.num_classes,
-             " class folders; CIFAR-10 has ", kCifarClasses);
+    // Labels are the sorted folder names' ranks, so only CIFAR-10's own names give label i the class
+    // it has in the binary batches and cifar10_class_names(); "plane" for "airplane" would shift them.
+    const std::vector<std::string>& official = cifar10_class_names();
+    if (ds.class_names != official) {
+      const auto list = [](const std::vector<std::string>& v) {
+        std::string s;
+        for (const std::string& name : v) s += (s.empty() ? "" : ", ") + name;
+        return s;
+      };
+      const std::string folder = (d / split_name(split)).string();
+      if (ds.num_classes != kCifarClasses)
+        throw Error(detail::concat(op, ": ", folder, " holds ", ds.num_classes, " class folders; CIFAR-10 has ",
+                                   kCifarClasses, " (expected ", list(official), "; found ", list(ds.class_names),
+                                   ")"));
+      throw Error(detail::concat(op, ": the class folders of ", folder, " are not CIFAR-10's: expected ",
+                                 list(official), "; found ", list(ds.class_names),
+                                 " (labels follow the sorted folder names, so they would not mean CIFAR-10's ",
+                                 "classes; rename the folders)"));
+    }
     return ds;
   }
   throw Error(detail::concat(op, ": found neither the binary batches (data_batch_1.bin ... test_batch.bin) nor an ",

@@ -5,11 +5,14 @@
 //    3072 pixel bytes, channel-major (the 1024 red bytes of the 32x32 image, row by row, then green,
 //    then blue). batches.meta.txt holds the 10 class names, one per line;
 //  - an image folder, <dir>/{train,test}/<class>/*.jpg|png (what datasets/fetch.sh cifar10 --from
-//    makes of the JPEG archive), read through datasets/image_folder.h.
+//    makes of the JPEG archive), read through datasets/image_folder.h. The class folders must be
+//    exactly CIFAR-10's ten names (cifar10_class_names()), so that label i means the same class in
+//    both forms.
 //
 // load_cifar10 finds whichever is in the folder. Every file is checked: a size that is not a whole
-// number of records, a label out of range, an empty file, a missing batch; each throws hl::Error
-// naming the file and the problem, and nothing is returned half-loaded.
+// number of records, a label out of range, an empty file, a missing batch, an image folder whose class
+// folders are not CIFAR-10's; each throws hl::Error naming the file and the problem, and nothing is
+// returned half-loaded.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -33,6 +33,9 @@ Normalization fashion_mnist_normalization() { return {0.2860f, 0.3530f}; }
 Normalization cifar10_normalization() { return {{0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f}}; }
 
 Tensor normalize_pixels(const uint8_t* pixels, int64_t n, int64_t c, int64_t h, int64_t w, const Normalization& norm) {
+  // Public, so it checks for itself: mean_of(c) and std_of(c) index the vectors without a bound, and a
+  // normalization for 2 channels applied to 3 would read past them.
+  norm.check("normalize_pixels", c);
   Tensor out = Tensor::empty({n, c, h, w}, DType::f32, Device::cpu);
   float* dst = out.data<float>();
   const int64_t plane = h * w;

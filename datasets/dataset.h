@@ -57,7 +57,8 @@ struct Dataset {
   Dataset to(Device d) const;
 };
 
-// f32 [N, C, H, W] from N*C*H*W raw channel-major bytes, normalized per channel.
+// f32 [N, C, H, W] from N*C*H*W raw channel-major bytes, normalized per channel. Throws hl::Error
+// ("normalize_pixels: ...") for a normalization that is not 1 or C values of each (see check).
 Tensor normalize_pixels(const uint8_t* pixels, int64_t n, int64_t c, int64_t h, int64_t w, const Normalization& norm);
 
 }  // namespace hl::data

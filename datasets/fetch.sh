@@ -20,6 +20,9 @@
 #                  to DIR/data_batch_{1..5}.bin, test_batch.bin, batches.meta.txt); or, with --from,
 #                  the JPEG image folder (unpacked, or linked when PATH is already a folder, to
 #                  DIR/train and DIR/test, and checked: 10 classes of 5,000 / 1,000 images).
+#                  Linking never deletes a folder: when PATH is DIR itself (by any path) there is
+#                  nothing to do, only links are replaced, and a real DIR/train or DIR/test that is
+#                  not PATH's is an error.
 #
 # MD5 sums are of the UNCOMPRESSED IDX content, so raw and .gz copies verify alike. Everything is
 # fetched into a temporary folder inside DIR, verified there, then moved in (a rename), so DIR never
@@ -219,9 +222,19 @@ fashion_from_url() {
 readonly CIFAR_URL="https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
 readonly CIFAR_MD5="c32a1d4ab5d03f1284b67883e8d87530"
 readonly CIFAR_JPG_MD5="23f0f6ba7ea2b90c9924c97be8602f74"
-readonly CIFAR_BATCHES=(data_batch_1.bin data_batch_2.bin data_batch_3.bin data_batch_4.bin data_batch_5.bin test_batch.bin)
+readonly CIFAR_BATCHES=(data_batch_1.bin data_batch_2.bin data_batch_3.bin data_batch_4.bin data_batch_5.bin
+  test_batch.bin)
 readonly CIFAR_BATCH_BYTES=30730000  # 10,000 records of 1 + 3,072 bytes
 readonly CIFAR_CLASSES=(airplane automobile bird cat deer dog frog horse ship truck)
+# Images per class in train/ and test/ of an image-folder copy. Tests set HALFLING_FETCH_CIFAR10_PER_CLASS
+# ("TRAIN TEST", e.g. "2 1") to check the linking on a folder of a few files instead of 60,000.
+read -r CIFAR_TRAIN_PER_CLASS CIFAR_TEST_PER_CLASS <<<"${HALFLING_FETCH_CIFAR10_PER_CLASS:-5000 1000}"
+readonly CIFAR_TRAIN_PER_CLASS CIFAR_TEST_PER_CLASS
+if ! [[ $CIFAR_TRAIN_PER_CLASS =~ ^[0-9]+$ && $CIFAR_TEST_PER_CLASS =~ ^[0-9]+$ ]]; then
+  echo "fetch.sh: HALFLING_FETCH_CIFAR10_PER_CLASS must be two counts, 'TRAIN TEST' (got" \
+    "'${HALFLING_FETCH_CIFAR10_PER_CLASS:-}')" >&2
+  exit 2
+fi
 
 file_size() { stat -c %s -- "$1" 2>/dev/null || stat -f %z -- "$1"; }
 
@@ -233,18 +246,54 @@ cifar10_binary_ok() {
 }
 
 # Every class folder of an image-folder copy holds the expected number of images. Prints what is wrong.
+# Counts what the loader reads (datasets/image_folder.h): .jpg, .jpeg, .png and .bmp files, not hidden.
 cifar10_folder_ok() {
   local root=$1 split count class want
   for split in train test; do
-    want=$([[ $split == train ]] && echo 5000 || echo 1000)
+    want=$([[ $split == train ]] && echo "$CIFAR_TRAIN_PER_CLASS" || echo "$CIFAR_TEST_PER_CLASS")
     for class in "${CIFAR_CLASSES[@]}"; do
-      count=$(find -L "$root/$split/$class" -maxdepth 1 -type f \( -iname '*.jpg' -o -iname '*.png' \) 2>/dev/null | wc -l)
+      count=$(find -L "$root/$split/$class" -maxdepth 1 -type f ! -name '.*' \
+        \( -iname '*.jpg' -o -iname '*.jpeg' -o -iname '*.png' -o -iname '*.bmp' \) 2>/dev/null | wc -l)
       if [[ $count -ne $want ]]; then
         echo "$root/$split/$class holds $count images, expected $want"
         return 1
       fi
     done
   done
+}
+
+# Link DIR/train and DIR/test to the image folder ROOT (checked already): linked, not copied, because
+# the folder may be large and read-only. The same folder can be reached by several paths (a symlinked
+# $HALFLING_DATA or home, a bind mount), so identity is decided by device and inode (-ef), never by
+# comparing path strings, and nothing but a symlink is ever replaced: deleting a "stale" DIR/train
+# that was in fact ROOT/train would delete the user's images.
+cifar10_link() {
+  local src=$1 root=$2 dir=$3 split phys_root phys_dir
+  if [[ $root -ef $dir ]]; then
+    echo "cifar10: ok ($dir: already there; $src is this folder)"
+    return 0
+  fi
+  phys_root=$(cd "$root" && pwd -P)
+  phys_dir=$(cd "$dir" && pwd -P)
+  if [[ $phys_dir == "$phys_root"/* ]]; then  # the links would be written into the user's data
+    echo "cifar10: $dir is inside $src ($phys_root); give a DIR outside the image folder" >&2
+    return 1
+  fi
+  # Check both splits before changing anything, so a refusal leaves DIR as it was.
+  for split in train test; do
+    if [[ -e $dir/$split && ! -L $dir/$split ]] && ! [[ $dir/$split -ef $root/$split ]]; then
+      echo "cifar10: $dir/$split already exists and is not a link to $root/$split, so it was left alone." \
+        "If it holds CIFAR-10, '$0 cifar10 $dir' checks it; to link $src instead, move $dir/$split away first" >&2
+      return 1
+    fi
+  done
+  for split in train test; do
+    [[ $dir/$split -ef $root/$split ]] && continue  # already the same folder: a link from an earlier run, or ROOT's own
+    # A symlink only (checked above): -n replaces the link itself, not a folder it points to.
+    ln -sfn -- "$root/$split" "$dir/$split"
+  done
+  echo "cifar10: ok ($dir: image folder, linked to $root; $((10 * CIFAR_TRAIN_PER_CLASS)) training and" \
+    "$((10 * CIFAR_TEST_PER_CLASS)) test images)"
 }
 
 cifar10_from() {
@@ -274,11 +323,8 @@ cifar10_from() {
       echo "cifar10: $src is not a CIFAR-10 image folder (train/<class>/, test/<class>/): $why" >&2
       return 1
     fi
-    if [[ $root != "$dir" ]]; then  # link, do not copy: the folder may be large and read-only
-      rm -rf -- "$dir/train" "$dir/test"
-      ln -s -- "$root/train" "$dir/train"
-      ln -s -- "$root/test" "$dir/test"
-    fi
+    cifar10_link "$src" "$root" "$dir"
+    return
   else
     echo "cifar10: --from $src: no such file or folder" >&2
     return 1

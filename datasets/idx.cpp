@@ -1,6 +1,6 @@
 // Reading IDX files, raw or gzip-compressed (see idx.h). The file is read as a stream (zlib
 // decompresses .gz on the fly), so one code path checks both kinds: header, then exactly the
-// number of data bytes the header promises, then nothing more.
+// number of data bytes the header promises, then nothing more (for .gz: nor after the last member).
 #include "datasets/idx.h"
 
 #include <zlib.h>
@@ -46,6 +46,12 @@ std::string dims_str(const std::vector<int64_t>& dims) {
 }
 
 // A raw or gzip-compressed file read as one byte stream. Every failure throws with the path.
+//
+// gzip goes through zlib's inflate rather than gzread: gzread silently ignores whatever follows the
+// last gzip member when it does not start like another member, so "gzip(file) + junk" would load
+// where a raw file with the same junk is refused. Here a member may be followed only by another
+// member (gzip -c a b > ab, or a concatenated download, is valid gzip), and anything else is counted
+// as trailing garbage (trailing_bytes()).
 class ByteStream {
  public:
   explicit ByteStream(const std::string& path) : path_(path) {
@@ -59,15 +65,22 @@ class ByteStream {
     unsigned char magic[2] = {0, 0};
     const size_t n = std::fread(magic, 1, 2, file_.get());
     gzip_ = n == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+    if (std::fseek(file_.get(), 0, SEEK_SET) != 0) fail("cannot read: ", std::strerror(errno));
     if (gzip_) {
-      file_.reset();
-      gz_.reset(gzopen(path.c_str(), "rb"));
-      if (!gz_) fail("cannot open the gzip stream: ", errno ? std::strerror(errno) : "out of memory");
-      gzbuffer(gz_.get(), 1 << 17);
-    } else if (std::fseek(file_.get(), 0, SEEK_SET) != 0) {
-      fail("cannot read: ", std::strerror(errno));
+      in_.resize(kGzInput);
+      zs_ = std::make_unique<z_stream>();
+      // 16 + MAX_WBITS: a gzip header and trailer (CRC-32 and length, both checked), not zlib or raw.
+      if (inflateInit2(zs_.get(), 16 + MAX_WBITS) != Z_OK) {
+        zs_.reset();
+        fail("cannot start decompressing: out of memory");
+      }
     }
   }
+  ~ByteStream() {
+    if (zs_) inflateEnd(zs_.get());
+  }
+  ByteStream(const ByteStream&) = delete;
+  ByteStream& operator=(const ByteStream&) = delete;
 
   // Read up to n bytes; fewer only at the end of the stream.
   size_t read(uint8_t* dst, size_t n) {
@@ -76,10 +89,7 @@ class ByteStream {
       const size_t want = std::min(n - got, kChunk);
       size_t r = 0;
       if (gzip_) {
-        const int k = gzread(gz_.get(), dst + got, static_cast<unsigned>(want));
-        check_gzip();
-        if (k < 0) fail("corrupt gzip stream");
-        r = static_cast<size_t>(k);
+        r = inflate_into(dst + got, want);
       } else {
         r = std::fread(dst + got, 1, want, file_.get());
         if (std::ferror(file_.get())) fail("read error: ", std::strerror(errno));
@@ -92,6 +102,10 @@ class ByteStream {
 
   // How a message should refer to the bytes it counts.
   const char* content() const { return gzip_ ? "the decompressed file" : "the file"; }
+  // Bytes of the .gz file after its last gzip member (known once read() has returned 0), and the
+  // offset where they start.
+  uint64_t trailing_bytes() const { return trailing_; }
+  uint64_t gzip_end() const { return consumed_; }
 
   template <class... Args>
   [[noreturn]] void fail(const Args&... args) const {
@@ -99,28 +113,70 @@ class ByteStream {
   }
 
  private:
-  // zlib reports a damaged stream (bad deflate data, CRC mismatch, cut-off file) through gzerror;
-  // a cut-off stream even comes back as a short read with no error code, so check after each call.
-  void check_gzip() const {
-    int err = Z_OK;
-    std::string msg = gzerror(gz_.get(), &err);
-    if (err == Z_OK) return;
-    if (msg.starts_with(path_ + ": ")) msg.erase(0, path_.size() + 2);  // zlib prefixes the path
-    if (err == Z_BUF_ERROR) fail("corrupt gzip stream: ", msg, " (the .gz file is truncated)");
-    if (err == Z_ERRNO) fail("read error: ", std::strerror(errno));
-    fail("corrupt gzip stream: ", msg);
+  static constexpr size_t kGzInput = size_t{1} << 17;
+
+  // Decompress up to n bytes into dst; 0 only at the end of the last member.
+  size_t inflate_into(uint8_t* dst, size_t n) {
+    z_stream& z = *zs_;
+    z.next_out = dst;
+    z.avail_out = static_cast<uInt>(n);  // n <= kChunk
+    while (z.avail_out > 0 && !done_) {
+      if (member_ended_) {
+        // Another member must start with the gzip magic; anything else ends the stream, as garbage.
+        if (!fill(2) || z.next_in[0] != 0x1f || z.next_in[1] != 0x8b) {
+          trailing_ = z.avail_in;
+          for (size_t r; (r = std::fread(in_.data(), 1, in_.size(), file_.get())) > 0;) trailing_ += r;
+          if (std::ferror(file_.get())) fail("read error: ", std::strerror(errno));
+          z.avail_in = 0;
+          done_ = true;
+          break;
+        }
+        inflateReset(&z);
+        member_ended_ = false;
+      }
+      if (!fill(1)) fail("corrupt gzip stream: unexpected end of file (the .gz file is truncated)");
+      const uInt before = z.avail_in;
+      const int rc = inflate(&z, Z_NO_FLUSH);
+      consumed_ += before - z.avail_in;
+      if (rc == Z_STREAM_END) {
+        member_ended_ = true;
+      } else if (rc == Z_DATA_ERROR) {
+        fail("corrupt gzip stream: ", z.msg ? z.msg : "invalid compressed data");
+      } else if (rc == Z_MEM_ERROR) {
+        fail("corrupt gzip stream: out of memory");
+      } else if (rc != Z_OK && rc != Z_BUF_ERROR) {  // Z_BUF_ERROR: no progress, more input is needed
+        fail("corrupt gzip stream: zlib error ", rc);
+      }
+    }
+    return n - z.avail_out;
+  }
+
+  // Make at least k compressed bytes available at next_in (fewer only at the end of the file).
+  bool fill(size_t k) {
+    z_stream& z = *zs_;
+    if (z.avail_in >= k) return true;
+    if (z.avail_in > 0) std::memmove(in_.data(), z.next_in, z.avail_in);
+    z.next_in = in_.data();
+    while (z.avail_in < k) {
+      const size_t r = std::fread(in_.data() + z.avail_in, 1, in_.size() - z.avail_in, file_.get());
+      if (std::ferror(file_.get())) fail("read error: ", std::strerror(errno));
+      if (r == 0) break;
+      z.avail_in += static_cast<uInt>(r);
+    }
+    return z.avail_in >= k;
   }
 
   std::string path_;
   struct CloseFile {
     void operator()(std::FILE* f) const { std::fclose(f); }
   };
-  struct CloseGz {
-    void operator()(gzFile g) const { gzclose(g); }
-  };
   std::unique_ptr<std::FILE, CloseFile> file_;
-  std::unique_ptr<gzFile_s, CloseGz> gz_;
   bool gzip_ = false;
+  std::unique_ptr<z_stream> zs_;  // gzip only
+  std::vector<uint8_t> in_;       // compressed bytes read from the file, not yet inflated
+  bool member_ended_ = false, done_ = false;
+  uint64_t consumed_ = 0;   // compressed bytes inflated so far
+  uint64_t trailing_ = 0;
 };
 
 }  // namespace
@@ -191,6 +247,9 @@ IdxArray read_idx(const std::string& path) {
   if (extra > 0)
     in.fail("trailing garbage: ", extra, " byte(s) after the ", expected, " bytes of data that the header ",
             dims_str(out.dims), " describes");
+  if (in.trailing_bytes() > 0)
+    in.fail("trailing garbage: ", in.trailing_bytes(), " byte(s) after the end of the gzip stream (at byte ",
+            in.gzip_end(), " of the .gz file), where only another gzip member may follow");
   return out;
 }
 

@@ -23,7 +23,7 @@ namespace {
 // Largest image accepted: 2^26 pixels (an 8192 x 8192 photo) is 256 MiB as RGBA. A damaged or
 // malicious header can claim up to 2^24 x 2^24; refusing it before decoding keeps a bad file from
 // costing gigabytes (and lets the fuzzer run under its memory limit).
-constexpr int64_t kMaxPixels = int64_t{1} << 26;
+constexpr int64_t kMaxPixels = kMaxImagePixels;
 // Longest side accepted: kMaxImageSide (image.h). A 1 x 16776963 BMP, inside the pixel limit, made
 // resize_image allocate 1.4 GB of stb_image_resize scratch before there was one (found by fuzz_image).
 constexpr int64_t kMaxSide = kMaxImageSide;
@@ -75,8 +75,8 @@ uint32_t le32(const uint8_t* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (ui
 // stb_image reads past the end of a cut-off JPEG or BMP as if the missing bytes were zeros, and
 // returns an image whose lower part is garbage. These checks find the cut before decoding, so a
 // truncated file is an error rather than a silently wrong sample, and so is a BMP compression that
-// stb_image would read as if it were none. (A cut-off PNG already fails in stb's zlib decoder.)
-// Returns what is wrong, or "".
+// stb_image would read as if it were none. (A cut-off PNG already fails in stb's zlib decoder; a
+// JPEG is checked by jpeg_walk, below.) Returns what is wrong, or "".
 std::string refused_before_decoding(Format f, const uint8_t* d, size_t n) {
   if (f == Format::png) {
     // Walk the chunks (length, type, data, CRC) up to IEND. stb_image would accept a file cut after
@@ -91,17 +91,6 @@ std::string refused_before_decoding(Format f, const uint8_t* d, size_t n) {
       if (std::equal(d + at + 4, d + at + 8, "IEND")) return "";
       at += 12 + static_cast<size_t>(len);
     }
-  }
-  if (f == Format::jpeg) {
-    // The image data follows the last start-of-scan marker (FF DA); inside entropy-coded data every
-    // FF byte is followed by 00 or a restart marker, so an end-of-image marker (FF D9) after it can
-    // only be the real end.
-    size_t sos = 0;
-    for (size_t i = 0; i + 1 < n; ++i)
-      if (d[i] == 0xFF && d[i + 1] == 0xDA) sos = i;
-    for (size_t i = sos; i + 1 < n; ++i)
-      if (d[i] == 0xFF && d[i + 1] == 0xD9) return "";
-    return "truncated JPEG: no end-of-image marker (FF D9) after the image data";
   }
   if (f == Format::bmp && n >= 34) {
     // Uncompressed BMP (BI_RGB, or BI_BITFIELDS: the same rows, with channel masks): the pixel rows,
@@ -126,20 +115,26 @@ std::string refused_before_decoding(Format f, const uint8_t* d, size_t n) {
   return "";
 }
 
-// Debian's stb_image (a 2022 snapshot) decodes a JPEG scan with whatever its Huffman tables hold,
-// and it does not clear them first: a scan that uses a table no DHT segment defined reads stale
-// memory and can crash (stb's PR #1297 describes it), and a DHT whose code counts add up to more
-// than 256 overruns the table (stb issue #1289). Both were fixed upstream after that snapshot, so we
-// walk the markers first and refuse such files. Found by tests/fuzz/fuzz_image. The same walk
-// refuses a file with no scan at all, which stb_image decodes as a flat gray image.
-std::string jpeg_tables(const uint8_t* d, size_t n) {
+// A JPEG is walked marker by marker, from the start-of-image marker (SOI, FF D8) to the end-of-image
+// marker (EOI, FF D9) that follows the last scan: segments carry their length, and each start-of-scan
+// segment (SOS, FF DA) is followed by entropy-coded data, in which an FF byte is followed only by 00
+// (a stuffed FF) or a restart marker (D0 to D7). The walk serves two checks:
+// - Truncation. stb_image reads past the end of a cut-off JPEG as if the missing bytes were zeros,
+//   so a file whose walk runs out of bytes before its EOI is refused. Bytes after the EOI are not the
+//   image's, and stb_image never reads them: phones append a video to "motion photos", and some
+//   cameras pad their files. (A search for the last FF DA anywhere in the file, followed by an FF D9,
+//   refused a whole photo whose appended video held FF DA and no later FF D9.)
+// - Huffman tables. Debian's stb_image (a 2022 snapshot) decodes a scan with whatever its Huffman
+//   tables hold, and it does not clear them first: a scan that uses a table no DHT segment defined
+//   reads stale memory and can crash (stb's PR #1297 describes it), and a DHT whose code counts add
+//   up to more than 256 overruns the table (stb issue #1289). Both were fixed upstream after that
+//   snapshot, so such files are refused. Found by tests/fuzz/fuzz_image.
+// A file with no scan before its EOI is refused too: stb_image decodes it as a flat gray image.
+// Returns what is wrong, or "".
+std::string jpeg_walk(const uint8_t* d, size_t n) {
   bool dc[4] = {}, ac[4] = {}, progressive = false, scanned = false;
-  // At the end: without a scan, stb_image would return a flat gray image, as if it had decoded one.
-  const auto end = [&] {
-    return scanned ? std::string() : std::string("corrupt JPEG: no start-of-scan (FF DA), so no image data");
-  };
   size_t at = 2;  // after SOI (FF D8)
-  while (at + 4 <= n) {
+  while (at + 2 <= n) {
     if (d[at] != 0xFF) {  // padding between segments: stb skips to the next FF, and so do we
       ++at;
       continue;
@@ -149,14 +144,20 @@ std::string jpeg_tables(const uint8_t* d, size_t n) {
       ++at;
       continue;
     }
-    if (m == 0xD9) return end();                                 // end of image
-    if ((m >= 0xD0 && m <= 0xD7) || m == 0x01) {                 // markers without a length
+    if (m == 0xD9)  // the end of the image: what follows it is not part of the image
+      return scanned ? std::string() : std::string("corrupt JPEG: no start-of-scan (FF DA), so no image data");
+    if ((m >= 0xD0 && m <= 0xD7) || m == 0x01) {  // markers without a length
       at += 2;
       continue;
     }
+    if (at + 4 > n) break;  // the segment's length is cut off
     const size_t len = (static_cast<size_t>(d[at + 2]) << 8) | d[at + 3];
-    if (len < 2 || at + 2 + len > n)
-      return detail::concat("corrupt JPEG: the segment at byte ", at, " claims ", len, " bytes, past the end of the file");
+    if (len < 2)
+      return detail::concat("corrupt JPEG: the segment at byte ", at, " claims a length of ", len,
+                            " (at least 2: the length counts its own two bytes)");
+    if (len > n - at - 2)
+      return detail::concat("truncated JPEG: the segment at byte ", at, " claims ", len,
+                            " bytes, past the end of the file");
     const uint8_t* p = d + at + 4;
     const size_t plen = len - 2;
     if (m == 0xC2 || m == 0xC6 || m == 0xCA || m == 0xCE) progressive = true;
@@ -195,7 +196,7 @@ std::string jpeg_tables(const uint8_t* d, size_t n) {
     }
     at += 2 + len;
   }
-  return end();  // the end-of-image marker, in the last 2 or 3 bytes (the truncation check saw it)
+  return "truncated JPEG: no end-of-image marker (FF D9) after the image data";
 }
 
 }  // namespace
@@ -209,7 +210,7 @@ Image decode_image(const uint8_t* data, size_t size, const std::string& source, 
   if (format == Format::unknown) fail("not a PNG, JPEG or BMP file (unrecognized first bytes)");
   if (const std::string why = refused_before_decoding(format, data, size); !why.empty()) fail(why);
   if (format == Format::jpeg) {
-    if (const std::string bad = jpeg_tables(data, size); !bad.empty()) fail(bad);
+    if (const std::string bad = jpeg_walk(data, size); !bad.empty()) fail(bad);
   }
   const int len = static_cast<int>(size);
   int w = 0, h = 0, comp = 0;
@@ -240,6 +241,10 @@ Image resize_image(const Image& img, int64_t width, int64_t height) {
            " pixels per side and ", kMaxPixels, " in all)");
   HL_CHECK(img.width <= kMaxSide && img.height <= kMaxSide, "resize_image: the image ", dims(img),
            " has a side over ", kMaxSide, " pixels (stb_image_resize's scratch memory grows with it)");
+  // The sides are at most 65535 here, so the product cannot overflow. A caller that builds its source
+  // (tutorial 10 padded a 65535x4 crop to 65535x65535, 4.2 GB) is held to what decode_image accepts.
+  HL_CHECK(img.width * img.height <= kMaxPixels, "resize_image: the image ", dims(img), " has ",
+           img.width * img.height, " pixels, over the ", kMaxPixels, " (2^26) that decode_image accepts");
   HL_CHECK(img.width > 0 && img.height > 0 && img.channels > 0 &&
                img.pixels.size() == static_cast<size_t>(img.width * img.height * img.channels),
            "resize_image: the image ", dims(img), " holds ", img.pixels.size(), " bytes");
@@ -249,6 +254,25 @@ Image resize_image(const Image& img, int64_t width, int64_t height) {
                                     out.pixels.data(), static_cast<int>(width), static_cast<int>(height), 0,
                                     static_cast<int>(img.channels));
   HL_CHECK(ok, "resize_image: stb_image_resize failed on ", dims(img), " -> ", width, "x", height);
+  return out;
+}
+
+Image flatten_alpha(const Image& img, uint8_t background) {
+  HL_CHECK(img.width > 0 && img.height > 0 && img.channels >= 1 && img.channels <= 4 &&
+               img.pixels.size() == static_cast<size_t>(img.width * img.height * img.channels),
+           "flatten_alpha: the image ", dims(img), " holds ", img.pixels.size(), " bytes");
+  if (img.channels == 1 || img.channels == 3) return img;
+  const int64_t color = img.channels - 1, n = img.width * img.height;
+  Image out{img.width, img.height, color, std::vector<uint8_t>(static_cast<size_t>(n * color))};
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t a = img.pixels[static_cast<size_t>(i * img.channels + color)];
+    for (int64_t c = 0; c < color; ++c) {
+      const uint32_t v = img.pixels[static_cast<size_t>(i * img.channels + c)];
+      // "Over" with straight (not premultiplied) alpha, as PNG stores it; + 127 rounds to nearest.
+      const uint32_t over = (v * a + background * (255 - a) + 127) / 255;
+      out.pixels[static_cast<size_t>(i * color + c)] = static_cast<uint8_t>(over);
+    }
+  }
   return out;
 }
 
@@ -303,7 +327,9 @@ Tensor image_to_tensor(const Image& img, const Normalization& norm) {
 Tensor load_image_tensor(const std::string& path, const ImageInput& in, const Normalization& norm) {
   HL_CHECK(in.channels == 1 || in.channels == 3, "load_image_tensor(", path, "): channels must be 1 or 3 (got ",
            in.channels, ")");
-  HL_CHECK((in.height == 0) == (in.width == 0) && in.height >= 0, "load_image_tensor(", path,
+  HL_CHECK(in.height >= 0 && in.width >= 0, "load_image_tensor(", path,
+           "): the size to resize to cannot be negative; got ", in.height, "x", in.width);
+  HL_CHECK((in.height == 0) == (in.width == 0), "load_image_tensor(", path,
            "): give both height and width (or neither), got ", in.height, "x", in.width);
   Image img = read_image(path, in.channels);
   if (in.height > 0) img = resize_image(img, in.width, in.height);

@@ -24,10 +24,14 @@ struct Image {
   uint8_t at(int64_t y, int64_t x, int64_t c) const { return pixels[static_cast<size_t>((y * width + x) * channels + c)]; }
 };
 
-// Decode a PNG, JPEG or BMP file held in memory, converted to `channels` (1 = gray, 3 = RGB; 0
-// keeps the file's own). Throws hl::Error("decode_image(<source>): <stb_image's reason>") for
-// anything that is not a whole, valid image: never a partly decoded one. Exposed over a byte buffer
-// so that tests/fuzz/fuzz_image.cpp can feed it anything.
+// Decode a PNG, JPEG or BMP file held in memory, converted to `channels` (1 = gray, 2 = gray + alpha,
+// 3 = RGB, 4 = RGBA; 0 keeps the file's own). 1 and 3 drop an alpha channel as it is, keeping the color
+// stored under transparent pixels (often black, in a drawing made on a transparent canvas): to see the
+// image as a viewer shows it, ask for 2 or 4 and call flatten_alpha. Throws
+// hl::Error("decode_image(<source>): <the reason>") for anything that is not a whole, valid image:
+// never a partly decoded one. A JPEG ends at the end-of-image marker after its last scan; bytes after
+// it (a "motion photo"'s video) are ignored. Exposed over a byte buffer so that
+// tests/fuzz/fuzz_image.cpp can feed it anything.
 Image decode_image(const uint8_t* data, size_t size, const std::string& source, int channels = 0);
 Image read_image(const std::string& path, int channels = 0);
 
@@ -35,10 +39,20 @@ Image read_image(const std::string& path, int channels = 0);
 // memory grows with the longest side of the source (about 84 bytes per row), so a side is bounded as
 // well as the total (2^26 pixels): at 65535 that scratch stays under 6 MB.
 inline constexpr int64_t kMaxImageSide = 65535;
+// The most pixels an image may have, decoded or resized (source and target): 2^26, an 8192 x 8192
+// photo, 256 MiB as RGBA.
+inline constexpr int64_t kMaxImagePixels = int64_t{1} << 26;
 
 // Resampled to width x height (stb_image_resize: a Mitchell filter when shrinking, Catmull-Rom when
-// enlarging), each side at most kMaxImageSide. Returns a copy when the size already matches.
+// enlarging). The source and the target each have at most kMaxImageSide pixels per side and
+// kMaxImagePixels in all; larger ones are refused with an hl::Error. Returns a copy when the size
+// already matches.
 Image resize_image(const Image& img, int64_t width, int64_t height);
+// An image with an alpha channel (2 channels: gray + alpha; 4: RGBA) composited onto a solid
+// `background` gray (255 = white), the way a viewer shows it on such a page: each color value becomes
+// (value * alpha + background * (255 - alpha)) / 255, rounded. The alpha channel is dropped, so 2
+// channels become 1 and 4 become 3. An image without alpha (1 or 3 channels) comes back unchanged.
+Image flatten_alpha(const Image& img, uint8_t background = 255);
 // Enlarged by an integer factor, each pixel becoming a factor x factor block (for looking at 32x32
 // samples on a screen without blur).
 Image scale_nearest(const Image& img, int64_t factor);

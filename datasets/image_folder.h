@@ -8,8 +8,9 @@
 //
 // Decoding tens of thousands of JPEGs takes seconds, so the decoded pixels are cached in one compact
 // binary file (8-bit pixels, labels, class names) and later loads read only that. The cache is keyed
-// by a fingerprint of the folder (every file's relative path, size and modification time) and of
-// the decoding options; any change to the folder invalidates it. It lives next to the data
+// by a fingerprint of the folder (every file's relative path, size, modification time and status
+// change time, so a replacement that keeps the old mtime, as cp -p and rsync -a do, still counts) and
+// of the decoding options; any change to the folder invalidates it. It lives next to the data
 // (root/.halfling-cache-<split>-c<C>-<H>x<W>.bin) when root is writable, else in
 // $XDG_CACHE_HOME/halfling (or ~/.cache/halfling), and is written atomically (temp file + rename),
 // so concurrent loads never see half a cache. A damaged cache is reported on stderr and rebuilt.

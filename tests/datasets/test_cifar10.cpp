@@ -222,6 +222,34 @@ TEST(LoadCifar10, ReadsTheImageFolderLayout) {
                   "load_cifar10(", "holds 9 class folders; CIFAR-10 has 10");
 }
 
+// The image folder's labels are its sorted folder names' ranks, so a copy that names a class
+// differently ("plane") would give label 0 to automobile, where the binary batches and
+// cifar10_class_names() have airplane. Such a folder is refused, with both lists of names.
+TEST(LoadCifar10, ImageFolderClassesMustBeCifar10s) {
+  TempDir dir, cache;
+  std::vector<std::string> names = data::cifar10_class_names();
+  names[0] = "plane";
+  for (const std::string& name : names) {
+    std::filesystem::create_directories(dir / ("train/" + name));
+    data::write_png(dir / ("train/" + name + "/0.png"), data::Image{32, 32, 3, Bytes(32 * 32 * 3, 7)});
+  }
+  const std::string official = "airplane, automobile, bird, cat, deer, dog, frog, horse, ship, truck";
+  EXPECT_HL_ERROR(data::load_cifar10(dir.str(), Split::train, data::Normalization::unit(), cache.str()),
+                  "load_cifar10(" + dir.str() + "): the class folders of " + dir / "train" + " are not CIFAR-10's",
+                  "expected " + official + "; found automobile, bird, cat, deer, dog, frog, horse, plane, ship, truck",
+                  "rename the folders");
+  // Renamed, the same folder loads, airplane first.
+  std::filesystem::rename(dir / "train/plane", dir / "train/airplane");
+  const Dataset ds = data::load_cifar10(dir.str(), Split::train, data::Normalization::unit(), cache.str());
+  EXPECT_EQ(ds.class_names, data::cifar10_class_names());
+  EXPECT_EQ(ds.labels.to_int(), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  // A missing class is named in the lists as well.
+  std::filesystem::remove_all(dir / "train/ship");
+  EXPECT_HL_ERROR(data::load_cifar10(dir.str(), Split::train, data::Normalization::unit(), cache.str()),
+                  "holds 9 class folders; CIFAR-10 has 10 (expected " + official + "; found ",
+                  "horse, truck)");
+}
+
 // ---- the real data set (datasets/fetch.sh cifar10 [--from ...]) ------------------------------------
 
 TEST(RealCifar10, CountsAndClassBalance) {

@@ -250,6 +250,63 @@ TEST(ReadIdx, RejectsTruncatedGzipFile) {
   EXPECT_EQ(msg.find(path), msg.rfind(path)) << "the path is named once: " << msg;
 }
 
+// zlib's gzread ignores whatever follows a gzip member unless it starts like another member, so a .gz
+// file with junk after its member used to load while the raw file with the same junk was refused.
+TEST(ReadIdx, RejectsTrailingGarbageAfterTheGzipStream) {
+  TempDir tmp;
+  const Bytes data = {3, 1, 4, 1, 5};
+  const std::string path = tmp / "junk.gz";
+  write_gz(path, idx_bytes({5}, data));
+  const Bytes member = read_file(path);
+  const std::string end = "after the end of the gzip stream (at byte " + std::to_string(member.size()) + " of the .gz";
+  struct Case {
+    const char* what;
+    Bytes tail;
+  };
+  for (const Case& c : {Case{"text", {'j', 'u', 'n', 'k'}}, Case{"zero padding", {0, 0, 0}},
+                        Case{"the first magic byte alone", {0x1f}}, Case{"not the second magic byte", {0x1f, 0x8c}}}) {
+    Bytes b = member;
+    b.insert(b.end(), c.tail.begin(), c.tail.end());
+    write_file(path, b);
+    SCOPED_TRACE(c.what);
+    const std::string count = std::to_string(c.tail.size());
+    EXPECT_HL_ERROR(read_idx(path), prefix(path), "trailing garbage: " + count + " byte(s) " + end);
+  }
+  // Bytes that start like another member must be one.
+  Bytes b = member;
+  b.insert(b.end(), {0x1f, 0x8b, 0x08, 0, 'x'});
+  write_file(path, b);
+  EXPECT_HL_ERROR(read_idx(path), prefix(path), "corrupt gzip stream");
+}
+
+// A gzip file may hold several members, which decompress to their concatenation (gzip -c a b, or
+// `cat a.gz b.gz`): still one IDX file, however its bytes are split, even with an empty member.
+TEST(ReadIdx, ReadsMultiMemberGzip) {
+  TempDir tmp;
+  const Bytes data = random_bytes(3 * 28 * 28, fresh_seed());
+  const Bytes whole = idx_bytes({3, 28, 28}, data);
+  const std::string part = tmp / "part.gz", path = tmp / "multi.gz";
+  for (const size_t cut : {size_t{2}, size_t{16}, size_t{1000}}) {
+    Bytes gz;
+    for (const Bytes& piece : {Bytes(whole.begin(), whole.begin() + static_cast<long>(cut)), Bytes{},
+                               Bytes(whole.begin() + static_cast<long>(cut), whole.end())}) {
+      write_gz(part, piece);
+      const Bytes member = read_file(part);
+      gz.insert(gz.end(), member.begin(), member.end());
+    }
+    write_file(path, gz);
+    const data::IdxArray a = read_idx(path);
+    EXPECT_EQ(a.dims, (std::vector<int64_t>{3, 28, 28})) << "cut at " << cut;
+    EXPECT_EQ(a.data, data) << "cut at " << cut;
+    // Garbage after the last member is counted from where that member ends.
+    gz.push_back('!');
+    write_file(path, gz);
+    EXPECT_HL_ERROR(read_idx(path), prefix(path),
+                    "trailing garbage: 1 byte(s) after the end of the gzip stream (at byte " +
+                        std::to_string(gz.size() - 1));
+  }
+}
+
 TEST(ReadIdx, RejectsGzipCutInsideItsTrailer) {
   // All the IDX data decompresses fine; only the CRC/length trailer is missing.
   TempDir tmp;

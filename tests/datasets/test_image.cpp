@@ -399,10 +399,15 @@ TEST(Image, LoadImageTensorForAModel) {
   EXPECT_EQ(data::load_image_tensor(dir / "digit.png", {3, 0, 0}, {}).shape(), (Shape{1, 3, 40, 40}));
   EXPECT_HL_ERROR(data::load_image_tensor(dir / "digit.png", {2, 28, 28}, {}), "channels must be 1 or 3");
   EXPECT_EQ(data::load_image_tensor(dir / "digit.png", {1, 1, 1}, {}).shape(), (Shape{1, 1, 1, 1}));
-  for (const auto& [h, w] : {std::pair<int64_t, int64_t>{0, 28}, {28, 0}, {-1, -1}})
+  for (const auto& [h, w] : {std::pair<int64_t, int64_t>{0, 28}, {28, 0}})
     EXPECT_HL_ERROR(data::load_image_tensor(dir / "digit.png", {1, h, w}, {}),
                     detail::concat("load_image_tensor(", dir / "digit.png",
                                    "): give both height and width (or neither), got ", h, "x", w));
+  // A negative side, also beside a positive one (28 x -3 used to pass this check and fail in resize_image).
+  for (const auto& [h, w] : {std::pair<int64_t, int64_t>{-1, -1}, {28, -3}, {-3, 28}})
+    EXPECT_HL_ERROR(data::load_image_tensor(dir / "digit.png", {1, h, w}, {}),
+                    detail::concat("load_image_tensor(", dir / "digit.png",
+                                   "): the size to resize to cannot be negative; got ", h, "x", w));
 }
 
 TEST(Image, TensorToImageMinMaxAndClamping) {
@@ -791,10 +796,9 @@ TEST(Image, JpegEveryComponentOfAScanIsChecked) {
   }
 }
 
-// The truncation check looks for an end-of-image marker after the last start-of-scan, and only
-// there: an FF D9 earlier in the file (an APP segment's embedded thumbnail ends with one) does not
-// make a cut-off image whole, and bytes after the end marker (some cameras pad their files) do not
-// make a whole one cut off.
+// The marker walk looks for the end-of-image marker after the last scan, and only there: an FF D9
+// inside a segment (an APP segment's embedded thumbnail ends with one) does not make a cut-off image
+// whole, and bytes after the end marker (some cameras pad their files) do not make a whole one cut off.
 TEST(Image, JpegEndMarkerMustFollowTheLastScan) {
   const Bytes thumbnail_end = {0xFF, 0xE1, 0x00, 0x06, 0xFF, 0xD8, 0xFF, 0xD9};  // APP1 holding FF D8 FF D9
   const TinyJpeg jpg = TinyJpeg(false, Bytes(64, 1), thumbnail_end).dht(0, 0).dht(1, 0).scan(0, 0, 0, 63, 0, {0x3F});
@@ -806,8 +810,8 @@ TEST(Image, JpegEndMarkerMustFollowTheLastScan) {
     SCOPED_TRACE(testing::Message() << "data ending " << int(data[1]) << " " << int(data[2]));
     EXPECT_HL_ERROR(decode_jpeg(cut), "truncated JPEG: no end-of-image marker");
   }
-  // With no scan at all, the whole file is searched for the end marker: this one has it, so it is
-  // whole, and holds no image (stb_image would have returned a flat gray one).
+  // With no scan at all, an end marker ends the walk: the file is whole, and holds no image
+  // (stb_image would have returned a flat gray one).
   EXPECT_HL_ERROR(decode_jpeg(TinyJpeg(false).dht(0, 0).end()),
                   "decode_image(t.jpg): corrupt JPEG: no start-of-scan (FF DA), so no image data");
   Bytes no_scan = TinyJpeg(false).dht(0, 0).end();
@@ -841,19 +845,21 @@ TEST(Image, JpegSegmentLengthBounds) {
   for (uint8_t len : {0, 1})
     EXPECT_HL_ERROR(decode_jpeg(TinyJpeg(false, Bytes(64, 1), {0xFF, 0xE0, 0x00, len}).dht(0, 0).dht(1, 0)
                                     .scan(0, 0, 0, 63, 0, {0x3F}).end()),
-                    detail::concat("decode_image(t.jpg): corrupt JPEG: the segment at byte ", after_dqt, " claims ",
-                                   int(len), " bytes, past the end of the file"));
-  // After the scan, an APP1 segment that holds the file's last bytes (FF D9 among them, so the
-  // truncation check passes). Read to the very end, it passes the walk, and stb_image refuses the
-  // file for having no end marker after it; one byte longer, the walk refuses it.
+                    detail::concat("decode_image(t.jpg): corrupt JPEG: the segment at byte ", after_dqt,
+                                   " claims a length of ", int(len),
+                                   " (at least 2: the length counts its own two bytes)"));
+  // After the scan, an APP1 segment that holds the file's last bytes (FF D9 among them: the end
+  // marker inside a segment is data). Read to the very end, the walk finds no end marker after it;
+  // one byte longer, the segment itself runs past the end of the file.
   const Bytes scan = TinyJpeg(false).dht(0, 0).dht(1, 0).scan(0, 0, 0, 63, 0, {0x3F}).cut();
   Bytes exact = scan;
   exact.insert(exact.end(), {0xFF, 0xE1, 0x00, 0x04, 0xFF, 0xD9});
-  EXPECT_HL_ERROR(decode_jpeg(exact), "decode_image(t.jpg): cannot decode (expected marker)");
+  EXPECT_HL_ERROR(decode_jpeg(exact),
+                  "decode_image(t.jpg): truncated JPEG: no end-of-image marker (FF D9) after the image data");
   Bytes over = exact;
   over[scan.size() + 3] = 5;
-  EXPECT_HL_ERROR(decode_jpeg(over), detail::concat("corrupt JPEG: the segment at byte ", scan.size(),
-                                                    " claims 5 bytes, past the end of the file"));
+  EXPECT_HL_ERROR(decode_jpeg(over), detail::concat("decode_image(t.jpg): truncated JPEG: the segment at byte ",
+                                                    scan.size(), " claims 5 bytes, past the end of the file"));
 }
 
 // Fill bytes (FF before a marker) are skipped, and so is a first segment whose data holds an FF
@@ -889,6 +895,126 @@ TEST(Image, JpegWalkSkipsEntropyCodedData) {
   const Bytes empty_scan_then_dht =
       TinyJpeg(true).dht(0, 0).scan(0, 0, 0, 0, 0x00, {}).dht(1, 0).scan(0, 0, 1, 63, 0, {0x7F}).end();
   EXPECT_EQ(decode_jpeg(empty_scan_then_dht).width, 8);
+}
+
+// A JPEG ends at the end-of-image marker after its last scan; what follows is not the image's. Phones
+// append a video to "motion photos" (Google, Samsung), and such a trailer can hold FF DA with no FF D9
+// after it. A search for the last FF DA in the file took that for a scan and refused the whole photo
+// as truncated (the reviewer's img/a.jpg.trailer.jpg). stb_image stops at the end marker: the pixels
+// are those of the photo without its trailer.
+TEST(Image, JpegTrailerAfterTheEndMarkerIsNotPartOfTheImage) {
+  const uint64_t seed = fresh_seed();
+  const Image img = random_image(16, 8, 3, seed);
+  const Bytes jpg = encode(img, "jpg");
+  const Image plain = data::decode_image(jpg.data(), jpg.size(), "p.jpg");
+  std::mt19937_64 rng(seed);
+  Bytes video(4096);
+  for (auto& b : video) b = static_cast<uint8_t>(rng());
+  const Bytes ftyp = {0, 0, 0, 0x18, 'f', 't', 'y', 'p', 'm', 'p', '4', '2', 0xFF, 0xDA, 0x00, 0x55, 0x66};
+  video.insert(video.begin(), ftyp.begin(), ftyp.end());
+  video.insert(video.end(), {0xFF, 0xDA, 0x12, 0x34});  // the file's last FF DA, no FF D9 after it
+  for (const Bytes& trailer : {Bytes{'f', 't', 'y', 'p', 0x12, 0xFF, 0xDA, 0x00, 0x55, 0x66}, video,
+                               encode(random_image(4, 4, 1, seed + 1), "jpg")}) {  // or a second JPEG
+    Bytes motion = jpg;
+    motion.insert(motion.end(), trailer.begin(), trailer.end());
+    SCOPED_TRACE(testing::Message() << "a trailer of " << trailer.size() << " bytes");
+    const Image got = data::decode_image(motion.data(), motion.size(), "motion.jpg");
+    EXPECT_EQ(got.width, 16);
+    EXPECT_EQ(got.height, 8);
+    EXPECT_EQ(got.pixels, plain.pixels);
+  }
+  // Progressive: several scans, a DHT between them; the trailer after the end marker is not a scan.
+  Bytes progressive =
+      TinyJpeg(true).dht(0, 0).scan(0, 0, 0, 0, 0x00, {0x7F}).dht(1, 0).scan(2, 0, 1, 63, 0, {0x7F}).end();
+  const Bytes whole = progressive;
+  progressive.insert(progressive.end(), {0xFF, 0xDA, 0x00, 0x08, 0x01, 0x01, 0x22, 0x01, 0x3F, 0x00, 0x7F});
+  EXPECT_EQ(decode_jpeg(progressive).pixels, decode_jpeg(whole).pixels);
+}
+
+// A file that really is cut short is still refused, wherever the cut falls: in the entropy-coded
+// data of the only scan, between two scans of a progressive JPEG, or inside a segment's header.
+TEST(Image, JpegCutShortIsRefusedWhereverTheCutFalls) {
+  const Bytes jpg = encode(random_image(16, 16, 3, fresh_seed()), "jpg");
+  size_t sos = 0;
+  for (size_t i = 0; i + 1 < jpg.size(); ++i)
+    if (jpg[i] == 0xFF && jpg[i + 1] == 0xDA) sos = i;
+  ASSERT_GT(sos, 0u) << "stb writes one scan";
+  const size_t data = sos + 2 + (size_t{jpg[sos + 2]} << 8 | jpg[sos + 3]);  // where the entropy-coded data starts
+  for (size_t cut : {jpg.size() - 2, jpg.size() - 1, (data + jpg.size()) / 2, data}) {
+    SCOPED_TRACE(testing::Message() << "cut to " << cut << " of " << jpg.size() << " bytes");
+    EXPECT_HL_ERROR(data::decode_image(jpg.data(), cut, "cut.jpg"),
+                    "decode_image(cut.jpg): truncated JPEG: no end-of-image marker (FF D9) after the image data");
+  }
+  const TinyJpeg first = TinyJpeg(true).dht(0, 0).scan(0, 0, 0, 0, 0x00, {0x7F});
+  const Bytes two_scans = TinyJpeg(first).dht(1, 0).scan(2, 0, 1, 63, 0, {0x7F}).end();
+  ASSERT_EQ(decode_jpeg(two_scans).width, 8);
+  EXPECT_HL_ERROR(decode_jpeg(first.cut()), "truncated JPEG: no end-of-image marker (FF D9) after the image data");
+  // Cut inside the second scan's header: its length claims bytes the file does not have.
+  const size_t second = TinyJpeg(first).dht(1, 0).cut().size();
+  const Bytes in_header(two_scans.begin(), two_scans.begin() + static_cast<std::ptrdiff_t>(second + 6));
+  EXPECT_HL_ERROR(decode_jpeg(in_header), detail::concat("decode_image(t.jpg): truncated JPEG: the segment at byte ",
+                                                         second, " claims 8 bytes, past the end of the file"));
+  // Cut right after the second scan's data, before the end marker.
+  const Bytes before_end(two_scans.begin(), two_scans.end() - 2);
+  EXPECT_HL_ERROR(decode_jpeg(before_end), "truncated JPEG: no end-of-image marker (FF D9) after the image data");
+}
+
+// flatten_alpha composites onto a background: every value is (v*a + bg*(255 - a)) / 255, rounded;
+// 2 channels become 1 and 4 become 3; an image without alpha comes back as it was.
+TEST(Image, FlattenAlphaOntoABackground) {
+  const uint64_t seed = fresh_seed();
+  for (int64_t channels : {2, 4})
+    for (int background : {255, 0, 77}) {
+      Image img = random_image(7, 5, channels, seed + static_cast<uint64_t>(channels));
+      img.pixels[static_cast<size_t>(channels - 1)] = 0;              // pixel 0: fully transparent
+      img.pixels[static_cast<size_t>(2 * channels - 1)] = 255;        // pixel 1: opaque
+      const Image flat = data::flatten_alpha(img, static_cast<uint8_t>(background));
+      ASSERT_EQ(flat.channels, channels - 1);
+      ASSERT_EQ(flat.width, 7);
+      ASSERT_EQ(flat.height, 5);
+      for (int64_t y = 0; y < 5; ++y)
+        for (int64_t x = 0; x < 7; ++x) {
+          const double a = img.at(y, x, channels - 1);
+          for (int64_t c = 0; c + 1 < channels; ++c) {
+            const double want = (img.at(y, x, c) * a + background * (255 - a)) / 255;
+            ASSERT_EQ(flat.at(y, x, c), std::lround(want)) << "x " << x << ", y " << y << ", channel " << c;
+          }
+        }
+      for (int64_t c = 0; c + 1 < channels; ++c) {
+        EXPECT_EQ(flat.at(0, 0, c), background);
+        EXPECT_EQ(flat.at(0, 1, c), img.at(0, 1, c));
+      }
+    }
+  for (int64_t channels : {1, 3}) {
+    const Image opaque = random_image(3, 2, channels, seed);
+    EXPECT_EQ(data::flatten_alpha(opaque).pixels, opaque.pixels);
+  }
+  // Black strokes on a transparent canvas (what drawing programs export), read as a viewer shows it.
+  TempDir dir;
+  Image canvas{6, 4, 4, Bytes(6 * 4 * 4, 0)};
+  for (int64_t x = 1; x < 5; ++x) canvas.pixels[static_cast<size_t>((2 * 6 + x) * 4 + 3)] = 255;  // row 2: ink
+  data::write_png(dir / "canvas.png", canvas);
+  EXPECT_EQ(data::read_image(dir / "canvas.png", 1).pixels, Bytes(24, 0)) << "1 channel: alpha dropped as it is";
+  const Image seen = data::flatten_alpha(data::read_image(dir / "canvas.png", 2));
+  for (int64_t y = 0; y < 4; ++y)
+    for (int64_t x = 0; x < 6; ++x) EXPECT_EQ(seen.at(y, x, 0), y == 2 && x >= 1 && x < 5 ? 0 : 255) << x << "," << y;
+  EXPECT_HL_ERROR(data::flatten_alpha(Image{2, 2, 4, Bytes(15)}), "flatten_alpha: the image 2x2x4 holds 15 bytes");
+  EXPECT_HL_ERROR(data::flatten_alpha(Image{2, 2, 5, Bytes(20)}), "flatten_alpha: the image 2x2x5 holds 20 bytes");
+}
+
+// resize_image's source is held to what decode_image accepts, 2^26 pixels, as its target is: a
+// caller that builds a source (tutorial 10 once padded a 65535x4 crop to 65535 x 65535, 4.2 GB) gets
+// an error, not gigabytes of work. The images here hold no pixels: the limit is checked first.
+TEST(Image, ResizeRefusesASourceOver2To26Pixels) {
+  for (const auto& [w, h] : {std::pair<int64_t, int64_t>{8193, 8192}, {65535, 65535}, {65535, 1025}})
+    EXPECT_HL_ERROR(data::resize_image(Image{w, h, 1, {}}, 28, 28),
+                    detail::concat("resize_image: the image ", w, "x", h, "x1 has ", w * h, " pixels, over the ",
+                                   data::kMaxImagePixels, " (2^26) that decode_image accepts"));
+  // Exactly 2^26 passes the limit (and is then refused for holding no pixels).
+  EXPECT_HL_ERROR(data::resize_image(Image{8192, 8192, 1, {}}, 28, 28),
+                  "resize_image: the image 8192x8192x1 holds 0 bytes");
+  EXPECT_HL_ERROR(data::resize_image(Image{65535, 1024, 1, {}}, 28, 28),
+                  "resize_image: the image 65535x1024x1 holds 0 bytes");
 }
 
 }  // namespace

@@ -111,6 +111,44 @@ TEST(ImageFolder, CacheIsInvalidatedWhenTheFolderChanges) {
   EXPECT_TRUE(info.from_cache);
 }
 
+// cp -p, rsync -a and tar x keep a file's modification time, so a replacement of the same size can
+// look unchanged by name, size and mtime; the change time, which touch -r cannot set back, gives it away.
+TEST(ImageFolder, CacheSeesAReplacementThatKeepsTheOldMtime) {
+  TempDir root, scratch;
+  make_folder(root, {{"a", 2}}, fresh_seed());
+  const std::string file = root / "train/a/100.png";
+  ImageFolderInfo info;
+  data::load_image_folder(root.str(), "train", {}, &info);
+  ASSERT_FALSE(info.from_cache);
+  data::load_image_folder(root.str(), "train", {}, &info);
+  ASSERT_TRUE(info.from_cache);
+  // Another image whose PNG has exactly the old file's size (random pixels barely compress, so a
+  // few seeds find one).
+  const uintmax_t size = fs::file_size(file);
+  Image replacement;
+  Bytes bytes;
+  for (uint64_t seed = fresh_seed(), tries = 0; bytes.size() != size && tries < 1000; ++seed, ++tries) {
+    replacement = random_image(6, 6, seed);
+    data::write_png(scratch / "r.png", replacement);
+    bytes = read_file(scratch / "r.png");
+  }
+  ASSERT_EQ(bytes.size(), size) << "no same-size replacement found";
+  const fs::file_time_type mtime = fs::last_write_time(file);
+  // The kernel stamps the change time from a clock that ticks every few milliseconds: let it tick
+  // after the stats of the loads above, as it does between any real load and a later copy.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  write_file(file, bytes);
+  fs::last_write_time(file, mtime);  // touch -r: the old modification time, to the nanosecond
+  ASSERT_EQ(fs::last_write_time(file), mtime);
+  ASSERT_EQ(fs::file_size(file), size);
+  const data::Dataset ds = data::load_image_folder(root.str(), "train", {}, &info);
+  EXPECT_FALSE(info.from_cache) << "the cache served the replaced file's old pixels";
+  EXPECT_EQ(info.decoded, 2);
+  EXPECT_EQ(ds.images.slice_rows(0, 1).to_vector(), data::image_to_tensor(replacement, {}).to_vector());
+  data::load_image_folder(root.str(), "train", {}, &info);
+  EXPECT_TRUE(info.from_cache) << "an unchanged folder still hits the rebuilt cache";
+}
+
 TEST(ImageFolder, DamagedCacheIsRebuilt) {
   TempDir root;
   const auto images = make_folder(root, {{"a", 3}}, fresh_seed());
@@ -172,8 +210,8 @@ TEST(ImageFolder, RejectsBadFolders) {
   EXPECT_HL_ERROR(data::load_image_folder(root.str(), "train"), "decode_image(" + root / "train/cat/0.jpg" + ")");
 }
 
-// A resize target is both sides or neither, each from 1 to 65536; each side is checked on its own,
-// and 65536 itself is taken.
+// A resize target is both sides or neither, each from 1 to 65535; each side is checked on its own,
+// and 65535 itself is taken.
 TEST(ImageFolder, ResizeTargetLimits) {
   TempDir root;
   fs::create_directories(root / "train/cat");
@@ -181,8 +219,8 @@ TEST(ImageFolder, ResizeTargetLimits) {
   struct Target {
     int64_t height, width;
   };
-  for (const Target t : {Target{-1, -1}, Target{70000, 10}, Target{10, 70000}, Target{65537, 65537}, Target{0, 4},
-                         Target{65536, 1}, Target{1, 65536}}) {
+  for (const Target t : {Target{70000, 10}, Target{10, 70000}, Target{65537, 65537}, Target{0, 4}, Target{65536, 1},
+                         Target{1, 65536}}) {
     ImageFolderOptions opt;
     opt.use_cache = false;
     opt.height = t.height;
@@ -190,6 +228,17 @@ TEST(ImageFolder, ResizeTargetLimits) {
     EXPECT_HL_ERROR(data::load_image_folder(root.str(), "train", opt),
                     "give both height and width (or neither), each at most 65535; got " + std::to_string(t.height) + "x" +
                         std::to_string(t.width));
+  }
+  // A negative side is refused by itself, also beside a valid one (4 x -3 passed the both-or-neither
+  // test and failed later, once per file, inside resize_image).
+  for (const Target t : {Target{-1, -1}, Target{4, -3}, Target{-3, 4}, Target{0, -1}}) {
+    ImageFolderOptions opt;
+    opt.use_cache = false;
+    opt.height = t.height;
+    opt.width = t.width;
+    EXPECT_HL_ERROR(data::load_image_folder(root.str(), "train", opt),
+                    "load_image_folder(" + root / "train" + "): the size to resize to cannot be negative; got " +
+                        std::to_string(t.height) + "x" + std::to_string(t.width));
   }
   for (const Target t : {Target{65535, 1}, Target{1, 65535}}) {
     ImageFolderOptions opt;

@@ -1,7 +1,8 @@
 // MNIST / Fashion-MNIST loaders: small sets written by the test (raw and gzipped) check values,
 // normalization, names and every rejection; the real data sets, when datasets/fetch.sh has put
 // them in place, check counts, shapes, class balance and that the normalization gives mean 0, std 1.
-// Also checks that datasets/fetch.sh verifies checksums.
+// Also checks that datasets/fetch.sh verifies checksums, and links a CIFAR-10 image folder without
+// ever deleting one.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -241,6 +242,19 @@ TEST(Normalization, CheckCountsAndValues) {
   EXPECT_HL_ERROR(data::Normalization({0.5f}, {0.2f, 0.2f, nan}).check("op", 3), "std must be finite and > 0");
 }
 
+// normalize_pixels is public: it checks the normalization itself, as its callers in datasets/ do,
+// instead of reading mean[2] and std[2] of a two-channel normalization for the third channel.
+TEST(Normalization, NormalizePixelsChecksItsNormalization) {
+  const Bytes px = {0, 51, 102, 153, 204, 255};  // 2 images of 3 channels of 1x1
+  EXPECT_HL_ERROR(data::normalize_pixels(px.data(), 2, 3, 1, 1, data::Normalization({0.5f, 0.5f}, {0.2f, 0.2f})),
+                  "normalize_pixels: the normalization has 2 mean(s) and 2 std(s); expected 1 or one per channel (3)");
+  EXPECT_HL_ERROR(data::normalize_pixels(px.data(), 2, 3, 1, 1, data::Normalization(0.5f, 0.0f)),
+                  "normalize_pixels: the normalization std must be finite and > 0");
+  const Tensor x = data::normalize_pixels(px.data(), 2, 3, 1, 1, data::Normalization({0.f, 0.f, 1.f}, {1.f, 1.f, 1.f}));
+  EXPECT_EQ(x.shape(), (Shape{2, 3, 1, 1}));
+  EXPECT_EQ(x.to_vector(), (std::vector<float>{0.0f, 0.2f, -0.6f, 0.6f, 0.8f, 0.0f}));
+}
+
 // A Dataset that was never loaded has no rows, and only the empty range is a subset of it.
 TEST(Dataset, ADefaultSetIsEmpty) {
   const Dataset none;
@@ -438,6 +452,114 @@ TEST(FetchScript, Cifar10FromChecksWhatItIsGiven) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(std::filesystem::is_symlink(dir + "/train"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/test/truck"));
+}
+
+// A fake CIFAR-10 image folder of 2 training and 1 test file per class, which fetch.sh accepts when
+// HALFLING_FETCH_CIFAR10_PER_CLASS says "2 1" (it only counts the files; their bytes do not matter).
+// Returns the number of files written.
+int make_tiny_cifar_folder(const std::string& root) {
+  int files = 0;
+  for (const char* split : {"train", "test"})
+    for (const char* cls : {"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"}) {
+      const std::string d = root + "/" + split + "/" + cls;
+      std::filesystem::create_directories(d);
+      for (int k = 0; k < (std::string(split) == "train" ? 2 : 1); ++k, ++files)
+        write_file(d + "/" + std::to_string(k) + ".jpg", Bytes{0xFF, 0xD8, static_cast<uint8_t>(k)});
+    }
+  return files;
+}
+
+// Regular files under root, not following links (a link that points at itself must not throw).
+int count_regular_files(const std::string& root) {
+  namespace fs = std::filesystem;
+  int n = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec))
+    if (fs::is_regular_file(it->symlink_status(ec))) ++n;
+  return n;
+}
+
+std::string tiny_fetch_cmd(const std::string& args) {
+  return "HALFLING_FETCH_CIFAR10_PER_CLASS='2 1' " + fetch_cmd(args);
+}
+
+// The review's reproducer, on 30 files instead of 60,000: the source and the target are one folder
+// reached by two paths (a symlink, as with a symlinked $HALFLING_DATA or home). fetch.sh used to
+// compare the path strings, find them different, rm -rf the target's train/ and test/ (the user's
+// images) and link them to themselves, then print "ok".
+TEST(FetchScript, Cifar10FromTheSameFolderByAnotherPathDeletesNothing) {
+  namespace fs = std::filesystem;
+  TempDir tmp;
+  const std::string real = tmp / "real", alias = tmp / "alias";
+  const int files = make_tiny_cifar_folder(real);
+  fs::create_directory_symlink(real, alias);
+  for (const auto& [from, to] : {std::pair{alias, real}, std::pair{real, alias}}) {
+    const RunResult r = run(tiny_fetch_cmd("cifar10 --from '" + from + "' '" + to + "'"));
+    EXPECT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find("already there"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::is_symlink(real + "/train")) << r.output;
+    EXPECT_FALSE(fs::is_symlink(real + "/test")) << r.output;
+    ASSERT_EQ(count_regular_files(real), files) << "fetch.sh deleted images: " << r.output;
+  }
+
+  // A source whose train/ is a link into DIR: DIR's train/ is that same folder, so it is kept.
+  const std::string src = tmp / "src";
+  fs::create_directories(src);
+  fs::create_directory_symlink(real + "/train", src + "/train");
+  fs::copy(real + "/test", src + "/test", fs::copy_options::recursive);
+  RunResult r = run(tiny_fetch_cmd("cifar10 --from '" + src + "' '" + real + "'"));
+  EXPECT_NE(r.status, 0) << "real/test is a real folder that is not src/test: " << r.output;
+  EXPECT_NE(r.output.find(real + "/test already exists and is not a link"), std::string::npos) << r.output;
+  EXPECT_EQ(count_regular_files(real), files) << r.output;
+  EXPECT_FALSE(fs::is_symlink(real + "/train"));
+
+  // A fresh DIR gets links; a second source replaces the links, never what they point to.
+  const std::string dir = tmp / "dir", copy = tmp / "copy";
+  r = run(tiny_fetch_cmd("cifar10 --from '" + real + "' '" + dir + "'"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(fs::is_symlink(dir + "/train"));
+  EXPECT_TRUE(fs::equivalent(dir + "/test", real + "/test"));
+  fs::copy(real, copy, fs::copy_options::recursive);
+  r = run(tiny_fetch_cmd("cifar10 --from '" + copy + "' '" + dir + "'"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(fs::equivalent(dir + "/train", copy + "/train"));
+  EXPECT_TRUE(fs::equivalent(dir + "/test", copy + "/test"));
+  EXPECT_EQ(count_regular_files(real), files);
+  EXPECT_EQ(count_regular_files(copy), files);
+
+  // A DIR whose train/ is a real folder of its own is left alone, and the script says why.
+  const std::string mine = tmp / "mine";
+  fs::create_directories(mine + "/train");
+  write_file(mine + "/train/keep.jpg", Bytes{1});
+  r = run(tiny_fetch_cmd("cifar10 --from '" + real + "' '" + mine + "'"));
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find(mine + "/train already exists and is not a link to " + real + "/train"), std::string::npos)
+      << r.output;
+  EXPECT_TRUE(fs::exists(mine + "/train/keep.jpg"));
+  EXPECT_FALSE(fs::exists(mine + "/test")) << "nothing is changed when either split is refused";
+
+  // A DIR inside the source would put the links into the user's image folder.
+  r = run(tiny_fetch_cmd("cifar10 --from '" + alias + "' '" + real + "/train'"));
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("inside"), std::string::npos) << r.output;
+  EXPECT_EQ(count_regular_files(real), files);
+}
+
+// fetch.sh counts the images the loader reads (datasets/image_folder.h): .jpg, .jpeg, .png and .bmp
+// files, in any case, but not hidden ones.
+TEST(FetchScript, Cifar10FolderCountsWhatTheLoaderReads) {
+  namespace fs = std::filesystem;
+  TempDir tmp;
+  const std::string real = tmp / "real";
+  make_tiny_cifar_folder(real);
+  fs::rename(real + "/train/cat/0.jpg", real + "/train/cat/0.JPEG");
+  fs::rename(real + "/train/dog/0.jpg", real + "/train/dog/0.bmp");
+  RunResult r = run(tiny_fetch_cmd("cifar10 --from '" + real + "' '" + tmp / "dir" + "'"));
+  EXPECT_EQ(r.status, 0) << r.output;
+  fs::rename(real + "/train/dog/0.bmp", real + "/train/dog/.0.bmp");
+  r = run(tiny_fetch_cmd("cifar10 --from '" + real + "' '" + tmp / "dir" + "'"));
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("train/dog holds 1 images, expected 2"), std::string::npos) << r.output;
 }
 
 }  // namespace
