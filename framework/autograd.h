@@ -5,6 +5,12 @@
 // d(loss)/d(input) for each of them. Tensor::backward() sorts the nodes topologically, walks them in
 // reverse, sums gradients that meet at a tensor, stores the gradients of leaves in .grad(), and frees
 // the graph (the closures and the tensors they saved) unless asked to retain it.
+//
+// What it does not check, unlike PyTorch: a tensor that a backward closure saved and that is written
+// in place (copy_, fill_) between the forward pass and backward() gives gradients computed from the
+// new values, silently (PyTorch refuses, through version counters on saved tensors). So write tensors
+// only between steps, as the optimizer does. Each gradient a leaf receives is its own: the first one
+// is copied unless nothing else holds it (autograd.cpp, accumulate_grad).
 #pragma once
 #include <functional>
 #include <string>
