@@ -88,8 +88,13 @@ void AtomicFile::write(const void* data, size_t n) {
 
 void AtomicFile::commit() {
   HL_CHECK(::fsync(fd_) == 0, op_, "(", path_, "): fsync failed: ", errno_text());
-  // mkstemp creates 0600; a saved file should get the permissions of any file the user creates.
-  ::fchmod(fd_, 0666 & ~current_umask());
+  // mkstemp creates 0600. A file being replaced keeps its permission bits (a checkpoint the user made
+  // private with chmod 600 stays private); a new one gets those of any file the user creates. lstat,
+  // not stat: a symbolic link is replaced by the new file (atomic_file.h), so its target's mode is
+  // not the one being kept. Best effort, like the ownership, which rename cannot keep either.
+  struct stat old {};
+  const bool replacing = ::lstat(path_.c_str(), &old) == 0 && S_ISREG(old.st_mode);
+  ::fchmod(fd_, replacing ? (old.st_mode & 0777) : (0666 & ~current_umask()));
   const int rc = ::close(fd_);
   fd_ = -1;
   HL_CHECK(rc == 0, op_, "(", path_, "): close failed: ", errno_text());

@@ -16,6 +16,9 @@ namespace hl {
 // before it is renamed over `path`. Until then, and whenever anything fails, `path` keeps its old
 // contents. The temporary file is removed on failure; a killed process leaves it behind, named
 // ".<file>.tmp.XXXXXX" next to the target. Errors are hl::Error("<op>(<path>): ...").
+// Replacing is a rename, so `path` becomes a new file: it keeps the old file's permission bits, but
+// not its owner, hard links or extended attributes, and a symbolic link at `path` is replaced by the
+// new file (its target is left as it was) rather than written through.
 class AtomicFile {
  public:
   AtomicFile(std::string path, std::string op);
@@ -26,8 +29,9 @@ class AtomicFile {
   // Append n bytes, in chunks of at most 1 MiB. A short write is continued and EINTR retried; a write
   // of 0 bytes or an error (ENOSPC, EIO, ...) throws, naming how many bytes were written before.
   void write(const void* data, size_t n);
-  // fsync, the permissions of any file the user creates (0666 & ~umask; mkstemp makes 0600), rename
-  // over `path`, then fsync the directory (best effort) so that the rename itself is durable.
+  // fsync, the permission bits of the regular file being replaced, else those of any file the user
+  // creates (0666 & ~umask; mkstemp makes 0600), rename over `path`, then fsync the directory (best
+  // effort) so that the rename itself is durable.
   void commit();
 
  private:

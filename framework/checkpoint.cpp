@@ -203,22 +203,32 @@ Entry parse_entry(const std::string& name, const json& info, const std::string& 
   e.name = name;
   const json& dt = info["dtype"];
   HL_CHECK(dt.is_string(), what, "dtype must be a string, got ", dt.dump());
-  HL_CHECK(dtype_from_code(dt.get<std::string>(), e.dtype), what, "unsupported dtype '", dt.get<std::string>(),
-           "' (halfling reads F32, F16, F64 and I32)");
+  if (!dtype_from_code(dt.get<std::string>(), e.dtype)) {
+    // PyTorch's BatchNorm keeps an int64 step counter in its state_dict, which halfling has no use for:
+    // the usual reason a file written from PyTorch is refused, so the message says what to do.
+    const std::string suffix = "num_batches_tracked";
+    const bool bn_counter = dt.get<std::string>() == "I64" && name.size() >= suffix.size() &&
+                            name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    throw Error(what + "unsupported dtype '" + dt.get<std::string>() + "' (halfling reads F32, F16, F64 and I32)" +
+                (bn_counter ? "; this is PyTorch's BatchNorm step counter, which halfling does not keep: leave "
+                              "the *.num_batches_tracked keys out when saving (docs/checkpoints.md, \"Load PyTorch "
+                              "weights into halfling\")"
+                            : ""));
+  }
 
   const json& shape = info["shape"];
   HL_CHECK(shape.is_array(), what, "shape must be an array, got ", shape.dump());
-  int64_t numel = 1;
   for (const json& d : shape) {
     HL_CHECK(d.is_number_unsigned(), what, "shape ", shape.dump(), " must hold non-negative integers");
     const uint64_t v = d.get<uint64_t>();
     HL_CHECK(v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), what, "dimension ", v,
              " is too large");
-    // Fail on overflow the way the elements would be counted (Tensor multiplies dims in order).
-    HL_CHECK(!__builtin_mul_overflow(numel, static_cast<int64_t>(v), &numel), what, "shape ", shape.dump(),
-             " has too many elements");
     e.shape.push_back(static_cast<int64_t>(v));
   }
+  // Tensor's rule (shape_numel): the product of the non-zero dimensions must fit in an int64, so that
+  // every shape the parser accepts, [0, 2^40, 2^40] included, is one Tensor::empty accepts too.
+  int64_t numel = 0;
+  HL_CHECK(shape_numel_fits(e.shape, numel), what, "shape ", shape.dump(), " has too many elements");
 
   const json& off = info["data_offsets"];
   HL_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(), what,
@@ -427,6 +437,11 @@ void load_parameters(const SafeTensors& file, nn::Module& model, const std::stri
 Checkpoint load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* optimizer) {
   const std::string where = "load_checkpoint(" + path + "): ";
   const SafeTensors file = load_safetensors(path);
+  // A missing format key is accepted (a file another tool wrote with the same names, docs/checkpoints.md);
+  // a different one says the file is something else that happens to be safetensors.
+  if (auto it = file.metadata.find(kFormatKey); it != file.metadata.end())
+    HL_CHECK(it->second == "checkpoint", where, kFormatKey, " is '", it->second,
+             "', not 'checkpoint': this file is not a halfling training checkpoint");
   if (auto it = file.metadata.find(kVersionKey); it != file.metadata.end())
     HL_CHECK(it->second == kFormatVersion, where, "checkpoint format version ", it->second,
              " is not supported (this halfling reads version ", kFormatVersion, ")");

@@ -246,7 +246,9 @@ Storage::~Storage() { allocator(device_).deallocate(ptr_); }
 void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) {
   if (bytes == 0) return;
   if (dst_dev == Device::cpu && src_dev == Device::cpu) {
-    std::memcpy(dst, src, bytes);
+    // memmove: the two may be overlapping views of one storage (Tensor::copy_ between slices of a
+    // tensor), where memcpy is undefined behaviour. It costs the same when they do not overlap.
+    std::memmove(dst, src, bytes);
     return;
   }
   using runtime::CopyKind;

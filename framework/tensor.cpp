@@ -19,10 +19,25 @@ std::string shape_str(const Shape& s) {
   return out + "]";
 }
 
-int64_t shape_numel(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
+bool shape_numel_fits(const Shape& s, int64_t& numel) {
+  // Zeros are skipped, not multiplied in: a shape like [0, 2^40, 2^40] holds no element, but its rows
+  // (2^80 elements each) would overflow whoever computes them, so it is refused like [2^40, 2^40, 1].
+  int64_t nonzero = 1;
+  bool empty = false;
+  for (int64_t d : s) {
+    if (d < 0) return false;
+    if (d == 0) empty = true;
+    else if (__builtin_mul_overflow(nonzero, d, &nonzero)) return false;
+  }
+  numel = empty ? 0 : nonzero;
+  return true;
+}
+
+int64_t shape_numel(const Shape& s, const char* op) {
+  int64_t n = 0;
+  if (shape_numel_fits(s, n)) return n;
+  for (int64_t d : s) HL_CHECK(d >= 0, op, ": negative dimension in shape ", shape_str(s));
+  throw Error(detail::concat(op, ": shape ", shape_str(s), " has more elements than fit in 64 bits"));
 }
 
 // ---- Generator: xoshiro256** seeded by splitmix64 (both public-domain algorithms, written out) ----
@@ -84,11 +99,16 @@ uint64_t Generator::below(uint64_t n) {
 // ---- factories ----------------------------------------------------------------------------------------
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device dev) {
-  for (int64_t d : shape) HL_CHECK(d >= 0, "Tensor::empty: negative dimension in shape ", shape_str(shape));
+  // Every factory and loader allocates here (reshape checks its new shapes itself): an element or byte
+  // count that wrapped around would allocate a small block and let the tensor's shape index far past it.
+  const int64_t numel = shape_numel(shape, "Tensor::empty");
+  int64_t bytes = 0;
+  HL_CHECK(!__builtin_mul_overflow(numel, static_cast<int64_t>(dtype_size(dtype)), &bytes), "Tensor::empty: shape ",
+           shape_str(shape), " of ", dtype_name(dtype), " (", numel, " elements) has more bytes than fit in 64 bits");
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
   impl->dtype = dtype;
-  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), dev);
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(bytes), dev);
   return Tensor(std::move(impl));
 }
 
@@ -105,8 +125,9 @@ namespace {
 // Wrap host values of type `src` in a CPU tensor, convert to dtype, move to dev.
 Tensor from_host(const void* data, size_t count, DType src, const Shape& shape, DType dtype, Device dev,
                  const char* op) {
-  HL_CHECK(static_cast<int64_t>(count) == shape_numel(shape), op, ": ", count, " values do not fill shape ",
-           shape_str(shape), " (", shape_numel(shape), " elements)");
+  const int64_t numel = shape_numel(shape, op);
+  HL_CHECK(static_cast<int64_t>(count) == numel, op, ": ", count, " values do not fill shape ", shape_str(shape), " (",
+           numel, " elements)");
   Tensor host = Tensor::empty(shape, dtype, Device::cpu);
   // Same dtype: copy the bits (the cast kernels compute i32 through float, which rounds above 2^24).
   if (src == dtype) copy_bytes(host.data_ptr(), Device::cpu, data, Device::cpu, host.nbytes());
@@ -129,13 +150,13 @@ Tensor Tensor::from_half(const std::vector<half>& v, const Shape& shape, Device 
 }
 
 Tensor Tensor::randn(const Shape& shape, Generator& gen, DType dtype, Device dev, double mean, double std) {
-  std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
+  std::vector<double> v(static_cast<size_t>(shape_numel(shape, "Tensor::randn")));
   for (auto& x : v) x = mean + std * gen.normal();
   return from_vector(v, shape, dtype, dev);
 }
 
 Tensor Tensor::uniform(const Shape& shape, Generator& gen, double low, double high, DType dtype, Device dev) {
-  std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
+  std::vector<double> v(static_cast<size_t>(shape_numel(shape, "Tensor::uniform")));
   for (auto& x : v) x = low + (high - low) * gen.uniform();
   return from_vector(v, shape, dtype, dev);
 }
@@ -155,7 +176,7 @@ int64_t Tensor::size(int64_t d) const {
   HL_CHECK(d >= -n && d < n, "Tensor::size: dimension ", d, " out of range for shape ", shape_str(shape()));
   return shape()[static_cast<size_t>(d < 0 ? d + n : d)];
 }
-int64_t Tensor::numel() const { return shape_numel(shape()); }
+int64_t Tensor::numel() const { return shape_numel(shape(), "Tensor::numel"); }
 DType Tensor::dtype() const {
   require_defined("Tensor::dtype");
   return impl_->dtype;
@@ -241,6 +262,13 @@ void Tensor::copy_(const Tensor& src) {
     kernels::cast(s.device(), s.numel(), s.data_ptr(), s.dtype(), conv.data_ptr(), dtype());
     s = conv;
   }
+  // Overlapping views of one storage (t.slice_rows(1, n).copy_(t.slice_rows(0, n - 1))): a host copy is a
+  // memmove (copy_bytes), but cudaMemcpy's ranges must not overlap, so a GPU source is copied out first.
+  const char* dst_begin = static_cast<const char*>(data_ptr());
+  const char* src_begin = static_cast<const char*>(s.data_ptr());
+  if (device() != Device::cpu && s.impl()->storage == impl_->storage && dst_begin < src_begin + nbytes() &&
+      src_begin < dst_begin + nbytes())
+    s = s.clone();
   copy_bytes(data_ptr(), device(), s.data_ptr(), s.device(), nbytes());
   impl_->storage->bump_version();
 }
@@ -256,22 +284,28 @@ void Tensor::fill_(double value) {
 Tensor Tensor::reshape(const Shape& new_shape) const {
   require_defined("reshape");
   Shape s = new_shape;
-  int64_t known = 1, infer = -1;
+  int64_t infer = -1;
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] == -1) {
       HL_CHECK(infer < 0, "reshape: more than one -1 in ", shape_str(new_shape));
       infer = static_cast<int64_t>(i);
     } else {
       HL_CHECK(s[i] >= 0, "reshape: negative dimension in ", shape_str(new_shape));
-      known *= s[i];
     }
   }
+  // The known dimensions' product, checked: a wrapped one could equal numel() and pass the test below.
+  Shape known_dims = s;
+  if (infer >= 0) known_dims[static_cast<size_t>(infer)] = 1;
+  int64_t known = 0;
+  HL_CHECK(shape_numel_fits(known_dims, known), "reshape: shape ", shape_str(new_shape),
+           " has more elements than fit in 64 bits");
   if (infer >= 0) {
     HL_CHECK(known != 0 && numel() % known == 0, "reshape: cannot reshape ", describe(), " to ", shape_str(new_shape));
     s[static_cast<size_t>(infer)] = numel() / known;
   }
-  HL_CHECK(shape_numel(s) == numel(), "reshape: cannot reshape ", describe(), " (", numel(), " elements) to ",
-           shape_str(new_shape), " (", shape_numel(s), " elements)");
+  const int64_t count = shape_numel(s, "reshape");
+  HL_CHECK(count == numel(), "reshape: cannot reshape ", describe(), " (", numel(), " elements) to ",
+           shape_str(new_shape), " (", count, " elements)");
   auto view = std::make_shared<TensorImpl>();
   view->storage = impl_->storage;
   view->offset = impl_->offset;
@@ -356,21 +390,48 @@ Tensor& Tensor::set_name(const std::string& n) {
 // ---- printing -----------------------------------------------------------------------------------------
 
 namespace {
-int digits_for(DType t) {
+// The most significant digits a value of `t` can need to read back as itself (the "max_digits10" of
+// binary16, binary32 and binary64): past it every decimal of that length reads back.
+int max_digits_for(DType t) {
   switch (t) {
-    case DType::f16: return 4;   // 11 significant bits ~ 3.3 decimal digits
-    case DType::f32: return 8;   // 24 bits ~ 7.2 digits
-    case DType::f64: return 17;  // round-trips every double
-    default: return 0;
+    case DType::f16: return 5;
+    case DType::f32: return 9;
+    default: return 17;
   }
 }
 
+// Does `text`, read as a decimal and rounded to nearest into `t` (as a reader or a parser would), give
+// back v's value, bit for bit (so -0 needs its sign)? v holds an element of `t` exactly.
+bool reads_back(const char* text, double v, DType t) {
+  if (t == DType::f16) return double_to_half_bits(std::strtod(text, nullptr)) == double_to_half_bits(v);
+  if (t == DType::f32) {  // strtof: one rounding; strtod then float could round twice
+    const float a = std::strtof(text, nullptr), b = static_cast<float>(v);
+    return std::memcmp(&a, &b, sizeof a) == 0;
+  }
+  const double a = std::strtod(text, nullptr);
+  return std::memcmp(&a, &v, sizeof a) == 0;
+}
+
+// The shortest decimal that reads back as the value, so that two different values never print alike
+// and no digit is shown that the dtype does not hold (f16's 0.123456789 is 0.1235). A whole part of at
+// most max_digits_for(t) digits is kept in full: 65504 rather than 6.55e+04, which would read as 65500
+// to a person even though it rounds back to 65504 in f16.
 std::string format_value(double v, DType t) {
   if (t == DType::i32) return std::to_string(static_cast<int64_t>(v));
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  const int max_digits = max_digits_for(t);
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*g", digits_for(t), v);
+  int digits = 1;
+  if (std::fabs(v) >= 1.0 && std::fabs(v) < 1e17) {
+    const int whole = std::snprintf(buf, sizeof buf, "%.0f", std::floor(std::fabs(v)));
+    if (whole <= max_digits) digits = whole;
+  }
+  for (; digits < 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (digits >= max_digits || reads_back(buf, v, t)) return buf;
+  }
+  std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
 }
 

@@ -19,7 +19,13 @@ namespace hl {
 
 using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& s);  // "[128, 784]"
-int64_t shape_numel(const Shape& s);
+// The number of elements of a shape. Throws hl::Error naming `op` and the shape on a negative dimension,
+// or when the product of the non-zero dimensions does not fit in an int64 ("<op>: shape [...] has more
+// elements than fit in 64 bits"). Zeros are left out of that product so that every partial product
+// of a valid shape (a row's size, a flattened dimension) fits too.
+int64_t shape_numel(const Shape& s, const char* op = "shape_numel");
+// The same rule without throwing: false (and `numel` untouched) on a negative dimension or an overflow.
+bool shape_numel_fits(const Shape& s, int64_t& numel);
 
 class Tensor;
 struct Node;
@@ -97,7 +103,9 @@ class Tensor {
     return static_cast<T*>(data_ptr());
   }
   Tensor to(Device d) const;   // a copy on d (the same tensor if already there)
-  Tensor to(DType t) const;    // a converted copy, differentiable (see ops.h cast)
+  // A converted copy, differentiable (see ops.h cast). Floating -> i32 truncates toward zero, saturates
+  // to INT32_MIN / INT32_MAX and maps NaN to 0 on every backend (docs/precision.md); full/fill_ too.
+  Tensor to(DType t) const;
   Tensor clone() const;        // a copy that does not share storage, not part of the graph
   std::vector<float> to_vector() const;    // values as float, from any device
   std::vector<double> to_double() const;   // values as double (exact for every dtype)
@@ -142,8 +150,10 @@ class Tensor {
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
 
-  // PyTorch-like printing with the digits the dtype holds: f16 4 significant digits (0.1235),
-  // f32 8 (0.12345679), f64 17.
+  // PyTorch-like printing. Each value is the shortest decimal that reads back (correctly rounded) as
+  // the same value of its dtype: 0.123456789 prints 0.1235 in f16 and 0.12345679 in f32; neighbours
+  // always print differently (f16 needs at most 5 significant digits, f32 9, f64 17). A value whose
+  // integer part has no more digits than that keeps them all (65504, not 6.55e+04, which reads as 65500).
   std::string str(int max_per_dim = 6) const;
 
  private:

@@ -29,6 +29,19 @@ inline const char* dtype_name(DType t) {
   return "?";
 }
 inline bool is_floating(DType t) { return t != DType::i32; }
+
+// Floating -> i32 by the rule of CUDA's cvt.rzi.s32.f32/f64, which the CUDA cast kernels compile to, so
+// that both backends give the same integers: truncate toward zero, saturate what does not fit (and
+// +-inf) to INT32_MIN / INT32_MAX, NaN -> 0. A plain static_cast of such a value is undefined behaviour
+// in C++ (x86's cvttsd2si gives INT32_MIN for all of them, ARM saturates). Every float and half is
+// exactly a double, so one function serves all three input dtypes: the CPU cast, and the fill value of
+// both backends (the CUDA fill converts its value on the host).
+inline int32_t saturating_i32(double v) {
+  if (v != v) return 0;
+  if (v <= -2147483648.0) return INT32_MIN;
+  if (v >= 2147483647.0) return INT32_MAX;  // [2^31 - 1, 2^31) truncates to INT32_MAX as well
+  return static_cast<int32_t>(v);           // in range: truncation toward zero is defined
+}
 inline const char* device_name(DeviceType d) { return d == DeviceType::cpu ? "cpu" : "cuda"; }
 
 }  // namespace hl

@@ -37,9 +37,10 @@ void relu_backward(DeviceType dev, int64_t n, const void* x, const void* grad_ou
 enum class ScalarOp : uint8_t { add, mul, rsub /* s - x */, rdiv /* s / x */, pow /* x^s */ };
 void scalar(DeviceType dev, ScalarOp op, int64_t n, const void* x, double s, void* out, DType t);
 
-// Convert between any two dtypes (float -> i32 truncates toward zero; f16 rounds to nearest even).
+// Convert between any two dtypes (float -> i32 truncates toward zero, saturates, and takes NaN to 0:
+// saturating_i32 in dtype.h; f16 rounds to nearest even).
 void cast(DeviceType dev, int64_t n, const void* x, DType tx, void* out, DType tout);
-// out[i] = value, converted to t.
+// out[i] = value, converted to t (to i32 by the cast's rule).
 void fill(DeviceType dev, int64_t n, void* out, DType t, double value);
 
 }  // namespace hl::kernels

@@ -210,7 +210,7 @@ void fill(int64_t n, void* out, DType t, double value) {
     case DType::f32: return launch_fill<float>(n, out, static_cast<float>(value));
     case DType::f16: return launch_fill<uint16_t>(n, out, double_to_half_bits(value));
     case DType::f64: return launch_fill<double>(n, out, value);
-    case DType::i32: return launch_fill<int32_t>(n, out, static_cast<int32_t>(value));
+    case DType::i32: return launch_fill<int32_t>(n, out, saturating_i32(value));  // the cast's rule (dtype.h)
   }
 }
 

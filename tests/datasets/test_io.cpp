@@ -57,17 +57,21 @@ TEST(ReadFileBytes, MissingFilesAndFoldersAreNamed) {
                   std::string("load_x(").append(dir.str()).append("): cannot open: it is a directory"));
 }
 
-// Written whole, over an existing file, with 0666 & ~umask (mkstemp alone would give 0600).
+// A new file is written whole with 0666 & ~umask (mkstemp alone would give 0600); one written over an
+// existing file keeps that file's permission bits (framework/atomic_file.h).
 TEST(WriteFileAtomic, ReplacesTheFileWithTheUsersPermissions) {
   TempDir dir;
   const std::string path = dir / "out.png";
-  write_plain(path, Bytes{1, 2, 3});
   const Bytes want = random_bytes(3 * 65536 + 7, 5);
   const mode_t old_mask = ::umask(027);
   write_file_atomic(path, want.data(), want.size(), "write_png");
   ::umask(old_mask);
   EXPECT_EQ(data::read_file_bytes(path, "op"), want);
   EXPECT_EQ(fs::status(path).permissions(), fs::perms(0640));
+  fs::permissions(path, fs::perms(0604));
+  write_file_atomic(path, want.data(), 5, "write_png");
+  EXPECT_EQ(fs::status(path).permissions(), fs::perms(0604)) << "the replaced file's bits";
+  EXPECT_EQ(fs::file_size(path), 5u);
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.str()), fs::directory_iterator{}), 1) << "no temporary left";
   write_file_atomic(dir / "empty", nullptr, 0, "op");
   EXPECT_EQ(fs::file_size(dir / "empty"), 0u);

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,41 @@ TEST(BadInput, ShapeMismatchNamesTheOpAndTheShapes) {
   EXPECT_OP_ERROR(accuracy(rand({4, 3}, g), labels({0, 1})), "accuracy", "i32 [4]", "i32[2]");
   EXPECT_OP_ERROR(correct_count(rand({4, 3}, g), labels({0, 1})), "correct_count", "i32 [4]", "i32[2]");
   EXPECT_OP_ERROR(correct_count(rand({4}, g), labels({0, 1, 2, 3})), "correct_count", "f32[4]");
+}
+
+// A shape whose element count (or byte count) does not fit in 64 bits used to wrap around: a small
+// block was allocated for a huge shape, and a row slice of it wrote gigabytes past the block. Every
+// factory and reshape now refuses it, naming itself and the shape. Zeros do not hide an overflow:
+// [0, 2^40, 2^40] is empty, but its rows would hold 2^80 elements.
+TEST(BadInput, ShapesWhoseElementCountOverflowsAreRefused) {
+  Generator g(hl::test::fresh_seed());
+  const int64_t big = (int64_t(1) << 62) + 1, e40 = int64_t(1) << 40;
+  const std::string too_many = "has more elements than fit in 64 bits";
+  EXPECT_OP_ERROR(Tensor::empty({big, 4096}), "Tensor::empty", "[4611686018427387905, 4096]", too_many);
+  EXPECT_OP_ERROR(Tensor::zeros({int64_t(1) << 62, 4}), "Tensor::empty", "[4611686018427387904, 4]", too_many);
+  EXPECT_OP_ERROR(Tensor::full({e40, e40}, 1.0, DType::f16), "Tensor::empty", "[1099511627776, 1099511627776]",
+                  too_many);
+  EXPECT_OP_ERROR(Tensor::empty({0, e40, e40}), "Tensor::empty", "[0, 1099511627776, 1099511627776]", too_many);
+  EXPECT_OP_ERROR(Tensor::empty({int64_t(1) << 61}, DType::f64), "Tensor::empty", "[2305843009213693952] of f64",
+                  "has more bytes than fit in 64 bits");
+  EXPECT_OP_ERROR(Tensor::randn({int64_t(1) << 62, 4}, g), "Tensor::randn", "[4611686018427387904, 4]", too_many);
+  EXPECT_OP_ERROR(Tensor::uniform({int64_t(1) << 62, 4}, g, -1.0, 1.0), "Tensor::uniform", too_many);
+  EXPECT_OP_ERROR(Tensor::from_vector(std::vector<float>{1, 2}, {int64_t(1) << 62, 4}), "Tensor::from_vector",
+                  "[4611686018427387904, 4]", too_many);
+  const Tensor four = Tensor::zeros({4});
+  EXPECT_OP_ERROR(reshape(four, {big, 4}), "reshape", "[4611686018427387905, 4]", too_many);
+  EXPECT_OP_ERROR(reshape(four, {int64_t(1) << 62, 4, -1}), "reshape", "[4611686018427387904, 4, -1]", too_many);
+  EXPECT_OP_ERROR(four.reshape({0, e40, e40}), "reshape", too_many);
+  // Up to the edge: a dimension as large as an int64 holds, next to a 0, is an empty tensor.
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(Tensor::empty({max, 0}).numel(), 0);
+  EXPECT_EQ(Tensor::zeros({0}).reshape({0, max}).shape(), (Shape{0, max}));
+  EXPECT_EQ(shape_numel({max}), max);
+  int64_t n = -1;
+  EXPECT_FALSE(shape_numel_fits({max, 2}, n));
+  EXPECT_FALSE(shape_numel_fits({-1, 2}, n));
+  EXPECT_EQ(n, -1) << "left untouched on a refusal";
+  EXPECT_OP_ERROR(shape_numel({3, -1}), "shape_numel", "negative dimension in shape [3, -1]");
 }
 
 // ---- dtypes ---------------------------------------------------------------------------------------------

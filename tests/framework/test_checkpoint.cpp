@@ -3,6 +3,7 @@
 // optimizer state with their checks, extra sections, and bit-exact resume of a training run.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -227,6 +228,10 @@ TEST(Checkpoint, LoaderRejectsEveryMalformedFileClearly) {
                      "must hold non-negative integers");
   EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"F32","shape":[4294967296, 4294967296, 4294967296],"data_offsets":[0,8]}})", eight),
                      "too many elements");
+  // Zeros do not hide an overflow (Tensor's rule, shape_numel): this tensor is empty, but its rows are not
+  // countable in 64 bits. Refused here, naming the file, rather than by Tensor::empty after the checks.
+  EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"F32","shape":[0, 4294967296, 4294967296],"data_offsets":[0,0]}})"),
+                     "tensor 'a': shape [0,4294967296,4294967296] has too many elements");
   EXPECT_PARSE_ERROR(make_file(R"({"a": {"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", eight),
                      "end before they begin");
   // Each offset on its own: a negative one, or one that is not a number, is named as such (not read as
@@ -395,6 +400,43 @@ TEST(Checkpoint, ShortWritesAndInterruptedWritesStillWriteEveryByteOnce) {
   ASSERT_FALSE(counts.empty());
   for (size_t i = 1; i < counts.size(); ++i) ASSERT_GT(counts[i], counts[i - 1]) << i;
   EXPECT_EQ(counts.back(), want.size());
+}
+
+mode_t mode_of(const std::string& path) {
+  struct stat st {};
+  HL_CHECK(::lstat(path.c_str(), &st) == 0, "lstat(", path, ") failed");
+  return st.st_mode & 07777;
+}
+
+// A save replaces the file by a rename, so the new file's permissions are chosen, not inherited: those of
+// the file it replaces (a checkpoint made private with chmod 600 stays private), else those of any file
+// the user creates. A symbolic link is replaced, not written through: its target keeps the old values.
+TEST(Checkpoint, ReplacingAFileKeepsItsPermissionBits) {
+  Generator g(hl::test::fresh_seed());
+  TempDir dir;
+  const std::string path = dir.file("model.safetensors");
+  const NamedTensors t = random_tensors(g);
+  const mode_t mask = ::umask(0);  // POSIX reads the umask only by setting it
+  ::umask(mask);
+  save_safetensors(path, t);
+  EXPECT_EQ(mode_of(path), 0666 & ~mask) << "a new file";
+  for (const mode_t mode : {0600, 0640, 0444, 0604}) {
+    ASSERT_EQ(::chmod(path.c_str(), mode), 0);
+    save_safetensors(path, t, {{"mode", std::to_string(mode)}});
+    EXPECT_EQ(load_safetensors(path).metadata.at("mode"), std::to_string(mode));
+    EXPECT_EQ(mode_of(path), mode) << std::oct << "replacing a file of mode 0" << mode;
+  }
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"model.safetensors"});
+
+  const std::string link = dir.file("latest.safetensors");
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+  ASSERT_EQ(::symlink("model.safetensors", link.c_str()), 0);
+  save_safetensors(link, t, {{"mode", "via link"}});
+  EXPECT_FALSE(fs::is_symlink(link)) << "the link is replaced by a regular file";
+  EXPECT_EQ(mode_of(link), 0666 & ~mask) << "a new file: the target's mode is not the link's";
+  EXPECT_EQ(load_safetensors(link).metadata.at("mode"), "via link");
+  EXPECT_EQ(load_safetensors(path).metadata.at("mode"), std::to_string(0604)) << "the target is left as it was";
+  EXPECT_EQ(mode_of(path), 0600);
 }
 
 TEST(Checkpoint, AWriteOfNothingOrAFullDiskFailsClearlyAndKeepsTheOldFile) {
@@ -763,6 +805,47 @@ TEST(Checkpoint, LoadParametersFromAPyTorchStyleStateDict) {
   auto b = small_mlp(g);
   load_parameters(load_safetensors(dir.file("sd.safetensors")), *b, "", "sd.safetensors");
   for (size_t i = 0; i < a->parameters().size(); ++i) EXPECT_EQ(bytes_of(a->parameters()[i]), bytes_of(b->parameters()[i]));
+}
+
+// PyTorch's BatchNorm keeps an int64 step counter, num_batches_tracked, in its state_dict. halfling
+// reads no I64 tensor, and the message for this one says what to do (docs/checkpoints.md); another I64
+// tensor gets the plain message.
+TEST(Checkpoint, PyTorchsBatchNormCounterIsRefusedWithTheWayOut) {
+  const std::vector<uint8_t> eight(8, 0);
+  const std::string counter = parse_error(
+      make_file(R"({"model.1.num_batches_tracked": {"dtype":"I64","shape":[],"data_offsets":[0,8]}})", eight));
+  EXPECT_EQ(counter.rfind("load_safetensors(bad.safetensors): tensor 'model.1.num_batches_tracked': unsupported "
+                          "dtype 'I64' (halfling reads F32, F16, F64 and I32); this is PyTorch's BatchNorm step "
+                          "counter, which halfling does not keep: leave the *.num_batches_tracked keys out when "
+                          "saving (docs/checkpoints.md",
+                          0),
+            0u)
+      << counter;
+  const std::string other =
+      parse_error(make_file(R"({"steps": {"dtype":"I64","shape":[],"data_offsets":[0,8]}})", eight));
+  EXPECT_EQ(other, "load_safetensors(bad.safetensors): tensor 'steps': unsupported dtype 'I64' (halfling reads F32, "
+                   "F16, F64 and I32)");
+}
+
+// halfling.format is written as "checkpoint". A file that says it is something else is refused, naming
+// the file and the value; a file without the key (written by another tool with the same names) loads.
+TEST(Checkpoint, AnotherFormatIsRefusedAndNoneIsAccepted) {
+  Generator g(hl::test::fresh_seed());
+  TempDir dir;
+  auto a = small_mlp(g);
+  NamedTensors tensors;
+  for (const auto& [name, p] : a->named_state()) tensors.emplace_back("model." + name, p);
+  const std::string other = dir.file("other.safetensors");
+  save_safetensors(other, tensors, {{"halfling.format", "not-a-checkpoint"}});
+  auto b = small_mlp(g);
+  const auto before = bytes_of(b->parameters()[0]);
+  EXPECT_EQ(load_error(other, *b), "load_checkpoint(" + other + "): halfling.format is 'not-a-checkpoint', not "
+                                   "'checkpoint': this file is not a halfling training checkpoint");
+  EXPECT_EQ(bytes_of(b->parameters()[0]), before) << "a refused file changes nothing";
+  const std::string plain = dir.file("plain.safetensors");
+  save_safetensors(plain, tensors);
+  EXPECT_EQ(load_error(plain, *b), "no error");
+  EXPECT_EQ(bytes_of(b->parameters()[0]), bytes_of(a->parameters()[0]));
 }
 
 // ---- exact resume -------------------------------------------------------------------------------------------

@@ -64,12 +64,96 @@ TEST(Tensor, LargeIntegersCastExactly) {
   EXPECT_EQ(i.to(DType::f64).to_double()[1], 2147483647.0);
 }
 
+// Floating -> i32 follows CUDA's cvt.rzi.s32 on every backend: truncate toward zero, saturate what does
+// not fit (and +-inf) to INT32_MIN / INT32_MAX, NaN -> 0 (docs/precision.md). A bare C++ cast of those
+// values is undefined; x86 made all of them INT32_MIN. fill (Tensor::full) follows the same rule.
+TEST(Tensor, FloatToIntCastTruncatesSaturatesAndMapsNanToZero) {
+  constexpr int32_t lo = INT32_MIN, hi = INT32_MAX;
+  const std::vector<double> in = {NAN,  INFINITY,      -INFINITY,     3e9,           -3e9,          2.9,
+                                  -2.9, -0.0,          2147483647.9,  2147483648.0,  -2147483648.9, -2147483649.0,
+                                  1e300, 2147483520.0, -2147483648.0};
+  const std::vector<int32_t> want = {0, hi, lo, hi, lo, 2, -2, 0, hi, hi, lo, lo, hi, 2147483520, lo};
+  std::vector<Device> devices = {Device::cpu};
+  if (cuda_available()) devices.push_back(Device::cuda);  // the rule is the GPU's: both must agree
+  for (const Device dev : devices) {
+    EXPECT_EQ(Tensor::from_vector(in, {static_cast<int64_t>(in.size())}, DType::f64, dev).to(DType::i32).to_int(),
+              want)
+        << "f64 on " << device_name(dev);
+    // f32: the same values rounded to float give the same integers (2147483647.9 becomes 2^31: saturated).
+    EXPECT_EQ(Tensor::from_vector(in, {static_cast<int64_t>(in.size())}, DType::f32, dev).to(DType::i32).to_int(),
+              want)
+        << "f32 on " << device_name(dev);
+    const std::vector<float> halves = {NAN, INFINITY, -INFINITY, 65504.0f, -2.9f};
+    EXPECT_EQ(Tensor::from_vector(halves, {5}, DType::f16, dev).to(DType::i32).to_int(),
+              (std::vector<int32_t>{0, hi, lo, 65504, -2}))
+        << "f16 on " << device_name(dev);
+    for (size_t i = 0; i < in.size(); ++i)
+      EXPECT_EQ(Tensor::full({2}, in[i], DType::i32, dev).to_int(), (std::vector<int32_t>{want[i], want[i]}))
+          << "full(" << in[i] << ") on " << device_name(dev);
+    Tensor t = Tensor::zeros({3}, DType::i32, dev);
+    t.fill_(-1e10);
+    EXPECT_EQ(t.to_int(), (std::vector<int32_t>{lo, lo, lo})) << device_name(dev);
+  }
+}
+
+// Each value prints as the shortest decimal that reads back (correctly rounded) as the same value of
+// its dtype, so no digit is shown that the dtype does not hold and two different values never print
+// alike. DESIGN.md §1's examples: 0.123456789 is 0.1235 in f16 and 0.12345679 in f32.
 TEST(Tensor, PrintingUsesTheDigitsOfTheDtype) {
   Tensor t = Tensor::from_vector(std::vector<float>{0.123456789f}, {1});
   EXPECT_EQ(t.to(DType::f16).str(), "tensor([0.1235], f16[1])");
   EXPECT_EQ(t.str(), "tensor([0.12345679], f32[1])");
   Tensor big = Tensor::zeros({100});
   EXPECT_NE(big.str().find("..."), std::string::npos);  // long dims are elided
+
+  auto half_str = [](uint16_t bits) { return Tensor::from_half({half::from_bits(bits)}, {1}).str(); };
+  // Neighbours 1.0205078125 and 1.021484375: 4 digits cannot tell them apart, so the first takes 5.
+  EXPECT_EQ(half_str(0x3C15), "tensor([1.0205], f16[1])");
+  EXPECT_EQ(half_str(0x3C16), "tensor([1.021], f16[1])");
+  // The largest half keeps its whole part: 6.55e+04 also reads back as 65504, but a person reads 65500.
+  EXPECT_EQ(half_str(0x7BFF), "tensor([65504], f16[1])");
+  EXPECT_EQ(half_str(0xFBFF), "tensor([-65504], f16[1])");
+  EXPECT_EQ(half_str(0x2E66), "tensor([0.1], f16[1])");   // 0.0999755859375 is the half nearest 0.1
+  EXPECT_EQ(half_str(0x0001), "tensor([6e-08], f16[1])");  // 2^-24: 6e-08 reads back as it
+  EXPECT_EQ(half_str(0x8000), "tensor([-0], f16[1])");
+  EXPECT_EQ(half_str(0x7C00), "tensor([inf], f16[1])");
+  EXPECT_EQ(half_str(0x7E00), "tensor([nan], f16[1])");
+  // Every finite half, both signs: the printed value reads back as that half, and no two print alike.
+  std::set<std::string> seen;
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    if ((bits & 0x7C00) == 0x7C00) continue;  // inf and NaN
+    const std::string s = half_str(static_cast<uint16_t>(bits));
+    const std::string value = s.substr(8, s.find(']') - 8);  // "tensor([" ... "], f16[1])"
+    ASSERT_EQ(double_to_half_bits(std::strtod(value.c_str(), nullptr)), bits) << s;
+    EXPECT_TRUE(seen.insert(value).second) << s << " prints like another half";
+  }
+
+  // f32: 10 + 10 * 2^-20 and 10 + 11 * 2^-20 both printed 10.00001 with 8 digits.
+  const double ulp = std::ldexp(1.0, -20);
+  EXPECT_EQ(Tensor::from_vector(std::vector<double>{10 + 10 * ulp, 10 + 11 * ulp}, {2}, DType::f32).str(),
+            "tensor([10.00001, 10.0000105], f32[2])");
+  EXPECT_EQ(Tensor::from_vector(std::vector<double>{123456789.0, 1e10, 0.1}, {3}, DType::f32).str(),
+            "tensor([123456792, 1e+10, 0.1], f32[3])");  // the value held; 11 whole digits: shortest form
+  EXPECT_EQ(Tensor::from_vector(std::vector<double>{0.1, 1.0 / 3.0, 5e-324}, {3}, DType::f64).str(),
+            "tensor([0.1, 0.3333333333333333, 5e-324], f64[3])");
+  // Random f32 and f64 bit patterns read back exactly (strtof: one rounding, as a reader would make).
+  Generator g(hl::test::fresh_seed());
+  for (int i = 0; i < 2000; ++i) {
+    uint32_t fbits = static_cast<uint32_t>(g.next_u64());
+    float f;
+    std::memcpy(&f, &fbits, sizeof f);
+    if (!std::isfinite(f)) continue;
+    const std::string s = Tensor::from_vector(std::vector<float>{f}, {1}).str();
+    const float back = std::strtof(s.substr(8).c_str(), nullptr);
+    EXPECT_EQ(std::memcmp(&back, &f, sizeof f), 0) << s << " for bits " << fbits;
+    uint64_t dbits = g.next_u64();
+    double d;
+    std::memcpy(&d, &dbits, sizeof d);
+    if (!std::isfinite(d)) continue;
+    const std::string sd = Tensor::from_vector(std::vector<double>{d}, {1}, DType::f64).str();
+    const double dback = std::strtod(sd.substr(8).c_str(), nullptr);
+    EXPECT_EQ(std::memcmp(&dback, &d, sizeof d), 0) << sd << " for bits " << dbits;
+  }
 }
 
 // The layout of str(): nested brackets indented under the first, rows of the innermost dim on one
@@ -175,6 +259,32 @@ TEST(Tensor, ItemAndErrorsNameTheTensor) {
   Tensor u;
   EXPECT_FALSE(u.defined());
   EXPECT_THROW(u.shape(), Error);
+}
+
+// Overlapping views of one storage: copying rows [0, n-1) onto rows [1, n) (and back) must act as if
+// the source were read whole first. A host memcpy of overlapping ranges is undefined behaviour, which
+// glibc's x86 memcpy happens to hide; run under ASan (scripts/sanitize.sh) this test reports
+// memcpy-param-overlap without copy_bytes' memmove. cudaMemcpy's ranges must not overlap either.
+TEST(Tensor, CopyBetweenOverlappingViewsActsAsIfTheSourceWereReadFirst) {
+  std::vector<Device> devices = {Device::cpu};
+  if (cuda_available()) devices.push_back(Device::cuda);
+  for (const Device dev : devices) {
+    for (const int64_t rows : {2, 5, 1000}) {
+      const int64_t cols = 3;
+      std::vector<double> v(static_cast<size_t>(rows * cols));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i);
+      Tensor t = Tensor::from_vector(v, {rows, cols}, DType::f32, dev);
+      t.slice_rows(1, rows).copy_(t.slice_rows(0, rows - 1));  // forward: the destination starts later
+      std::vector<double> want = v;
+      for (size_t i = static_cast<size_t>(cols); i < want.size(); ++i) want[i] = v[i - static_cast<size_t>(cols)];
+      EXPECT_EQ(t.to_double(), want) << rows << " rows, forward, on " << device_name(dev);
+      t = Tensor::from_vector(v, {rows, cols}, DType::f32, dev);
+      t.slice_rows(0, rows - 1).copy_(t.slice_rows(1, rows));  // backward: the destination starts earlier
+      want = v;
+      for (size_t i = 0; i + static_cast<size_t>(cols) < want.size(); ++i) want[i] = v[i + static_cast<size_t>(cols)];
+      EXPECT_EQ(t.to_double(), want) << rows << " rows, backward, on " << device_name(dev);
+    }
+  }
 }
 
 TEST(Tensor, CopyConvertsAndChecksShape) {

@@ -111,6 +111,47 @@ TEST(CommonFlags, BoundsAreCheckedAtTheEdge) {
   }
 }
 
+// Numbers are read whole and in decimal, as kernels/dtype.cpp's parse_double / parse_int64 read them, and
+// every refusal names the flag and says what is wrong: not a number, not an integer, out of range. A
+// seed is 0 to 2^64 - 1: CLI11 alone took -1 as 2^64 - 1 (strtoull negates) and saturated past the
+// top, so two different seeds ran as one.
+TEST(CommonFlags, NumbersAreReadWholeInDecimalAndRefusedByName) {
+  CommonFlags f;
+  ASSERT_EQ(parse("--seed 18446744073709551615", f), "");
+  EXPECT_EQ(f.seed, std::numeric_limits<uint64_t>::max());
+  ASSERT_EQ(parse("--seed 010 --epochs 010 --batch +64", f), "");
+  EXPECT_EQ(f.seed, 10u) << "decimal, not octal";
+  EXPECT_EQ(f.epochs, 10);
+  EXPECT_EQ(f.batch, 64);
+  const std::string seed_range = " is out of range (0 to 18446744073709551615)";
+  for (const char* bad : {"-1", "-5", "18446744073709551616", "99999999999999999999999", "-18446744073709551616"})
+    EXPECT_EQ(parse(std::string("--seed ") + bad), std::string("--seed: '") + bad + "'" + seed_range) << bad;
+  EXPECT_EQ(parse("--seed -0", f), "") << "-0 is 0";
+  EXPECT_EQ(f.seed, 0u);
+  EXPECT_EQ(parse("--seed abc"), "--seed: 'abc' is not a number");
+  EXPECT_EQ(parse("--seed 1.5"), "--seed: '1.5' is not an integer (decimal digits only)");
+  EXPECT_EQ(parse("--epochs abc"), "--epochs: 'abc' is not a number");
+  EXPECT_EQ(parse("--epochs 2.5"), "--epochs: '2.5' is not an integer (decimal digits only)");
+  EXPECT_EQ(parse("--epochs 0x10"), "--epochs: '0x10' is not an integer (decimal digits only)");
+  EXPECT_EQ(parse("--epochs ' 3'"), "--epochs: ' 3' is not a number");
+  EXPECT_EQ(parse("--epochs 0"), "--epochs: '0' is out of range (1 to 100000)");
+  EXPECT_EQ(parse("--epochs 9223372036854775808"), "--epochs: '9223372036854775808' is out of range (1 to 100000)");
+  EXPECT_EQ(parse("--batch -1"), "--batch: '-1' is out of range (1 to 1048576)");
+  EXPECT_EQ(parse("--lr abc"), "--lr: 'abc' is not a number");
+  EXPECT_EQ(parse("--lr 0.1x"), "--lr: '0.1x' is not a number");
+  EXPECT_EQ(parse("--lr 1e400"), "--lr: '1e400' is out of range (0 to 100)") << "too large, not 'not finite'";
+  EXPECT_EQ(parse("--momentum 1.5"), "--momentum: '1.5' is out of range (0 to 1)");
+  EXPECT_EQ(parse("--warmup-epochs nan"), "--warmup-epochs: must be a finite number, got 'nan'");
+  // Underflow is a number (strtod rounds it to 0 or a subnormal): accepted, as parse_double does.
+  ASSERT_EQ(parse("--lr 1e-400 --momentum 4.9406564584124654e-324", f), "");
+  EXPECT_EQ(f.lr, 0.0);
+  EXPECT_EQ(f.momentum, std::numeric_limits<double>::denorm_min());
+  // Reals keep every bit of the value strtod reads (CLI11 converts through long double).
+  ASSERT_EQ(parse("--lr 0.1 --momentum 0.30000000000000004", f), "");
+  EXPECT_EQ(f.lr, 0.1);
+  EXPECT_EQ(f.momentum, 0.30000000000000004);
+}
+
 // --loss-scale exists only on tutorials with more than one precision, and its value is checked by
 // the scaler's own parser, whose message the user sees.
 TEST(CommonFlags, LossScaleIsCheckedAndOnlyWhereThereIsAChoice) {

@@ -1,7 +1,11 @@
 #include "tutorials/common/cli.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 
@@ -16,16 +20,98 @@
 namespace hl::tutorial {
 
 namespace {
-// CLI11's Range lets NaN through (every comparison with NaN is false): refuse it explicitly.
-const CLI::Validator kFinite(
-    [](std::string& text) {
-      try {
-        if (std::isfinite(std::stod(text))) return std::string();
-      } catch (...) {
-      }
-      return "must be a finite number, got '" + text + "'";
-    },
-    "FINITE");
+// Numbers are read the way kernels/dtype.cpp's parse_double and parse_int64 read them: the whole text is
+// the number, in decimal (strtod for reals; an optional sign and digits for integers). CLI11 alone calls
+// "abc" "not in range", takes "-1" as the seed 2^64 - 1 (strtoull negates it), saturates a seed past
+// 2^64 - 1, and reads "010" as octal 8. Each validator below checks the text, then rewrites it in the
+// one form CLI11's own conversion reads back as the same value (so they are added with transform():
+// check() marks a validator as unable to change the text).
+
+std::string in_quotes(const std::string& text) { return "'" + text + "'"; }
+
+// An optional sign, then at least one digit and nothing else. Past 2^64 - 1 `overflow` is set (and
+// `magnitude` means nothing).
+bool read_decimal(const std::string& text, bool& negative, uint64_t& magnitude, bool& overflow) {
+  size_t i = 0;
+  negative = false;
+  magnitude = 0;
+  overflow = false;
+  if (i < text.size() && (text[i] == '+' || text[i] == '-')) negative = text[i++] == '-';
+  if (i == text.size()) return false;
+  for (; i < text.size(); ++i) {
+    if (text[i] < '0' || text[i] > '9') return false;
+    if (__builtin_mul_overflow(magnitude, uint64_t{10}, &magnitude) ||
+        __builtin_add_overflow(magnitude, static_cast<uint64_t>(text[i] - '0'), &magnitude))
+      overflow = true;
+  }
+  return true;
+}
+
+enum class Real { ok, not_a_number, overflow };
+
+// strtod over the whole text. A leading blank, which strtod would skip, is refused: the value is the
+// number alone, as read_decimal takes it. Underflow reads as 0 or a subnormal (1e-400 is a number, and
+// finite); overflow (1e400) is reported apart, as parse_double does.
+Real read_real(const std::string& text, double& v) {
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return Real::not_a_number;
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  v = std::strtod(begin, &end);
+  if (end != begin + text.size()) return Real::not_a_number;
+  return errno == ERANGE && std::isinf(v) ? Real::overflow : Real::ok;
+}
+
+// An integer flag in [lo, hi]: "'abc' is not a number", "'2.5' is not an integer (decimal digits only)",
+// "'-1' is out of range (0 to 18446744073709551615)". CLI11 prefixes the flag's name.
+CLI::Validator integer_in(const std::string& type, int64_t lo, uint64_t hi) {
+  const std::string range = " (" + std::to_string(lo) + " to " + std::to_string(hi) + ")";
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        bool negative = false, overflow = false;
+        uint64_t mag = 0;
+        if (!read_decimal(text, negative, mag, overflow)) {
+          double v = 0;
+          if (read_real(text, v) == Real::not_a_number) return in_quotes(text) + " is not a number";
+          return in_quotes(text) + " is not an integer (decimal digits only)";
+        }
+        const bool below_zero = negative && mag != 0;
+        // lo's magnitude as unsigned, without negating INT64_MIN in signed arithmetic.
+        const uint64_t lo_mag = lo < 0 ? uint64_t(-(lo + 1)) + 1 : uint64_t(lo);
+        const bool in_range =
+            !overflow && (below_zero ? lo < 0 && mag <= lo_mag : mag <= hi && (lo <= 0 || mag >= lo_mag));
+        if (!in_range) return in_quotes(text) + " is out of range" + range;
+        text = (below_zero ? "-" : "") + std::to_string(mag);
+        return std::string();
+      },
+      type + " in [" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
+}
+
+// A real flag in [lo, hi], finite (CLI11's Range lets NaN through: every comparison with NaN is false).
+CLI::Validator real_in(double lo, double hi) {
+  char bounds[64];
+  std::snprintf(bounds, sizeof bounds, "%g to %g", lo, hi);
+  const std::string range = std::string(" (") + bounds + ")";
+  char shown[64];  // the help's form, as CLI11's Range writes it
+  std::snprintf(shown, sizeof shown, "FLOAT in [%g - %g]", lo, hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        double v = 0;
+        switch (read_real(text, v)) {
+          case Real::not_a_number: return in_quotes(text) + " is not a number";
+          case Real::overflow: return in_quotes(text) + " is out of range" + range;
+          case Real::ok: break;
+        }
+        if (!std::isfinite(v)) return "must be a finite number, got " + in_quotes(text);
+        if (v < lo || v > hi) return in_quotes(text) + " is out of range" + range;
+        // 17 significant digits read back as exactly v, also through CLI11's strtold then double.
+        char exact[32];
+        std::snprintf(exact, sizeof exact, "%.17g", v);
+        text = exact;
+        return std::string();
+      },
+      shown);
+}
 }  // namespace
 
 void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::string>& precisions) {
@@ -47,11 +133,15 @@ void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::stri
         })
         ->capture_default_str();
   }
-  app.add_option("--epochs", f.epochs, "passes over the training set")->check(CLI::Range(1, 100000))->capture_default_str();
-  app.add_option("--batch", f.batch, "batch size")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  app.add_option("--lr", f.lr, "learning rate")->check(kFinite & CLI::Range(0.0, 100.0))->capture_default_str();
-  app.add_option("--momentum", f.momentum, "SGD momentum")->check(kFinite & CLI::Range(0.0, 1.0))->capture_default_str();
-  app.add_option("--seed", f.seed, "seed for initialization and shuffling")->capture_default_str();
+  app.add_option("--epochs", f.epochs, "passes over the training set")
+      ->transform(integer_in("INT", 1, 100000))
+      ->capture_default_str();
+  app.add_option("--batch", f.batch, "batch size")->transform(integer_in("INT", 1, 1 << 20))->capture_default_str();
+  app.add_option("--lr", f.lr, "learning rate")->transform(real_in(0.0, 100.0))->capture_default_str();
+  app.add_option("--momentum", f.momentum, "SGD momentum")->transform(real_in(0.0, 1.0))->capture_default_str();
+  app.add_option("--seed", f.seed, "seed for initialization and shuffling")
+      ->transform(integer_in("UINT", 0, UINT64_MAX))
+      ->capture_default_str();
   app.add_option("--data", f.data, "data directory");
   app.add_option("--gemm", f.gemm, "GEMM variant (see --list-variants); default: the fastest for the device");
   app.add_option("--softmax", f.softmax,
@@ -72,7 +162,7 @@ void add_schedule_flags(CLI::App& app, CommonFlags& f) {
       ->check(CLI::IsMember({"constant", "cosine", "step"}))
       ->capture_default_str();
   app.add_option("--warmup-epochs", f.warmup_epochs, "linear learning-rate warm-up over this many epochs first")
-      ->check(kFinite & CLI::Range(0.0, 1000.0))
+      ->transform(real_in(0.0, 1000.0))
       ->capture_default_str();
 }
 
