@@ -297,8 +297,8 @@ void Optimizer::load_state(const State& s) {
   for (size_t i = 0; i < params_.size(); ++i) {
     std::vector<std::string> have, lack;
     for (const std::string& b : buffer_names()) {
-      auto it = restored.find(b);
-      (it != restored.end() && it->second[i].defined() ? have : lack).push_back(b);
+      auto found = restored.find(b);
+      (found != restored.end() && found->second[i].defined() ? have : lack).push_back(b);
     }
     HL_CHECK(have.empty() || lack.empty(), "load_state: parameter ", i, " has '", have.front(), "' but not '",
              lack.front(), "' (", type(), " keeps them together)");

@@ -471,9 +471,9 @@ TEST(Optim, AdamCountsEachParametersOwnSteps) {
   // The counts travel with the state, and a resumed optimizer takes the next step as the first would.
   const optim::Optimizer::State st = adam.state();
   ASSERT_EQ(st.meta.at("param_steps"), "12,2,11");
-  Tensor a2 = Tensor::from_vector(std::vector<float>{a.item()}, {1}).requires_grad_();
-  Tensor b2 = Tensor::from_vector(std::vector<float>{b.item()}, {1}).requires_grad_();
-  Tensor c2 = Tensor::from_vector(std::vector<float>{c.item()}, {1}).requires_grad_();
+  Tensor a2 = Tensor::from_vector(std::vector<double>{a.item()}, {1}, DType::f32).requires_grad_();
+  Tensor b2 = Tensor::from_vector(std::vector<double>{b.item()}, {1}, DType::f32).requires_grad_();
+  Tensor c2 = Tensor::from_vector(std::vector<double>{c.item()}, {1}, DType::f32).requires_grad_();
   optim::Adam resumed({a2, b2, c2}, {.lr = 0.1});
   resumed.load_state(st);
   EXPECT_EQ(resumed.param_steps(), (std::vector<int64_t>{12, 2, 11}));
