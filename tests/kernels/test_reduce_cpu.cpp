@@ -6,7 +6,10 @@
 // Fresh random inputs, outputs poisoned with NaN, every element checked.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -55,6 +58,43 @@ void check_reduce(const std::vector<int64_t>& shape, const std::vector<bool>& re
                        (t == DType::f16 ? 0x1p-25 : 0.0);
     ASSERT_NEAR(out.get(static_cast<size_t>(o)), w, tol) << "output " << o;
   }
+}
+
+// A full sum gives the same bits whatever the thread count: fixed chunks added in order, where an OpenMP
+// reduction's order followed the thread count (found by review, 2026-11-29). Terms of magnitudes from
+// 2^-30 to 2^30, so that any other order of additions rounds differently.
+TEST(ReduceCpu, AFullSumIsTheSameForAnyThreadCount) {
+  const int saved_threads = omp_get_max_threads();
+  const int64_t n = 200003;
+  std::vector<double> xv(static_cast<size_t>(n));
+  uint64_t state = test::fresh_seed() | 1;
+  for (double& v : xv) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const double u = static_cast<double>(state >> 11) * 0x1p-53 - 0.5;
+    v = std::ldexp(u, static_cast<int>((state >> 3) % 61) - 30);
+  }
+  for (DType t : {DType::f64, DType::f32}) {
+    test::TypedBuffer x(t, static_cast<size_t>(n));
+    x.set_all(xv);
+    ReduceIndex ix;
+    ix.ndim = 1;
+    ix.shape[0] = n;
+    ix.reduced[0] = true;
+    const auto sum_with = [&](int threads) {
+      omp_set_num_threads(threads);
+      test::TypedBuffer out(DType::f64, 1);
+      out.fill_nan();
+      reduce_sum(DeviceType::cpu, ix, x.data(), t, out.data(), DType::f64, 1.0);
+      return out.get(0);
+    };
+    const double one = sum_with(1);
+    for (int threads : {2, 3, 4}) {
+      const double many = sum_with(threads);
+      EXPECT_EQ(std::memcmp(&one, &many, sizeof one), 0)
+          << dtype_name(t) << ": " << threads << " threads give " << many << ", one thread " << one;
+    }
+  }
+  omp_set_num_threads(saved_threads);
 }
 
 TEST(ReduceCpu, EveryPatternOfReducedDimsMatchesFloat64) {
