@@ -11,13 +11,19 @@
 //     replay), and results are accumulated in place into tensors that stay put.
 //  2. Every block of device memory the recording allocated or freed stays reserved for the graph
 //     until it is destroyed: the graph owns a private pool of the caching allocator
-//     (CachingAllocator::create_pool in framework/device.h).
+//     (CachingAllocator::create_pool in framework/device.h). With several graphs alive, a block of
+//     one graph that another's recording freed stays reserved until both are destroyed.
 //  3. Whatever a host-side value decides must not change between replays, or the graph must be
 //     recorded again: stale() says when device memory went back to the driver (a scratch buffer
-//     grew), and the caller compares its own settings (the trainer: the learning rate).
+//     grew, or an out-of-memory retry gave cached memory back), and the caller compares its own
+//     settings (the trainer: the learning rate).
 // Waits for the device, host copies and timing events inside a recording throw hl::Error naming the
-// call (kernels/runtime.h). The trainer (tutorials/common/trainer.h, TrainOptions::cuda_graph) is the
-// user: it records one training step and replays it for the epoch's batches.
+// call (kernels/runtime.h). So does running out of device memory while recording: device memory
+// cannot be freed then, so the allocator's cached blocks and the scratch buffers stay where they are
+// (outside a recording they would be given back and the allocation retried); recording a step that
+// has run once without the graph finds the memory it needs in the cache. The trainer
+// (tutorials/common/trainer.h, TrainOptions::cuda_graph) is the user: it records one training step and
+// replays it for the epoch's batches.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -44,27 +44,40 @@ struct MemoryStats {
   size_t backend_allocs = 0;  // how many times the backend (cudaMalloc) was called
 };
 
-// A caching allocator over any raw backend. Block sizes are rounded up (512 B granularity, then to
-// the next power of two above 1 MiB) so that slightly different sizes share cached blocks.
+// A caching allocator over any raw backend. Block sizes are rounded up so that slightly different
+// sizes share cached blocks (a cached block is reused for exactly its own size class): up to 1 MiB to a
+// multiple of 512 bytes; above, to one of four classes per power of two, 2^k times 1.25, 1.5, 1.75 or
+// 2, so that rounding costs at most 25% of a large request (a power of two would cost up to 2x, and
+// refuse a 65 GiB tensor on an 80 GiB GPU).
+//
+// Out of memory: the backend's failure is retried once, after the cached blocks have gone back to the
+// backend and `release_elsewhere` (if given) has freed what other caches hold (the GPU allocator: the
+// CUDA kernels' scratch buffers, kernels/cuda/scratch.cuh). Not while the calling thread records into
+// a pool (below): a CUDA graph recording cannot free device memory, so the error is reported as it is.
+// Either way the error names the bytes asked for, and the block size they were rounded to.
 class CachingAllocator {
  public:
   using RawAlloc = void* (*)(size_t);
   using RawFree = void (*)(void*);
+  using ReleaseElsewhere = void (*)();
   // host_memory: the blocks are ordinary host memory, so under AddressSanitizer the slack past each
   // request and every cached (freed) block are poisoned: an overrun or a use after free is reported
   // instead of landing silently in memory the allocator still owns.
-  CachingAllocator(RawAlloc alloc, RawFree free, bool host_memory = false)
-      : raw_alloc_(alloc), raw_free_(free), host_memory_(host_memory) {}
+  CachingAllocator(RawAlloc alloc, RawFree free, bool host_memory = false, ReleaseElsewhere release_elsewhere = nullptr)
+      : raw_alloc_(alloc), raw_free_(free), release_elsewhere_(release_elsewhere), host_memory_(host_memory) {}
   ~CachingAllocator();
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
   void* allocate(size_t bytes);
   void deallocate(void* ptr);
-  // Return every cached (unused) block to the backend. Blocks kept for a pool (below) stay.
+  // Return every cached (unused) block to the backend. Blocks kept for a pool (below) stay. A block
+  // whose free throws stays cached (and counted in reserved_bytes), and the error propagates.
   void release_cached();
   MemoryStats stats() const;
   void reset_peak();
+  // The block size of a request (above). Throws hl::Error for a request no size class can hold
+  // (beyond 1.75 * 2^63 bytes, where the rounding would overflow).
   static size_t round_size(size_t bytes);
 
   // Private pools, for CUDA graphs (framework/cuda_graph.h). A recorded graph replays with the raw
@@ -75,9 +88,11 @@ class CachingAllocator {
   //    block it frees goes to P's cache, even one allocated before (the recording may have read it).
   //  - Afterwards, a block of P that any thread frees goes back to P's cache, where only a later
   //    recording into P can take it.
+  //  - A block of P freed while the thread records into another pool Q stays P's, and Q's graph
+  //    addresses it too: it is then kept from ordinary use until both P and Q are released.
   //  - release_pool(P), once the graph is gone: P's cached blocks join the common cache, and its live
-  //    blocks become ordinary ones. Replays already queued stay safe: later work on the same stream
-  //    runs after them.
+  //    blocks become ordinary ones, except those another pool still shares (above), which pass to it.
+  //    Replays already queued stay safe: later work on the same stream runs after them.
   // Other threads (the DataLoader's prefetch worker) allocate from the common cache meanwhile.
   int create_pool();
   void begin_pool_capture(int pool);  // the calling thread; one pool at a time
@@ -93,18 +108,24 @@ class CachingAllocator {
   };
   // Returns the cached blocks to the backend; call with mu_ held.
   void release_cached_locked();
+  // A new block of `size` bytes (round_size(bytes)) from the backend, with the out-of-memory retry
+  // (above); call with mu_ held.
+  void* backend_allocate_locked(size_t bytes, size_t size, bool recording);
   // The pool the calling thread records into here, or 0.
   int capturing_pool() const;
   Pool& pool(int id);  // call with mu_ held; throws for an unknown id
 
   RawAlloc raw_alloc_;
   RawFree raw_free_;
+  ReleaseElsewhere release_elsewhere_;
   bool host_memory_;
   mutable std::mutex mu_;
   std::multimap<size_t, void*> free_blocks_;  // size -> block
   std::map<void*, size_t> live_;              // block -> size
   std::map<int, Pool> pools_;                 // id -> pool
   std::map<void*, int> pool_of_;              // block -> pool id, for blocks that belong to a pool
+  // block -> the other pools whose recordings freed it (they address it too); live pools only
+  std::map<void*, std::vector<int>> shared_with_;
   int next_pool_ = 1;
   MemoryStats stats_;
 };

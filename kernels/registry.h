@@ -22,6 +22,7 @@
 
 #include "kernels/dtype.h"
 #include "kernels/error.h"
+#include "kernels/nocuda/cuda_variant_names.h"
 
 namespace hl::kernels {
 
@@ -73,7 +74,8 @@ class Registry {
   // environment variable Args::env_var, else the highest-priority variant that supports args and is
   // not opt_in. A pinned name (set_default or the environment) applies only on the devices that have
   // a variant of that name: `--gemm wmma_pipelined` pins the GPU's GEMM and leaves CPU GEMMs (a tensor on the
-  // host, a gradient check) to the automatic choice. An explicit name must exist on the device.
+  // host, a gradient check) to the automatic choice. That holds in a CPU-only build too, which knows
+  // the CUDA names without their variants (known_anywhere). An explicit name must exist on the device.
   const Variant<Args>& select(const Args& args, const std::string& requested = "") const {
     const DeviceType dev = args.device;
     std::string name = requested;
@@ -90,12 +92,14 @@ class Registry {
       if (v == nullptr) {
         std::string known;
         for (const auto& n : names(dev)) known += (known.empty() ? "" : ", ") + n;
-        throw Error(detail::concat(Args::family, ": no variant named '", name, "' on ", device_name(dev),
-                                   " (known: ", known, "; set with --", Args::family, " or ", Args::env_var, ")"));
+        throw Error(detail::concat(Args::family, ": no variant named '", name, "'", pin_origin(name), " on ",
+                                   device_name(dev), " (known: ", known, "; set with --", Args::family, " or ",
+                                   Args::env_var, ")"));
       }
       if (v->unsupported != nullptr) {
         if (const char* why = v->unsupported(args)) {
-          throw Error(detail::concat(Args::family, ": variant '", name, "' cannot run ", args.describe(), ": ", why));
+          throw Error(detail::concat(Args::family, ": variant '", name, "'", pin_origin(name), " cannot run ",
+                                     args.describe(), ": ", why));
         }
       }
       return *v;
@@ -111,7 +115,22 @@ class Registry {
   bool known_anywhere(const std::string& name) const {
     for (const auto& v : variants_)
       if (v.name == name) return true;
-    return false;
+    return cuda_name(name);
+  }
+
+  // Whether a CUDA build has a variant of this name: registered here, or, in a CPU-only build, which
+  // registers no CUDA variant, listed in kernels/nocuda/cuda_variant_names.h.
+  bool cuda_name(const std::string& name) const {
+    return find(name, DeviceType::cuda) != nullptr || is_cuda_variant_name(Args::family, name);
+  }
+
+  // Where a name came from when it is the pinned one, for errors: " (pinned by --gemm or set_default)"
+  // or " (from HALFLING_GEMM)", else "". A user who forgot an exported variable sees it named.
+  std::string pin_origin(const std::string& name) const {
+    if (!default_name_.empty())
+      return name == default_name_ ? detail::concat(" (pinned by --", Args::family, " or set_default)") : "";
+    const char* env = std::getenv(Args::env_var);
+    return env != nullptr && name == env ? detail::concat(" (from ", Args::env_var, ")") : "";
   }
 
   // Pin the variant used when no explicit name is given ("" restores automatic selection).

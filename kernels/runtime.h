@@ -1,6 +1,13 @@
 // The device runtime as seen by the rest of halfling: is there a GPU, raw device memory, copies,
 // the one stream per device, synchronization. Implemented by kernels/cuda/runtime.cu in CUDA builds
-// and by kernels/nocuda/runtime_nocuda.cpp in CPU-only builds (where every CUDA entry point throws).
+// and by kernels/nocuda/runtime_nocuda.cpp in CPU-only builds, where every CUDA entry point throws,
+// as it does in a CUDA build without a usable GPU, so that a CPU path that calls one fails the same way
+// in both. The exceptions answer without a device, the same in both builds: the queries
+// (cuda_compiled, cuda_available, cuda_unavailable_reason, cuda_compute_capability, cuda_sm_count,
+// cuda_max_shared_memory_per_block, cuda_sync_count, cuda_capturing, cuda_free_count); freeing or
+// destroying a null pointer; the noexcept cleanups cuda_capture_abort and cuda_graph_destroy (nothing
+// can be open or recorded there); and the out-of-memory hooks at the end, which the framework's
+// allocator sets up on every build (with no device there is nothing cached to give back).
 //
 // Raw allocation here is deliberately dumb (one cudaMalloc per call); the caching allocator that
 // keeps cudaMalloc off the training hot path lives in framework/device.h on top of it.
@@ -86,5 +93,21 @@ void cuda_graph_destroy(void* exec) noexcept;
 // holds raw addresses: when this count moves, memory it may use can be gone (a scratch buffer that
 // grew, a cache released after an out-of-memory error), and the graph must be recorded again.
 int64_t cuda_free_count();
+
+// Out of device memory. Two caches hold device memory that nothing may be using: the caching
+// allocator's free blocks (framework/device.h) and the kernels' grow-only scratch buffers
+// (kernels/cuda/scratch.cuh). When one cannot get memory, it has the other give its unused memory back
+// (the allocator its own cache too), then retries once; not while the calling thread records a CUDA
+// graph, which cannot free memory. The framework registers its cache's release here, since kernels/
+// cannot call framework/ (one function; a second call replaces it, and the previous one is returned,
+// for tests).
+using CachedBlocksRelease = void (*)();
+CachedBlocksRelease cuda_set_cached_blocks_release(CachedBlocksRelease release);
+// Calls the function registered above, if any (from a scratch buffer that could not grow).
+void cuda_release_cached_blocks();
+// Frees every scratch buffer that no call is using at this moment (a buffer whose lock another thread
+// holds is skipped); the next call that needs one allocates it again. From the allocator's retry; never
+// from a thread that holds a scratch buffer's lock (scratch.cuh says why).
+void cuda_release_scratch();
 
 }  // namespace hl::runtime

@@ -19,11 +19,14 @@
 #include "kernels/error.h"
 #include "kernels/runtime.h"
 
-// Throw hl::Error naming the failing call, where it was made, and CUDA's explanation.
+// Throw hl::Error naming the failing call, where it was made, and CUDA's explanation. A failed call
+// also leaves its error as the thread's last error: cleared here (a sticky error stays anyway), so that
+// a caller that catches this and goes on does not see it blamed on the next kernel's HL_LAUNCH_CHECK.
 #define HL_CUDA_CHECK(call)                                                                             \
   do {                                                                                                  \
     const cudaError_t hl_cuda_status_ = (call);                                                         \
     if (hl_cuda_status_ != cudaSuccess) {                                                               \
+      cudaGetLastError();                                                                               \
       throw ::hl::Error(::hl::detail::concat("cuda: ", #call, " failed at ", __FILE__, ":", __LINE__,   \
                                              ": ", cudaGetErrorString(hl_cuda_status_), " (",           \
                                              cudaGetErrorName(hl_cuda_status_), ")"));                  \

@@ -5,11 +5,15 @@
 // string. Everything else throws hl::Error with a message that says what to do next.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/scratch.cuh"
 #include "kernels/runtime.h"
 
 namespace hl::runtime {
@@ -223,6 +227,7 @@ void cuda_host_free(void* ptr) {
 
 void cuda_memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind) {
   if (bytes == 0) return;
+  require_cuda("cuda_memcpy_async");  // else cuda_stream() would name itself in the error
   if (kind != CopyKind::device_to_device)
     refuse_while_capturing("cuda_memcpy_async", "a recorded copy to or from host memory would copy the same host "
                                                 "bytes again at every replay");
@@ -237,6 +242,7 @@ void cuda_memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind) 
 
 void cuda_memset_async(void* dst, int value, size_t bytes) {
   if (bytes == 0) return;
+  require_cuda("cuda_memset_async");
   HL_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, static_cast<cudaStream_t>(cuda_stream())));
 }
 
@@ -262,6 +268,7 @@ void* cuda_timing_event_create() {
 }
 
 float cuda_event_elapsed_ms(void* start, void* end) {
+  require_cuda("cuda_event_elapsed_ms");
   float ms = 0.0f;
   HL_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)));
   return ms;
@@ -275,18 +282,21 @@ void cuda_event_destroy(void* event) {
 }
 
 void cuda_event_record(void* event) {
+  require_cuda("cuda_event_record");
   refuse_while_capturing("cuda_event_record", "an event recorded into the graph would mark no point the host can "
                                               "wait on (the profiler's timing events?)");
   HL_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(cuda_stream())));
 }
 
 void cuda_event_synchronize(void* event) {
+  require_cuda("cuda_event_synchronize");
   refuse_while_capturing("cuda_event_synchronize", "a wait for the device");
   count_sync();
   HL_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
 }
 
 bool cuda_event_query(void* event) {
+  require_cuda("cuda_event_query");
   const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event));
   if (status == cudaErrorNotReady) {
     // Not an error, but some runtimes also leave it as the thread's last error, where the next
@@ -354,6 +364,7 @@ void cuda_capture_abort() noexcept {
 bool cuda_capturing() { return t_capture != nullptr; }
 
 void cuda_graph_launch(void* exec) {
+  require_cuda("cuda_graph_launch");
   HL_CHECK(exec != nullptr, "cuda_graph_launch: no graph");
   HL_CHECK(t_capture == nullptr, "cuda_graph_launch: this thread is recording a CUDA graph");
   HL_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), halfling_stream()));
@@ -367,4 +378,59 @@ void cuda_graph_destroy(void* exec) noexcept {
 
 int64_t cuda_free_count() { return g_frees.load(std::memory_order_relaxed); }
 
+// ---- out of memory: the caching allocator's cache and the scratch buffers ------------------------------
+
+namespace {
+std::atomic<CachedBlocksRelease> g_cached_blocks_release{nullptr};
+}  // namespace
+
+CachedBlocksRelease cuda_set_cached_blocks_release(CachedBlocksRelease release) {
+  return g_cached_blocks_release.exchange(release);
+}
+
+void cuda_release_cached_blocks() {
+  if (const CachedBlocksRelease release = g_cached_blocks_release.load()) release();
+}
+
+void cuda_release_scratch() { kernels::cuda::release_idle_scratch(); }
+
 }  // namespace hl::runtime
+
+namespace hl::kernels::cuda {
+
+namespace {
+// Leaked, like the buffers' owners: a static Scratch destroyed at exit still finds them.
+std::mutex& scratch_list_mu() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::vector<Scratch*>& scratch_list() {
+  static auto* list = new std::vector<Scratch*>;
+  return *list;
+}
+}  // namespace
+
+void register_scratch(Scratch* s) {
+  const std::lock_guard<std::mutex> lock(scratch_list_mu());
+  scratch_list().push_back(s);
+}
+
+void unregister_scratch(Scratch* s) {
+  const std::lock_guard<std::mutex> lock(scratch_list_mu());
+  std::vector<Scratch*>& list = scratch_list();
+  list.erase(std::remove(list.begin(), list.end(), s), list.end());
+}
+
+// try_lock, never lock: the caller holds the caching allocator's lock, and a thread that holds a
+// Scratch's lock may be waiting for that one (a scratch buffer that cannot grow releases the cache). A
+// skipped buffer is in use anyway.
+void release_idle_scratch() {
+  if (runtime::cuda_capturing()) return;  // a recording cannot free (cuda_free refuses)
+  const std::lock_guard<std::mutex> lock(scratch_list_mu());
+  for (Scratch* s : scratch_list()) {
+    std::unique_lock<std::mutex> busy(s->mu, std::try_to_lock);
+    if (busy.owns_lock()) s->release();  // cudaFree waits for the kernels that may still read it
+  }
+}
+
+}  // namespace hl::kernels::cuda

@@ -148,6 +148,77 @@ TEST_F(PoolFixture, LiveBlocksOfAReleasedPoolBecomeOrdinary) {
   a.release_cached();
 }
 
+// Two graphs alive: a block of graph P that graph Q's recording frees (Q may have read it) stays P's,
+// and is not handed to an ordinary tensor while either graph may still address it: releasing P hands
+// it to Q, and only releasing Q too makes it ordinary. Either order of release.
+TEST_F(PoolFixture, ABlockOfOneGraphFreedWhileAnotherRecordsStaysReservedForBoth) {
+  for (const bool p_first : {true, false}) {
+    const int P = a.create_pool();
+    a.begin_pool_capture(P);
+    void* x = a.allocate(4096);  // made by P's recording (an output tensor kept outside the step)
+    a.end_pool_capture();
+    const int Q = a.create_pool();
+    a.begin_pool_capture(Q);
+    a.deallocate(x);  // Q's recording reads x, and its last reference dies inside it
+    a.end_pool_capture();
+    EXPECT_EQ(a.pool_cached_bytes(P), CachingAllocator::round_size(4096)) << "x stays P's";
+    const int first = p_first ? P : Q, second = p_first ? Q : P;
+    a.release_pool(first);
+    void* y = a.allocate(4096);  // an ordinary tensor
+    EXPECT_NE(y, x) << "x went to an ordinary tensor while graph " << (p_first ? "Q" : "P") << " addresses it";
+    EXPECT_EQ(a.pool_cached_bytes(second), CachingAllocator::round_size(4096)) << "x is the other pool's now";
+    a.release_pool(second);
+    void* z = a.allocate(4096);
+    EXPECT_EQ(z, x) << "with both graphs gone, x serves everyone";
+    a.deallocate(y);
+    a.deallocate(z);
+    a.release_cached();  // the next round starts from an empty cache
+  }
+  EXPECT_EQ(a.stats().current_bytes, 0u);
+  EXPECT_EQ(g_frees, g_allocs) << "every block went back to the backend";
+}
+
+// Out of memory while recording: the backend's free is refused during a recording (runtime::cuda_free
+// throws), so the retry must not give the cache back. The error says it ran out, for how many bytes,
+// and that a graph was being recorded; no cached block is lost and the statistics still add up.
+TEST(PoolRecording, OutOfMemoryWhileRecordingKeepsTheCacheAndSaysSo) {
+  static bool recording = false;
+  static bool full = false;
+  static std::set<void*> held;
+  held.clear();
+  CachingAllocator a(
+      [](size_t n) -> void* {
+        if (full) throw Error(detail::concat("test backend: cannot allocate ", n, " bytes"));
+        void* p = ::operator new(n);
+        held.insert(p);
+        return p;
+      },
+      [](void* p) {
+        if (recording) throw Error("cuda_free while this thread records a CUDA graph (framework/cuda_graph.h): ...");
+        held.erase(p);
+        ::operator delete(p);
+      });
+  a.deallocate(a.allocate(4096));  // one block in the common cache
+  const MemoryStats before = a.stats();
+  const int pool = a.create_pool();
+  a.begin_pool_capture(pool);
+  recording = full = true;
+  const std::string message = hl::test::error_of([&] { a.allocate(1 << 20); });
+  recording = full = false;
+  a.end_pool_capture();
+  EXPECT_NE(message.find("out of memory for 1048576 bytes"), std::string::npos) << message;
+  EXPECT_NE(message.find("records a CUDA graph"), std::string::npos) << message;
+  EXPECT_NE(message.find("test backend: cannot allocate 1048576 bytes"), std::string::npos) << message;
+  const MemoryStats after = a.stats();
+  EXPECT_EQ(after.reserved_bytes, before.reserved_bytes);
+  EXPECT_EQ(after.current_bytes, before.current_bytes);
+  EXPECT_EQ(after.backend_allocs, before.backend_allocs);
+  a.release_pool(pool);
+  a.release_cached();
+  EXPECT_TRUE(held.empty()) << "the cached block was lost, never freed";
+  EXPECT_EQ(a.stats().reserved_bytes, 0u);
+}
+
 TEST_F(PoolFixture, MisuseIsRefusedWithTheReason) {
   expect_error([&] { a.begin_pool_capture(42); }, "no memory pool 42");
   const int pool = a.create_pool();

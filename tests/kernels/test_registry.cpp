@@ -1,12 +1,21 @@
 // The variant registry's selection rules (kernels/registry.h), on a toy family of its own so the
-// test does not depend on which real kernels a build has.
+// test does not depend on which real kernels a build has; and, on the real families, the list of CUDA
+// variant names that a CPU-only build knows without the variants (kernels/nocuda/cuda_variant_names.h).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <set>
 #include <string>
 
+#include "kernels/batchnorm.h"
+#include "kernels/conv.h"
 #include "kernels/error.h"
+#include "kernels/gemm.h"
+#include "kernels/nocuda/cuda_variant_names.h"
 #include "kernels/registry.h"
+#include "kernels/runtime.h"
+#include "kernels/softmax.h"
+#include "tests/test_util.h"
 
 namespace {
 
@@ -88,6 +97,84 @@ TEST(Registry, TheEnvironmentPinsLikeSetDefault) {
   toy().set_default("");
   unsetenv(ToyArgs::env_var);
   EXPECT_EQ(toy().select({DeviceType::cpu, false}).name, "fast");
+}
+
+// A pinned variant that refuses the call says where the name came from: a user who forgot an exported
+// variable must see it named. An explicit name is the caller's own and says nothing more.
+TEST(Registry, APinnedVariantThatRefusesSaysWhereTheNameCameFrom) {
+  const auto message = [](const std::string& requested) {
+    return hl::test::error_of([&] { toy().select({DeviceType::cpu, true}, requested); });
+  };
+  toy().set_default("fast");
+  EXPECT_NE(message("").find("variant 'fast' (pinned by --toy or set_default) cannot run toy odd: fast needs"),
+            std::string::npos)
+      << message("");
+  toy().set_default("");
+  ASSERT_EQ(setenv(ToyArgs::env_var, "fast", 1), 0);
+  EXPECT_NE(message("").find("variant 'fast' (from HALFLING_TOY_TEST_VARIANT) cannot run"), std::string::npos)
+      << message("");
+  ASSERT_EQ(setenv(ToyArgs::env_var, "fsat", 1), 0);
+  EXPECT_NE(message("").find("no variant named 'fsat' (from HALFLING_TOY_TEST_VARIANT) on cpu"), std::string::npos)
+      << message("");
+  unsetenv(ToyArgs::env_var);
+  EXPECT_NE(message("fast").find("variant 'fast' cannot run toy odd"), std::string::npos) << message("fast");
+}
+
+// A CPU-only build registers no CUDA variant, yet a CUDA variant's name pinned for a GPU run
+// (HALFLING_GEMM=wmma_pipelined, set_default from --gemm) must still leave its CPU calls to the
+// automatic choice, as in a CUDA build, and a typo must still be an error. A family named "gemm" with
+// CPU variants alone is such a build's GEMM registry.
+struct CpuOnlyGemmArgs {
+  static constexpr const char* family = "gemm";
+  static constexpr const char* env_var = "HALFLING_TOY_CPU_ONLY_GEMM";
+  DeviceType device = DeviceType::cpu;
+  std::string describe() const { return "a cpu-only gemm"; }
+};
+void run_cpu_only(const CpuOnlyGemmArgs&) { last_run = "blocked"; }
+
+TEST(Registry, ACpuOnlyBuildSkipsAPinnedCudaNameOnTheCpu) {
+  hl::kernels::Registry<CpuOnlyGemmArgs> reg;
+  reg.add({"blocked", DeviceType::cpu, 10, "the CPU's", run_cpu_only, nullptr});
+  ASSERT_TRUE(reg.names(DeviceType::cuda).empty());
+  reg.set_default("wmma_pipelined");
+  EXPECT_EQ(reg.select({DeviceType::cpu}).name, "blocked");
+  reg.set_default("");
+  ASSERT_EQ(setenv(CpuOnlyGemmArgs::env_var, "wmma_pipelined", 1), 0);
+  EXPECT_EQ(reg.select({DeviceType::cpu}).name, "blocked");
+  ASSERT_EQ(setenv(CpuOnlyGemmArgs::env_var, "wmma_pipelind", 1), 0);
+  EXPECT_NE(hl::test::error_of([&] { reg.select({DeviceType::cpu}); }).find("no variant named 'wmma_pipelind'"),
+            std::string::npos);
+  unsetenv(CpuOnlyGemmArgs::env_var);
+}
+
+// kernels/nocuda/cuda_variant_names.h lists exactly the CUDA variants a CUDA build registers (checked
+// in every CUDA build, GPU or not), and every name on it counts as known in any build.
+template <class Args>
+void expect_cuda_names_listed() {
+  const auto& reg = hl::kernels::Registry<Args>::instance();
+  const auto listed_view = hl::kernels::cuda_variant_names(Args::family);
+  const std::set<std::string> listed(listed_view.begin(), listed_view.end());
+  const auto names = reg.names(DeviceType::cuda);
+  const std::set<std::string> registered(names.begin(), names.end());
+  EXPECT_FALSE(listed.empty()) << Args::family;
+  if (hl::runtime::cuda_compiled()) {
+    EXPECT_EQ(registered, listed) << Args::family << ": a CUDA variant added or renamed must be listed in "
+                                  << "kernels/nocuda/cuda_variant_names.h";
+  } else {
+    EXPECT_TRUE(registered.empty()) << Args::family;
+  }
+  for (const auto& name : listed) {
+    EXPECT_TRUE(reg.known_anywhere(name)) << Args::family << " " << name;
+    EXPECT_TRUE(reg.cuda_name(name)) << Args::family << " " << name;
+  }
+  EXPECT_FALSE(reg.cuda_name("no_such_variant"));
+}
+
+TEST(Registry, CudaVariantNamesMatchTheRegistrations) {
+  expect_cuda_names_listed<hl::kernels::GemmArgs>();
+  expect_cuda_names_listed<hl::kernels::SoftmaxArgs>();
+  expect_cuda_names_listed<hl::kernels::ConvArgs>();
+  expect_cuda_names_listed<hl::kernels::BatchNormArgs>();
 }
 
 TEST(Registry, AnOptInVariantRunsOnlyWhenAskedForByName) {

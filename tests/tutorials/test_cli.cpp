@@ -18,6 +18,7 @@
 #include "kernels/gemm.h"
 #include "kernels/runtime.h"
 #include "kernels/softmax.h"
+#include "tests/test_util.h"
 #include "tutorials/common/cli.h"
 
 namespace {
@@ -240,6 +241,63 @@ TEST_F(ApplyCommonFlags, UnknownNamesAreRefusedWithTheChoices) {
             "--bn: no variant 'per_channel' on cpu (known: none: this family has one implementation there)");
   EXPECT_EQ(hl::kernels::GemmRegistry::instance().default_name(), "") << "nothing pinned by a refused flag";
   EXPECT_EQ(hl::kernels::BatchNormRegistry::instance().default_name(), "");
+}
+
+// `--device cuda` on a machine without a usable GPU runs on the CPU (DESIGN.md §2): a CUDA variant that
+// the command names, by flag or in the environment, is dropped with one notice naming it, instead of
+// failing the run. A name no build has is still refused, and so is a CUDA name with --device cpu.
+TEST_F(ApplyCommonFlags, ACudaVariantIsDroppedWithANoticeWhenTheCpuRunsInstead) {
+  if (hl::runtime::cuda_available()) GTEST_SKIP() << "a GPU is present: --device cuda does not fall back";
+  const auto run = [](const CommonFlags& f, std::string& err) {
+    testing::internal::CaptureStderr();
+    std::string message;
+    try {
+      EXPECT_EQ(hl::tutorial::apply_common_flags(f), hl::Device::cpu);
+    } catch (const hl::Error& e) {
+      message = e.what();
+    }
+    err = testing::internal::GetCapturedStderr();
+    return message;
+  };
+  std::string err;
+  EXPECT_EQ(run({.device = "cuda", .gemm = "wmma_pipelined", .bn = "split"}, err), "");
+  EXPECT_TRUE(contains(err, "halfling: --gemm wmma_pipelined is a CUDA variant, and this run is on the CPU: ignored"))
+      << err;
+  EXPECT_TRUE(contains(err, "halfling: --bn split is a CUDA variant")) << err;
+  EXPECT_EQ(hl::kernels::GemmRegistry::instance().default_name(), "") << "nothing pinned";
+  EXPECT_EQ(hl::kernels::BatchNormRegistry::instance().default_name(), "");
+  // "auto" found no GPU: the same.
+  EXPECT_EQ(run({.device = "auto", .conv = "implicit_gemm_nhwc"}, err), "");
+  EXPECT_TRUE(contains(err, "--conv implicit_gemm_nhwc is a CUDA variant")) << err;
+  // A CPU name is pinned as usual; a typo and an explicit --device cpu are refused as before.
+  const std::string cpu_gemm = hl::kernels::GemmRegistry::instance().names(hl::DeviceType::cpu).back();
+  EXPECT_EQ(run({.device = "cuda", .gemm = cpu_gemm}, err), "");
+  EXPECT_EQ(hl::kernels::GemmRegistry::instance().default_name(), cpu_gemm);
+  EXPECT_TRUE(contains(run({.device = "cuda", .gemm = "wmma_pipelind"}, err), "--gemm: no variant 'wmma_pipelind'"));
+  EXPECT_TRUE(contains(run({.device = "cpu", .gemm = "wmma_pipelined"}, err), "--gemm: no variant 'wmma_pipelined'"));
+  hl::kernels::GemmRegistry::instance().set_default("");
+
+  // The environment: one notice too, and the CPU's GEMM runs (the registry skips the CUDA name).
+  const char* old = std::getenv("HALFLING_GEMM");
+  const std::string saved = old != nullptr ? old : "";
+  ASSERT_EQ(setenv("HALFLING_GEMM", "wmma_pipelined", 1), 0);
+  EXPECT_EQ(run({.device = "cuda"}, err), "");
+  EXPECT_TRUE(contains(err, "halfling: HALFLING_GEMM=wmma_pipelined is a CUDA variant")) << err;
+  EXPECT_EQ(run({.device = "cpu"}, err), "");
+  EXPECT_FALSE(contains(err, "HALFLING_GEMM")) << "asked for the CPU: nothing fell back\n" << err;
+  std::vector<float> A(64, 1.0f), B(64, 1.0f), C(64, 0.0f);
+  hl::kernels::GemmArgs g;
+  g.M = g.N = g.K = 8;
+  g.A = A.data();
+  g.B = B.data();
+  g.C = C.data();
+  hl::kernels::set_dense_ld(g);
+  EXPECT_EQ(hl::test::error_of([&] { hl::kernels::gemm(g); }), "(no error)");
+  EXPECT_EQ(C[0], 8.0f);
+  if (old != nullptr)
+    setenv("HALFLING_GEMM", saved.c_str(), 1);
+  else
+    unsetenv("HALFLING_GEMM");
 }
 
 // The lines under `header`, up to the next line that does not start with two spaces (each with its

@@ -151,7 +151,8 @@ int main(int argc, char** argv) {
     const DType c_type = DType::f32;
 
     std::vector<std::string> variants = kernels::GemmRegistry::instance().names(dev);
-    if (!f.gemm.empty()) variants = {f.gemm};
+    // A CUDA name after a fallback to the CPU was dropped by apply_common_flags (with a notice): run them all.
+    if (!f.gemm.empty() && kernels::GemmRegistry::instance().find(f.gemm, dev) != nullptr) variants = {f.gemm};
     const bool gpu = dev == Device::cuda;
 
     std::cout << "halfling 04_gemm_ladder on " << device_name(dev)

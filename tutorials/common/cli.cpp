@@ -29,6 +29,12 @@ namespace {
 
 std::string in_quotes(const std::string& text) { return "'" + text + "'"; }
 
+// The environment variable that pins a registry's variant (HALFLING_GEMM, ...).
+template <class Args>
+const char* env_var_of(const kernels::Registry<Args>&) {
+  return Args::env_var;
+}
+
 // An optional sign, then at least one digit and nothing else. Past 2^64 - 1 `overflow` is set (and
 // `magnitude` means nothing).
 bool read_decimal(const std::string& text, bool& negative, uint64_t& magnitude, bool& overflow) {
@@ -169,11 +175,33 @@ void add_schedule_flags(CLI::App& app, CommonFlags& f) {
 Device apply_common_flags(const CommonFlags& f) {
   const Device dev = parse_device(f.device);
   set_detect_anomaly(f.detect_anomaly);
+  // The GPU was asked for (or "auto" found none) and the CPU runs instead. The command was written for
+  // a GPU, so a CUDA variant it names is dropped with a notice rather than refused: `--device cuda
+  // --gemm wmma_pipelined` runs on a laptop too (DESIGN.md §2). With --device cpu it is refused below.
+  const bool fell_back = dev == Device::cpu && f.device != "cpu";
+  const auto drop = [](const std::string& what) {
+    std::cerr << "halfling: " << what << " is a CUDA variant, and this run is on the CPU: ignored (the CPU's "
+              << "automatic choice runs)\n";
+  };
   // Pin a registry's default after checking the name exists on this device.
   const auto pin = [&](auto& registry, const std::string& name, const char* flag) {
-    if (name.empty()) return;
+    if (name.empty()) {
+      // The environment's pin is the registry's to apply, and on the CPU it skips a CUDA name; after a
+      // fallback, say so here once, as for the flag.
+      const char* env_var = env_var_of(registry);
+      const char* env = std::getenv(env_var);
+      const auto cpu = registry.names(dev);
+      if (fell_back && env != nullptr && *env != '\0' && std::find(cpu.begin(), cpu.end(), env) == cpu.end() &&
+          registry.cuda_name(env))
+        drop(std::string(env_var) + "=" + env);
+      return;
+    }
     const auto names = registry.names(dev);
     if (std::find(names.begin(), names.end(), name) == names.end()) {
+      if (fell_back && registry.cuda_name(name)) {
+        drop(std::string(flag) + " " + name);
+        return;
+      }
       std::string known;
       for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
       if (known.empty()) known = "none: this family has one implementation there";
