@@ -4,7 +4,9 @@
 //   build/bench/train --model mlp512 --precision mixed --device cuda --epochs 3
 //
 // Prints, per epoch, the training seconds and images/s (the clock stops after the GPU has finished
-// the epoch's work), then the test accuracy and the peak memory held on the device. --json adds one
+// the epoch's work), then the test accuracy and the peak memory held on the device above the data
+// sets: over the whole run (the evaluation at batch 1000 included, as bench/pytorch/train.py measures
+// it) and over the training steps alone. --json adds one
 // machine-readable line for the wrapper. --export DIR writes the exact inputs PyTorch must see: the
 // normalized images and labels as .npy, and the shuffled order of every epoch, so both frameworks
 // train on the same data in the same order, plus the model's initial weights (init_NNN.npy, in
@@ -26,7 +28,6 @@
 
 #include "datasets/cifar10.h"
 #include "datasets/dataloader.h"
-#include "datasets/image_folder.h"
 #include "datasets/mnist.h"
 #include "framework/amp.h"
 #include "framework/autograd.h"
@@ -64,19 +65,6 @@ std::string model_names() {
   std::string s;
   for (const auto& [name, spec] : models()) s += (s.empty() ? "" : ", ") + name;
   return s;
-}
-
-// CIFAR-10 from the official binary batches when DIR holds them, else from an image folder
-// (DIR/train/<class>/*.jpg, the layout of ../shared/datasets/cifar10-jpg.tar.gz).
-data::Dataset load_cifar(const std::string& dir, data::Split split) {
-  namespace fs = std::filesystem;
-  if (fs::exists(fs::path(dir) / "data_batch_1.bin")) return data::load_cifar10(dir, split);
-  data::ImageFolderOptions opt;
-  opt.channels = 3;
-  opt.height = 32;
-  opt.width = 32;
-  opt.norm = data::cifar10_normalization();
-  return data::load_image_folder(dir, data::split_name(split), opt);
 }
 
 // A .npy file (format version 1.0): a little-endian array in C order. numpy reads it directly.
@@ -137,7 +125,9 @@ int main(int argc, char** argv) {
   bool json = false, fuse = true, multi_tensor = true, profile = false, sync_each_step = false, cuda_graph = false;
   int64_t max_steps = -1;
   app.add_option("--model", model_name, "the model: " + model_names());
-  app.add_option("--max-steps", max_steps, "stop each epoch after this many steps");
+  app.add_option("--max-steps", max_steps,
+                 "stop each epoch after this many steps, at least 1 (default: the whole epoch; 4 with --smoke)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("--export", export_dir, "write the data and the epochs' orders as .npy for bench/pytorch/train.py, then exit");
   app.add_option("--dump-weights", dump_dir, "after training, write the weights (FP32 masters under mixed) as .npy to this directory");
   app.add_flag("--json", json, "print a last line of JSON with the results");
@@ -184,8 +174,11 @@ int main(int argc, char** argv) {
       train = data::load_mnist(dir, data::Split::train);
       test = data::load_mnist(dir, data::Split::test);
     } else {
-      train = load_cifar(dir, data::Split::train);
-      test = load_cifar(dir, data::Split::test);
+      // Every layout tutorials 07 and 09 read (datasets/cifar10.h): the binary batches in DIR or in
+      // DIR/cifar-10-batches-bin/, or the image folder in DIR or DIR/cifar10-jpg/ (CIFAR-10's class names
+      // checked), so that a --data that works for tutorial 09 works here.
+      train = data::load_cifar10(dir, data::Split::train);
+      test = data::load_cifar10(dir, data::Split::test);
     }
     if (f.smoke) {
       train = train.subset(0, std::min<int64_t>(train.size(), 1024));
@@ -227,7 +220,9 @@ int main(int argc, char** argv) {
                                          .master_weights = amp::uses_master_weights(precision)});
     const DType dt = amp::compute_dtype(precision);
     model->to(dt);
-    amp::LossScaler scaler(amp::ScalerConfig::parse(precision == amp::Precision::fp32 ? "none" : f.loss_scale));
+    // fp32 trains without loss scaling (DESIGN.md §3), as PyTorch's GradScaler(enabled=False) in the script.
+    amp::LossScaler scaler(amp::ScalerConfig::parse(
+        tutorial::loss_scale_for(precision, f.loss_scale, app.count("--loss-scale") > 0)));
 
     data::DataLoader::Options lo{.batch_size = f.batch, .shuffle = true, .seed = f.seed, .device = dev, .dtype = dt};
     if (augment) lo.augment = data::Augment::cifar10();
@@ -247,6 +242,12 @@ int main(int argc, char** argv) {
                 dev == Device::cuda ? (" (" + runtime::cuda_device_description() + ")").c_str() : "",
                 omp_get_max_threads());
     std::printf("learning rate: %s\n", lrs.str().c_str());
+    // A rate that changes records the graph again at each change (tutorials/common/trainer.h): say so
+    // before the epochs, so that slow --cuda-graph epochs are not read as the graph's own cost.
+    if (cuda_graph) {
+      const std::string notice = tutorial::cuda_graph_schedule_notice(lrs);
+      if (!notice.empty()) std::printf("%s\n", notice.c_str());
+    }
     std::printf("Linear/Conv2d + ReLU: %s; optimizer passes: %s; steps: %s\n",
                 fuse ? "fused epilogues" : "unfused (--no-fuse)",
                 multi_tensor ? "multi-tensor launches" : "one launch per tensor (--no-multi-tensor)",
@@ -274,6 +275,12 @@ int main(int argc, char** argv) {
       std::printf("epoch %lld  %.3f s  %.0f img/s  loss %.4f  skipped %lld\n", static_cast<long long>(e + 1),
                   r.seconds, r.images_per_second, r.loss, static_cast<long long>(r.skipped_steps));
     }
+    // Two peaks, both above the data sets. The training steps' own, read here, as the last epoch ends
+    // (the epochs run back to back, with no evaluation between them). And the peak of the whole run,
+    // evaluation at batch 1000 included (below), which is what bench/pytorch/train.py reports
+    // (torch.cuda.max_memory_allocated after its evaluation at batch 1000): the one to compare with
+    // PyTorch (bench/README.md).
+    const double train_peak_mib = static_cast<double>(memory_stats(dev).peak_bytes - baseline) / (1 << 20);
     if (profile) {
       profiler::stop();
       std::printf("%s", profiler::report(profiled_steps).c_str());
@@ -292,9 +299,9 @@ int main(int argc, char** argv) {
     std::sort(timed.begin(), timed.end());
     const double median = timed[timed.size() / 2];
     const double ips = static_cast<double>(images_per_epoch) / median;
-    std::printf("summary: %.3f s/epoch (median of %zu), %.0f img/s, test accuracy %.2f%%, peak memory %.1f MiB, "
-                "skipped steps %lld\n",
-                median, timed.size(), ips, 100 * accuracy, peak_mib, static_cast<long long>(skipped));
+    std::printf("summary: %.3f s/epoch (median of %zu), %.0f img/s, test accuracy %.2f%%, peak memory %.1f MiB "
+                "(training steps alone %.1f MiB), skipped steps %lld\n",
+                median, timed.size(), ips, 100 * accuracy, peak_mib, train_peak_mib, static_cast<long long>(skipped));
     // Each is a wait for the device on CUDA: a few per epoch (its loss, accuracy and skipped count),
     // plus one per step with --sync-each-step.
     std::printf("host reads while training: %lld in %lld steps%s\n", static_cast<long long>(host_reads),
@@ -306,11 +313,12 @@ int main(int argc, char** argv) {
     if (json) {
       std::printf("{\"framework\": \"halfling\", \"model\": \"%s\", \"precision\": \"%s\", \"device\": \"%s\", "
                   "\"seconds_per_epoch\": %.4f, \"images_per_second\": %.1f, \"test_accuracy\": %.4f, "
-                  "\"peak_mib\": %.1f, \"epochs\": %lld, \"steps\": %lld, \"host_reads\": %lld, "
-                  "\"sync_each_step\": %s, \"fuse\": %s, \"multi_tensor\": %s, \"cuda_graph\": %s, "
-                  "\"graph_replays\": %lld, \"schedule\": \"%s\", \"warmup_epochs\": %g}\n",
+                  "\"peak_mib\": %.1f, \"train_peak_mib\": %.1f, \"epochs\": %lld, \"steps\": %lld, "
+                  "\"host_reads\": %lld, \"sync_each_step\": %s, \"fuse\": %s, \"multi_tensor\": %s, "
+                  "\"cuda_graph\": %s, \"graph_replays\": %lld, \"schedule\": \"%s\", \"warmup_epochs\": %g}\n",
                   model_name.c_str(), f.precision.c_str(), device_name(dev), median, ips, accuracy, peak_mib,
-                  static_cast<long long>(f.epochs), static_cast<long long>(steps), static_cast<long long>(host_reads),
+                  train_peak_mib, static_cast<long long>(f.epochs), static_cast<long long>(steps),
+                  static_cast<long long>(host_reads),
                   sync_each_step ? "true" : "false", fuse ? "true" : "false", multi_tensor ? "true" : "false",
                   cuda_graph ? "true" : "false", static_cast<long long>(replays), f.schedule.c_str(),
                   f.warmup_epochs);

@@ -49,12 +49,25 @@ class InputError(Exception):
 
 
 def read_csv(path, required):
+    """The rows of an RFC 4180 CSV file as dicts. A field that holds a comma is quoted ("mixed, no scaling"),
+    as the tutorials write it; a row with more or fewer fields than the header is refused, naming it,
+    rather than read with its columns shifted."""
     if not os.path.isfile(path):
         raise InputError(f"{path}: no such file")
     with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+        reader = csv.DictReader(f)
+        rows = list(reader)
+        header = reader.fieldnames or []
     if not rows:
         raise InputError(f"{path}: no data rows")
+    for i, r in enumerate(rows, start=1):
+        # DictReader files surplus fields under the key None and fills missing ones with None.
+        extra = len(r.get(None) or [])
+        missing = sum(1 for k in header if r.get(k) is None)
+        if extra or missing:
+            hint = ' (a field holding a comma must be in double quotes, e.g. "mixed, no scaling")' if extra else ""
+            raise InputError(f"{path}: data row {i} has {len(header) + extra - missing} fields, the header "
+                             f"{len(header)}{hint}")
     missing = [c for c in required if c not in rows[0]]
     if missing:
         raise InputError(f"{path}: missing column(s) {', '.join(missing)} (has: {', '.join(rows[0].keys())})")

@@ -73,12 +73,19 @@ def main():
         j = lambda name: os.path.join(d, name)  # noqa: E731
         write(j("t03.csv"), "epoch,train_loss,train_acc,test_acc,seconds,images_per_second\n"
                             "1,0.243,0.9265,0.9696,2.0,30000\n2,0.078,0.976,0.9687,2.0,30000\n3,0.05,0.985,0.9746,2.0,30000\n")
-        write(j("t05.csv"), "run,epoch,train_loss,test_acc,seconds,skipped_steps,loss_scale\n"
-                            "fp32,1,0.24,0.97,2,0,1\nfp32,2,0.08,0.968,2,0,1\n"
-                            "mixed + dynamic,1,0.25,0.969,3,0,65536\nmixed + dynamic,2,0.08,0.97,3,0,65536\n")
+        # 05's --csv as the program writes it: the table's four runs, where "mixed, no scaling" holds a comma
+        # and is quoted (RFC 4180), and a --single label whose scaler spec has commas too.
+        t05_header = "run,epoch,train_loss,test_acc,seconds,skipped_steps,loss_scale\n"
+        t05_rows = ("fp32,1,0.24,0.97,2,0,1\nfp32,2,0.08,0.968,2,0,1\n"
+                    "fp16 weights,1,0.25,0.968,3,0,65536\nfp16 weights,2,0.09,0.969,3,0,65536\n"
+                    "\"mixed, no scaling\",1,0.25,0.968,3,0,1\n\"mixed, no scaling\",2,0.09,0.97,3,0,1\n"
+                    "mixed + dynamic,1,0.25,0.969,3,0,65536\nmixed + dynamic,2,0.08,0.97,3,0,65536\n"
+                    "\"mixed dynamic:init=1e9,hysteresis=2\",1,0.26,0.967,3,15,32768\n")
+        write(j("t05.csv"), t05_header + t05_rows)
         os.mkdir(j("t06"))
         write(j("t06/training.csv"), "run,epoch,train_loss,train_acc,test_acc,seconds,images_per_second,skipped_steps,loss_scale\n"
-                                     "histogram run (fp32),1,0.24,0.92,0.97,100,400,0,1\nstatic,1,0.24,0.92,0.97,50,1000,1,1024\n"
+                                     "\"histogram run (mixed, static:1024)\",1,0.24,0.92,0.97,100,400,0,1024\n"
+                                     "static,1,0.24,0.92,0.97,50,1000,1,1024\n"
                                      "dynamic,1,0.24,0.92,0.97,50,1000,1,524288\n")
         rows = ["step,run,scale,skipped"]
         for run_name, scales in (("static", [1024] * 10), ("dynamic", [65536] * 4 + [32768] * 6)):
@@ -98,6 +105,25 @@ def main():
                 w, h = png_size(out)
                 check(300 <= w <= 2000 and 200 <= h <= 1200, f"{out}: odd size {w}x{h}")
                 check(f"wrote {out}" in r.stdout, f"{args[0]}: no 'wrote' line: {r.stdout}")
+        # The quoted labels come back whole, each run with its epochs as numbers (what plot_curves groups by).
+        spec = importlib.util.spec_from_file_location("halfling_plot_csv", script)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        rows = mod.read_csv(j("t05.csv"), ["run", "epoch", "train_loss"])
+        runs = {}
+        for r in rows:
+            runs.setdefault(r["run"], []).append(mod.number(r, "epoch", "t05.csv"))
+        check(runs == {"fp32": [1, 2], "fp16 weights": [1, 2], "mixed, no scaling": [1, 2], "mixed + dynamic": [1, 2],
+                       "mixed dynamic:init=1e9,hysteresis=2": [1]}, f"t05.csv runs: {runs}")
+        check(mod.read_csv(j("t06/training.csv"), ["run"])[0]["run"] == "histogram run (mixed, static:1024)",
+              "t06 training.csv: the quoted histogram-run label")
+        # The same rows with the labels unquoted (what 05 and 06 wrote before they quoted them): refused,
+        # naming the row and the cause, instead of reading " no scaling" as an epoch.
+        write(j("unquoted.csv"), t05_header + t05_rows.replace('"', ""))
+        r = run(script, "curves", j("unquoted.csv"))
+        check(r.returncode == 2 and "unquoted.csv: data row 5 has 8 fields, the header 7" in r.stderr
+              and "double quotes" in r.stderr, f"unquoted comma: {r.returncode} {r.stderr}")
+
         # Once as a separate program, the way a user runs it.
         r = subprocess.run([sys.executable, script, "all", j("t06")], capture_output=True, text=True)
         check(r.returncode == 0, f"all: exit {r.returncode}: {r.stderr}")

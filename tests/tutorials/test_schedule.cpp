@@ -68,6 +68,41 @@ TEST(LrSchedule, StepDecayAndConstant) {
   EXPECT_DOUBLE_EQ(s.at(60), 0.2);
 }
 
+// With --cuda-graph each rate change records the training step again (trainer.h): rate_changes counts
+// them, and bench/train prints the notice when there is any.
+TEST(LrSchedule, RateChangesAndTheCudaGraphNotice) {
+  const auto make = [](LrSchedule::Kind kind, double peak, int64_t warmup, int64_t total) {
+    LrSchedule s;
+    s.kind = kind;
+    s.peak = peak;
+    s.final_lr = 0.0;
+    s.warmup_steps = warmup;
+    s.total_steps = total;
+    return s;
+  };
+  using K = LrSchedule::Kind;
+  EXPECT_EQ(make(K::constant, 0.05, 0, 1407).rate_changes(), 0);
+  EXPECT_EQ(make(K::constant, 0.05, 1, 20).rate_changes(), 0) << "a 1-step warm-up is at the peak already";
+  EXPECT_EQ(make(K::constant, 0.05, 5, 20).rate_changes(), 4) << "warm-up steps 1-4; step 5 stays at the peak";
+  EXPECT_EQ(make(K::cosine, 0.05, 0, 10).rate_changes(), 9) << "every step of a cosine";
+  // Tutorial 09's smoke shape (peak 0.5, exact in binary): 1/6, 1/3, 0.5, then the cosine from the peak the
+  // warm-up reached: 0.5, 0.25, 0. (At 09's peak 0.1 the last warm-up step is 0.1 * 3 / 3 = 0.10000000000000002,
+  // not 0.1, so the cosine's first step is a change too: rates are compared as the trainer compares them.)
+  EXPECT_EQ(make(K::cosine, 0.5, 3, 6).rate_changes(), 4);
+  EXPECT_EQ(make(K::cosine, 0.1, 3, 6).rate_changes(), 5);
+  EXPECT_EQ(make(K::step, 0.05, 0, 100).rate_changes(), 2) << "the two milestones";
+  EXPECT_EQ(make(K::cosine, 0.0, 0, 10).rate_changes(), 0) << "a peak of 0: every rate 0";
+  EXPECT_EQ(make(K::cosine, 0.05, 0, 1).rate_changes(), 0);
+
+  EXPECT_EQ(hl::tutorial::cuda_graph_schedule_notice(make(K::constant, 0.05, 0, 1407)), "");
+  const std::string notice = hl::tutorial::cuda_graph_schedule_notice(make(K::cosine, 0.05, 0, 1407));
+  EXPECT_TRUE(contains(notice, "note: --cuda-graph with a learning rate that changes at 1406 of the run's 1407 steps"))
+      << notice;
+  EXPECT_TRUE(contains(notice, "each change records the step again")) << notice;
+  EXPECT_TRUE(contains(notice, "--schedule constant and no warm-up")) << notice;
+  EXPECT_EQ(notice.find('\n'), std::string::npos) << "one line";
+}
+
 TEST(LrSchedule, BadSettingsAreRefused) {
   EXPECT_THROW(LrSchedule::parse_kind("linear"), hl::Error);
   try {

@@ -275,8 +275,8 @@ TEST(Trainer, ClipGradNormClipsTheUnscaledGradients) {
 
 // train_epoch puts the model in training mode and the loader at the epoch it is given (whose
 // shuffled order it follows), recording the graph; evaluate runs every sample once in eval mode
-// without a graph, from the start of the loader whatever state it was left in, and puts the model
-// back in training mode.
+// without a graph, from the start of the loader whatever state it was left in, and leaves the model
+// in the mode it found (training, here; EvaluateLeavesTheModelInTheModeItFound has eval).
 TEST(Trainer, ModesAndTheEpochsSampleOrder) {
   hl::Generator gen(11);
   Probe model(gen);
@@ -311,6 +311,58 @@ TEST(Trainer, ModesAndTheEpochsSampleOrder) {
     EXPECT_EQ(acc, hl::correct_count(model(ds.images), ds.labels).item() / 12.0);
   }
   EXPECT_EQ(tut::evaluate(model, loader), acc) << "a second evaluation starts over";
+}
+
+// A model loaded for inference is in eval mode: evaluating it must not hand it back in training mode,
+// where batch norm would update its running statistics on the next forward pass. Also when
+// evaluate throws (a loader with no batches).
+TEST(Trainer, EvaluateLeavesTheModelInTheModeItFound) {
+  hl::Generator gen(3);
+  Probe model(gen);
+  const hl::data::Dataset ds = synthetic(6, 4);
+  hl::data::DataLoader loader(ds, {.batch_size = 4});
+  model.eval();
+  tut::evaluate(model, loader);
+  EXPECT_FALSE(model.training()) << "an eval-mode model came back in training mode";
+  model.train();
+  tut::evaluate(model, loader);
+  EXPECT_TRUE(model.training());
+  EXPECT_EQ(model.modes, std::vector<bool>(4, false)) << "both evaluations ran in eval mode";
+
+  model.eval();
+  const hl::data::Dataset two = synthetic(2, 5);
+  hl::data::DataLoader empty(two, {.batch_size = 4, .drop_last = true});
+  EXPECT_NE(hl::test::error_of([&] { tut::evaluate(model, empty); }).find("no batches"), std::string::npos);
+  EXPECT_FALSE(model.training()) << "the mode is put back when evaluate throws";
+}
+
+// fp32 trains without loss scaling (DESIGN.md §3) in every program; fp16 and mixed take the spec. An
+// explicit --loss-scale with fp32 is not dropped silently: a note says it is not used.
+TEST(Trainer, LossScaleForFp32IsNone) {
+  using hl::amp::Precision;
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(tut::loss_scale_for(Precision::fp32, "dynamic"), "none");
+  EXPECT_EQ(tut::loss_scale_for(Precision::fp32, "none", true), "none");
+  EXPECT_EQ(tut::loss_scale_for(Precision::mixed, "static:1024", true), "static:1024");
+  EXPECT_EQ(tut::loss_scale_for(Precision::fp16, "dynamic"), "dynamic");
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), "") << "a note only for an explicit, unused scale";
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(tut::loss_scale_for(Precision::fp32, "static:8", true), "none");
+  EXPECT_EQ(testing::internal::GetCapturedStdout(),
+            "note: --loss-scale static:8 is not used: fp32 trains without loss scaling (DESIGN.md §3)\n");
+}
+
+// RFC 4180: a field with a comma, a double quote or a line break is quoted, its quotes doubled; any
+// other field is written as it is (so the CSV files of runs without such labels do not change).
+TEST(Trainer, CsvFieldQuotesAsRfc4180) {
+  EXPECT_EQ(tut::csv_field("fp32"), "fp32");
+  EXPECT_EQ(tut::csv_field("mixed + dynamic"), "mixed + dynamic");
+  EXPECT_EQ(tut::csv_field(""), "");
+  EXPECT_EQ(tut::csv_field("mixed, no scaling"), "\"mixed, no scaling\"");
+  EXPECT_EQ(tut::csv_field("mixed dynamic:init=1e9,hysteresis=2"), "\"mixed dynamic:init=1e9,hysteresis=2\"");
+  EXPECT_EQ(tut::csv_field("a \"b\""), "\"a \"\"b\"\"\"");
+  EXPECT_EQ(tut::csv_field("two\nlines"), "\"two\nlines\"");
+  EXPECT_EQ(tut::csv_field("cr\r"), "\"cr\r\"");
 }
 
 TEST(Trainer, ProgressLine) {

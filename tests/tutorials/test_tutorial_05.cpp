@@ -1,27 +1,99 @@
-// Tutorial 05 (mixed precision): the smoke run prints the four-way table for MLP-512 and for LeNet;
-// bad flags are refused.
+// Tutorial 05 (mixed precision): the smoke run prints the four-way table for MLP-512 and for LeNet
+// and writes a valid CSV (labels with commas quoted); the peak-memory column is the training steps'
+// (the test set does not move it); fp32 trains without loss scaling; bad flags are refused.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "tests/test_util.h"
+#include "tests/tutorials/csv_reader.h"
 
 namespace {
+
+namespace fs = std::filesystem;
 
 std::pair<int, std::string> run05(const std::string& args) {
   return hl::test::run_command(hl::test::tutorial_program("05_mixed_precision") + " " + args);
 }
 
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// A fresh folder under the temporary directory, removed with the object.
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("halfling_t05_" + std::to_string(hl::test::fresh_seed()));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() { fs::remove_all(path); }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+// The cells of the table row whose first cell is `run` ("| fp32 | FP32 | ... |" -> "fp32", "FP32", ...).
+std::vector<std::string> table_row(const std::string& out, const std::string& run) {
+  const size_t at = out.find("\n| " + run + " |");
+  if (at == std::string::npos) return {};
+  const std::string line = out.substr(at + 1, out.find('\n', at + 1) - at - 1);
+  std::vector<std::string> cells;
+  for (size_t from = 1, bar; (bar = line.find('|', from)) != std::string::npos; from = bar + 1) {
+    const std::string cell = line.substr(from, bar - from);
+    const size_t b = cell.find_first_not_of(' '), e = cell.find_last_not_of(' ');
+    cells.push_back(b == std::string::npos ? "" : cell.substr(b, e - b + 1));
+  }
+  return cells;
+}
+
+// The first `n` records of an IDX file (MNIST's format: a big-endian magic, the count, the other
+// dimensions, then the bytes), with its count rewritten.
+void write_idx_prefix(const std::string& from, const std::string& to, int64_t n) {
+  std::ifstream in(from, std::ios::binary);
+  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GE(bytes.size(), 8u) << from;
+  const int dims = bytes[3];
+  int64_t record = 1;
+  for (int d = 1; d < dims; ++d) {
+    const size_t o = 4 + 4 * static_cast<size_t>(d);
+    record *= int64_t{bytes[o]} << 24 | int64_t{bytes[o + 1]} << 16 | int64_t{bytes[o + 2]} << 8 | bytes[o + 3];
+  }
+  const size_t header = 4 + 4 * static_cast<size_t>(dims);
+  ASSERT_GE(bytes.size(), header + static_cast<size_t>(n * record)) << from;
+  bytes.resize(header + static_cast<size_t>(n * record));
+  bytes[4] = static_cast<unsigned char>(n >> 24);
+  bytes[5] = static_cast<unsigned char>(n >> 16);
+  bytes[6] = static_cast<unsigned char>(n >> 8);
+  bytes[7] = static_cast<unsigned char>(n);
+  std::ofstream(to, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                            static_cast<std::streamsize>(bytes.size()));
+}
+
 TEST(Tutorial05, SmokeRunPrintsTheComparisonTable) {
   const std::string dir = hl::test::data_dir("mnist");
   if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
-  const auto [status, out] = run05("--smoke --device cpu --data " + dir);
+  const TempDir tmp;
+  const auto [status, out] = run05("--smoke --device cpu --data " + dir + " --csv " + (tmp / "05.csv"));
   ASSERT_EQ(status, 0) << out;
   for (const char* row : {"| fp32 | FP32 | FP32 weights | none |", "| fp16 weights | FP16 | FP16 weights | dynamic",
                           "| mixed, no scaling | FP16 | FP32 masters | none |", "| mixed + dynamic | FP16 | FP32 masters | dynamic"}) {
     EXPECT_NE(out.find(row), std::string::npos) << row << "\n" << out;
   }
+  // The CSV, read as RFC 4180 (and Python's csv, scripts/plot.py) reads it: one row per run and epoch,
+  // every row as wide as the header, "mixed, no scaling" one field (it once shifted the row by one).
+  const auto rows = hl::test::read_csv_file(tmp / "05.csv");
+  ASSERT_EQ(rows.size(), 5u) << "a header and the four runs' one epoch";
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"run", "epoch", "train_loss", "test_acc", "seconds", "skipped_steps",
+                                               "loss_scale"}));
+  std::vector<std::string> runs;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    ASSERT_EQ(rows[i].size(), 7u) << "row " << i << ": " << rows[i][0];
+    runs.push_back(rows[i][0]);
+    EXPECT_EQ(rows[i][1], "1") << rows[i][0];
+    EXPECT_GT(std::stod(rows[i][2]), 0.0) << rows[i][0];
+  }
+  EXPECT_EQ(runs, (std::vector<std::string>{"fp32", "fp16 weights", "mixed, no scaling", "mixed + dynamic"}));
+  EXPECT_EQ(rows[3][6], "1") << "mixed, no scaling trains without a scale";
+  EXPECT_EQ(rows[4][6], "65536");
   // The activation-memory column and the paper's comparison (issue #5: at most 0.55x of fp32). Every
   // activation MLP-512 keeps for backward is FP16 in `mixed`, half the bytes of FP32, so the ratio
   // cannot fall below 0.5 by more than the allocator's 512-byte rounding; the loss and the softmax
@@ -62,6 +134,64 @@ TEST(Tutorial05, LenetSmokeRunPrintsTheSameTable) {
   EXPECT_NE(o1.find("--model"), std::string::npos) << o1;
 }
 
+// The peak-memory column is the training steps' peak: the same training with a test set of 100 images
+// (one evaluation batch of 100) and of 10000 (batches of 1000) must report the same peak. It used to
+// be read after the evaluation, so the 1000-image batches set it (MLP-512 fp32: 17.1 against 13.7 MiB).
+TEST(Tutorial05, PeakMemoryIsTheTrainingStepsNotTheEvaluation) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const TempDir small;  // MNIST with its test set cut to the first 100 images
+  bool found = false;
+  for (const char* name : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte"}) {
+    if (!fs::exists(fs::path(dir) / name)) continue;
+    fs::create_symlink(fs::absolute(fs::path(dir) / name), small.path / name);
+    found = true;
+  }
+  if (!found) GTEST_SKIP() << "needs the uncompressed IDX files in " << dir;
+  ASSERT_NO_FATAL_FAILURE(write_idx_prefix(dir + "/t10k-images-idx3-ubyte", small / "t10k-images-idx3-ubyte", 100));
+  ASSERT_NO_FATAL_FAILURE(write_idx_prefix(dir + "/t10k-labels-idx1-ubyte", small / "t10k-labels-idx1-ubyte", 100));
+  const std::string flags = "--single --precision fp32 --epochs 1 --max-steps 4 --device cpu --data ";
+  const auto [s_full, full] = run05(flags + dir);
+  ASSERT_EQ(s_full, 0) << full;
+  const auto [s_small, cut] = run05(flags + small.path.string());
+  ASSERT_EQ(s_small, 0) << cut;
+  EXPECT_TRUE(contains(full, "60000 train / 10000 test images")) << full;
+  EXPECT_TRUE(contains(cut, "60000 train / 100 test images")) << cut;
+  const auto a = table_row(full, "fp32"), b = table_row(cut, "fp32");
+  ASSERT_EQ(a.size(), 9u) << full;
+  ASSERT_EQ(b.size(), 9u) << cut;
+  EXPECT_EQ(a[6], b[6]) << "peak memory (MiB) with 10000 and with 100 test images\n" << full << cut;
+  EXPECT_GT(std::stod(a[6]), 0.0);
+  EXPECT_TRUE(contains(full, "during the training steps")) << full;
+}
+
+// fp32 trains without loss scaling (DESIGN.md §3), as the table's fp32 row and 07, 09 and bench/train:
+// an explicit --loss-scale with it is not used, and a note says so. A --single label holding the
+// scaler's commas is one CSV field.
+TEST(Tutorial05, SingleFp32HasNoLossScaleAndLabelsWithCommasAreQuoted) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const auto [s32, o32] = run05("--smoke --device cpu --single --precision fp32 --max-steps 2 --loss-scale "
+                                "dynamic:init=1024,interval=4 --data " + dir);
+  ASSERT_EQ(s32, 0) << o32;
+  EXPECT_TRUE(contains(o32, "| fp32 | FP32 | FP32 weights | none |")) << o32;
+  EXPECT_TRUE(contains(o32, "[fp32] epoch 1/1")) << o32;
+  EXPECT_TRUE(contains(o32, "scale 1\n")) << o32;
+  EXPECT_TRUE(contains(o32, "note: --loss-scale dynamic:init=1024,interval=4 is not used: fp32 trains without loss "
+                            "scaling")) << o32;
+
+  const TempDir tmp;
+  const auto [sm, om] = run05("--smoke --device cpu --single --precision mixed --max-steps 2 --loss-scale "
+                              "dynamic:init=1024,interval=4 --data " + dir + " --csv " + (tmp / "single.csv"));
+  ASSERT_EQ(sm, 0) << om;
+  EXPECT_FALSE(contains(om, "note: --loss-scale")) << om;
+  const auto rows = hl::test::read_csv_file(tmp / "single.csv");
+  ASSERT_EQ(rows.size(), 2u);
+  ASSERT_EQ(rows[1].size(), 7u);
+  EXPECT_EQ(rows[1][0], "mixed dynamic:init=1024,interval=4");
+  EXPECT_EQ(rows[1][1], "1");
+}
+
 TEST(Tutorial05, SingleConfigurationAndBadFlags) {
   const std::string dir = hl::test::data_dir("mnist");
   if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
@@ -84,6 +214,12 @@ TEST(Tutorial05, SingleConfigurationAndBadFlags) {
   auto [s4, o4] = run05("--warmup-epochs -1");
   EXPECT_NE(s4, 0);
   EXPECT_NE(o4.find("--warmup-epochs"), std::string::npos) << o4;
+  // --max-steps counts steps: 0 would train nothing and -7 used to mean the whole epoch, both silently.
+  for (const char* bad : {"0", "-7"}) {
+    auto [s5, o5] = run05(std::string("--max-steps ") + bad);
+    EXPECT_NE(s5, 0) << bad;
+    EXPECT_NE(o5.find("--max-steps"), std::string::npos) << o5;
+  }
 }
 
 }  // namespace

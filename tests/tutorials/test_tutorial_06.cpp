@@ -1,6 +1,7 @@
 // Tutorial 06 (loss scaling): the smoke run records the right number of activation-gradient values,
 // prints the histogram with FP16's range, skips the injected overflow (scale halved by the dynamic
-// scaler, kept by the static one, weights unchanged), and writes consistent CSV files.
+// scaler, kept by the static one, weights unchanged), and writes consistent CSV files (valid RFC 4180:
+// a run label with a comma is quoted; --csv moves the training log).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "tests/test_util.h"
+#include "tests/tutorials/csv_reader.h"
 
 namespace {
 
@@ -31,23 +33,7 @@ std::string line_with(const std::string& out, const std::string& part) {
   return "";
 }
 
-std::vector<std::vector<std::string>> read_csv(const fs::path& p) {
-  std::ifstream in(p);
-  std::vector<std::vector<std::string>> rows;
-  for (std::string line; std::getline(in, line);) {
-    std::vector<std::string> f;
-    std::string cell;
-    bool quoted = false;
-    for (char c : line) {
-      if (c == '"') quoted = !quoted;
-      else if (c == ',' && !quoted) f.push_back(cell), cell.clear();
-      else cell += c;
-    }
-    f.push_back(cell);
-    rows.push_back(f);
-  }
-  return rows;
-}
+std::vector<std::vector<std::string>> read_csv(const fs::path& p) { return hl::test::read_csv_file(p.string()); }
 
 class Tutorial06 : public ::testing::Test {
  protected:
@@ -55,7 +41,8 @@ class Tutorial06 : public ::testing::Test {
     data_ = hl::test::data_dir("mnist");
     if (data_.empty()) return;
     out_dir_ = (fs::temp_directory_path() / ("halfling_t06_" + std::to_string(hl::test::fresh_seed()))).string();
-    result_ = run06("--smoke --device cpu --data " + data_ + " --out " + out_dir_);
+    // --csv moves the training log out of --out (it was accepted and ignored once).
+    result_ = run06("--smoke --device cpu --data " + data_ + " --out " + out_dir_ + " --csv " + out_dir_ + "/log.csv");
   }
   static void TearDownTestSuite() {
     if (!out_dir_.empty()) fs::remove_all(out_dir_);
@@ -152,11 +139,16 @@ void Tutorial06::injected_overflow_is_skipped() {
   EXPECT_EQ(runs["dynamic"][5].first, before / 2);
   EXPECT_EQ(runs["dynamic"][0].first, 65536.0);
 
-  const auto training = read_csv(fs::path(out_dir_) / "training.csv");
+  // The training log went where --csv said, and nowhere else.
+  EXPECT_FALSE(fs::exists(fs::path(out_dir_) / "training.csv")) << "--csv given: no training.csv in --out";
+  EXPECT_TRUE(contains(out(), "scale_history.csv and " + out_dir_ + "/log.csv (scripts/plot.py")) << out();
+  const auto training = read_csv(fs::path(out_dir_) / "log.csv");
   ASSERT_EQ(training.size(), 4u);  // header + the histogram run + static + dynamic, one epoch each
   EXPECT_EQ(training[0][0], "run");
+  EXPECT_EQ(training[1][0], "histogram run (fp32)");
   EXPECT_EQ(training[2][0], "static");
   EXPECT_EQ(training[2][7], "1");  // skipped steps
+  for (const auto& row : training) EXPECT_EQ(row.size(), 9u) << row[0];
 }
 
 // One test over one smoke run (CTest runs each test in its own process: three tests would train three
@@ -182,8 +174,15 @@ TEST(Tutorial06Flags, MixedHistogramRunAndBadFlags) {
   const std::string out_dir = (fs::temp_directory_path() / ("halfling_t06b_" + std::to_string(hl::test::fresh_seed()))).string();
   const auto [status, out] = run06("--smoke --device cpu --precision mixed --record-every 4 --inject-overflow-at 0 --data " +
                                    dir + " --out " + out_dir);
+  // Without --csv the log is <--out>/training.csv. The mixed histogram run's label holds a comma: quoted, it
+  // stays one field (unquoted, it shifted the row and scripts/plot.py refused the file).
+  const auto training = read_csv(fs::path(out_dir) / "training.csv");
   fs::remove_all(out_dir);
   ASSERT_EQ(status, 0) << out;
+  ASSERT_EQ(training.size(), 4u) << out;
+  EXPECT_EQ(training[1][0], "histogram run (mixed, static:1024)");
+  EXPECT_EQ(training[1][1], "1") << "the epoch column";
+  for (const auto& row : training) EXPECT_EQ(row.size(), 9u) << row[0];
   EXPECT_TRUE(contains(out, "Activation gradients of a mixed-precision training run")) << out;
   EXPECT_TRUE(contains(out, "from 4 training steps")) << out;  // steps 1, 5, 9, 13
   EXPECT_TRUE(contains(out, "static (static:1024): 0 of 16 steps skipped")) << out;

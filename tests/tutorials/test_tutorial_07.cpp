@@ -1,6 +1,7 @@
 // Tutorial 07 (convolutional networks): the LeNet smoke run trains in mixed precision and reports its
-// accuracy; the VGG-small smoke run makes two mixed-precision steps on CIFAR-10 with augmentation;
-// --conv pins a convolution variant and refuses an unknown one.
+// accuracy; the VGG-small smoke run makes its mixed-precision steps on CIFAR-10 with augmentation (an
+// explicit --max-steps wins over the smoke run's 2); fp32 trains without loss scaling; --conv pins a
+// convolution variant and refuses an unknown one; --max-steps below 1 is refused.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -25,6 +26,27 @@ TEST(Tutorial07, LenetSmokeRunInMixedPrecision) {
   // DESIGN.md section 4's constant rate unless --schedule says otherwise (512 smoke images: 4 steps).
   EXPECT_NE(out.find("learning rate: constant, peak 0.05, warm-up 0 steps, 4 steps in all"), std::string::npos) << out;
   EXPECT_NE(out.find("final test accuracy"), std::string::npos) << out;
+}
+
+// DESIGN.md §3: fp32 has no loss scaling. An explicit --loss-scale is not used then, and a note says so.
+TEST(Tutorial07, Fp32TrainsWithoutLossScaling) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const auto [status, out] =
+      run07("--smoke --max-steps 1 --device cpu --precision fp32 --loss-scale static:8 --data " + dir);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("precision fp32, loss scale none"), std::string::npos) << out;
+  EXPECT_NE(out.find("note: --loss-scale static:8 is not used: fp32 trains without loss scaling"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("scale 1\n"), std::string::npos) << out;
+}
+
+TEST(Tutorial07, MaxStepsBelowOneIsRefused) {
+  for (const char* bad : {"0", "-7"}) {
+    const auto [status, out] = run07(std::string("--device cpu --max-steps ") + bad);
+    EXPECT_NE(status, 0) << bad;
+    EXPECT_NE(out.find("--max-steps"), std::string::npos) << out;
+  }
 }
 
 TEST(Tutorial07, ConvFlagPinsAVariantAndRefusesUnknownOnes) {
@@ -57,9 +79,12 @@ TEST(Tutorial07, ConvFlagPinsAVariantAndRefusesUnknownOnes) {
 TEST(Tutorial07, VggSmallSmokeStepsInMixedPrecision) {
   const std::string dir = hl::test::data_dir("cifar10");
   if (dir.empty()) GTEST_SKIP() << "CIFAR-10 not found: see datasets/fetch.sh";
-  const auto [status, out] = run07("--smoke --device cpu --model vgg_small --precision mixed --data " + dir);
+  // --max-steps 1: an explicit value wins over the smoke run's 2 steps (as in 09 and bench/train).
+  const auto [status, out] =
+      run07("--smoke --max-steps 1 --device cpu --model vgg_small --precision mixed --data " + dir);
   ASSERT_EQ(status, 0) << out;
   EXPECT_NE(out.find("vgg_small on CIFAR-10"), std::string::npos) << out;
+  EXPECT_NE(out.find("learning rate: constant, peak 0.05, warm-up 0 steps, 1 steps in all"), std::string::npos) << out;
   EXPECT_NE(out.find("BatchNorm2d(256)"), std::string::npos) << out;
   EXPECT_NE(out.find("final test accuracy"), std::string::npos) << out;
 }

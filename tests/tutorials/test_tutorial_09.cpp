@@ -88,10 +88,12 @@ TEST_F(Tutorial09, SmokeRunInMixedPrecision) {
 TEST_F(Tutorial09, Fp32KeepsEverythingFp32WithoutMastersAndSavesAModelCard) {
   if (data_.empty()) GTEST_SKIP() << "CIFAR-10 not found: see datasets/fetch.sh cifar10";
   const std::string ckpt = (dir_ / "vgg.safetensors").string();
-  const auto [status, out] = run09("--smoke --max-steps 1 --device cpu --precision fp32 --schedule step --samples '' --data " +
-                                   data_ + " --save " + ckpt);
+  // An explicit --loss-scale is not used with fp32 (DESIGN.md §3), and a note says so.
+  const auto [status, out] = run09("--smoke --max-steps 1 --device cpu --precision fp32 --loss-scale static:8 "
+                                   "--schedule step --samples '' --data " + data_ + " --save " + ckpt);
   ASSERT_EQ(status, 0) << out;
   EXPECT_TRUE(contains(out, "precision fp32, loss scale none")) << out;
+  EXPECT_TRUE(contains(out, "note: --loss-scale static:8 is not used: fp32 trains without loss scaling")) << out;
   EXPECT_TRUE(contains(out, "no bias): weight f32")) << out;
   EXPECT_TRUE(contains(out, "BatchNorm2d(64): weight f32")) << out;
   EXPECT_TRUE(contains(out, "master weights none")) << out;
@@ -124,6 +126,8 @@ TEST_F(Tutorial09, BadFlagsAndMissingData) {
   expect_refused(run09("--weight-decay -1"), "--weight-decay");
   expect_refused(run09("--loss-scale dynamic:bogus=1"), "bogus");
   expect_refused(run09("--device tpu"), "--device");
+  expect_refused(run09("--max-steps 0"), "--max-steps");  // 0 trained nothing, -7 meant the whole epoch
+  expect_refused(run09("--max-steps -7"), "--max-steps");
   // An empty folder: neither the binary batches nor an image folder, and the message says how to get them.
   const auto r = run09("--smoke --device cpu --data " + dir_.string());
   EXPECT_EQ(r.first, 1) << r.second;

@@ -244,11 +244,11 @@ void write_histogram_csv(const std::string& path, const GradientRecorder& rec, c
   out << "layer,log2_bin,count,percent,static_scale,dynamic_scale\n";
   auto rows = [&](const std::string& name, const Histogram& h) {
     const double n = static_cast<double>(std::max<int64_t>(h.total, 1));
-    out << '"' << name << "\",zero," << h.zeros << "," << 100.0 * static_cast<double>(h.zeros) / n << ","
-        << static_scale << "," << dynamic_scale << "\n";
+    out << tutorial::csv_field(name) << ",zero," << h.zeros << "," << 100.0 * static_cast<double>(h.zeros) / n
+        << "," << static_scale << "," << dynamic_scale << "\n";
     for (int e = kMinBin; e <= kMaxBin; ++e) {
       const int64_t c = h.bins[static_cast<size_t>(e - kMinBin)];
-      out << '"' << name << "\"," << e << "," << c << "," << 100.0 * static_cast<double>(c) / n << ","
+      out << tutorial::csv_field(name) << "," << e << "," << c << "," << 100.0 * static_cast<double>(c) / n << ","
           << static_scale << "," << dynamic_scale << "\n";
     }
   };
@@ -272,8 +272,8 @@ void log_epoch(const Setup& s, const std::string& run, int64_t e, const tutorial
               run.c_str(), static_cast<long long>(e), static_cast<long long>(s.epochs), r.loss, 100 * r.accuracy,
               100 * test_acc, r.seconds, r.images_per_second, static_cast<long long>(r.skipped_steps), scale);
   if (s.csv != nullptr) {
-    *s.csv << run << "," << e << "," << r.loss << "," << r.accuracy << "," << test_acc << "," << r.seconds << ","
-           << r.images_per_second << "," << r.skipped_steps << "," << scale << "\n";
+    *s.csv << tutorial::csv_field(run) << "," << e << "," << r.loss << "," << r.accuracy << "," << test_acc << ","
+           << r.seconds << "," << r.images_per_second << "," << r.skipped_steps << "," << scale << "\n";
   }
 }
 
@@ -364,6 +364,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
       ->capture_default_str();
   app.add_option("--out", out_dir, "folder for histogram.csv, scale_history.csv and training.csv")->capture_default_str();
+  // The common --csv (add_common_flags): where the training log goes instead of <--out>/training.csv.
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -393,8 +394,11 @@ int main(int argc, char** argv) {
       s.epochs = 1;
     }
     std::filesystem::create_directories(out_dir);
-    std::ofstream csv(out_dir + "/training.csv");
-    HL_CHECK(csv.good(), "06_loss_scaling: cannot write ", out_dir, "/training.csv");
+    // --csv FILE moves the training log (one row per run and epoch) out of the --out folder; scripts/plot.py
+    // all DIR then draws the other two plots, and plot.py curves FILE this one.
+    const std::string training_csv = f.csv.empty() ? out_dir + "/training.csv" : f.csv;
+    std::ofstream csv(training_csv);
+    HL_CHECK(csv.good(), "06_loss_scaling: cannot write ", training_csv);
     csv << "run,epoch,train_loss,train_acc,test_acc,seconds,images_per_second,skipped_steps,loss_scale\n";
     s.csv = &csv;
 
@@ -492,7 +496,9 @@ int main(int argc, char** argv) {
     HL_CHECK(hist.good(), "06_loss_scaling: cannot write ", out_dir, "/scale_history.csv");
     hist << "step,run,scale,skipped\n";
     for (const ScaledRun& r : runs)
-      for (size_t i = 0; i < r.scales.size(); ++i) hist << i + 1 << "," << r.label << "," << r.scales[i] << "," << (r.skipped[i] ? 1 : 0) << "\n";
+      for (size_t i = 0; i < r.scales.size(); ++i)
+        hist << i + 1 << "," << tutorial::csv_field(r.label) << "," << r.scales[i] << "," << (r.skipped[i] ? 1 : 0)
+             << "\n";
 
     // ---- 3. the injected overflow ----
     std::printf("\n== 3. The injected overflow\n");
@@ -527,8 +533,8 @@ int main(int argc, char** argv) {
                   b.flushed, b.subnormal, b.overflow);
     }
     write_histogram_csv(out_dir + "/histogram.csv", rec, all, static_scale, dyn_final);
-    std::printf("\nwrote %s/histogram.csv, %s/scale_history.csv and %s/training.csv (scripts/plot.py draws them)\n",
-                out_dir.c_str(), out_dir.c_str(), out_dir.c_str());
+    std::printf("\nwrote %s/histogram.csv, %s/scale_history.csv and %s (scripts/plot.py draws them)\n",
+                out_dir.c_str(), out_dir.c_str(), training_csv.c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "06_loss_scaling: %s\n", e.what());

@@ -52,6 +52,26 @@ std::string LrSchedule::str() const {
                         ", warm-up ", warmup_steps, " steps, ", total_steps, " steps in all");
 }
 
+int64_t LrSchedule::rate_changes() const {
+  int64_t changes = 0;
+  double before = at(0);
+  for (int64_t step = 1; step < total_steps; ++step) {
+    const double rate = at(step);
+    if (rate != before) ++changes;
+    before = rate;
+  }
+  return changes;
+}
+
+std::string cuda_graph_schedule_notice(const LrSchedule& s) {
+  const int64_t changes = s.rate_changes();
+  if (changes == 0) return "";
+  return detail::concat("note: --cuda-graph with a learning rate that changes at ", changes, " of the run's ",
+                        s.total_steps, " steps (", s.str(), "): the rate is a by-value argument of the recorded ",
+                        "update kernel, so each change records the step again (a capture and an instantiation, ",
+                        "slower than launching it); time the graph with --schedule constant and no warm-up");
+}
+
 LrSchedule schedule_from_flags(const CommonFlags& f, int64_t steps_per_epoch, int64_t epochs) {
   HL_CHECK(steps_per_epoch >= 1 && epochs >= 1, "--schedule: need at least one step and one epoch, got ",
            steps_per_epoch, " step(s) per epoch and ", epochs, " epoch(s)");

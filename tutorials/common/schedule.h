@@ -32,7 +32,18 @@ struct LrSchedule {
   double at(int64_t step) const;
   // "cosine, peak 0.1, warm-up 782 steps, 11730 steps in all"
   std::string str() const;
+  // How many steps run at another rate than the step before them: 0 for a constant rate, every
+  // warm-up step after the first and every decay step of a cosine, the milestones of a step
+  // schedule. With TrainOptions::cuda_graph each is one more recording of the step (trainer.h).
+  // Evaluates at() once per step of the run.
+  int64_t rate_changes() const;
 };
+
+// What --cuda-graph costs with schedule `s`, as the one line bench/train prints: "" when the rate
+// never changes; else a note that each of the rate_changes() records the step again (the learning
+// rate is a by-value argument of the recorded update kernel, kernels/optim.h), and how to time the
+// graph alone.
+std::string cuda_graph_schedule_notice(const LrSchedule& s);
 
 // The schedule --schedule / --warmup-epochs ask for (tutorial::add_schedule_flags): peak f.lr over
 // `epochs` epochs of `steps_per_epoch` optimizer steps, the warm-up rounded down to whole steps.

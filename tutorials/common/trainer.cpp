@@ -219,6 +219,13 @@ EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoad
 }
 
 double evaluate(nn::Module& model, data::DataLoader& loader) {
+  // Puts the mode back on every way out: a caller that evaluates a model loaded for inference (eval
+  // mode) must not get it back in training mode, where batch norm would update its statistics.
+  struct RestoreMode {
+    nn::Module& model;
+    bool training;
+    ~RestoreMode() { model.train(training); }
+  } restore{model, model.training()};
   NoGradGuard no_grad;
   model.eval();
   loader.start_epoch(0);
@@ -228,9 +235,26 @@ double evaluate(nn::Module& model, data::DataLoader& loader) {
     correct = add(correct, cast(correct_count(model(b.x), b.y), DType::f32));
     n += b.y.numel();
   }
-  model.train();
   HL_CHECK(n > 0, "evaluate: the loader produced no batches");
   return correct.item() / static_cast<double>(n);
+}
+
+std::string loss_scale_for(amp::Precision precision, const std::string& spec, bool given) {
+  if (precision != amp::Precision::fp32) return spec;
+  if (given && spec != "none")
+    std::printf("note: --loss-scale %s is not used: fp32 trains without loss scaling (DESIGN.md §3)\n",
+                spec.c_str());
+  return "none";
+}
+
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '"';  // a quote inside a quoted field is written twice
+    out += c;
+  }
+  return out + "\"";
 }
 
 }  // namespace hl::tutorial

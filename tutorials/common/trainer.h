@@ -29,7 +29,7 @@ struct EpochResult {
 
 struct TrainOptions {
   bool progress = true;   // a progress bar with images/s and ETA on stderr (only when it is a terminal)
-  int64_t max_steps = -1; // stop the epoch early (smoke runs)
+  int64_t max_steps = -1; // stop the epoch after this many steps (smoke runs); < 0: the whole epoch, 0: no step
   amp::LossScaler* scaler = nullptr;  // loss scaling (paper §3.2); null: plain backward + step
   double clip_grad_norm = 0.0;        // > 0: clip the (unscaled) gradients to this global norm
   // Called after backward(), before unscaling and the optimizer step, with the step's index in the
@@ -47,8 +47,17 @@ struct TrainOptions {
   // (it sizes every cache and scratch buffer the recording will address); the second is recorded
   // and replayed; every later batch of the same shape is copied into the recorded input tensors and
   // replayed. A batch of another shape (a last, partial one) runs as usual; a changed learning rate,
-  // or device memory given back to the driver (CudaGraph::stale), records the step again. The
-  // results are those of the usual loop, bit for bit: the same kernels with the same arguments.
+  // or device memory given back to the driver (CudaGraph::stale), records the step again.
+  // The learning rate costs a recording per change: it reaches the update kernel as a by-value
+  // argument (kernels/optim.h, SgdParams::lr), so a recording holds the rate it saw. Under
+  // follow_schedule (schedule.h) that is every step of a cosine and of a warm-up, and the two
+  // milestones of the step schedule: each a capture plus an instantiation, which costs more than the
+  // launches a replay saves (docs/performance.md). LrSchedule::rate_changes counts them beforehand,
+  // and bench/train --cuda-graph prints a notice when there are any.
+  // The results are those of the usual loop, bit for bit: the same kernels with the same arguments,
+  // for a step that draws no host randomness. A training-mode Dropout draws its mask's seed on the
+  // host every step, so a replay would reuse one mask; its recording is refused (dropout() checks
+  // runtime::cuda_capturing()) and the epoch stops with that error. No canonical model has Dropout.
   // Refused with after_backward (host code inside a step would run once, when it is recorded) and
   // while the profiler is on (its timing events cannot be recorded).
   bool cuda_graph = false;
@@ -67,8 +76,24 @@ int64_t steps_per_epoch(const data::DataLoader& loader, const TrainOptions& opti
 EpochResult train_epoch(nn::Module& model, optim::Optimizer& opt, data::DataLoader& loader, int64_t epoch,
                         const TrainOptions& options = {});
 
-// Accuracy of the model over every batch of the loader (eval mode, no graph recorded).
+// Accuracy of the model over every batch of the loader (eval mode, no graph recorded). The model is
+// left in the mode it was found in (a model loaded for inference stays in eval mode), also when this
+// throws. train(on) sets every submodule, so a model whose submodules were in different modes comes
+// back with all of them in its own mode.
 double evaluate(nn::Module& model, data::DataLoader& loader);
+
+// The loss scaling a run in `precision` trains with (DESIGN.md §3): "none" for fp32, whose gradients
+// are never FP16 and so never underflow it (a scaler there would only skip a step with an inf or NaN
+// silently, and label the run as a scaled one); `spec` for fp16 and mixed. When the user gave
+// --loss-scale explicitly (`given`) with fp32, a one-line note on stdout says it is not used, so that
+// the flag is not dropped silently. Every training program (05, 07, 09, bench/train) goes through it.
+std::string loss_scale_for(amp::Precision precision, const std::string& spec, bool given = false);
+
+// One CSV field as RFC 4180 writes it: as it is when it holds no comma, double quote, CR or LF;
+// otherwise in double quotes, each double quote inside doubled. Run labels such as
+// "mixed, no scaling" or "mixed dynamic:init=1e9,hysteresis=2" would otherwise shift the columns
+// after them (Python's csv module, which scripts/plot.py uses, reads the quoted form).
+std::string csv_field(const std::string& text);
 
 // The progress bar's text after `step` of `steps` steps (`images` images in `elapsed` seconds, a mean
 // loss of `loss` so far): "epoch 2 [#########                     ] 3/10  loss 0.1250  256 img/s  ETA 3.5 s   ".
