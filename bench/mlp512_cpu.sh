@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
 # MLP-512 on MNIST, FP32, CPU: test accuracy and seconds per epoch over several seeds, written to
-# bench/results/mlp512_cpu_<date>.txt together with the machine and the command.
+# OUT (default bench/results/mlp512_cpu_<date>.txt) together with the machine and the command.
 #   bench/mlp512_cpu.sh [EPOCHS] [SEEDS]      (defaults: 2 epochs, seeds 0..4)
+# The results are written to a temporary file and moved to OUT only when every run succeeded, so a
+# failed run never truncates or half-writes a results file (a committed one included).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${HALFLING_BUILD:-$root/build}
 epochs=${1:-2}
 seeds=${2:-5}
 threads=${OMP_NUM_THREADS:-2}
-out="$root/bench/results/mlp512_cpu_$(date +%F).txt"
+out=${OUT:-$root/bench/results/mlp512_cpu_$(date +%F).txt}
 prog="$build/tutorials/03_mlp_mnist"
 [[ -x $prog ]] || { echo "build first: scripts/build.sh" >&2; exit 1; }
+work=$(mktemp -d)
+# On any failure (set -e, pipefail) the script stops, and OUT is left as it was.
+finish() {
+  local status=$?
+  rm -rf -- "$work"
+  ((status == 0)) || echo "bench/mlp512_cpu.sh: failed (exit $status); $out was left as it was" >&2
+}
+trap finish EXIT
 {
   echo "# MLP-512 (784-512-512-10) on MNIST, FP32, CPU, batch 128, SGD lr 0.05 momentum 0.9"
   echo "# date: $(date -u +%FT%TZ)"
@@ -23,5 +33,6 @@ prog="$build/tutorials/03_mlp_mnist"
     echo "## seed $s"
     OMP_NUM_THREADS=$threads "$prog" --device cpu --epochs "$epochs" --seed "$s" | grep -E "^(epoch|final)"
   done
-} | tee "$out"
+} | tee "$work/results.txt"
+mv -f -- "$work/results.txt" "$out"
 echo "written: $out" >&2

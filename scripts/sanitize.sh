@@ -20,16 +20,64 @@ start=$SECONDS
 # On the 2-core development machine, 2026-11-27, the whole sanitizer stage took 421 s to build and 261 s
 # to test with clang 14, against 666 s and 468 s with g++ 12 in that day's fresh-clone CI run: clang
 # compiles these files about a third faster, and its instrumented tests ran faster still.
-compiler=()
+#
+# The compiler is chosen again on every run, but build-asan may have been configured with another one
+# (before clang was installed, or by hand). Asked for another compiler, CMake deletes the whole cache
+# and configures again WITHOUT the other -D options: a plain, uninstrumented build whose tests would
+# pass for sanitizer runs. So a cache made with another compiler, or without these sanitizers, is
+# removed first (its CMakeCache.txt and CMakeFiles/: a fresh configure, the objects then rebuilt), and
+# the configured build is checked for the sanitizer flags before anything is built.
 if command -v clang >/dev/null && command -v clang++ >/dev/null; then
-  compiler=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
+  cc=$(command -v clang) cxx=$(command -v clang++)
+else
+  cc=$(command -v "${CC:-cc}" || true) cxx=$(command -v "${CXX:-c++}" || true)
 fi
+[[ -n $cxx ]] || { echo "sanitize.sh: no C++ compiler found (clang++, or ${CXX:-c++})" >&2; exit 1; }
+compiler=(-DCMAKE_CXX_COMPILER="$cxx")
+[[ -z $cc ]] || compiler+=(-DCMAKE_C_COMPILER="$cc")
+sanitizers=address,undefined
+cache=$build/CMakeCache.txt
+cached() { sed -n "s/^$1:[A-Z]*=//p" "$cache" | head -n 1; }
+if [[ -f $cache ]]; then
+  was_cxx=$(cached CMAKE_CXX_COMPILER)
+  was_sanitize=$(cached HALFLING_SANITIZE)
+  why=""
+  if [[ $was_cxx != "$cxx" ]]; then
+    why="it was configured with ${was_cxx:-no recorded compiler}, this run uses $cxx"
+  elif [[ $was_sanitize != "$sanitizers" ]]; then
+    why="its HALFLING_SANITIZE is '${was_sanitize}', not $sanitizers"
+  fi
+  if [[ -n $why ]]; then
+    echo "sanitize.sh: configuring $build from scratch: $why"
+    rm -rf -- "$cache" "$build/CMakeFiles"
+  fi
+fi
+mkdir -p -- "$build"
+log=$build/configure.log
 cmake -S "$root" -B "$build" "${compiler[@]}" -DHALFLING_CUDA=OFF -DHALFLING_TESTS=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
-  -DHALFLING_SANITIZE=address,undefined >"$build.configure.log" 2>&1 || {
-  cat "$build.configure.log" >&2
+  -DHALFLING_SANITIZE="$sanitizers" >"$log" 2>&1 || {
+  cat "$log" >&2
+  echo "sanitize.sh: configuring $build failed (log: $log)" >&2
   exit 1
 }
+# What CMake made of it: the cache and the compile commands it generated must both carry the sanitizers.
+problem=""
+if [[ $(cached HALFLING_SANITIZE) != "$sanitizers" ]]; then
+  problem="its cache has HALFLING_SANITIZE='$(cached HALFLING_SANITIZE)'"
+elif [[ $(cached CMAKE_CXX_COMPILER) != "$cxx" ]]; then
+  problem="its cache has the compiler '$(cached CMAKE_CXX_COMPILER)', not $cxx"
+elif [[ $(cached HALFLING_CUDA) != OFF ]]; then
+  problem="its cache has HALFLING_CUDA='$(cached HALFLING_CUDA)', not OFF"
+elif ! grep -q -e "-fsanitize=$sanitizers" "$build/compile_commands.json" 2>/dev/null; then
+  problem="its compile commands ($build/compile_commands.json) lack -fsanitize=$sanitizers"
+fi
+if [[ -n $problem ]]; then
+  cat "$log" >&2
+  echo "sanitize.sh: ERROR: $build is not the CPU-only ASan + UBSan build asked for: $problem." \
+    "Nothing was built or tested; delete $build and run this script again." >&2
+  exit 1
+fi
 cmake --build "$build" -j"$jobs"
 built=$SECONDS
 
@@ -43,6 +91,10 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 #                                                same code (MlpMnist.TutorialSmokeRun) stays in.
 exclude='^MlpMnist\.Fp32CpuReaches97PercentInTwoEpochs$'
 status=0
-ctest --test-dir "$build" --output-on-failure -j"$jobs" -E "$exclude" "$@" || status=$?
-echo "sanitize.sh: build $((built - start)) s, tests $((SECONDS - built)) s (ASan + UBSan, CPU only, $(grep -m1 '^CMAKE_CXX_COMPILER:' "$build/CMakeCache.txt" | cut -d= -f2))"
+# --timeout: a test that hangs fails after HALFLING_TEST_TIMEOUT seconds (default 900; scripts/test.sh
+# says why) instead of holding up the run; the slowest test here took 20 s in CI on 2 cores (2026-11-29).
+# Extra arguments come after, so a --timeout among them wins.
+ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout "${HALFLING_TEST_TIMEOUT:-900}" --no-tests=error \
+  -E "$exclude" "$@" || status=$?
+echo "sanitize.sh: build $((built - start)) s, tests $((SECONDS - built)) s (ASan + UBSan, CPU only, $(cached CMAKE_CXX_COMPILER))"
 exit "$status"

@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "tests/datasets/data_files.h"  // TempDir
 #include "tests/test_util.h"
 
 namespace {
@@ -339,8 +340,9 @@ std::string seeds_script() { return (std::filesystem::path(HALFLING_SOURCE_DIR) 
 TEST(BenchSeeds, TableHasEverySeedTheMeanAndTheSameSeedGap) {
   const std::string dir = hl::test::data_dir("mnist");
   if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
-  const std::filesystem::path out = std::filesystem::temp_directory_path() / "halfling_seeds_test.txt";
-  std::filesystem::remove(out);
+  // A folder of its own (mkdtemp), so that two runs on one machine never share or remove each other's file.
+  const hl::test::TempDir tmp;
+  const std::filesystem::path out = tmp / "seeds.txt";
   const std::string env = "HALFLING_BUILD=" + std::string(HALFLING_BINARY_DIR) +
                           " HALFLING_DATA=" + std::filesystem::path(dir).parent_path().string() +
                           " MAX_STEPS=3 SCHEDULE=cosine OMP_NUM_THREADS=1 OUT=" + out.string() + " ";
@@ -372,7 +374,6 @@ TEST(BenchSeeds, TableHasEverySeedTheMeanAndTheSameSeedGap) {
     }
   }
   EXPECT_NE(table.find("mixed - fp32 at the same seed (points): "), std::string::npos) << table;
-  std::filesystem::remove(out);
 }
 
 TEST(BenchSeeds, RefusesBadArgumentsWithTheUsage) {

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "kernels/cuda/gemm/wmma_pipelined_tiles.h"
+#include "tests/datasets/data_files.h"  // TempDir
 #include "tests/test_util.h"
 
 namespace {
@@ -77,13 +78,12 @@ TEST(GpuScripts, PackRefusesACompileCheckBuild) {
 }
 
 TEST(GpuScripts, UnpackSaysWhatToCarry) {
-  const fs::path empty = fs::path(::testing::TempDir()) / "halfling_empty_carry";
-  fs::create_directories(empty);
-  auto [s, o] = hl::test::run_command("HALFLING_CARRY=" + empty.string() + " bash " + script("gpu_unpack.sh"));
+  // An empty folder of its own (mkdtemp): a fixed name in /tmp would collide between users and runs.
+  const hl::test::TempDir empty;
+  auto [s, o] = hl::test::run_command("HALFLING_CARRY=" + empty.str() + " bash " + script("gpu_unpack.sh"));
   EXPECT_NE(s, 0) << o;
   EXPECT_TRUE(contains(o, "build.tar.xz")) << o;
   EXPECT_TRUE(contains(o, "gpu_pack.sh")) << o;
-  fs::remove_all(empty);
 }
 
 TEST(GpuScripts, CheckNamesItsStages) {
@@ -706,7 +706,7 @@ TEST(GpuScripts, EveryShellScriptPassesShellcheck) {
     for (const auto& e : fs::directory_iterator(r / dir))
       // append(" ").append(...), not += " " + ...: g++ 12 reports a false -Wrestrict on the latter.
       if (e.path().extension() == ".sh") files.append(" ").append((fs::path(dir) / e.path().filename()).string());
-  files += " .ci/run";
+  files += " .ci/run tests/fuzz/run.sh";
   ASSERT_TRUE(contains(files, "gpu_pack.sh")) << files;
   auto [s, o] = hl::test::run_command("cd '" + r.string() + "' && shellcheck" + files);
   EXPECT_EQ(s, 0) << o;

@@ -387,20 +387,33 @@ TEST(FetchScript, MnistVerifiesChecksums) {
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.output, "mnist: ok (" + dir + ")\n");
 
-  // A damaged file is caught, reported, deleted, and the script fails.
+  // A damaged file is caught, reported, moved aside (never deleted: the folder may be the user's own
+  // data), and the script fails.
   const std::string labels = dir + "/train-labels-idx1-ubyte";
   flip_byte(labels, 100);
+  const Bytes damaged = read_file(labels);
   r = run(fetch_cmd("mnist '" + dir + "'"));
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("checksum mismatch"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(labels), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("moved it aside to " + labels + ".bad-checksum"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(labels));
+  ASSERT_TRUE(std::filesystem::exists(labels + ".bad-checksum")) << r.output;
+  EXPECT_EQ(read_file(labels + ".bad-checksum"), damaged);
 
-  // Running it again fetches a fresh copy.
+  // Running it again fetches a fresh copy, and leaves the one moved aside alone.
   r = run(fetch_cmd("mnist '" + dir + "'"));
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(std::filesystem::exists(labels));
+  EXPECT_EQ(read_file(labels + ".bad-checksum"), damaged);
   EXPECT_EQ(data::load_mnist(dir, Split::test).size(), 10000);
+
+  // A second bad copy does not overwrite the first one moved aside.
+  flip_byte(labels, 200);
+  r = run(fetch_cmd("mnist '" + dir + "'"));
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_EQ(read_file(labels + ".bad-checksum"), damaged);
+  EXPECT_TRUE(std::filesystem::exists(labels + ".bad-checksum.1")) << r.output;
 }
 
 TEST(FetchScript, FashionMnistDetectsCorruptGzip) {
@@ -417,6 +430,7 @@ TEST(FetchScript, FashionMnistDetectsCorruptGzip) {
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("checksum mismatch"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(labels));
+  EXPECT_TRUE(std::filesystem::exists(labels + ".bad-checksum")) << "moved aside, not deleted\n" << r.output;
 }
 
 TEST(FetchScript, RejectsUnknownSets) {

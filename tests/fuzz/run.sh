@@ -22,7 +22,7 @@ jobs=${HALFLING_FUZZ_JOBS:-2}
 
 for tool in clang clang++ cmake; do
   if ! command -v "$tool" >/dev/null; then
-    echo "fuzz: $tool not found; libFuzzer needs clang (Debian: apt-get install clang libclang-rt-dev cmake)" >&2
+    echo "fuzz: $tool not found; libFuzzer needs clang (Debian: apt-get install clang libclang-rt-dev libomp-dev cmake, or scripts/setup.sh)" >&2
     exit 2
   fi
 done
