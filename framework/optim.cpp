@@ -427,14 +427,12 @@ std::vector<int32_t*> Adam::update(std::vector<kernels::ParamSlot>& slots, const
 }
 
 std::vector<int64_t> Adam::param_steps() const {
-  const int64_t all = steps();
+  // One read per group (a synchronization on CUDA: between steps only), not one per parameter.
+  const int64_t all = steps();  // group 0's count
+  std::vector<int64_t> count(counters_.size(), all);
+  for (size_t g = 1; g < counters_.size(); ++g) detail::read_raw(counters_[g], &count[g], sizeof count[g]);
   std::vector<int64_t> out(params_.size(), all);
-  for (size_t i = 0; i < group_of_.size(); ++i) {
-    if (group_of_[i] == 0) continue;
-    int64_t n = 0;
-    detail::read_raw(counters_[group_of_[i]], &n, sizeof n);  // a synchronization on CUDA: between steps only
-    out[i] = n;
-  }
+  for (size_t i = 0; i < group_of_.size(); ++i) out[i] = count[group_of_[i]];
   return out;
 }
 

@@ -77,9 +77,6 @@ inline C apply_scalar(ScalarOp op, C x, C s) {
   return x;
 }
 
-// Floating -> i32: kernels/dtype.h's saturating_i32, the rule of the CUDA cast kernels' instruction.
-inline int32_t to_i32(double v) { return saturating_i32(v); }
-
 }  // namespace
 
 void binary(BinaryOp op, const BroadcastIndex& ix, const void* a, DType ta, const void* b, DType tb, void* out,
@@ -151,7 +148,7 @@ void cast(int64_t n, const void* x, DType tx, void* out, DType tout) {
 #pragma omp parallel for if (n > kParallelThreshold)
       for (int64_t i = 0; i < n; ++i) {
         if constexpr (std::is_same_v<TO, int32_t>) {
-          po[i] = to_i32(static_cast<double>(load(px, i)));  // truncate, saturate, NaN -> 0 (to_i32)
+          po[i] = saturating_i32(static_cast<double>(load(px, i)));  // truncate, saturate, NaN -> 0 (dtype.h)
         } else if constexpr (std::is_same_v<TX, double> || std::is_same_v<TO, double>) {
           // via double: exact for every dtype into f64, and a single rounding into f32/f16
           store(po, i, static_cast<double>(load(px, i)));
@@ -171,7 +168,7 @@ void fill(int64_t n, void* out, DType t, double value) {
     if constexpr (std::is_same_v<T, half>) {
       v = half::from_bits(double_to_half_bits(value));
     } else if constexpr (std::is_same_v<T, int32_t>) {
-      v = to_i32(value);  // the cast's rule: Tensor::full({n}, NAN, DType::i32) is zeros
+      v = saturating_i32(value);  // the cast's rule: Tensor::full({n}, NAN, DType::i32) is zeros
     } else {
       v = static_cast<T>(value);
     }
