@@ -37,7 +37,7 @@ bool needs_grad(const std::vector<Tensor>& inputs) {
   return false;
 }
 
-Tensor record(Tensor out, const std::string& op, std::vector<Tensor> inputs,
+Tensor record(Tensor out, const std::string& op, std::vector<Tensor> inputs, const Saved& saved,
               std::function<std::vector<Tensor>(const Tensor&)> backward) {
   if (!needs_grad(inputs)) return out;
   if (g_detect_anomaly) {
@@ -48,6 +48,12 @@ Tensor record(Tensor out, const std::string& op, std::vector<Tensor> inputs,
   node->op = op;
   node->inputs = std::move(inputs);
   node->backward = std::move(backward);
+  for (const auto& [role, t] : saved) {
+    if (!t.defined()) continue;
+    HL_CHECK(t.impl() != out.impl(), "record: '", op, "' saves its own output ", out.describe(),
+             " as its ", role, "; save out.detach() (a node holding its output would keep it alive: a cycle)");
+    node->saved.push_back({role, t, t.impl_ptr()->storage, t.impl_ptr()->storage->version()});
+  }
   out.impl()->grad_fn = std::move(node);
   out.impl()->requires_grad = true;
   return out;
@@ -73,6 +79,28 @@ std::vector<std::shared_ptr<TensorImpl>> reverse_topological(const std::shared_p
     }
   }
   return {post.rbegin(), post.rend()};
+}
+
+// Refuses a graph whose saved tensors changed since the forward pass, before backward computes or
+// accumulates anything: an error leaves every .grad and the graph as they were.
+void check_saved_tensors(const std::vector<std::shared_ptr<TensorImpl>>& order) {
+  for (const auto& t : order) {
+    if (!t->grad_fn) continue;
+    for (const SavedTensor& s : t->grad_fn->saved) {
+      const std::shared_ptr<Storage>& now = s.tensor.impl_ptr()->storage;
+      if (now == s.storage && now->version() == s.version) continue;
+      const std::string what = detail::concat("backward: '", t->grad_fn->op, "' needs its ", s.role, " (",
+                                              s.tensor.describe(), ") as it was in the forward pass, but it ");
+      if (now != s.storage)
+        throw Error(detail::concat(what, "has been given new storage since (nn::Module::to converts or moves ",
+                                   "a parameter in place); convert the model before the forward pass, or after ",
+                                   "backward()"));
+      throw Error(detail::concat(what, "has been written in place since (copy_, fill_ or an optimizer's step: ",
+                                 "its storage's version was ", s.version, ", now ", now->version(), "), so its ",
+                                 "gradient would come from the new values; write it after backward(), or give ",
+                                 "the op a clone()"));
+    }
+  }
 }
 }  // namespace
 
@@ -150,6 +178,7 @@ void Tensor::backward(const Tensor& seed, bool retain_graph) const {
   NoGradGuard no_grad;  // gradients of gradients are not recorded
   profiler::Scope backward_scope("backward");
   const std::vector<std::shared_ptr<TensorImpl>> order = reverse_topological(impl_ptr());
+  check_saved_tensors(order);
   std::unordered_map<TensorImpl*, Tensor> grads{{impl(), grad0}};
 
   for (const auto& tp : order) {
@@ -195,6 +224,7 @@ void Tensor::backward(const Tensor& seed, bool retain_graph) const {
       if (t->grad_fn) {
         t->grad_fn->backward = nullptr;  // drops the tensors the closure saved
         t->grad_fn->inputs.clear();
+        t->grad_fn->saved.clear();
         t->grad_fn->released = true;
       }
     }

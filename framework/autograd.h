@@ -6,11 +6,13 @@
 // reverse, sums gradients that meet at a tensor, stores the gradients of leaves in .grad(), and frees
 // the graph (the closures and the tensors they saved) unless asked to retain it.
 //
-// What it does not check, unlike PyTorch: a tensor that a backward closure saved and that is written
-// in place (copy_, fill_) between the forward pass and backward() gives gradients computed from the
-// new values, silently (PyTorch refuses, through version counters on saved tensors). So write tensors
-// only between steps, as the optimizer does. Each gradient a leaf receives is its own: the first one
-// is copied unless nothing else holds it (autograd.cpp, accumulate_grad).
+// Saved tensors are checked, as in PyTorch: each op names the tensors whose values its backward reads
+// (record's `saved`), and backward() refuses, before it computes anything, when one of them was
+// written in place since the forward pass (copy_, fill_, an optimizer's update: Storage::version) or
+// given new storage (nn::Module::to); its gradient would otherwise come silently from the new values.
+// Writes through a raw data pointer (data<T>(), a kernel) are not counted. Each gradient a leaf
+// receives is its own: the first one is copied unless nothing else holds it (autograd.cpp,
+// accumulate_grad).
 #pragma once
 #include <functional>
 #include <string>
@@ -20,9 +22,19 @@
 
 namespace hl {
 
+// A tensor whose values a backward closure reads, as the op found it: its role (for the error
+// message), its storage then and that storage's write count then (Storage::version).
+struct SavedTensor {
+  const char* role;  // "input", "weight", "output", ...
+  Tensor tensor;
+  std::shared_ptr<Storage> storage;
+  uint64_t version = 0;
+};
+
 struct Node {
   std::string op;              // "matmul", "relu", ... (for error messages)
   std::vector<Tensor> inputs;  // the inputs, in the order backward returns their gradients
+  std::vector<SavedTensor> saved;  // what backward reads, checked before the pass (autograd.cpp)
   // grads[i] is d(loss)/d(inputs[i]) or an undefined Tensor when inputs[i] needs none.
   std::function<std::vector<Tensor>(const Tensor& grad_output)> backward;
   bool released = false;
@@ -65,8 +77,14 @@ void check_finite(const Tensor& t, const std::string& what);
 
 // Should an op with these inputs record a node?
 bool needs_grad(const std::vector<Tensor>& inputs);
+// The tensors an op's backward reads, each with its role: {{"input", x}, {"weight", w}}. List exactly
+// what the closure reads values of; a tensor it needs only the shape or dtype of is not saved (add's
+// operands), and an undefined entry is skipped. The output goes in detached ({"output",
+// out.detach()}): a node that held its own output would keep it alive forever (a cycle).
+using Saved = std::vector<std::pair<const char*, Tensor>>;
+
 // Attach a node to `out` (no-op when needs_grad(inputs) is false). Returns out.
-Tensor record(Tensor out, const std::string& op, std::vector<Tensor> inputs,
+Tensor record(Tensor out, const std::string& op, std::vector<Tensor> inputs, const Saved& saved,
               std::function<std::vector<Tensor>(const Tensor&)> backward);
 
 }  // namespace hl

@@ -147,9 +147,10 @@ class Storage {
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
   // Counts the writes made through Tensor::copy_ and fill_ (a parameter loaded from a checkpoint, or
-  // set by hand), not the kernels that write through raw pointers (an op's output, an optimizer's
-  // update). An optimizer with FP32 master weights compares it with what it last saw, and re-reads
-  // the master of a parameter written behind its back (framework/optim.h).
+  // set by hand) and an optimizer's updates, not the kernels that write through raw pointers (an op's
+  // output). An optimizer with FP32 master weights compares it with what it last saw, and re-reads
+  // the master of a parameter written behind its back (framework/optim.h); backward() refuses a graph
+  // whose saved tensors were written since the forward pass (framework/autograd.h).
   uint64_t version() const { return version_; }
   void bump_version() { ++version_; }
   // A parameter converted or moved in place (nn::Module::to) gets new storage with the same values:

@@ -129,21 +129,21 @@ Tensor scalar_raw(k::ScalarOp op, const Tensor& a, double s, const char* name) {
 
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(k::BinaryOp::add, a, b, "add");
-  return record(out, "add", {a, b}, [a, b](const Tensor& g) {
+  return record(out, "add", {a, b}, {}, [a, b](const Tensor& g) {
     return std::vector<Tensor>{grad_for(g, a), grad_for(g, b)};
   });
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(k::BinaryOp::sub, a, b, "sub");
-  return record(out, "sub", {a, b}, [a, b](const Tensor& g) {
+  return record(out, "sub", {a, b}, {}, [a, b](const Tensor& g) {
     return std::vector<Tensor>{grad_for(g, a), grad_for(neg(g), b)};
   });
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(k::BinaryOp::mul, a, b, "mul");
-  return record(out, "mul", {a, b}, [a, b](const Tensor& g) {
+  return record(out, "mul", {a, b}, {{"operand a", a}, {"operand b", b}}, [a, b](const Tensor& g) {
     return std::vector<Tensor>{a.requires_grad() ? grad_for(mul(g, b), a) : Tensor(),
                                b.requires_grad() ? grad_for(mul(g, a), b) : Tensor()};
   });
@@ -154,7 +154,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
   // Closures that need the output capture a detached view of it (same storage, no grad_fn): capturing
   // `out` itself would make a cycle out -> node -> closure -> out that leaks every graph never
   // backpropagated (BadInput.GraphsDroppedWithoutBackwardAreFreed).
-  return record(out, "div", {a, b}, [a, b, out = out.detach()](const Tensor& g) {
+  const Tensor y = out.detach();
+  return record(out, "div", {a, b}, {{"operand b", b}, {"output", y}}, [a, b, out = y](const Tensor& g) {
     // d(a/b)/da = 1/b; d(a/b)/db = -(a/b)/b
     return std::vector<Tensor>{a.requires_grad() ? grad_for(div(g, b), a) : Tensor(),
                                b.requires_grad() ? grad_for(neg(div(mul(g, out), b)), b) : Tensor()};
@@ -163,29 +164,30 @@ Tensor div(const Tensor& a, const Tensor& b) {
 
 Tensor add(const Tensor& a, double s) {
   Tensor out = scalar_raw(k::ScalarOp::add, a, s, "add");
-  return record(out, "add_scalar", {a}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
+  return record(out, "add_scalar", {a}, {}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
 }
 
 Tensor mul(const Tensor& a, double s) {
   Tensor out = scalar_raw(k::ScalarOp::mul, a, s, "mul");
-  return record(out, "mul_scalar", {a}, [s](const Tensor& g) { return std::vector<Tensor>{mul(g, s)}; });
+  return record(out, "mul_scalar", {a}, {}, [s](const Tensor& g) { return std::vector<Tensor>{mul(g, s)}; });
 }
 
 Tensor rsub(double s, const Tensor& a) {
   Tensor out = scalar_raw(k::ScalarOp::rsub, a, s, "rsub");
-  return record(out, "rsub", {a}, [](const Tensor& g) { return std::vector<Tensor>{neg(g)}; });
+  return record(out, "rsub", {a}, {}, [](const Tensor& g) { return std::vector<Tensor>{neg(g)}; });
 }
 
 Tensor rdiv(double s, const Tensor& a) {
   Tensor out = scalar_raw(k::ScalarOp::rdiv, a, s, "rdiv");
-  return record(out, "rdiv", {a}, [a, out = out.detach()](const Tensor& g) {
+  const Tensor y = out.detach();
+  return record(out, "rdiv", {a}, {{"input", a}, {"output", y}}, [a, out = y](const Tensor& g) {
     return std::vector<Tensor>{neg(div(mul(g, out), a))};  // d(s/a)/da = -(s/a)/a
   });
 }
 
 Tensor pow(const Tensor& a, double e) {
   Tensor out = scalar_raw(k::ScalarOp::pow, a, e, "pow");
-  return record(out, "pow", {a}, [a, e](const Tensor& g) {
+  return record(out, "pow", {a}, {{"input", a}}, [a, e](const Tensor& g) {
     // x^0 is 1 everywhere, so its gradient is 0 everywhere: not 0 * x^-1, which is NaN at x = 0 (a NaN
     // that a dynamic loss scaler would take for an overflow, step after step). PyTorch's rule too.
     if (e == 0.0) return std::vector<Tensor>{Tensor::zeros(a.shape(), a.dtype(), a.device())};
@@ -195,12 +197,12 @@ Tensor pow(const Tensor& a, double e) {
 
 Tensor neg(const Tensor& a) {
   Tensor out = unary_raw(k::UnaryOp::neg, a, "neg");
-  return record(out, "neg", {a}, [](const Tensor& g) { return std::vector<Tensor>{neg(g)}; });
+  return record(out, "neg", {a}, {}, [](const Tensor& g) { return std::vector<Tensor>{neg(g)}; });
 }
 
 Tensor relu(const Tensor& a) {
   Tensor out = unary_raw(k::UnaryOp::relu, a, "relu");
-  return record(out, "relu", {a}, [a](const Tensor& g) {
+  return record(out, "relu", {a}, {{"input", a}}, [a](const Tensor& g) {
     Tensor gin = Tensor::empty(a.shape(), a.dtype(), a.device());
     const Tensor gc = g.dtype() == a.dtype() ? g : cast(g, a.dtype());
     k::relu_backward(a.device(), a.numel(), a.data_ptr(), gc.data_ptr(), gin.data_ptr(), a.dtype());
@@ -210,12 +212,13 @@ Tensor relu(const Tensor& a) {
 
 Tensor exp(const Tensor& a) {
   Tensor out = unary_raw(k::UnaryOp::exp, a, "exp");
-  return record(out, "exp", {a}, [out = out.detach()](const Tensor& g) { return std::vector<Tensor>{mul(g, out)}; });
+  const Tensor y = out.detach();
+  return record(out, "exp", {a}, {{"output", y}}, [y](const Tensor& g) { return std::vector<Tensor>{mul(g, y)}; });
 }
 
 Tensor log(const Tensor& a) {
   Tensor out = unary_raw(k::UnaryOp::log, a, "log");
-  return record(out, "log", {a}, [a](const Tensor& g) { return std::vector<Tensor>{div(g, a)}; });
+  return record(out, "log", {a}, {{"input", a}}, [a](const Tensor& g) { return std::vector<Tensor>{div(g, a)}; });
 }
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
@@ -247,7 +250,7 @@ Tensor cast(const Tensor& a, DType t) {
   k::cast(a.device(), a.numel(), a.data_ptr(), a.dtype(), out.data_ptr(), t);
   if (!is_floating(t) || !is_floating(a.dtype())) return out;  // integer casts are not differentiable
   const DType src = a.dtype();
-  return record(out, "cast", {a}, [src](const Tensor& g) { return std::vector<Tensor>{cast(g, src)}; });
+  return record(out, "cast", {a}, {}, [src](const Tensor& g) { return std::vector<Tensor>{cast(g, src)}; });
 }
 
 // ---- reductions ----------------------------------------------------------------------------------------------
@@ -283,7 +286,7 @@ Tensor reduce_impl(const Tensor& a, std::vector<int64_t> dims, bool keepdim, boo
   k::reduce_sum(a.device(), ix, a.data_ptr(), a.dtype(), out.data_ptr(), out.dtype(), scale);
   const Shape in_shape = a.shape();
   const DType in_dtype = a.dtype();
-  return record(out, name, {a}, [in_shape, in_dtype, keep_shape, scale](const Tensor& g) {
+  return record(out, name, {a}, {}, [in_shape, in_dtype, keep_shape, scale](const Tensor& g) {
     Tensor e = expand(g.reshape(keep_shape), in_shape);
     if (scale != 1.0) e = mul(e, scale);
     return std::vector<Tensor>{e.dtype() == in_dtype ? e : cast(e, in_dtype)};
@@ -387,7 +390,9 @@ Tensor gemm_raw(const Tensor& a, const Tensor& b, bool ta, bool tb, const Tensor
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   check_matmul(a, b, "matmul");
   Tensor out = gemm_raw(a, b, ta, tb, Tensor(), false, "matmul");
-  return record(out, "matmul", {a, b}, [a, b, ta, tb](const Tensor& g_in) {
+  // The gradient of each operand reads the other's values only.
+  const Saved saved{{"operand a", b.requires_grad() ? a : Tensor()}, {"operand b", a.requires_grad() ? b : Tensor()}};
+  return record(out, "matmul", {a, b}, saved, [a, b, ta, tb](const Tensor& g_in) {
     // C = op(A) op(B); every gradient is itself one GEMM in one of the three layouts, on operands of
     // one dtype: a seed of another (backward(seed) takes any floating dtype) is converted first.
     const Tensor g = g_in.dtype() == a.dtype() ? g_in : cast(g_in, a.dtype());
@@ -418,8 +423,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, bool fu
   Tensor out = gemm_raw(x, weight, false, true, bias, fused_relu, "linear");
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
-  return record(out, fused_relu ? "linear_relu" : "linear", inputs,
-                [x, weight, bias, fused_relu, out = out.detach()](const Tensor& g_in) {
+  const Tensor y = out.detach();
+  // dx reads the weight, dW the input, the fused ReLU's backward the output; db only the gradient.
+  const Saved saved{{"input", weight.requires_grad() ? x : Tensor()},
+                    {"weight", x.requires_grad() ? weight : Tensor()},
+                    {"output", fused_relu ? y : Tensor()}};
+  return record(out, fused_relu ? "linear_relu" : "linear", inputs, saved,
+                [x, weight, bias, fused_relu, out = y](const Tensor& g_in) {
                   // In the output's dtype, which the GEMMs below need (a seed may have another).
                   Tensor g = g_in.dtype() == out.dtype() ? g_in : cast(g_in, out.dtype());
                   if (fused_relu) {  // out = relu(z) > 0 exactly where z > 0
@@ -451,7 +461,8 @@ Tensor log_softmax(const Tensor& logits) {
   Tensor out = Tensor::empty(logits.shape(), out_t, logits.device());
   k::log_softmax_forward(logits.device(), rows, cols, logits.data_ptr(), logits.dtype(), out.data_ptr(), out_t);
   const DType in_t = logits.dtype();
-  return record(out, "log_softmax", {logits}, [out = out.detach(), in_t, rows, cols](const Tensor& g) {
+  const Tensor y = out.detach();
+  return record(out, "log_softmax", {logits}, {{"output", y}}, [out = y, in_t, rows, cols](const Tensor& g) {
     const Tensor gc = g.dtype() == out.dtype() ? g : cast(g, out.dtype());
     Tensor gx = Tensor::empty(out.shape(), in_t, out.device());
     k::log_softmax_backward(out.device(), rows, cols, out.data_ptr(), gc.data_ptr(), out.dtype(), gx.data_ptr(),
@@ -488,7 +499,7 @@ Tensor nll_rows(const Tensor& logp, const Tensor& labels) {
   check_label_range(labels, cols, "nll_loss");
   Tensor out = Tensor::empty({rows}, logp.dtype(), logp.device());
   k::nll_forward(logp.device(), rows, cols, logp.data_ptr(), logp.dtype(), labels.data<int32_t>(), out.data_ptr());
-  return record(out, "nll_loss", {logp}, [logp, labels, rows, cols](const Tensor& g) {
+  return record(out, "nll_loss", {logp}, {{"labels", labels}}, [logp, labels, rows, cols](const Tensor& g) {
     const Tensor gc = g.dtype() == logp.dtype() ? g : cast(g, logp.dtype());
     Tensor gl = Tensor::empty(logp.shape(), logp.dtype(), logp.device());
     k::nll_backward(logp.device(), rows, cols, labels.data<int32_t>(), gc.data_ptr(), gl.data_ptr(), logp.dtype());
@@ -552,7 +563,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
     NoGradGuard no_grad;  // the node below is the whole op's; the mean is part of it
     loss = mean(row_loss);
   }
-  return record(loss, "cross_entropy", {logits},
+  // The backward reads the logits, the labels and the row statistics (which only this op holds).
+  return record(loss, "cross_entropy", {logits}, {{"logits", logits}, {"labels", labels}},
                 [x = logits.detach(), labels, stats, fwd, rows](const Tensor& g) {
                   const Tensor gs = g.dtype() == stats.dtype() ? g : cast(g, stats.dtype());
                   Tensor gx = Tensor::empty(x.shape(), x.dtype(), x.device());

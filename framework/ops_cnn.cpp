@@ -90,8 +90,13 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Size2 stride, S
 
   std::vector<Tensor> inputs{x, w};
   if (b.defined()) inputs.push_back(b);
-  return record(y, fused_relu ? "conv2d_relu" : "conv2d", inputs,
-                [x, w, b, stride, padding, fused_relu, y = y.detach()](const Tensor& g_in) {
+  const Tensor yd = y.detach();
+  // dx reads the weight, dw the input, the fused ReLU's backward the output; db only the gradient.
+  const Saved saved{{"input", w.requires_grad() ? x : Tensor()},
+                    {"weight", x.requires_grad() ? w : Tensor()},
+                    {"output", fused_relu ? yd : Tensor()}};
+  return record(y, fused_relu ? "conv2d_relu" : "conv2d", inputs, saved,
+                [x, w, b, stride, padding, fused_relu, y = yd](const Tensor& g_in) {
                   Tensor g = as_dtype(g_in, y.dtype());
                   if (fused_relu) {  // y = relu(z) > 0 exactly where z > 0
                     Tensor gz = Tensor::empty(y.shape(), y.dtype(), y.device());
@@ -154,7 +159,7 @@ Tensor max_pool2d(const Tensor& x, Size2 kernel, Size2 stride, Size2 padding) {
   Tensor y = Tensor::empty({s.N, s.C, s.P(), s.Q()}, x.dtype(), x.device());
   Tensor idx = Tensor::empty(y.shape(), DType::i32, x.device());
   k::max_pool2d_forward(x.device(), s, x.data_ptr(), y.data_ptr(), idx.data<int32_t>(), x.dtype());
-  return record(y, "max_pool2d", {x}, [s, idx, xt = x.dtype(), xs = x.shape()](const Tensor& g_in) {
+  return record(y, "max_pool2d", {x}, {}, [s, idx, xt = x.dtype(), xs = x.shape()](const Tensor& g_in) {
     const Tensor g = as_dtype(g_in, xt);
     Tensor gx = Tensor::empty(xs, xt, g.device());
     k::max_pool2d_backward(g.device(), s, g.data_ptr(), idx.data<int32_t>(), gx.data_ptr(), xt);
@@ -166,7 +171,7 @@ Tensor avg_pool2d(const Tensor& x, Size2 kernel, Size2 stride, Size2 padding) {
   const k::Pool2dShape s = pool_shape(x, kernel, stride, padding, "avg_pool2d");
   Tensor y = Tensor::empty({s.N, s.C, s.P(), s.Q()}, x.dtype(), x.device());
   k::avg_pool2d_forward(x.device(), s, x.data_ptr(), y.data_ptr(), x.dtype());
-  return record(y, "avg_pool2d", {x}, [s, xt = x.dtype(), xs = x.shape()](const Tensor& g_in) {
+  return record(y, "avg_pool2d", {x}, {}, [s, xt = x.dtype(), xs = x.shape()](const Tensor& g_in) {
     const Tensor g = as_dtype(g_in, xt);
     Tensor gx = Tensor::empty(xs, xt, g.device());
     k::avg_pool2d_backward(g.device(), s, g.data_ptr(), gx.data_ptr(), xt);
@@ -217,7 +222,10 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& gamma, const Tensor& beta, co
     // y = x * a + c with a = gamma / sqrt(rv + eps) per channel: the backward is elementwise.
     // Evaluation usually runs without gradients: then skip the closure and its copies of the stats.
     if (!needs_grad({x, gamma, beta})) return y;
-    return record(y, "batch_norm2d_eval", {x, gamma, beta},
+    // dx reads gamma, dgamma the input; the running statistics are copied (a later train-mode step
+    // updates them in place).
+    const Saved saved{{"input", gamma.requires_grad() ? x : Tensor()}, {"gamma", x.requires_grad() ? gamma : Tensor()}};
+    return record(y, "batch_norm2d_eval", {x, gamma, beta}, saved,
                   [x, gamma, beta, rm = running_mean.detach().clone(), rv = running_var.detach().clone(),
                    eps](const Tensor& g_in) {
                     NoGradGuard no_grad;
@@ -245,7 +253,7 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& gamma, const Tensor& beta, co
                               beta.data_ptr(), running_mean.defined() ? running_mean.data_ptr() : nullptr,
                               running_var.defined() ? running_var.data_ptr() : nullptr, save_mean.data_ptr(),
                               save_invstd.data_ptr(), tp, momentum, eps);
-  return record(y, "batch_norm2d", {x, gamma, beta},
+  return record(y, "batch_norm2d", {x, gamma, beta}, {{"input", x}, {"gamma", gamma}},
                 [x, gamma, beta, s, tp, save_mean, save_invstd](const Tensor& g_in) {
                   const Tensor g = as_dtype(g_in, x.dtype());
                   Tensor gx = Tensor::empty(x.shape(), x.dtype(), x.device());
@@ -268,7 +276,7 @@ Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed) {
   if (!training || p == 0.0) return x;
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   k::dropout_forward(x.device(), x.numel(), x.data_ptr(), y.data_ptr(), x.dtype(), p, seed, 0);
-  return record(y, "dropout", {x}, [p, seed, xt = x.dtype()](const Tensor& g_in) {
+  return record(y, "dropout", {x}, {}, [p, seed, xt = x.dtype()](const Tensor& g_in) {
     const Tensor g = as_dtype(g_in, xt);
     Tensor gx = Tensor::empty(g.shape(), xt, g.device());
     k::dropout_backward(g.device(), g.numel(), g.data_ptr(), gx.data_ptr(), xt, p, seed, 0);  // the same mask

@@ -220,6 +220,12 @@ void Optimizer::step_unless(const int32_t* skip) {
     index.push_back(i);
   }
   const std::vector<int32_t*> marks = update(slots, index, skip);
+  // The update is a write to each parameter it touched, as copy_ is: a graph that saved one of them
+  // (recorded before this step, backpropagated after it) is refused by backward() instead of computing
+  // the old weights' gradients with the new weights (autograd.h). Counted whether or not the device then skips the
+  // step; the masters are in step with what was counted.
+  for (size_t i : index) params_[i].impl()->storage->bump_version();
+  note_param_versions();  // after every bump: two parameters may share a storage
   // Count the step (and mark SGD's momentum buffers started) on the device, unless it was skipped.
   kernels::optim_finish(params_[0].device(), skip, applied_steps_device(), marks);
   unscaled_ = false;

@@ -204,7 +204,7 @@ Tensor Tensor::to(Device d) const {
   if (d == Device::cpu) debug::count_host_read();
   copy_bytes(out.data_ptr(), d, data_ptr(), device(), nbytes());
   const Device src = device();
-  return record(out, "to_device", {*this}, [src](const Tensor& g) { return std::vector<Tensor>{g.to(src)}; });
+  return record(out, "to_device", {*this}, {}, [src](const Tensor& g) { return std::vector<Tensor>{g.to(src)}; });
 }
 
 Tensor Tensor::to(DType t) const { return cast(*this, t); }
@@ -312,7 +312,7 @@ Tensor Tensor::reshape(const Shape& new_shape) const {
   view->shape = s;
   view->dtype = impl_->dtype;
   const Shape old = shape();
-  return record(Tensor(view), "reshape", {*this}, [old](const Tensor& g) { return std::vector<Tensor>{g.reshape(old)}; });
+  return record(Tensor(view), "reshape", {*this}, {}, [old](const Tensor& g) { return std::vector<Tensor>{g.reshape(old)}; });
 }
 
 Tensor Tensor::flatten(int64_t start_dim) const {
@@ -340,7 +340,7 @@ Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
   const int64_t row_elems = shape_numel(Shape(shape().begin() + 1, shape().end()));
   view->offset = impl_->offset + begin * row_elems;
   const Shape full_shape = shape();
-  return record(Tensor(view), "slice_rows", {*this}, [full_shape, begin, end](const Tensor& g) {
+  return record(Tensor(view), "slice_rows", {*this}, {}, [full_shape, begin, end](const Tensor& g) {
     Tensor full = Tensor::zeros(full_shape, g.dtype(), g.device());
     full.slice_rows(begin, end).copy_(g);
     return std::vector<Tensor>{full};

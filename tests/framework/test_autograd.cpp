@@ -152,7 +152,7 @@ TEST(Autograd, AWiderSeedStillGivesTheLeafItsOwnDtype) {
 TEST(Autograd, AnUndefinedGradientGivesThatInputNothing) {
   Tensor a = vec({1.0, 2.0}).requires_grad_();
   Tensor b = vec({3.0, 4.0}).requires_grad_();
-  Tensor out = record(add(a.detach(), b.detach()), "only_b", {a, b},
+  Tensor out = record(add(a.detach(), b.detach()), "only_b", {a, b}, {},
                       [](const Tensor& g) { return std::vector<Tensor>{Tensor(), g}; });
   sum(out).backward();
   EXPECT_FALSE(a.grad().defined());

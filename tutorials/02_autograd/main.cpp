@@ -186,7 +186,9 @@ Tensor square(const Tensor& x, bool forget_the_two) {
     NoGradGuard no_grad;  // compute the value only; the node comes from record() below
     out = mul(x, x);
   }
-  return record(out, forget_the_two ? "square_wrong" : "square", {x}, [x, forget_the_two](const Tensor& g) {
+  // The closure reads x's values: saved, so that backward() refuses if x is overwritten before it runs.
+  return record(out, forget_the_two ? "square_wrong" : "square", {x}, {{"input", x}},
+                [x, forget_the_two](const Tensor& g) {
     const Tensor gx = mul(g, x);
     return std::vector<Tensor>{forget_the_two ? gx : mul(gx, 2.0)};
   });
