@@ -148,10 +148,10 @@ void neuron() {
               values(gx_hand).c_str(), num(max_abs_diff(x.grad().to_double(), gx_hand)).c_str());
 }
 
-// ---- 3. accumulation, release, no-grad --------------------------------------------------------------
+// ---- 3. accumulation, release, no-grad, saved tensors ------------------------------------------------
 
 void lifecycle() {
-  heading("3. Gradients accumulate; the graph is freed; NoGradGuard records nothing");
+  heading("3. Gradients accumulate; the graph is freed; NoGradGuard records nothing; saved tensors are checked");
   Tensor a = leaf({1.0f, 2.0f, -3.0f}, {3}, "a");
   Tensor b = leaf({0.5f, -1.5f, 2.0f}, {3}, "b");
   Tensor y = sum(pow(a * b + a, 2.0));
@@ -174,6 +174,12 @@ void lifecycle() {
   Tensor detached = a.detach();
   std::printf("a.detach() shares a's storage (%s) and requires_grad = %s\n",
               detached.data_ptr() == a.data_ptr() ? "same pointer" : "a copy", detached.requires_grad() ? "true" : "false");
+
+  // mul saved b (d(a*b)/da = b). Writing b between the forward pass and backward(), as an optimizer
+  // step there would, makes that gradient wrong: backward() refuses, before it computes anything.
+  Tensor p = sum(a * b);
+  b.fill_(1.0f);
+  expect_error("p = sum(a*b); b.fill_(1); p.backward()", [&] { p.backward(); });
 }
 
 // ---- 4. gradcheck --------------------------------------------------------------------------------------
