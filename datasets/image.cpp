@@ -235,6 +235,14 @@ Image read_image(const std::string& path, int channels) {
   return decode_image(bytes.data(), bytes.size(), path, channels);
 }
 
+Image read_image_upright(const std::string& path, int channels, ExifOrientation* orientation) {
+  const std::vector<uint8_t> bytes = read_file_bytes(path, "read_image_upright");
+  const Image stored = decode_image(bytes.data(), bytes.size(), path, channels);
+  const ExifOrientation o = exif_orientation(bytes.data(), bytes.size());
+  if (orientation != nullptr) *orientation = o;
+  return apply_exif_orientation(stored, o.value);
+}
+
 Image resize_image(const Image& img, int64_t width, int64_t height) {
   HL_CHECK(width > 0 && height > 0 && width <= kMaxSide && height <= kMaxSide && width * height <= kMaxPixels,
            "resize_image: cannot resize ", dims(img), " to ", width, "x", height, " (at most ", kMaxSide,
@@ -331,7 +339,7 @@ Tensor load_image_tensor(const std::string& path, const ImageInput& in, const No
            "): the size to resize to cannot be negative; got ", in.height, "x", in.width);
   HL_CHECK((in.height == 0) == (in.width == 0), "load_image_tensor(", path,
            "): give both height and width (or neither), got ", in.height, "x", in.width);
-  Image img = read_image(path, in.channels);
+  Image img = read_image_upright(path, in.channels);  // a photo as its viewer shows it (image.h)
   if (in.height > 0) img = resize_image(img, in.width, in.height);
   const Tensor t = image_to_tensor(img, norm);
   return t.reshape({1, img.channels, img.height, img.width});

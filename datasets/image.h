@@ -35,6 +35,28 @@ struct Image {
 Image decode_image(const uint8_t* data, size_t size, const std::string& source, int channels = 0);
 Image read_image(const std::string& path, int channels = 0);
 
+// EXIF orientation (tag 0x0112), which phones and cameras write instead of turning the pixels: 1 is
+// stored upright; 2 to 8 say how the stored pixels are mirrored and/or turned to be seen upright (6:
+// turned 90 degrees clockwise). decode_image and read_image ignore it (stb_image does), as
+// torchvision's ImageFolder does (PIL does not apply it either), so the data sets' images stay as
+// stored; read_image_upright applies it, as a photo viewer does (tutorial 10).
+struct ExifOrientation {
+  int value = 1;        // 1 to 8; 1 when the file has no orientation
+  std::string problem;  // non-empty when an Exif block or its tag could not be read (value is then 1): why
+};
+// From a JPEG's APP1 "Exif" segment or a PNG's eXIf chunk, held in memory; 1 for BMP and for a file
+// without one. Never throws and never reads outside [data, data + size): a damaged block gives 1 and
+// says what is wrong in `problem`, since the pixels themselves may be fine.
+ExifOrientation exif_orientation(const uint8_t* data, size_t size);
+// The image as a viewer shows it: orientation 2 to 8 undone (5 to 8 swap width and height); 1 returns
+// it as it is. Throws hl::Error for an orientation outside 1..8.
+Image apply_exif_orientation(const Image& img, int orientation);
+// What turning a stored image upright does, in words ("turned 90 degrees clockwise"), for messages.
+const char* exif_orientation_name(int orientation);
+// read_image, then turned upright by the file's EXIF orientation, which `orientation` (if not null)
+// receives, with any problem reading it.
+Image read_image_upright(const std::string& path, int channels = 0, ExifOrientation* orientation = nullptr);
+
 // The longest side an image may have, decoded or resized: JPEG's own limit. stb_image_resize's scratch
 // memory grows with the longest side of the source (about 84 bytes per row), so a side is bounded as
 // well as the total (2^26 pixels): at 65535 that scratch stays under 6 MB.
@@ -66,7 +88,8 @@ struct ImageInput {
   int channels = 3;                // 1 or 3
   int64_t height = 0, width = 0;   // resized to this; 0 keeps the file's size
 };
-// read_image + resize + image_to_tensor, with a batch dimension: f32 [1, C, H, W].
+// read_image_upright (a photo turned by its EXIF orientation) + resize + image_to_tensor, with a batch
+// dimension: f32 [1, C, H, W].
 Tensor load_image_tensor(const std::string& path, const ImageInput& in, const Normalization& norm);
 
 // One image tensor, [C, H, W] or [H, W] (C = 1 or 3), back to 8-bit pixels: the normalization

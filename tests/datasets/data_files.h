@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/error.h"
+#include "tests/datasets/exif_files.h"
 
 namespace hl::test {
 

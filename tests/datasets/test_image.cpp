@@ -397,6 +397,10 @@ TEST(Image, LoadImageTensorForAModel) {
   EXPECT_EQ(x.shape(), (Shape{1, 1, 28, 28}));
   EXPECT_EQ(x.dtype(), DType::f32);
   EXPECT_EQ(data::load_image_tensor(dir / "digit.png", {3, 0, 0}, {}).shape(), (Shape{1, 3, 40, 40}));
+  // A photo stored on its side (EXIF orientation 6) comes as its viewer shows it: 30 wide, 20 high.
+  data::write_png(dir / "side.png", random_image(20, 30, 3, fresh_seed()));
+  write_file(dir / "side.png", with_exif_chunk(read_file(dir / "side.png"), tiff_orientation(false, 6)));
+  EXPECT_EQ(data::load_image_tensor(dir / "side.png", {3, 0, 0}, {}).shape(), (Shape{1, 3, 20, 30}));
   EXPECT_HL_ERROR(data::load_image_tensor(dir / "digit.png", {2, 28, 28}, {}), "channels must be 1 or 3");
   EXPECT_EQ(data::load_image_tensor(dir / "digit.png", {1, 1, 1}, {}).shape(), (Shape{1, 1, 1, 1}));
   for (const auto& [h, w] : {std::pair<int64_t, int64_t>{0, 28}, {28, 0}})
@@ -1015,6 +1019,133 @@ TEST(Image, ResizeRefusesASourceOver2To26Pixels) {
                   "resize_image: the image 8192x8192x1 holds 0 bytes");
   EXPECT_HL_ERROR(data::resize_image(Image{65535, 1024, 1, {}}, 28, 28),
                   "resize_image: the image 65535x1024x1 holds 0 bytes");
+}
+
+// ---- EXIF orientation ----------------------------------------------------------------------------------------
+
+// Each shown pixel where the EXIF specification puts it: the stored 3x2 image 1 2 3 / 4 5 6 as a
+// viewer shows it for each orientation (6: the stored top row becomes the right-hand column).
+TEST(Exif, EachOrientationShowsThePixelsWhereAViewerDoes) {
+  const Image stored{3, 2, 1, {1, 2, 3, 4, 5, 6}};
+  const std::vector<std::pair<Image, int>> shown = {
+      {{3, 2, 1, {1, 2, 3, 4, 5, 6}}, 1}, {{3, 2, 1, {3, 2, 1, 6, 5, 4}}, 2}, {{3, 2, 1, {6, 5, 4, 3, 2, 1}}, 3},
+      {{3, 2, 1, {4, 5, 6, 1, 2, 3}}, 4}, {{2, 3, 1, {1, 4, 2, 5, 3, 6}}, 5}, {{2, 3, 1, {4, 1, 5, 2, 6, 3}}, 6},
+      {{2, 3, 1, {6, 3, 5, 2, 4, 1}}, 7}, {{2, 3, 1, {3, 6, 2, 5, 1, 4}}, 8}};
+  for (const auto& [want, o] : shown) {
+    const Image got = data::apply_exif_orientation(stored, o);
+    EXPECT_EQ(got.width, want.width) << o;
+    EXPECT_EQ(got.height, want.height) << o;
+    EXPECT_EQ(got.pixels, want.pixels) << "orientation " << o << " (" << data::exif_orientation_name(o) << ")";
+  }
+  // A pixel's channels move together.
+  const Image rgb{2, 1, 3, {10, 11, 12, 20, 21, 22}};
+  EXPECT_EQ(data::apply_exif_orientation(rgb, 6).pixels, (Bytes{10, 11, 12, 20, 21, 22}));
+  EXPECT_EQ(data::apply_exif_orientation(rgb, 2).pixels, (Bytes{20, 21, 22, 10, 11, 12}));
+  EXPECT_HL_ERROR(data::apply_exif_orientation(stored, 0),
+                  "apply_exif_orientation: orientation 0 (EXIF defines 1 to 8)");
+  EXPECT_HL_ERROR(data::apply_exif_orientation(stored, 9), "apply_exif_orientation: orientation 9");
+  EXPECT_HL_ERROR(data::apply_exif_orientation(Image{3, 2, 1, Bytes(5)}, 6), "the image 3x2x1 holds 5 bytes");
+}
+
+// On odd-sized random images: the mirrors and 180 degrees undo themselves, and 6 and 8 undo each other.
+TEST(Exif, OrientationsUndoEachOtherAsTheGeometrySays) {
+  const Image img = random_image(5, 3, 3, fresh_seed());
+  for (int o : {2, 3, 4, 5, 7})
+    EXPECT_EQ(data::apply_exif_orientation(data::apply_exif_orientation(img, o), o).pixels, img.pixels) << o;
+  EXPECT_EQ(data::apply_exif_orientation(data::apply_exif_orientation(img, 6), 8).pixels, img.pixels);
+  const Image twice = data::apply_exif_orientation(data::apply_exif_orientation(img, 6), 6);
+  EXPECT_EQ(twice.pixels, data::apply_exif_orientation(img, 3).pixels) << "two quarter turns are a half turn";
+}
+
+TEST(Exif, TheTagIsReadFromJpegAndPngInBothByteOrders) {
+  const Bytes jpg = encode(random_image(8, 4, 3, fresh_seed()), "jpg");
+  const Bytes png = encode(random_image(8, 4, 3, fresh_seed()), "png");
+  for (bool big : {false, true})
+    for (uint32_t v = 1; v <= 8; ++v) {
+      const Bytes tiff = tiff_orientation(big, v);
+      for (const Bytes& file : {with_app1(jpg, exif_payload(tiff)), with_exif_chunk(png, tiff),
+                                with_exif_chunk(png, exif_payload(tiff))}) {
+        const data::ExifOrientation o = data::exif_orientation(file.data(), file.size());
+        EXPECT_EQ(o.value, static_cast<int>(v)) << (big ? "MM " : "II ") << v;
+        EXPECT_EQ(o.problem, "");
+        // The image itself still decodes: the segment or chunk is one the decoders skip.
+        EXPECT_EQ(data::decode_image(file.data(), file.size(), "f").width, 8);
+      }
+    }
+  // An XMP APP1 segment before the Exif one is passed over.
+  const Bytes xmp = {'h', 't', 't', 'p', ':', '/', '/', 'n', 's', 0};
+  const Bytes both = with_app1(with_app1(jpg, exif_payload(tiff_orientation(false, 6))), xmp);
+  EXPECT_EQ(data::exif_orientation(both.data(), both.size()).value, 6);
+  // No Exif at all, and a BMP: upright, nothing to report.
+  const Bytes bmp = encode(random_image(8, 4, 3, fresh_seed()), "bmp");
+  for (const Bytes& file : {jpg, png, bmp, with_app1(jpg, xmp)}) {
+    const data::ExifOrientation o = data::exif_orientation(file.data(), file.size());
+    EXPECT_EQ(o.value, 1);
+    EXPECT_EQ(o.problem, "");
+  }
+  // A directory without an orientation entry: upright.
+  Bytes no_tag = tiff_orientation(false, 6);
+  no_tag[22] = 0x13;  // the second entry's tag, 0x0112, becomes 0x0113
+  const Bytes f = with_app1(jpg, exif_payload(no_tag));
+  EXPECT_EQ(data::exif_orientation(f.data(), f.size()).value, 1);
+  EXPECT_EQ(data::exif_orientation(f.data(), f.size()).problem, "");
+}
+
+// Metadata the pixels do not depend on: a damaged Exif block leaves the image as stored (1) and says
+// what is wrong, naming the segment; nothing outside the block is read (the fuzz target and ASan).
+TEST(Exif, ADamagedBlockGivesUprightAndSaysWhy) {
+  const Bytes jpg = encode(random_image(8, 4, 1, fresh_seed()), "jpg");
+  const Bytes good = tiff_orientation(true, 6);
+  const auto damaged = [&](size_t at, uint8_t v) {
+    Bytes t = good;
+    t[at] = v;
+    return t;
+  };
+  const std::vector<std::pair<Bytes, std::string>> cases = {
+      {Bytes(good.begin(), good.begin() + 7), "only 7 bytes (a TIFF header is 8)"},
+      {damaged(0, 'X'), "no byte-order mark (II or MM)"},
+      {damaged(3, 43), "the TIFF header's number is 43, not 42"},
+      {damaged(7, 200), "the first directory's offset 200 is outside its 38 bytes"},
+      {damaged(9, 9), "the first directory claims 9 entries; 2 fit in its bytes"},
+      {Bytes(good.begin(), good.begin() + 30), "the first directory claims 2 entries; 1 fit in its bytes"},
+      {tiff_orientation(true, 6, 4), "the orientation entry has type 4 and count 1 (a SHORT, type 3, count 1)"},
+      {tiff_orientation(true, 6, 3, 2), "the orientation entry has type 3 and count 2"},
+      {tiff_orientation(true, 0), "orientation 0 (EXIF defines 1 to 8)"},
+      {tiff_orientation(true, 9), "orientation 9 (EXIF defines 1 to 8)"},
+  };
+  for (const auto& [tiff, why] : cases) {
+    const Bytes file = with_app1(jpg, exif_payload(tiff));
+    const data::ExifOrientation o = data::exif_orientation(file.data(), file.size());
+    EXPECT_EQ(o.value, 1) << why;
+    EXPECT_NE(o.problem.find("the Exif segment at byte 2: " + why), std::string::npos) << o.problem;
+  }
+  const Bytes png = with_exif_chunk(encode(random_image(4, 4, 1, fresh_seed()), "png"), damaged(0, 'X'));
+  const data::ExifOrientation p = data::exif_orientation(png.data(), png.size());
+  EXPECT_EQ(p.value, 1);
+  EXPECT_NE(p.problem.find("the eXIf chunk at byte"), std::string::npos) << p.problem;
+}
+
+// read_image_upright is read_image turned by the file's orientation; read_image stays as stored.
+TEST(Exif, ReadImageUprightTurnsThePhotoAndReportsTheTag) {
+  TempDir dir;
+  const Image img = random_image(6, 4, 3, fresh_seed());
+  write_file(dir / "photo.jpg", with_app1(encode(img, "jpg"), exif_payload(tiff_orientation(false, 6))));
+  const Image stored = data::read_image(dir / "photo.jpg");
+  EXPECT_EQ(stored.width, 6);
+  data::ExifOrientation o;
+  const Image upright = data::read_image_upright(dir / "photo.jpg", 0, &o);
+  EXPECT_EQ(o.value, 6);
+  EXPECT_EQ(upright.width, 4);
+  EXPECT_EQ(upright.height, 6);
+  EXPECT_EQ(upright.pixels, data::apply_exif_orientation(stored, 6).pixels);
+  EXPECT_EQ(data::read_image_upright(dir / "photo.jpg", 1).channels, 1);
+
+  write_file(dir / "damaged.jpg", with_app1(encode(img, "jpg"), exif_payload(Bytes{'M', 'M', 0})));
+  const Image as_stored = data::read_image_upright(dir / "damaged.jpg", 0, &o);
+  EXPECT_EQ(o.value, 1);
+  EXPECT_NE(o.problem, "");
+  EXPECT_EQ(as_stored.width, 6);
+  EXPECT_HL_ERROR(data::read_image_upright(dir / "missing.jpg"), "missing.jpg");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "datasets/image_folder.h"
+#include "tests/datasets/exif_files.h"
 
 using Bytes = std::vector<uint8_t>;
 namespace fs = std::filesystem;
@@ -88,6 +89,11 @@ int main(int argc, char** argv) {
   put(root / "fuzz_image/rgb_8x8.jpg", image(8, 8, 3, "jpg"));
   put(root / "fuzz_image/gray_16x8.jpg", image(16, 8, 1, "jpg"));
   put(root / "fuzz_image/rgb_5x3.bmp", image(5, 3, 3, "bmp"));
+  // EXIF orientation (datasets/exif.cpp): a JPEG's APP1 segment, little-endian; a PNG's eXIf chunk, big-endian.
+  using hl::test::exif_payload, hl::test::tiff_orientation, hl::test::with_app1, hl::test::with_exif_chunk;
+  put(root / "fuzz_image/exif6_rgb_8x6.jpg",
+      with_app1(image(8, 6, 3, "jpg"), exif_payload(tiff_orientation(false, 6))));
+  put(root / "fuzz_image/exif8_gray_5x5.png", with_exif_chunk(image(5, 5, 1, "png"), tiff_orientation(true, 8)));
   // Image cache: two tiny ones.
   hl::data::ImageCache c{0x1234, 2, 1, 2, 2, {"cat", "dog"}, {1, 0}, Bytes(8, 9)};
   put(root / "fuzz_image_cache/gray_2x2x2.bin", hl::data::serialize_image_cache(c));

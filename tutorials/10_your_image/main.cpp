@@ -182,6 +182,7 @@ std::string write_smoke_image(const tutorial::ModelCard& card, const std::string
 int main(int argc, char** argv) {
   CLI::App app{"halfling tutorial 10: classify your own image with a saved model"};
   std::string checkpoint, image_path, invert = "auto", save_input, device = "cpu", data_dir, prepare = "auto";
+  std::string exif = "apply";
   bool no_center = false, smoke = false;
   int64_t top = 3;
   // Checked after parsing rather than with CLI11's required(), so that a mistyped flag is reported as
@@ -195,6 +196,10 @@ int main(int argc, char** argv) {
   app.add_option("--prepare", prepare, "a gray image is made to look like mnist (digits) or fashion-mnist (items); "
                                        "auto: the model card's data set")
       ->check(CLI::IsMember({"auto", "mnist", "fashion-mnist"}))
+      ->capture_default_str();
+  app.add_option("--exif", exif, "apply: turn a photo upright by its EXIF orientation, as a viewer does; ignore: "
+                                 "use the pixels as stored")
+      ->check(CLI::IsMember({"apply", "ignore"}))
       ->capture_default_str();
   app.add_option("--save-input", save_input, "write what the model sees (after preparation) as a PNG");
   app.add_option("--top", top, "how many classes to list")->check(CLI::Range(1, 1000))->capture_default_str();
@@ -225,8 +230,24 @@ int main(int argc, char** argv) {
     // An alpha channel (2: gray + alpha, 4: RGBA) is composited onto white, as a viewer shows it.
     // Dropped instead, a digit drawn in black on a transparent canvas is black on black: no ink.
     const bool alpha = original.channels == 2 || original.channels == 4;
-    data::Image input = data::read_image(image_path, static_cast<int>(card.channels) + (alpha ? 1 : 0));
+    const int channels = static_cast<int>(card.channels) + (alpha ? 1 : 0);
+    // A phone held on its side stores the pixels unturned, with an EXIF orientation tag for viewers:
+    // read as stored, a "7" reached the model on its side (README). Turned upright unless --exif ignore.
+    data::ExifOrientation orientation;
+    data::Image input = data::read_image_upright(image_path, channels, &orientation);
     std::vector<std::string> first;
+    if (orientation.value != 1) {
+      const std::string tag = "EXIF orientation " + std::to_string(orientation.value) + " (" +
+                              data::exif_orientation_name(orientation.value) + ")";
+      if (exif == "apply") {
+        first.push_back("turned upright: " + tag);
+      } else {
+        input = data::read_image(image_path, channels);
+        first.push_back(tag + " ignored (--exif ignore): the pixels as stored");
+      }
+    }
+    if (!orientation.problem.empty())
+      first.push_back("EXIF orientation unreadable, so the pixels are used as stored (" + orientation.problem + ")");
     if (card.channels == 1) first.push_back(original.channels <= 2 ? "already gray" : "converted to gray");
     if (alpha) {
       input = data::flatten_alpha(input, 255);
