@@ -73,6 +73,10 @@ ExifOrientation from_jpeg(const uint8_t* d, size_t n) {
       continue;
     }
     if (m == 0xDA || m == 0xD9) break;
+    if ((m >= 0xD0 && m <= 0xD7) || m == 0x01) {  // markers without a length (as jpeg_walk in image.cpp)
+      at += 2;
+      continue;
+    }
     const size_t len = (static_cast<size_t>(d[at + 2]) << 8) | d[at + 3];
     if (len < 2 || len > n - at - 2) break;  // decode_image reports a damaged segment table
     static constexpr uint8_t kExif[6] = {'E', 'x', 'i', 'f', 0, 0};
@@ -128,8 +132,7 @@ const char* exif_orientation_name(int orientation) {
 Image apply_exif_orientation(const Image& img, int orientation) {
   HL_CHECK(orientation >= 1 && orientation <= 8, "apply_exif_orientation: orientation ", orientation,
            " (EXIF defines 1 to 8)");
-  HL_CHECK(img.width >= 0 && img.height >= 0 && img.channels > 0 &&
-               img.pixels.size() == static_cast<size_t>(img.width * img.height * img.channels),
+  HL_CHECK(img.holds_its_pixels(),
            "apply_exif_orientation: the image ", img.width, "x", img.height, "x", img.channels, " holds ",
            img.pixels.size(), " bytes");
   if (orientation == 1) return img;

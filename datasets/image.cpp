@@ -254,7 +254,7 @@ Image resize_image(const Image& img, int64_t width, int64_t height) {
   HL_CHECK(img.width * img.height <= kMaxPixels, "resize_image: the image ", dims(img), " has ",
            img.width * img.height, " pixels, over the ", kMaxPixels, " (2^26) that decode_image accepts");
   HL_CHECK(img.width > 0 && img.height > 0 && img.channels > 0 &&
-               img.pixels.size() == static_cast<size_t>(img.width * img.height * img.channels),
+               img.holds_its_pixels(),
            "resize_image: the image ", dims(img), " holds ", img.pixels.size(), " bytes");
   if (width == img.width && height == img.height) return img;
   Image out{width, height, img.channels, std::vector<uint8_t>(static_cast<size_t>(width * height * img.channels))};
@@ -267,7 +267,7 @@ Image resize_image(const Image& img, int64_t width, int64_t height) {
 
 Image flatten_alpha(const Image& img, uint8_t background) {
   HL_CHECK(img.width > 0 && img.height > 0 && img.channels >= 1 && img.channels <= 4 &&
-               img.pixels.size() == static_cast<size_t>(img.width * img.height * img.channels),
+               img.holds_its_pixels(),
            "flatten_alpha: the image ", dims(img), " holds ", img.pixels.size(), " bytes");
   if (img.channels == 1 || img.channels == 3) return img;
   const int64_t color = img.channels - 1, n = img.width * img.height;
@@ -286,6 +286,12 @@ Image flatten_alpha(const Image& img, uint8_t background) {
 
 Image scale_nearest(const Image& img, int64_t factor) {
   HL_CHECK(factor >= 1 && factor <= 64, "scale_nearest: factor must be 1 to 64 (got ", factor, ")");
+  // Checked, not assumed: a hand-built image holding fewer bytes than its sides claim was read past
+  // its end (found in review, 2026-11-29).
+  HL_CHECK(img.holds_its_pixels(), "scale_nearest: the image ", dims(img), " holds ", img.pixels.size(), " bytes");
+  HL_CHECK(img.width <= kMaxSide && img.height <= kMaxSide && img.width * factor * img.height * factor <= kMaxPixels,
+           "scale_nearest: ", dims(img), " enlarged ", factor, " times would have over ", kMaxPixels,
+           " (2^26) pixels, the most an image may have");
   if (factor == 1) return img;
   Image out{img.width * factor, img.height * factor, img.channels, {}};
   out.pixels.resize(static_cast<size_t>(out.width * out.height * out.channels));
@@ -300,12 +306,21 @@ Image make_grid(const std::vector<Image>& images, int64_t cols, int64_t padding,
   HL_CHECK(!images.empty(), "make_grid: no images");
   HL_CHECK(cols >= 1 && padding >= 0, "make_grid: cols must be >= 1 and padding >= 0 (got ", cols, ", ", padding, ")");
   const Image& first = images.front();
-  for (const Image& img : images)
+  for (const Image& img : images) {
+    HL_CHECK(img.holds_its_pixels() && img.width > 0 && img.height > 0 && img.width <= kMaxSide &&
+                 img.height <= kMaxSide,
+             "make_grid: the image ", dims(img), " holds ", img.pixels.size(), " bytes (or has a side of 0 or over ",
+             kMaxSide, ")");
     HL_CHECK(img.width == first.width && img.height == first.height && img.channels == first.channels,
              "make_grid: every image must be ", dims(first), ", got ", dims(img));
+  }
+  HL_CHECK(padding <= kMaxSide, "make_grid: padding ", padding, " is over ", kMaxSide, " pixels");
   cols = std::min<int64_t>(cols, static_cast<int64_t>(images.size()));
   const int64_t rows = (static_cast<int64_t>(images.size()) + cols - 1) / cols;
   Image grid{cols * first.width + (cols + 1) * padding, rows * first.height + (rows + 1) * padding, first.channels, {}};
+  HL_CHECK(grid.width <= kMaxSide && grid.height <= kMaxSide && grid.width * grid.height <= kMaxPixels, "make_grid: ",
+           images.size(), " images of ", dims(first), ", ", cols, " per row with padding ", padding, " make a ",
+           grid.width, "x", grid.height, " grid, over the ", kMaxPixels, " (2^26) pixels an image may have");
   grid.pixels.assign(static_cast<size_t>(grid.width * grid.height * grid.channels), background);
   for (size_t k = 0; k < images.size(); ++k) {
     const int64_t x0 = padding + static_cast<int64_t>(k) % cols * (first.width + padding);
@@ -319,7 +334,7 @@ Image make_grid(const std::vector<Image>& images, int64_t cols, int64_t padding,
 
 Tensor image_to_tensor(const Image& img, const Normalization& norm) {
   HL_CHECK(img.width > 0 && img.height > 0 && img.channels > 0 &&
-               img.pixels.size() == static_cast<size_t>(img.width * img.height * img.channels),
+               img.holds_its_pixels(),
            "image_to_tensor: the image ", dims(img), " holds ", img.pixels.size(), " bytes");
   norm.check("image_to_tensor", img.channels);
   Tensor out = Tensor::empty({img.channels, img.height, img.width}, DType::f32, Device::cpu);
@@ -367,7 +382,7 @@ Image tensor_to_image_minmax(const Tensor& t) {
 
 void write_png(const std::string& path, const Image& img) {
   HL_CHECK(img.width > 0 && img.height > 0 && img.channels >= 1 && img.channels <= 4 &&
-               img.pixels.size() == static_cast<size_t>(img.width * img.height * img.channels),
+               img.holds_its_pixels(),
            "write_png(", path, "): not a valid image (", dims(img), ", ", img.pixels.size(), " bytes)");
   std::vector<uint8_t> png;
   const auto append = [](void* ctx, void* data, int size) {

@@ -22,6 +22,13 @@ struct Image {
   std::vector<uint8_t> pixels;                  // height * width * channels, row by row, interleaved
 
   uint8_t at(int64_t y, int64_t x, int64_t c) const { return pixels[static_cast<size_t>((y * width + x) * channels + c)]; }
+  // Sides >= 0, channels > 0, and exactly width * height * channels bytes of pixels: the product
+  // computed without overflow, since a hand-built Image may claim any sides (2^62 x 4 wrapped to 0).
+  bool holds_its_pixels() const {
+    int64_t n = 0;
+    return width >= 0 && height >= 0 && channels > 0 && !__builtin_mul_overflow(width, height, &n) &&
+           !__builtin_mul_overflow(n, channels, &n) && pixels.size() == static_cast<uint64_t>(n);
+  }
 };
 
 // Decode a PNG, JPEG or BMP file held in memory, converted to `channels` (1 = gray, 2 = gray + alpha,

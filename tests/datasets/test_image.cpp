@@ -267,6 +267,32 @@ TEST(Image, MakeGridLimitsAndSizes) {
                     detail::concat(other.width, "x", other.height, "x", other.channels));
 }
 
+// Hand-built images whose bytes do not match their sides: scale_nearest and make_grid read such an
+// image past its end (found in review, 2026-11-29); every function now refuses it, including sides
+// whose product overflows (2^62 x 4 x 1 wrapped to 0 bytes, which matched an empty pixel vector).
+// Outputs over 2^26 pixels are refused before anything is allocated.
+TEST(Image, ImagesWhoseBytesDoNotMatchTheirSidesAreRefusedEverywhere) {
+  const Image short_one{4, 4, 1, Bytes(3)};
+  const Image wrapped{int64_t{1} << 62, 4, 1, {}};
+  EXPECT_FALSE(short_one.holds_its_pixels());
+  EXPECT_FALSE(wrapped.holds_its_pixels());
+  EXPECT_TRUE((Image{0, 3, 1, {}}).holds_its_pixels());
+  for (const Image& bad : {short_one, wrapped}) {
+    EXPECT_HL_ERROR(data::scale_nearest(bad, 2), "scale_nearest: the image ");
+    EXPECT_HL_ERROR(data::make_grid({bad}, 1), "make_grid: the image ");
+    EXPECT_HL_ERROR(data::flatten_alpha(bad), "flatten_alpha: the image ");
+    EXPECT_HL_ERROR(data::image_to_tensor(bad, {}), "image_to_tensor: the image ");
+    EXPECT_HL_ERROR(data::apply_exif_orientation(bad, 6), "apply_exif_orientation: the image ");
+    EXPECT_HL_ERROR(data::resize_image(bad, 2, 2), "resize_image: the image ");
+  }
+  EXPECT_HL_ERROR(data::scale_nearest(Image{4096, 4096, 1, Bytes(4096 * 4096)}, 3),
+                  "scale_nearest: 4096x4096x1 enlarged 3 times would have over 67108864 (2^26) pixels");
+  EXPECT_HL_ERROR(data::make_grid({Image{1, 1, 1, {7}}}, 1, 10000),
+                  "make_grid: 1 images of 1x1x1, 1 per row with padding 10000 make a 20001x20001 grid, over the "
+                  "67108864 (2^26) pixels");
+  EXPECT_HL_ERROR(data::make_grid({Image{1, 1, 1, {7}}}, 1, 70000), "make_grid: padding 70000 is over 65535");
+}
+
 TEST(Image, SavePngGridTakesTheFirstImagesOfTheBatch) {
   TempDir dir;
   Generator gen(fresh_seed());
