@@ -289,9 +289,13 @@ Image scale_nearest(const Image& img, int64_t factor) {
   // Checked, not assumed: a hand-built image holding fewer bytes than its sides claim was read past
   // its end (found in review, 2026-11-29).
   HL_CHECK(img.holds_its_pixels(), "scale_nearest: the image ", dims(img), " holds ", img.pixels.size(), " bytes");
-  HL_CHECK(img.width <= kMaxSide && img.height <= kMaxSide && img.width * factor * img.height * factor <= kMaxPixels,
-           "scale_nearest: ", dims(img), " enlarged ", factor, " times would have over ", kMaxPixels,
-           " (2^26) pixels, the most an image may have");
+  // The sides first, so that the products below cannot overflow (a 0-pixel image may claim any width).
+  HL_CHECK(img.width <= kMaxSide && img.height <= kMaxSide && img.width * factor <= kMaxSide &&
+               img.height * factor <= kMaxSide,
+           "scale_nearest: ", dims(img),
+           " enlarged ", factor, " times would have a side over ", kMaxSide, " pixels, the most an image may have");
+  HL_CHECK(img.width * factor * img.height * factor <= kMaxPixels, "scale_nearest: ", dims(img), " enlarged ", factor,
+           " times would have over ", kMaxPixels, " (2^26) pixels, the most an image may have");
   if (factor == 1) return img;
   Image out{img.width * factor, img.height * factor, img.channels, {}};
   out.pixels.resize(static_cast<size_t>(out.width * out.height * out.channels));
@@ -318,9 +322,12 @@ Image make_grid(const std::vector<Image>& images, int64_t cols, int64_t padding,
   cols = std::min<int64_t>(cols, static_cast<int64_t>(images.size()));
   const int64_t rows = (static_cast<int64_t>(images.size()) + cols - 1) / cols;
   Image grid{cols * first.width + (cols + 1) * padding, rows * first.height + (rows + 1) * padding, first.channels, {}};
-  HL_CHECK(grid.width <= kMaxSide && grid.height <= kMaxSide && grid.width * grid.height <= kMaxPixels, "make_grid: ",
-           images.size(), " images of ", dims(first), ", ", cols, " per row with padding ", padding, " make a ",
-           grid.width, "x", grid.height, " grid, over the ", kMaxPixels, " (2^26) pixels an image may have");
+  const std::string what = detail::concat("make_grid: ", images.size(), " images of ", dims(first), ", ", cols,
+                                          " per row with padding ", padding, " make a ", grid.width, "x",
+                                          grid.height, " grid");
+  HL_CHECK(grid.width <= kMaxSide && grid.height <= kMaxSide, what, ", a side over the ", kMaxSide,
+           " pixels an image may have");
+  HL_CHECK(grid.width * grid.height <= kMaxPixels, what, ", over the ", kMaxPixels, " (2^26) pixels an image may have");
   grid.pixels.assign(static_cast<size_t>(grid.width * grid.height * grid.channels), background);
   for (size_t k = 0; k < images.size(); ++k) {
     const int64_t x0 = padding + static_cast<int64_t>(k) % cols * (first.width + padding);

@@ -81,26 +81,32 @@ std::vector<std::shared_ptr<TensorImpl>> reverse_topological(const std::shared_p
   return {post.rbegin(), post.rend()};
 }
 
-// Refuses a graph whose saved tensors changed since the forward pass, before backward computes or
-// accumulates anything: an error leaves every .grad and the graph as they were.
-void check_saved_tensors(const std::vector<std::shared_ptr<TensorImpl>>& order) {
-  for (const auto& t : order) {
-    if (!t->grad_fn) continue;
-    for (const SavedTensor& s : t->grad_fn->saved) {
-      const std::shared_ptr<Storage>& now = s.tensor.impl_ptr()->storage;
-      if (now == s.storage && now->version() == s.version) continue;
-      const std::string what = detail::concat("backward: '", t->grad_fn->op, "' needs its ", s.role, " (",
-                                              s.tensor.describe(), ") as it was in the forward pass, but it ");
-      if (now != s.storage)
-        throw Error(detail::concat(what, "has been given new storage since (nn::Module::to converts or moves ",
-                                   "a parameter in place); convert the model before the forward pass, or after ",
-                                   "backward()"));
-      throw Error(detail::concat(what, "has been written in place since (copy_, fill_ or an optimizer's step: ",
-                                 "its storage's version was ", s.version, ", now ", now->version(), "), so its ",
-                                 "gradient would come from the new values; write it after backward(), or give ",
-                                 "the op a clone()"));
-    }
+// Refuses a node whose saved tensors changed since the forward pass: written in place (the storage's
+// version moved) or given new storage (nn::Module::to; the old storage, which the node does not keep
+// alive, may be gone).
+void check_saved(const Node& node) {
+  for (const SavedTensor& s : node.saved) {
+    const std::shared_ptr<Storage>& now = s.tensor.impl_ptr()->storage;
+    const std::shared_ptr<Storage> then = s.storage.lock();
+    if (now == then && now->version() == s.version) continue;
+    const std::string what = detail::concat("backward: '", node.op, "' needs its ", s.role, " (", s.tensor.describe(),
+                                            ") as it was in the forward pass, but it ");
+    if (now != then)
+      throw Error(detail::concat(what, "has been given new storage since (nn::Module::to converts or moves ",
+                                 "a parameter in place); convert the model before the forward pass, or after ",
+                                 "backward()"));
+    throw Error(detail::concat(what, "has been written in place since (copy_, fill_ or an optimizer's step: ",
+                               "its storage's version was ", s.version, ", now ", now->version(), "), so its ",
+                               "gradient would come from the new values; write it after backward(), or give ",
+                               "the op a clone()"));
   }
+}
+
+// The whole graph, before backward computes or accumulates anything: an error then leaves every .grad
+// and the graph as they were.
+void check_saved_tensors(const std::vector<std::shared_ptr<TensorImpl>>& order) {
+  for (const auto& t : order)
+    if (t->grad_fn) check_saved(*t->grad_fn);
 }
 }  // namespace
 
@@ -197,6 +203,8 @@ void Tensor::backward(const Tensor& seed, bool retain_graph) const {
     Node& node = *t->grad_fn;
     HL_CHECK(!node.released, "backward: the graph through '", node.op,
              "' was already freed by an earlier backward(); pass retain_graph=true to the first call");
+    // Again, just before its closure runs: a gradient hook earlier in this pass may have written one.
+    check_saved(node);
     std::vector<Tensor> in_grads;
     {
       profiler::Scope node_scope(profiler::enabled() ? node.op + " " + shape_str(node.inputs.empty() ? Shape{} : node.inputs[0].shape())

@@ -10,7 +10,11 @@
 // (record's `saved`), and backward() refuses, before it computes anything, when one of them was
 // written in place since the forward pass (copy_, fill_, an optimizer's update: Storage::version) or
 // given new storage (nn::Module::to); its gradient would otherwise come silently from the new values.
-// Writes through a raw data pointer (data<T>(), a kernel) are not counted. Each gradient a leaf
+// A write made during the pass (by a gradient hook) is caught when the node that saved the tensor is
+// reached. An op whose gradients read saved values fixes, when it runs, which gradients it will
+// compute (as PyTorch fixes the graph's edges), so that an input whose requires_grad is set afterwards
+// cannot make its closure read a tensor it did not save. Writes through a raw data pointer
+// (data<T>(), a kernel) are not counted. Each gradient a leaf
 // receives is its own: the first one is copied unless nothing else holds it (autograd.cpp,
 // accumulate_grad).
 #pragma once
@@ -27,7 +31,9 @@ namespace hl {
 struct SavedTensor {
   const char* role;  // "input", "weight", "output", ...
   Tensor tensor;
-  std::shared_ptr<Storage> storage;
+  // Weak: a parameter converted by nn::Module::to gets new storage, and the node must not keep the old
+  // one alive; expired or another one, either way the tensor is not what the op read.
+  std::weak_ptr<Storage> storage;
   uint64_t version = 0;
 };
 

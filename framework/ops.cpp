@@ -143,9 +143,12 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(k::BinaryOp::mul, a, b, "mul");
-  return record(out, "mul", {a, b}, {{"operand a", a}, {"operand b", b}}, [a, b](const Tensor& g) {
-    return std::vector<Tensor>{a.requires_grad() ? grad_for(mul(g, b), a) : Tensor(),
-                               b.requires_grad() ? grad_for(mul(g, a), b) : Tensor()};
+  // Which gradients are needed is fixed now, as the graph's edges are (an input unfrozen before
+  // backward() gets none), and so is what is saved: each operand's gradient reads the other operand.
+  const bool ga = a.requires_grad(), gb = b.requires_grad();
+  const Saved saved{{"operand a", gb ? a : Tensor()}, {"operand b", ga ? b : Tensor()}};
+  return record(out, "mul", {a, b}, saved, [a, b, ga, gb](const Tensor& g) {
+    return std::vector<Tensor>{ga ? grad_for(mul(g, b), a) : Tensor(), gb ? grad_for(mul(g, a), b) : Tensor()};
   });
 }
 
@@ -155,10 +158,12 @@ Tensor div(const Tensor& a, const Tensor& b) {
   // `out` itself would make a cycle out -> node -> closure -> out that leaks every graph never
   // backpropagated (BadInput.GraphsDroppedWithoutBackwardAreFreed).
   const Tensor y = out.detach();
-  return record(out, "div", {a, b}, {{"operand b", b}, {"output", y}}, [a, b, out = y](const Tensor& g) {
-    // d(a/b)/da = 1/b; d(a/b)/db = -(a/b)/b
-    return std::vector<Tensor>{a.requires_grad() ? grad_for(div(g, b), a) : Tensor(),
-                               b.requires_grad() ? grad_for(neg(div(mul(g, out), b)), b) : Tensor()};
+  const bool ga = a.requires_grad(), gb = b.requires_grad();  // fixed now, as in mul
+  // d(a/b)/da = 1/b reads b; d(a/b)/db = -(a/b)/b reads b and the output.
+  const Saved saved{{"operand b", b}, {"output", gb ? y : Tensor()}};
+  return record(out, "div", {a, b}, saved, [a, b, ga, gb, out = y](const Tensor& g) {
+    return std::vector<Tensor>{ga ? grad_for(div(g, b), a) : Tensor(),
+                               gb ? grad_for(neg(div(mul(g, out), b)), b) : Tensor()};
   });
 }
 
@@ -187,7 +192,7 @@ Tensor rdiv(double s, const Tensor& a) {
 
 Tensor pow(const Tensor& a, double e) {
   Tensor out = scalar_raw(k::ScalarOp::pow, a, e, "pow");
-  return record(out, "pow", {a}, {{"input", a}}, [a, e](const Tensor& g) {
+  return record(out, "pow", {a}, {{"input", e == 0.0 ? Tensor() : a}}, [a, e](const Tensor& g) {
     // x^0 is 1 everywhere, so its gradient is 0 everywhere: not 0 * x^-1, which is NaN at x = 0 (a NaN
     // that a dynamic loss scaler would take for an overflow, step after step). PyTorch's rule too.
     if (e == 0.0) return std::vector<Tensor>{Tensor::zeros(a.shape(), a.dtype(), a.device())};
@@ -390,19 +395,20 @@ Tensor gemm_raw(const Tensor& a, const Tensor& b, bool ta, bool tb, const Tensor
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   check_matmul(a, b, "matmul");
   Tensor out = gemm_raw(a, b, ta, tb, Tensor(), false, "matmul");
-  // The gradient of each operand reads the other's values only.
-  const Saved saved{{"operand a", b.requires_grad() ? a : Tensor()}, {"operand b", a.requires_grad() ? b : Tensor()}};
-  return record(out, "matmul", {a, b}, saved, [a, b, ta, tb](const Tensor& g_in) {
+  // The gradient of each operand reads the other's values only; which are needed is fixed now (mul).
+  const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  const Saved saved{{"operand a", need_b ? a : Tensor()}, {"operand b", need_a ? b : Tensor()}};
+  return record(out, "matmul", {a, b}, saved, [a, b, ta, tb, need_a, need_b](const Tensor& g_in) {
     // C = op(A) op(B); every gradient is itself one GEMM in one of the three layouts, on operands of
     // one dtype: a seed of another (backward(seed) takes any floating dtype) is converted first.
     const Tensor g = g_in.dtype() == a.dtype() ? g_in : cast(g_in, a.dtype());
     Tensor ga, gb;
     const Tensor ad = a.detach(), bd = b.detach();
-    if (a.requires_grad()) {
+    if (need_a) {
       if (!ta) ga = tb ? matmul(g, bd, false, false) : matmul(g, bd, false, true);
       else ga = tb ? matmul(bd, g, true, true) : matmul(bd, g, false, true);
     }
-    if (b.requires_grad()) {
+    if (need_b) {
       if (!tb) gb = ta ? matmul(ad, g, false, false) : matmul(ad, g, true, false);
       else gb = ta ? matmul(g, ad, true, true) : matmul(g, ad, true, false);
     }
@@ -425,11 +431,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, bool fu
   if (bias.defined()) inputs.push_back(bias);
   const Tensor y = out.detach();
   // dx reads the weight, dW the input, the fused ReLU's backward the output; db only the gradient.
-  const Saved saved{{"input", weight.requires_grad() ? x : Tensor()},
-                    {"weight", x.requires_grad() ? weight : Tensor()},
+  // Which are needed is fixed now (mul).
+  const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+  const bool need_b = bias.defined() && bias.requires_grad();
+  const Saved saved{{"input", need_w ? x : Tensor()}, {"weight", need_x ? weight : Tensor()},
                     {"output", fused_relu ? y : Tensor()}};
   return record(out, fused_relu ? "linear_relu" : "linear", inputs, saved,
-                [x, weight, bias, fused_relu, out = y](const Tensor& g_in) {
+                [x, weight, bias, fused_relu, need_x, need_w, need_b, out = y](const Tensor& g_in) {
                   // In the output's dtype, which the GEMMs below need (a seed may have another).
                   Tensor g = g_in.dtype() == out.dtype() ? g_in : cast(g_in, out.dtype());
                   if (fused_relu) {  // out = relu(z) > 0 exactly where z > 0
@@ -439,9 +447,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, bool fu
                     g = gz;
                   }
                   std::vector<Tensor> grads(bias.defined() ? 3 : 2);
-                  if (x.requires_grad()) grads[0] = matmul(g, weight.detach(), false, false);   // [N,out]x[out,in]
-                  if (weight.requires_grad()) grads[1] = matmul(g, x.detach(), true, false);    // [out,N]x[N,in]
-                  if (bias.defined() && bias.requires_grad()) grads[2] = grad_for(sum(g, {0}), bias);
+                  if (need_x) grads[0] = matmul(g, weight.detach(), false, false);  // [N,out]x[out,in]
+                  if (need_w) grads[1] = matmul(g, x.detach(), true, false);       // [out,N]x[N,in]
+                  if (need_b) grads[2] = grad_for(sum(g, {0}), bias);
                   return grads;
                 });
 }

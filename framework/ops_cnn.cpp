@@ -92,11 +92,13 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Size2 stride, S
   if (b.defined()) inputs.push_back(b);
   const Tensor yd = y.detach();
   // dx reads the weight, dw the input, the fused ReLU's backward the output; db only the gradient.
-  const Saved saved{{"input", w.requires_grad() ? x : Tensor()},
-                    {"weight", x.requires_grad() ? w : Tensor()},
+  // Which are needed is fixed now, as the graph's edges are (an input unfrozen before backward()
+  // gets none).
+  const bool need_x = x.requires_grad(), need_w = w.requires_grad(), need_b = b.defined() && b.requires_grad();
+  const Saved saved{{"input", need_w ? x : Tensor()}, {"weight", need_x ? w : Tensor()},
                     {"output", fused_relu ? yd : Tensor()}};
   return record(y, fused_relu ? "conv2d_relu" : "conv2d", inputs, saved,
-                [x, w, b, stride, padding, fused_relu, y = yd](const Tensor& g_in) {
+                [x, w, b, stride, padding, fused_relu, need_x, need_w, need_b, y = yd](const Tensor& g_in) {
                   Tensor g = as_dtype(g_in, y.dtype());
                   if (fused_relu) {  // y = relu(z) > 0 exactly where z > 0
                     Tensor gz = Tensor::empty(y.shape(), y.dtype(), y.device());
@@ -106,7 +108,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Size2 stride, S
                   std::vector<Tensor> grads(b.defined() ? 3 : 2);
                   k::ConvArgs a2 = conv_args(x, w, stride, padding);
                   a2.dy = g.data_ptr();
-                  if (x.requires_grad()) {  // dx = the "transposed convolution" of dy with w
+                  if (need_x) {  // dx = the "transposed convolution" of dy with w
                     Tensor gx = Tensor::empty(x.shape(), x.dtype(), x.device());
                     k::ConvArgs d = a2;
                     d.pass = k::ConvPass::backward_data;
@@ -115,7 +117,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Size2 stride, S
                     k::conv2d(d);
                     grads[0] = gx;
                   }
-                  if (w.requires_grad()) {  // dw = correlation of x with dy
+                  if (need_w) {  // dw = correlation of x with dy
                     Tensor gw = Tensor::empty(w.shape(), w.dtype(), w.device());
                     k::ConvArgs d = a2;
                     d.pass = k::ConvPass::backward_weight;
@@ -124,7 +126,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Size2 stride, S
                     k::conv2d(d);
                     grads[1] = gw;
                   }
-                  if (b.defined() && b.requires_grad()) {
+                  if (need_b) {
                     Tensor gb = sum(g.detach(), {0, 2, 3});  // f32 sum for f16 (DESIGN.md §3)
                     grads[2] = gb.dtype() == b.dtype() ? gb : cast(gb, b.dtype());
                   }
@@ -222,26 +224,27 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& gamma, const Tensor& beta, co
     // y = x * a + c with a = gamma / sqrt(rv + eps) per channel: the backward is elementwise.
     // Evaluation usually runs without gradients: then skip the closure and its copies of the stats.
     if (!needs_grad({x, gamma, beta})) return y;
-    // dx reads gamma, dgamma the input; the running statistics are copied (a later train-mode step
-    // updates them in place).
-    const Saved saved{{"input", gamma.requires_grad() ? x : Tensor()}, {"gamma", x.requires_grad() ? gamma : Tensor()}};
+    // dx reads gamma, dgamma the input (which are needed is fixed now, as in conv2d); the running
+    // statistics are copied (a later train-mode step updates them in place).
+    const bool need_x = x.requires_grad(), need_gamma = gamma.requires_grad(), need_beta = beta.requires_grad();
+    const Saved saved{{"input", need_gamma ? x : Tensor()}, {"gamma", need_x ? gamma : Tensor()}};
     return record(y, "batch_norm2d_eval", {x, gamma, beta}, saved,
-                  [x, gamma, beta, rm = running_mean.detach().clone(), rv = running_var.detach().clone(),
-                   eps](const Tensor& g_in) {
+                  [x, gamma, beta, rm = running_mean.detach().clone(), rv = running_var.detach().clone(), eps,
+                   need_x, need_gamma, need_beta](const Tensor& g_in) {
                     NoGradGuard no_grad;
                     const Shape cshape{1, x.size(1), 1, 1};
                     const Tensor inv = reshape(rdiv(1.0, pow(add(rv, eps), 0.5)), cshape);
                     const Tensor g = g_in;
                     std::vector<Tensor> grads(3);
-                    if (x.requires_grad()) {
+                    if (need_x) {
                       const Tensor gx = mul(g, mul(reshape(gamma.detach(), cshape), inv));
                       grads[0] = gx.dtype() == x.dtype() ? gx : cast(gx, x.dtype());
                     }
-                    if (gamma.requires_grad()) {
+                    if (need_gamma) {
                       const Tensor xhat = mul(sub(x.detach(), reshape(rm, cshape)), inv);
                       grads[1] = as_dtype(sum(mul(g, xhat), {0, 2, 3}), gamma.dtype());
                     }
-                    if (beta.requires_grad()) grads[2] = as_dtype(sum(g, {0, 2, 3}), beta.dtype());
+                    if (need_beta) grads[2] = as_dtype(sum(g, {0, 2, 3}), beta.dtype());
                     return grads;
                   });
   }

@@ -291,6 +291,12 @@ TEST(Image, ImagesWhoseBytesDoNotMatchTheirSidesAreRefusedEverywhere) {
                   "make_grid: 1 images of 1x1x1, 1 per row with padding 10000 make a 20001x20001 grid, over the "
                   "67108864 (2^26) pixels");
   EXPECT_HL_ERROR(data::make_grid({Image{1, 1, 1, {7}}}, 1, 70000), "make_grid: padding 70000 is over 65535");
+  // The side limit has its own message (found by review: it said "over 2^26 pixels" for 70,000).
+  EXPECT_HL_ERROR(data::scale_nearest(Image{40000, 1, 1, Bytes(40000)}, 2),
+                  "scale_nearest: 40000x1x1 enlarged 2 times would have a side over 65535 pixels");
+  EXPECT_HL_ERROR(data::make_grid({Image{40000, 1, 1, Bytes(40000)}, Image{40000, 1, 1, Bytes(40000)}}, 2, 0),
+                  "make_grid: 2 images of 40000x1x1, 2 per row with padding 0 make a 80000x1 grid, a side over the "
+                  "65535 pixels");
 }
 
 TEST(Image, SavePngGridTakesTheFirstImagesOfTheBatch) {

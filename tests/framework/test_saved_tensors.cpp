@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <memory>
 
 #include "framework/autograd.h"
 #include "framework/nn.h"
@@ -69,6 +70,76 @@ TEST(SavedTensors, TensorsWhoseValuesNoGradientReadsMayBeWritten) {
   Tensor l3 = sum(matmul(x, w));
   x.fill_(0);
   EXPECT_TRUE(contains(error_of([&] { l3.backward(); }), "'matmul' needs its operand a")) << "no error";
+
+  // The same for mul (found by review: it listed both operands), div's output when b needs no
+  // gradient, and pow(a, 0), whose gradient is zeros whatever a holds.
+  Tensor m = vec({1, 2}), wm = vec({3, 4}).requires_grad_();
+  Tensor l4 = sum(mul(m, wm));
+  wm.detach().fill_(0);
+  l4.backward();
+  EXPECT_EQ(wm.grad().to_double(), (std::vector<double>{1, 2}));
+  Tensor num = vec({1, 2}).requires_grad_();
+  Tensor q = div(num, vec({4, 8}));
+  Tensor l5 = sum(q);
+  q.fill_(7);
+  l5.backward();
+  EXPECT_EQ(num.grad().to_double(), (std::vector<double>{0.25, 0.125}));
+  Tensor p = vec({0, 2}).requires_grad_();
+  Tensor l6 = sum(pow(p, 0.0));
+  p.detach().fill_(5);
+  l6.backward();
+  EXPECT_EQ(p.grad().to_double(), (std::vector<double>{0, 0}));
+}
+
+// An input unfrozen between the forward pass and backward() gets no gradient from the ops that read
+// saved values: what they saved was decided by which gradients were needed then (found by review: the
+// closure asked again, and computed x's gradient from a w it had not saved, written since).
+TEST(SavedTensors, AnInputUnfrozenAfterTheForwardPassGetsNoGradientFromSavedValues) {
+  Tensor x = Tensor::from_vector(std::vector<double>{1, 2}, {1, 2}, DType::f64);
+  Tensor w = Tensor::from_vector(std::vector<double>{3, 4}, {2, 1}, DType::f64).requires_grad_();
+  Tensor l1 = sum(matmul(x, w));
+  Tensor l2 = sum(mul(x, vec({3, 4}).reshape({1, 2})));  // needs no gradient: no node
+  Tensor xv = vec({1, 2}), wv = vec({3, 4}).requires_grad_();
+  Tensor l3 = sum(mul(xv, wv));
+  w.detach().fill_(100);
+  wv.detach().fill_(100);
+  x.requires_grad_();
+  xv.requires_grad_();
+  l1.backward();
+  l3.backward();
+  EXPECT_FALSE(x.grad().defined()) << "x's gradient came from the written w";
+  EXPECT_FALSE(xv.grad().defined()) << "xv's gradient came from the written wv";
+  EXPECT_EQ(w.grad().to_double(), (std::vector<double>{1, 2}));
+  EXPECT_EQ(wv.grad().to_double(), (std::vector<double>{1, 2}));
+  EXPECT_FALSE(l2.requires_grad());
+}
+
+// A gradient hook runs during the pass, after the up-front check: a saved tensor it writes is caught
+// when the node that saved it is reached (found by review).
+TEST(SavedTensors, AWriteByAHookDuringBackwardIsRefused) {
+  Tensor a = vec({1, 2, 3}).requires_grad_();
+  Tensor b = vec({4, 5, 6});
+  Tensor y = mul(a, b);
+  y.register_hook([b](const Tensor& g) mutable {
+    b.fill_(100);
+    return g;
+  });
+  Tensor loss = sum(y);
+  EXPECT_TRUE(contains(error_of([&] { loss.backward(); }), "'mul' needs its operand b")) << "no error";
+  EXPECT_FALSE(a.grad().defined());
+}
+
+// The node does not keep a converted parameter's old storage alive (found by review: it held a
+// shared_ptr to it until the graph died).
+TEST(SavedTensors, TheOldStorageOfAConvertedParameterIsFreed) {
+  Generator gen(3);
+  nn::Linear layer(300, 200, gen);
+  Tensor x = Tensor::uniform({2, 300}, gen, -1.0, 1.0).requires_grad_();
+  Tensor loss = sum(layer.forward(x));
+  const std::weak_ptr<Storage> old = layer.parameters()[0].impl_ptr()->storage;
+  layer.to(DType::f64);
+  EXPECT_TRUE(old.expired()) << "the graph keeps the f32 weights alive";
+  EXPECT_TRUE(contains(error_of([&] { loss.backward(); }), "new storage")) << "no error";
 }
 
 // The check runs over the whole graph before the pass: a refused backward leaves every .grad as it was,
