@@ -89,7 +89,9 @@ void check_saved(const Node& node) {
     const std::shared_ptr<Storage>& now = s.tensor.impl_ptr()->storage;
     const std::shared_ptr<Storage> then = s.storage.lock();
     if (now == then && now->version() == s.version) continue;
-    const std::string what = detail::concat("backward: '", node.op, "' needs its ", s.role, " (", s.tensor.describe(),
+    const std::string& name = s.tensor.name();  // a parameter's path in its model ("2.weight"), if it has one
+    const std::string what = detail::concat("backward: '", node.op, "' needs its ", s.role, " (",
+                                            name.empty() ? std::string() : "'" + name + "', ", s.tensor.describe(),
                                             ") as it was in the forward pass, but it ");
     if (now != then)
       throw Error(detail::concat(what, "has been given new storage since (nn::Module::to converts or moves ",

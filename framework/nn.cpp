@@ -99,6 +99,10 @@ Tensor& Module::register_buffer(const std::string& bname, Tensor t) {
 
 void Module::register_module(const std::string& mname, std::shared_ptr<Module> m) {
   HL_CHECK(m != nullptr, "register_module: module '", mname, "' is null");
+  // The child's parameters and buffers are named by their path from here ("2.weight"), which error
+  // messages print: two layers' "weight"s told apart. A module added to a parent later is renamed from
+  // the parent, so the names end up as in the outermost module's named_parameters().
+  for (auto& [n, t] : m->named_state()) t.set_name(mname + "." + n);
   children_.emplace_back(mname, std::move(m));
 }
 

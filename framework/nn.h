@@ -47,6 +47,8 @@ class Module {
   Tensor& register_buffer(const std::string& name, Tensor t);
   // The dtype this module's own parameters and buffers take when the model is converted to t.
   virtual DType param_dtype(DType t) const { return t; }
+  // Also names the child's parameters and buffers by their path from here ("2.weight"; Tensor::name),
+  // as error messages print them.
   void register_module(const std::string& name, std::shared_ptr<Module> m);
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
 

@@ -211,6 +211,36 @@ TEST(SavedTensors, AStepIsCountedAsAWriteWithoutRereadingTheMasters) {
       << "the master was re-read from the f16 parameter";
 }
 
+// A model's parameters are named by their path in it, so that the message tells two layers' weights
+// apart: "2.weight" is the second Linear's, and a Sequential inside another module gets its prefix.
+TEST(SavedTensors, TheMessageNamesTheParameterByItsPathInTheModel) {
+  Generator gen(9);
+  auto net = std::make_shared<nn::Sequential>();
+  net->add(std::make_shared<nn::Linear>(3, 4, gen));
+  net->add(std::make_shared<nn::ReLU>());
+  net->add(std::make_shared<nn::Linear>(4, 2, gen));
+  std::vector<std::string> names;
+  for (const Tensor& p : net->parameters()) names.push_back(p.name());
+  EXPECT_EQ(names, (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"}));
+  optim::SGD::Options o;
+  optim::SGD opt(net->parameters(), o);
+  Tensor x = Tensor::uniform({2, 3}, gen, -1.0, 1.0);
+  sum(net->forward(x)).backward();
+  Tensor pending = sum(net->forward(x));
+  opt.step();
+  const std::string e = error_of([&] { pending.backward(); });
+  EXPECT_TRUE(contains(e, "'linear' needs its weight ('2.weight', f32[2, 4] on cpu)")) << e;
+
+  struct Outer : nn::Module {
+    explicit Outer(std::shared_ptr<nn::Module> body) { register_module("body", std::move(body)); }
+    std::string name() const override { return "Outer"; }
+    Tensor forward(const Tensor& x) override { return x; }
+  };
+  const Outer outer(net);
+  EXPECT_EQ(outer.named_parameters()[2].first, "body.2.weight");
+  EXPECT_EQ(outer.named_parameters()[2].second.name(), "body.2.weight");
+}
+
 TEST(SavedTensors, ConvertingTheModelBetweenForwardAndBackwardIsRefused) {
   Generator gen(3);
   nn::Linear layer(3, 2, gen);
