@@ -271,8 +271,8 @@ TEST_F(AutogradTutorial, GraphAccumulationReleaseAndNoGrad) {
   EXPECT_TRUE(contains(out(), "z.requires_grad() = false, node recorded: no")) << out();
   EXPECT_TRUE(contains(out(), "does not require grad")) << out();
   EXPECT_TRUE(contains(out(), "p = sum(a*b); b.fill_(1); p.backward() -> hl::Error:\n  backward: 'mul' needs its "
-                              "operand b ('b', f32[3] on cpu) as it was in the forward pass, but it has been written in "
-                              "place since"))
+                              "operand b ('b', f32[3] on cpu) as it was in the forward pass, but it has been "
+                              "written in place since"))
       << out();
 }
 
