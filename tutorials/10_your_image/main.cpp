@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "datasets/image.h"
+#include "datasets/io.h"
 #include "datasets/mnist.h"
 #include "framework/autograd.h"
 #include "framework/ops.h"
@@ -224,7 +225,9 @@ int main(int argc, char** argv) {
                   card.dataset.c_str(), card.class_names.at(static_cast<size_t>(smoke_label)).c_str(), image_path.c_str());
     }
     HL_CHECK(card.channels == 1 || card.channels == 3, "the model expects ", card.channels, " channels (1 or 3 supported)");
-    const data::Image original = data::read_image(image_path, 0);
+    // Read once; decoded as stored (to report it), then in the channels the model needs.
+    const std::vector<uint8_t> bytes = data::read_file_bytes(image_path, "read_image");
+    const data::Image original = data::decode_image(bytes.data(), bytes.size(), image_path, 0);
     std::printf("image %s: %lldx%lld, %lld channel(s)\n", image_path.c_str(), static_cast<long long>(original.width),
                 static_cast<long long>(original.height), static_cast<long long>(original.channels));
     // An alpha channel (2: gray + alpha, 4: RGBA) is composited onto white, as a viewer shows it.
@@ -233,16 +236,16 @@ int main(int argc, char** argv) {
     const int channels = static_cast<int>(card.channels) + (alpha ? 1 : 0);
     // A phone held on its side stores the pixels unturned, with an EXIF orientation tag for viewers:
     // read as stored, a "7" reached the model on its side (README). Turned upright unless --exif ignore.
-    data::ExifOrientation orientation;
-    data::Image input = data::read_image_upright(image_path, channels, &orientation);
+    const data::ExifOrientation orientation = data::exif_orientation(bytes.data(), bytes.size());
+    data::Image input = data::decode_image(bytes.data(), bytes.size(), image_path, channels);
     std::vector<std::string> first;
     if (orientation.value != 1) {
       const std::string tag = "EXIF orientation " + std::to_string(orientation.value) + " (" +
                               data::exif_orientation_name(orientation.value) + ")";
       if (exif == "apply") {
+        input = data::apply_exif_orientation(input, orientation.value);
         first.push_back("turned upright: " + tag);
       } else {
-        input = data::read_image(image_path, channels);
         first.push_back(tag + " ignored (--exif ignore): the pixels as stored");
       }
     }
