@@ -2,6 +2,7 @@
 // naive or tuned) can assume a well-formed problem, then hand over to the variant registry.
 #include "kernels/gemm.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "kernels/error.h"
@@ -66,9 +67,34 @@ std::string GemmArgs::describe() const {
   return os.str();
 }
 
+GemmArgs gemm_rows(const GemmArgs& g, int64_t first, int64_t count) {
+  HL_CHECK(first >= 0 && count >= 1 && first + count <= g.M, "gemm_rows: rows [", first, ", ", first + count,
+           ") are not inside the M=", g.M, " rows of ", g.describe());
+  GemmArgs part = g;
+  part.M = count;
+  // Row m of op(A) is row m of A as stored (op N, lda apart) or its column m (op T, one element apart).
+  const int64_t a_step = g.op_a == Op::N ? g.lda : 1;
+  part.A = static_cast<const char*>(g.A) + first * a_step * static_cast<int64_t>(dtype_size(g.ab_type));
+  part.C = static_cast<char*>(g.C) + first * g.ldc * static_cast<int64_t>(dtype_size(g.c_type));
+  return part;
+}
+
 void gemm(const GemmArgs& args, const std::string& variant) {
   validate(args);
-  GemmRegistry::instance().select(args, variant).run(args);
+  const GemmRegistry& registry = GemmRegistry::instance();
+  if (args.device != DeviceType::cuda || args.M <= kCudaGemmRowChunk) {
+    registry.select(args, variant).run(args);
+    return;
+  }
+  // The CUDA rungs put their row tiles on gridDim.y, which stops at 65535 (8,388,480 rows for 128-row
+  // tiles, 2,097,120 for wmma's 32). Row i of C depends on row i of op(A) alone, so a taller problem is
+  // the same GEMM run on slabs of rows, each giving the bits it would give alone: B, the bias and the
+  // epilogue are shared, and each slab starts 2^19 rows further down A and C, which keeps any 16-byte
+  // alignment the matrices had (2^19 elements of a row-major op(A)^T, 2^19 whole rows otherwise).
+  for (int64_t first = 0; first < args.M; first += kCudaGemmRowChunk) {
+    const GemmArgs part = gemm_rows(args, first, std::min(kCudaGemmRowChunk, args.M - first));
+    registry.select(part, variant).run(part);
+  }
 }
 
 }  // namespace hl::kernels

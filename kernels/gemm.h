@@ -46,8 +46,16 @@ struct GemmArgs {
 };
 
 // Checks the arguments (sizes, leading dimensions, dtypes) and runs the selected variant:
-// `variant` if given, else the registry's choice (see kernels/registry.h).
+// `variant` if given, else the registry's choice (see kernels/registry.h). On the GPU a problem of more
+// than kCudaGemmRowChunk rows runs as consecutive slabs of that many rows (gemm_rows), so that no rung
+// meets the 65535 limit of gridDim.y, where the rungs put their row tiles: any M works on every rung.
 void gemm(const GemmArgs& args, const std::string& variant = "");
+
+// Rows [first, first + count) of the problem as a GEMM of their own: op(A)'s and C's rows moved down,
+// B, the bias and the epilogue shared. Row i of C depends on row i of op(A) only, so the rows come out
+// with the same bits as in the whole problem.
+GemmArgs gemm_rows(const GemmArgs& g, int64_t first, int64_t count);
+constexpr int64_t kCudaGemmRowChunk = int64_t{1} << 19;  // 65535 row tiles of 8 rows is more
 
 using GemmRegistry = Registry<GemmArgs>;
 

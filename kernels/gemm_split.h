@@ -10,8 +10,9 @@
 //
 // The price is the partial tiles' traffic (slices x M x N FP32 values, written and read back) and a
 // second launch, so it only pays where the reduction is long: K must be at least kMinSplitK, each
-// slice keeps at least kMinSliceK values of it, and GEMMs with enough tiles to fill the GPU are left
-// alone.
+// slice but the last keeps at least kMinSliceK values of it (the last keeps what is left, which may be
+// a single value: the slice length is rounded up to the K step), and GEMMs with enough tiles to fill
+// the GPU are left alone.
 //
 // Plain C++ (host and device functions, no CUDA headers), so that the decision and the slicing are
 // tested on any machine (tests/kernels/test_gemm_split.cpp); kernels/cuda/gemm/gemm_common.cuh holds

@@ -104,11 +104,20 @@ class Registry {
       }
       return *v;
     }
+    // When none can, the reasons say what to change: each different one, in priority order, after the
+    // first variant that gave it.
+    std::string reasons;
+    std::vector<std::string> seen;
     for (const auto& v : variants_) {
       if (v.device != dev || v.opt_in) continue;
-      if (v.unsupported == nullptr || v.unsupported(args) == nullptr) return v;
+      const char* why = v.unsupported != nullptr ? v.unsupported(args) : nullptr;
+      if (why == nullptr) return v;
+      if (std::find(seen.begin(), seen.end(), why) != seen.end()) continue;
+      seen.emplace_back(why);
+      reasons += detail::concat(reasons.empty() ? "" : "; ", v.name, ": ", why);
     }
-    throw Error(detail::concat(Args::family, ": no ", device_name(dev), " variant can run ", args.describe()));
+    throw Error(detail::concat(Args::family, ": no ", device_name(dev), " variant can run ", args.describe(),
+                               reasons.empty() ? "" : " (", reasons, reasons.empty() ? "" : ")"));
   }
 
   // Whether any device has a variant of this name (a typo in a pinned name must still be an error).

@@ -510,6 +510,69 @@ TEST(GemmCpuArgs, DescribeNamesTheProblem) {
   EXPECT_EQ(g.describe(), "gemm NT M=128 N=512 K=784 f16->f32 lda=784 ldb=792 ldc=512 on cpu");
 }
 
+// gemm_rows, what the GPU's gemm() runs a problem taller than kCudaGemmRowChunk rows through: slabs of
+// rows computed one by one give the whole problem's bytes, C's padding included, for both ways A can be
+// stored, with strided operands, beta, a bias and ReLU.
+TEST(GemmCpuArgs, RowSlabsGiveTheWholeProblemsBits) {
+  uint64_t seed = test::fresh_seed();
+  for (Op op_a : {Op::N, Op::T})
+    for (Op op_b : {Op::N, Op::T}) {
+      GemmArgs g;
+      g.op_a = op_a;
+      g.op_b = op_b;
+      g.M = 23;
+      g.N = 9;
+      g.K = 17;
+      set_dense_ld(g);
+      g.lda += 3;
+      g.ldb += 1;
+      g.ldc += 2;
+      g.ab_type = DType::f16;
+      g.c_type = DType::f16;
+      g.alpha = 0.75f;
+      g.beta = 0.5f;
+      g.relu = true;
+      const int64_t a_rows = op_a == Op::N ? g.M : g.K, b_rows = op_b == Op::N ? g.K : g.N;
+      TypedBuffer a(DType::f16, static_cast<size_t>(a_rows * g.lda));
+      TypedBuffer b(DType::f16, static_cast<size_t>(b_rows * g.ldb));
+      TypedBuffer bias(DType::f32, static_cast<size_t>(g.N)), c0(DType::f16, static_cast<size_t>(g.M * g.ldc));
+      a.set_all(test::random_values(a.size(), seed++, -1, 1, DType::f16));
+      b.set_all(test::random_values(b.size(), seed++, -1, 1, DType::f16));
+      bias.set_all(test::random_values(bias.size(), seed++, -1, 1, DType::f32));
+      c0.set_all(test::random_values(c0.size(), seed++, -1, 1, DType::f16));
+      g.A = a.data();
+      g.B = b.data();
+      g.bias = bias.data();
+      TypedBuffer whole = c0, slabs = c0;
+      g.C = whole.data();
+      gemm(g);
+      g.C = slabs.data();
+      for (const auto& [first, count] : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {1, 7}, {8, 14}, {22, 1}}) {
+        const GemmArgs part = gemm_rows(g, first, count);
+        EXPECT_EQ(part.M, count);
+        gemm(part);
+      }
+      EXPECT_EQ(slabs.bytes(), whole.bytes()) << g.describe();
+      EXPECT_NE(whole.bytes(), c0.bytes());  // the check compares results, not two untouched copies
+    }
+}
+
+TEST(GemmCpuArgs, RowSlabsOutsideTheProblemAreRefused) {
+  GemmArgs g;
+  g.M = 10;
+  g.N = g.K = 4;
+  set_dense_ld(g);
+  for (const auto& [first, count] : std::vector<std::pair<int64_t, int64_t>>{{-1, 2}, {0, 0}, {9, 2}, {10, 1}}) {
+    try {
+      (void)gemm_rows(g, first, count);
+      ADD_FAILURE() << "rows [" << first << ", " << first + count << ") accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("are not inside the M=10 rows of gemm NN M=10"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 // A valid 4 x 5 x 6 problem that each case below breaks in one way.
 class GemmCpuBadArgs : public ::testing::Test {
  protected:

@@ -389,6 +389,27 @@ TEST(CudaGemm, NonDenseLeadingDimensions) {
   }
 }
 
+// The rungs put their row tiles on gridDim.y, which stops at 65535; gemm() runs a taller problem as
+// slabs of kCudaGemmRowChunk rows (kernels/gemm.h). Every rung on a problem of two slabs, the second a
+// short one (both ways A is stored, C with a padding column that must stay NaN), then the automatic
+// choice on one more row than 65535 tiles of 128 rows, which it refused before the slabs.
+TEST(CudaGemm, RowsPastOneGridOfRowTiles) {
+  HL_REQUIRE_CUDA();
+  uint64_t seed = test::fresh_seed();
+  for (const std::string& variant : cuda_variants())
+    for (Op op_a : {Op::N, Op::T}) {
+      GemmArgs g = problem(op_a, Op::T, kernels::kCudaGemmRowChunk + 37, 8, 16, DType::f16, DType::f32);
+      g.ldc += 1;
+      g.beta = 0.5f;
+      EXPECT_TRUE(run_case(variant, g, {.bias = true}, seed) || refused_as_documented(variant, g)) << variant;
+    }
+  const GemmArgs tall = problem(Op::N, Op::N, int64_t{65535} * 128 + 1, 8, 8, DType::f16, DType::f16);
+  GemmArgs on_gpu = tall;
+  on_gpu.device = kCuda;
+  const std::string chosen = GemmRegistry::instance().select(on_gpu).name;
+  EXPECT_TRUE(run_case(chosen, tall, {}, seed)) << chosen;
+}
+
 TEST(CudaGemm, MisalignedPointersGetTheFallbackOrANamedError) {
   // A and B start 1 and 3 halves into their buffers, so no 16-byte (or 32-byte) vector access is
   // aligned. A rung either computes the right result anyway (its scalar fallback) or refuses with a

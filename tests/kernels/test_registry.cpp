@@ -200,4 +200,28 @@ TEST(Registry, AnOptInVariantRunsOnlyWhenAskedForByName) {
   EXPECT_THROW(only_new.select({DeviceType::cpu, false}), hl::Error);
 }
 
+const char* needs_even(const ToyArgs& a) { return a.odd ? "needs an even problem" : nullptr; }
+const char* never(const ToyArgs&) { return "runs on Tuesdays only"; }
+const char* not_asked(const ToyArgs&) { return "an opt-in variant's reason"; }
+
+TEST(Registry, WhenNoVariantCanRunTheErrorGivesEachReasonOnce) {
+  // The reasons, in priority order, each after the first variant that gave it: what to change, where
+  // "no variant can run" alone would leave the user guessing. An opt-in variant is not asked.
+  Reg reg;
+  reg.add({"even_a", DeviceType::cpu, 9, "", run_fast, needs_even});
+  reg.add({"even_b", DeviceType::cpu, 8, "", run_fast, needs_even});
+  reg.add({"weekly", DeviceType::cpu, 7, "", run_slow, never});
+  Variant<ToyArgs> hidden{"hidden", DeviceType::cpu, 5, "", run_slow, not_asked};
+  hidden.opt_in = true;
+  reg.add(hidden);
+  EXPECT_EQ(reg.select({DeviceType::cpu, false}).name, "even_a");
+  try {
+    reg.select({DeviceType::cpu, true});
+    ADD_FAILURE() << "every variant refuses: the choice must throw";
+  } catch (const hl::Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "toy: no cpu variant can run toy odd (even_a: needs an even problem; weekly: runs on Tuesdays only)");
+  }
+}
+
 }  // namespace

@@ -185,8 +185,9 @@ HL_HOST_DEVICE TilePos accumulator_pos(int t, int i) {
 
 namespace hl::kernels::wgmma {
 
-// The tuning hook of `gemm_bench --sweep`: -1 (the default) runs every problem with the rung's own tile,
-// kTiles[0]; I in [0, kTileCount) forces tile #I. Only the benchmark and the tests set it (ScopedTile).
+// The tuning hook of `gemm_bench --sweep`: -1 (the default) runs every problem with the rung's own tile
+// (own_tile: #3 for C of 64 columns or fewer, #0 otherwise); I in [0, kTileCount) forces tile #I.
+// Only the benchmark and the tests set it (ScopedTile).
 inline std::atomic<int>& tile_for_tuning() {
   static std::atomic<int> tile{-1};
   return tile;

@@ -115,8 +115,12 @@ __global__ void __launch_bounds__(kThreads) gemm_wmma_kernel(GemmArgs g, bool a_
 // A fragment load from global memory needs a 32-byte aligned start and ld a multiple of 8 halves.
 // Slices start at multiples of 16 rows and 16 columns: with ld % 8 == 0 a step of 16 rows moves a
 // multiple of 256 bytes and a step of 16 columns moves 32 bytes, so a 32-byte aligned base pointer
-// keeps every slice start aligned. Otherwise the whole matrix takes the staged (scalar) path.
-bool direct_ok(const void* p, int64_t ld) { return reinterpret_cast<uintptr_t>(p) % 32 == 0 && ld % 8 == 0; }
+// keeps every slice start aligned. load_matrix_sync takes ld as an unsigned int, so a row stride of
+// 2^32 or more (a matrix of at least 120 GiB, but possible) would be cut short. Otherwise the whole
+// matrix takes the staged (scalar) path.
+bool direct_ok(const void* p, int64_t ld) {
+  return reinterpret_cast<uintptr_t>(p) % 32 == 0 && ld % 8 == 0 && ld <= int64_t{UINT32_MAX};
+}
 
 template <Op op_a, Op op_b>
 void launch(const GemmArgs& g) {
