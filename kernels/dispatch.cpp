@@ -1,5 +1,6 @@
 // Route each public kernel call to the backend of its device (see kernels/backends.h).
 #include <atomic>
+#include <cstdint>
 
 #include "kernels/backends.h"
 #include "kernels/error.h"
@@ -51,12 +52,27 @@ void count_equal(DeviceType dev, int64_t n, const int32_t* a, const int32_t* b, 
 void any_nonfinite(DeviceType dev, int64_t n, const void* x, DType tx, int32_t* flag) {
   HL_DISPATCH(any_nonfinite, n, x, tx, flag);
 }
+namespace {
+// What the nll kernels read and write: rows and cols >= 0, and the pointers of every side that is not
+// empty (a kernel given rows = -2, cols = -3 would see 6 elements).
+void check_nll(const char* op, int64_t rows, int64_t cols, const void* labels, const void* per_row,
+               const char* per_row_name, const void* matrix, const char* matrix_name) {
+  HL_CHECK(rows >= 0 && cols >= 0, op, ": rows and cols must be >= 0, got rows=", rows, " cols=", cols);
+  HL_CHECK(rows == 0 || (labels != nullptr && per_row != nullptr), op, ": the labels or the ", per_row_name,
+           " is a null pointer (", rows, " rows)");
+  HL_CHECK(rows == 0 || cols == 0 || matrix != nullptr, op, ": the ", matrix_name, " is a null pointer (", rows,
+           "x", cols, ")");
+}
+}  // namespace
+
 void nll_forward(DeviceType dev, int64_t rows, int64_t cols, const void* logp, DType t, const int32_t* labels,
                  void* loss) {
+  check_nll("nll_forward", rows, cols, labels, loss, "loss", logp, "log-probabilities");
   HL_DISPATCH(nll_forward, rows, cols, logp, t, labels, loss);
 }
 void nll_backward(DeviceType dev, int64_t rows, int64_t cols, const int32_t* labels, const void* gloss,
                   void* glogp, DType t) {
+  check_nll("nll_backward", rows, cols, labels, gloss, "loss gradient", glogp, "log-probabilities' gradient");
   HL_DISPATCH(nll_backward, rows, cols, labels, gloss, glogp, t);
 }
 void sgd_update(DeviceType dev, const std::vector<ParamSlot>& slots, const SgdParams& p) {

@@ -2,6 +2,7 @@
 // well-formed problem, then hand over to the variant registry (kernels/registry.h).
 #include "kernels/softmax.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <sstream>
 #include <vector>
@@ -40,6 +41,17 @@ void validate(const SoftmaxArgs& a) {
            " logits (f32 math, §3.3), got ", dtype_name(a.stat_type));
     if (a.op != SoftmaxOp::xent_backward && a.loss == nullptr) fail("loss is a null pointer");
     if (a.op != SoftmaxOp::xent_fused && a.stats == nullptr) fail("stats is a null pointer");
+    // fused_xent reads the label's logit for the loss after other threads may have written their
+    // gradients over the row, so its gradient may not overlap the logits (xent_backward's may: it
+    // reads its statistics from a.stats, written by xent_forward before).
+    if (a.op == SoftmaxOp::xent_fused) {
+      const uintptr_t x0 = reinterpret_cast<uintptr_t>(a.x), y0 = reinterpret_cast<uintptr_t>(a.y);
+      const auto n = static_cast<uintptr_t>(a.rows * a.cols);
+      const uintptr_t x1 = x0 + n * dtype_size(a.x_type), y1 = y0 + n * dtype_size(a.y_type);
+      if (x0 < y1 && y0 < x1)
+        fail("xent_fused cannot write the gradient over the logits it reads (y overlaps x): give y its own "
+             "buffer, or run xent_forward then xent_backward");
+    }
   }
 }
 

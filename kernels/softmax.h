@@ -48,6 +48,7 @@ struct SoftmaxArgs {
   // log_softmax_backward only: dy, the gradient of y (same dtype as x).
   const void* dy = nullptr;
   // softmax / log_softmax: the output. log_softmax_backward, xent_backward, xent_fused: dx.
+  // xent_fused refuses a y that overlaps x: its loss reads the row after the gradient is written.
   void* y = nullptr;
   DType y_type = DType::f32;
   // Cross-entropy. labels: i32 [rows]. loss: [rows] per-row losses. stats: [rows, 2] = (row max,
@@ -97,10 +98,12 @@ void log_softmax_forward(DeviceType dev, int64_t rows, int64_t cols, const void*
 void log_softmax_backward(DeviceType dev, int64_t rows, int64_t cols, const void* y, const void* gy,
                           DType ty, void* gx, DType tgx);
 
-// loss[r] = -logp[r, label[r]]. Labels outside [0, cols) give NaN (validated on the host before).
+// loss[r] = -logp[r, label[r]]. A label outside [0, cols) gives NaN (the framework refuses such labels
+// on the CPU, and on the GPU under set_detect_anomaly; otherwise the NaN is how the GPU reports them).
 void nll_forward(DeviceType dev, int64_t rows, int64_t cols, const void* logp, DType t,
                  const int32_t* labels, void* loss);
-// glogp[r, c] = (c == label[r]) ? -gloss[r] : 0.
+// glogp[r, c] = (c == label[r]) ? -gloss[r] : 0, and a NaN row for a label outside [0, cols), as
+// cross-entropy's fused gradient gives: the loss scaler's inf/NaN check reads gradients, not the loss.
 void nll_backward(DeviceType dev, int64_t rows, int64_t cols, const int32_t* labels, const void* gloss,
                   void* glogp, DType t);
 

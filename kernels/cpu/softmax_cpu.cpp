@@ -212,8 +212,10 @@ void nll_backward(int64_t rows, int64_t cols, const int32_t* labels, const void*
     const T* pg = static_cast<const T*>(gloss);
     T* po = static_cast<T*>(glogp);
     for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) store(po, r * cols + c, compute_t<T>(0));
       const int32_t l = labels[r];
+      // A bad label's row is NaN, so that the loss scaler's check of the gradients sees it (softmax.h).
+      const compute_t<T> fill = bad_label(l, cols) ? compute_t<T>(kNaN) : compute_t<T>(0);
+      for (int64_t c = 0; c < cols; ++c) store(po, r * cols + c, fill);
       if (!bad_label(l, cols)) store(po, r * cols + l, -load(pg, r));
     }
   });

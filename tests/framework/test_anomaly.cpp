@@ -185,6 +185,23 @@ TEST(Anomaly, Fp32WithoutDetectionPoisonsTheWeights) {
     for (float v : params[p].to_vector()) EXPECT_FALSE(std::isfinite(v)) << "parameter " << p;
 }
 
+// Without detection a bad label on the GPU is not read back: its loss is NaN and, on both paths, its
+// gradient row is NaN, so the loss scaler's check of the gradients skips the step (on the unfused path
+// a zero row would have let it through).
+TEST(Anomaly, BadLabelsOnTheGpuGiveANaNGradientRowOnBothPaths) {
+  HL_REQUIRE_CUDA();
+  const Tensor labels = Tensor::from_vector(std::vector<int32_t>{1, 10, 2}, {3}).to(Device::cuda);
+  for (bool fused : {true, false}) {
+    Tensor logits = Tensor::zeros({3, 10}).to(Device::cuda).requires_grad_(true);
+    Tensor loss = fused ? cross_entropy(logits, labels) : cross_entropy_unfused(logits, labels);
+    EXPECT_TRUE(std::isnan(loss.item())) << (fused ? "fused" : "unfused");
+    loss.backward();
+    const std::vector<float> g = logits.grad().to(Device::cpu).to_vector();
+    for (size_t i = 0; i < g.size(); ++i)
+      EXPECT_EQ(std::isnan(g[i]), i / 10 == 1) << (fused ? "fused" : "unfused") << " element " << i << " = " << g[i];
+  }
+}
+
 TEST(Anomaly, BadLabelsOnTheGpuAreNamedUnderDetection) {
   HL_REQUIRE_CUDA();
   // Checking GPU labels reads them back, so it happens only under detection; without it the loss is

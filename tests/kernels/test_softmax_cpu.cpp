@@ -339,6 +339,89 @@ TEST_F(SoftmaxCpu, ArgumentChecksAtTheirEdges) {
   }
 }
 
+// The nll kernels (the unfused loss's pick) with a label outside [0, cols): a NaN loss, and a NaN
+// gradient row, as cross-entropy's fused gradient gives: the loss scaler checks the gradients, so a zero
+// row would let the step through. The framework refuses such labels on the CPU, so the kernels are
+// called directly, as the GPU's unfused path calls its own when labels are not read back.
+TEST_F(SoftmaxCpu, NllBadLabelGivesANaNLossAndGradientRow) {
+  for (DType t : {DType::f32, DType::f64}) {
+    const int64_t rows = 4, cols = 3;
+    const Tensor logp = make(test::random_values(12, seed++, -3, 0, t), rows, cols, t);
+    const std::vector<int32_t> labels = {2, -1, 0, 3};
+    Tensor loss = Tensor::full({rows}, 7.0, t), gloss = make({1.0, 2.0, 3.0, 4.0}, rows, 1, t);
+    k::nll_forward(DeviceType::cpu, rows, cols, logp.data_ptr(), t, labels.data(), loss.data_ptr());
+    const auto lp = logp.to_double(), lo = loss.to_double();
+    EXPECT_EQ(lo[0], -lp[2]);
+    EXPECT_TRUE(std::isnan(lo[1]) && std::isnan(lo[3])) << lo[1] << " " << lo[3];
+    EXPECT_EQ(lo[2], -lp[6]);
+    Tensor g = Tensor::full({rows, cols}, 7.0, t);
+    k::nll_backward(DeviceType::cpu, rows, cols, labels.data(), gloss.data_ptr(), g.data_ptr(), t);
+    const std::vector<double> want = {0, 0, -1, kNaN, kNaN, kNaN, -3, 0, 0, kNaN, kNaN, kNaN};
+    const auto got = g.to_double();
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_TRUE(std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i])
+          << dtype_name(t) << " element " << i << " = " << got[i] << ", want " << want[i];
+  }
+}
+
+TEST_F(SoftmaxCpu, NllKernelsCheckTheirArguments) {
+  std::vector<float> logp(6, -1.0f), loss(2), g(6);
+  std::vector<int32_t> labels = {0, 1};
+  const auto fwd = [&](int64_t rows, int64_t cols, const void* lp, const int32_t* l, void* out) {
+    return test::error_of([&] { k::nll_forward(DeviceType::cpu, rows, cols, lp, DType::f32, l, out); });
+  };
+  const auto bwd = [&](int64_t rows, int64_t cols, const int32_t* l, const void* gl, void* out) {
+    return test::error_of([&] { k::nll_backward(DeviceType::cpu, rows, cols, l, gl, out, DType::f32); });
+  };
+  EXPECT_EQ(fwd(-2, -3, logp.data(), labels.data(), loss.data()),
+            "nll_forward: rows and cols must be >= 0, got rows=-2 cols=-3");
+  EXPECT_EQ(bwd(2, -3, labels.data(), loss.data(), g.data()),
+            "nll_backward: rows and cols must be >= 0, got rows=2 cols=-3");
+  EXPECT_EQ(fwd(2, 3, logp.data(), nullptr, loss.data()),
+            "nll_forward: the labels or the loss is a null pointer (2 rows)");
+  EXPECT_EQ(fwd(2, 3, nullptr, labels.data(), loss.data()),
+            "nll_forward: the log-probabilities is a null pointer (2x3)");
+  EXPECT_EQ(bwd(2, 3, labels.data(), nullptr, g.data()),
+            "nll_backward: the labels or the loss gradient is a null pointer (2 rows)");
+  EXPECT_EQ(bwd(2, 3, labels.data(), loss.data(), nullptr),
+            "nll_backward: the log-probabilities' gradient is a null pointer (2x3)");
+  // Nothing to read or write: no pointer is needed.
+  EXPECT_EQ(fwd(0, 3, nullptr, nullptr, nullptr), "(no error)");
+  EXPECT_EQ(bwd(2, 0, labels.data(), loss.data(), nullptr), "(no error)");
+  EXPECT_EQ(fwd(2, 3, logp.data(), labels.data(), loss.data()), "(no error)");
+}
+
+// fused_xent's loss reads the label's logit after the row's gradient may have been written, so its
+// gradient may not overlap the logits, in whole or in part; xent_backward's may.
+TEST_F(SoftmaxCpu, XentFusedRefusesAGradientOverTheLogits) {
+  std::vector<float> x(12, 0.5f), stats(8), loss(4);
+  std::vector<int32_t> labels = {0, 1, 2, 0};
+  k::SoftmaxArgs a;
+  a.op = k::SoftmaxOp::xent_fused;
+  a.rows = 4;
+  a.cols = 3;
+  a.x = x.data();
+  a.labels = labels.data();
+  a.loss = loss.data();
+  for (void* y : {static_cast<void*>(x.data()), static_cast<void*>(x.data() + 11)}) {
+    a.y = y;
+    const std::string e = test::error_of([&] { k::softmax(a); });
+    EXPECT_NE(e.find("xent_fused cannot write the gradient over the logits it reads (y overlaps x)"),
+              std::string::npos)
+        << e;
+  }
+  std::vector<float> dx(12);
+  a.y = dx.data();
+  EXPECT_NO_THROW(k::softmax(a));
+  a.stats = stats.data();
+  a.op = k::SoftmaxOp::xent_forward;
+  k::softmax(a);
+  a.op = k::SoftmaxOp::xent_backward;
+  a.y = x.data();
+  EXPECT_NO_THROW(k::softmax(a));
+  for (size_t i = 0; i < 12; ++i) EXPECT_NEAR(x[i], dx[i], 1e-6) << i;  // in place, the same gradient
+}
+
 // softmax_can_run with nothing pinned: as Registry::select chooses, a non-opt-in variant of the
 // arguments' own device that supports them. The CPU's reference runs every op; f64 cross-entropy has
 // no GPU rung (fused_xent is f16/f32, and in a CPU-only build there is no GPU rung at all), and the

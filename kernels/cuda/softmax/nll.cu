@@ -23,14 +23,17 @@ __global__ void nll_forward_kernel(int64_t rows, int64_t cols, const void* logp,
   }
 }
 
-// One thread per element of glogp: -gloss[r] at the label, 0 elsewhere (a bad label gives a zero row).
+// One thread per element of glogp: -gloss[r] at the label, 0 elsewhere. A bad label gives a NaN row,
+// as the forward gives a NaN loss and fused_xent a NaN gradient row: the loss scaler's check reads the
+// gradients, so a zero row would let the step through (kernels/softmax.h).
 template <class C>
 __global__ void nll_backward_kernel(int64_t rows, int64_t cols, const int32_t* labels, const void* gloss,
                                     void* glogp, DType t) {
   const int64_t n = rows * cols;
   for (int64_t i = global_thread_index(); i < n; i += global_thread_count()) {
     const int64_t r = i / cols, c = i - r * cols;
-    const C v = c == labels[r] ? -load_as<C>(gloss, t, r) : C(0);
+    const int32_t label = labels[r];
+    const C v = (label < 0 || label >= cols) ? C(NAN) : c == label ? -load_as<C>(gloss, t, r) : C(0);
     store_as<C>(glogp, t, i, v);
   }
 }
