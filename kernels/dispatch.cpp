@@ -43,10 +43,15 @@ void reduce_sum(DeviceType dev, const ReduceIndex& ix, const void* x, DType tx, 
                 double scale) {
   HL_DISPATCH(reduce_sum, ix, x, tx, out, tout, scale);
 }
+// The answers are i32 (the labels' dtype): an index or a count past 2^31 - 1 is refused, not wrapped.
 void argmax_rows(DeviceType dev, int64_t rows, int64_t cols, const void* x, DType tx, int32_t* out) {
+  HL_CHECK(rows >= 0 && cols >= 0, "argmax_rows: rows and cols must be >= 0, got rows=", rows, " cols=", cols);
+  HL_CHECK(cols <= INT32_MAX, "argmax_rows: ", cols, " columns, but the indices are i32 (at most ", INT32_MAX, ")");
   HL_DISPATCH(argmax_rows, rows, cols, x, tx, out);
 }
 void count_equal(DeviceType dev, int64_t n, const int32_t* a, const int32_t* b, int32_t* count) {
+  HL_CHECK(n >= 0, "count_equal: n must be >= 0, got ", n);
+  HL_CHECK(n <= INT32_MAX, "count_equal: ", n, " elements, but the count is i32 (at most ", INT32_MAX, ")");
   HL_DISPATCH(count_equal, n, a, b, count);
 }
 void any_nonfinite(DeviceType dev, int64_t n, const void* x, DType tx, int32_t* flag) {

@@ -107,7 +107,7 @@ void clip_by_norm(DeviceType dev, const std::vector<Span>& grads, const float* s
                   double* norm_out);
 
 // After an update that may have been skipped: unless *skip (when given) is nonzero, add one to
-// *applied_steps (an i64 in device memory) and set every flag in `mark` to 1 (SGD's "momentum
+// *applied_steps (an i64 in device memory; null: no count) and set every flag in `mark` to 1 (SGD's "momentum
 // buffer initialized"). A separate launch so that no multi-block update kernel both reads and
 // writes these.
 void optim_finish(DeviceType dev, const int32_t* skip, int64_t* applied_steps, const std::vector<int32_t*>& mark);

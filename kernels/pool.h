@@ -9,7 +9,9 @@
 //         equal value does not replace it). NaN propagates: once a window meets a NaN, that NaN is the
 //         result and its position the argmax (the first NaN wins), so an overflow stays visible to the
 //         loss scaler (paper §3.2). argmax holds h*W + w, the position inside the input plane.
-//   avg:  padding counts as 0 and the divisor is always kh*kw (PyTorch's count_include_pad=True).
+//   avg:  padding counts as 0 and the divisor is always kh*kw (PyTorch's count_include_pad=True). Both
+//         backends multiply by 1/(kh*kw) rather than divide, as the mean does: exact for power-of-two
+//         windows, and for others an f32 result can be one ulp from PyTorch's division.
 // Dtypes: x, y, dy, dx share one dtype t (f16, f32; f64 on the CPU for gradient checks); the window
 // arithmetic is f32 (f64 for f64) and each output is rounded once. Backward passes GATHER (each dx
 // element sums the windows that contain it), so they are deterministic and need no atomics; they

@@ -62,10 +62,12 @@ struct ReduceIndex {
 void reduce_sum(DeviceType dev, const ReduceIndex& ix, const void* x, DType tx, void* out, DType tout,
                 double scale);
 
-// out[r] = index of the largest element of row r of a [rows, cols] matrix (first one on ties).
+// out[r] = index of the largest element of row r of a [rows, cols] matrix (first one on ties). Rows of
+// more than 2^31 - 1 columns are refused: the index is an i32.
 void argmax_rows(DeviceType dev, int64_t rows, int64_t cols, const void* x, DType tx, int32_t* out);
 
-// count[0] = number of i with a[i] == b[i] (i32 inputs), written as an i32 on the device of the data.
+// count[0] = number of i with a[i] == b[i] (i32 inputs), written as an i32 on the device of the data;
+// n is at most 2^31 - 1, so that the count fits.
 void count_equal(DeviceType dev, int64_t n, const int32_t* a, const int32_t* b, int32_t* count);
 
 // flag[0] = 1 if any element of x is inf or NaN, else 0 (i32, on the device of x).

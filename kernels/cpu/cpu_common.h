@@ -4,8 +4,10 @@
 // every value is widened to float (double for f64) for the arithmetic and rounded to nearest-even
 // on store, exactly what the CUDA kernels do.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/dtype.h"
 #include "kernels/error.h"
@@ -127,5 +129,26 @@ typedef int32_t i32x4 __attribute__((vector_size(16)));
 
 // Elementwise loops run in parallel once they are large enough to pay for the threads.
 constexpr int64_t kParallelThreshold = 1 << 15;
+
+// sum of term(i) for i in [0, n), in double, the same bits for any thread count: chunks of a fixed
+// size are summed in order, in parallel, then the chunks' sums are added in order. (An OpenMP
+// reduction adds in an order that depends on the thread count: a crafted f32 sum came out 1.0 with one
+// thread and 1.00000012 with two; found by review, 2026-11-29.) Full sums and the gradient norm use it.
+template <class Term>
+double ordered_sum(int64_t n, Term term) {
+  constexpr int64_t kChunk = 32768;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
+#pragma omp parallel for if (n > kParallelThreshold)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double sum = 0.0;
+    const int64_t end = std::min(n, (c + 1) * kChunk);
+    for (int64_t i = c * kChunk; i < end; ++i) sum += term(i);
+    partial[static_cast<size_t>(c)] = sum;
+  }
+  double total = 0.0;
+  for (double p : partial) total += p;
+  return total;
+}
 
 }  // namespace hl::kernels::cpu

@@ -186,13 +186,12 @@ void sum_of_squares(const std::vector<ConstSpan>& tensors, float* out) {
     visit_floating(t.type, "sum_of_squares", [&](auto tag) {
       using T = decltype(tag);
       const T* x = static_cast<const T*>(t.data);
-      double s = 0.0;
-#pragma omp parallel for reduction(+ : s) if (t.n > kParallelThreshold)
-      for (int64_t i = 0; i < t.n; ++i) {
+      // The same bits with any number of threads (cpu_common.h), so that a clipped step does not
+      // depend on OMP_NUM_THREADS.
+      total += ordered_sum(t.n, [x](int64_t i) {
         const double v = static_cast<double>(load(x, i));
-        s += v * v;
-      }
-      total += s;
+        return v * v;
+      });
     });
   }
   *out = static_cast<float>(total);
@@ -211,7 +210,7 @@ void clip_by_norm(const std::vector<Span>& grads, const float* sum_sq, double ma
 
 void optim_finish(const int32_t* skip, int64_t* applied_steps, const std::vector<int32_t*>& mark) {
   if (skip != nullptr && *skip != 0) return;
-  ++*applied_steps;
+  if (applied_steps != nullptr) ++*applied_steps;  // none to count: only the flags, as on the GPU
   for (int32_t* m : mark) *m = 1;
 }
 

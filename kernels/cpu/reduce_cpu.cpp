@@ -25,25 +25,8 @@ void reduce_sum(const ReduceIndex& ix, const void* x, DType tx, void* out, DType
   visit_floating(tx, "reduce_sum", [&](auto tag) {
     using T = decltype(tag);
     const T* px = static_cast<const T*>(x);
-    if (out_n == 1) {
-      // A full reduction, in parallel over chunks of a fixed size, each summed in order in a double, then
-      // the chunks' sums added in order: the same additions whatever the thread count, so the same bits
-      // with 1, 2 or 3 threads. (An OpenMP reduction adds in an order that depends on the thread count:
-      // a crafted f32 sum came out 1.0 with one thread and 1.00000012 with two; found by review,
-      // 2026-11-29.)
-      constexpr int64_t kChunk = 32768;
-      const int64_t chunks = (in_n + kChunk - 1) / kChunk;
-      std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
-#pragma omp parallel for if (in_n > kParallelThreshold)
-      for (int64_t c = 0; c < chunks; ++c) {
-        double sum = 0.0;
-        const int64_t end = std::min(in_n, (c + 1) * kChunk);
-        for (int64_t i = c * kChunk; i < end; ++i) sum += static_cast<double>(load(px, i));
-        partial[static_cast<size_t>(c)] = sum;
-      }
-      double total = 0.0;
-      for (double p : partial) total += p;
-      acc[0] = total;
+    if (out_n == 1) {  // a full reduction: the same bits with any number of threads
+      acc[0] = ordered_sum(in_n, [px](int64_t i) { return static_cast<double>(load(px, i)); });
       return;
     }
     // The trailing reduced dims form runs of `inner` consecutive elements that all go to one output

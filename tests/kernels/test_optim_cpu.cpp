@@ -5,6 +5,7 @@
 // gradient norm exactly at the clipping bound. The CUDA passes are held to the same rules in
 // tests/kernels/test_cuda_kernels.cpp.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <limits>
@@ -200,7 +201,36 @@ TEST(OptimCpu, FinishCountsTheStepAndMarksEachFlagWithOne) {
     EXPECT_EQ(steps, applied ? 6 : 5);
     EXPECT_EQ(a, applied ? 1 : 0);
     EXPECT_EQ(b, applied ? 1 : 0);
+    // Without a counter only the flags are set, as the GPU's kernel does.
+    a = 0;
+    optim_finish(kCpu, skip == -1 ? nullptr : &skip, nullptr, {&a});
+    EXPECT_EQ(a, applied ? 1 : 0);
   }
+}
+
+// The gradient norm for clipping gives the same bits with any number of threads (cpu_common.h's
+// ordered_sum), where an OpenMP reduction's order followed the thread count (found by review,
+// 2026-11-29). The squares here are 1 + 2^-24 (a tie in f32) and 65534 times 2^-54: one thread adding
+// in order gave 1, two threads 1.00000012.
+TEST(OptimCpu, SumOfSquaresIsTheSameForAnyThreadCount) {
+  const int saved_threads = omp_get_max_threads();
+  std::vector<float> x(65536, 0x1p-27f);
+  x[0] = 1.0f;
+  x[1] = 0x1p-12f;
+  std::vector<double> wide(x.begin(), x.end());
+  const std::vector<ConstSpan> spans = {{x.data(), DType::f32, 65536}, {wide.data(), DType::f64, 65536}};
+  const auto with = [&](int threads) {
+    omp_set_num_threads(threads);
+    float out = -1.0f;
+    sum_of_squares(kCpu, spans, &out);
+    return out;
+  };
+  const float one = with(1);
+  for (int threads : {2, 3, 4}) EXPECT_EQ(with(threads), one) << threads << " threads";
+  // Each tensor: 1 + 2^-24 from the first chunk (whose 2^-54s fall below its double's last bit) and
+  // 2^-39 from the second; twice that is just above the tie 2 + 2^-23, so f32 rounds it up.
+  EXPECT_EQ(one, 2.0f + 0x1p-22f);
+  omp_set_num_threads(saved_threads);
 }
 
 }  // namespace

@@ -8,7 +8,9 @@
 
 #include <omp.h>
 
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -134,6 +136,24 @@ TEST(ReduceCpu, DimsOfSizeOneAndZero) {
 
 // argmax_rows: the first maximum of each row wins a tie, the first NaN wins over everything (as in
 // PyTorch), and a later value is compared with the best so far, not with the row's first value.
+// The answers are i32: a row past 2^31 - 1 columns, or a count over more elements, is refused before
+// anything is read (so the pointers here are never touched), not wrapped to a negative index.
+TEST(ReduceCpu, AnI32AnswerThatCouldNotHoldTheResultIsRefused) {
+  const int64_t too_many = int64_t{INT32_MAX} + 1;
+  EXPECT_EQ(test::error_of([&] { argmax_rows(DeviceType::cpu, 1, too_many, nullptr, DType::f16, nullptr); }),
+            "argmax_rows: 2147483648 columns, but the indices are i32 (at most 2147483647)");
+  EXPECT_EQ(test::error_of([&] { count_equal(DeviceType::cpu, too_many, nullptr, nullptr, nullptr); }),
+            "count_equal: 2147483648 elements, but the count is i32 (at most 2147483647)");
+  EXPECT_EQ(test::error_of([&] { argmax_rows(DeviceType::cpu, -1, 3, nullptr, DType::f32, nullptr); }),
+            "argmax_rows: rows and cols must be >= 0, got rows=-1 cols=3");
+  EXPECT_EQ(test::error_of([&] { count_equal(DeviceType::cpu, -1, nullptr, nullptr, nullptr); }),
+            "count_equal: n must be >= 0, got -1");
+  const std::vector<int32_t> a = {1, 2, 3}, b = {1, 0, 3};
+  int32_t count = -1;
+  count_equal(DeviceType::cpu, 3, a.data(), b.data(), &count);
+  EXPECT_EQ(count, 2);
+}
+
 TEST(ReduceCpu, ArgmaxRowsTakesTheFirstMaximumAndTheFirstNaN) {
   const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
   const std::vector<std::vector<double>> rows = {

@@ -18,7 +18,8 @@
 //   * Batching: X_col holds the columns of nb images side by side ([CRS, nb*PQ]), so one GEMM covers
 //     nb images. One GEMM per image would have N = PQ = 64 columns on the 8x8 VGG layer: far too
 //     few tiles to fill a GPU, and 128 launches per call. nb is as large as the workspace budget
-//     allows (all 128 images of every benchmark layer).
+//     allows: at batch 128, all the images of most benchmark layers; VGG-small's 64->64 layer
+//     (32x32) takes two chunks in the backward data pass (107 images fit at f16) and in every f32 pass.
 //   * The price of batching is layout: the GEMM produces [K, nb*PQ] but y is NCHW [nb, K, PQ]. The
 //     forward GEMM therefore writes an FP32 scratch matrix, and a small epilogue kernel adds the bias,
 //     applies beta and ReLU, rounds once and scatters into NCHW. The GEMM's own fused epilogue cannot
@@ -34,8 +35,10 @@
 //   * Workspace: the cached, grow-only buffer of kernels/cuda/conv/workspace.cuh (device memory from the
 //     framework's allocator is out of reach of kernels/; that file says why a cached buffer rather
 //     than cudaMallocAsync), held under its mutex while this call queues its kernels.
-//   * Chunking: the images are processed nb at a time so X_col never exceeds the budget
-//     (HALFLING_IM2COL_WORKSPACE_BYTES overrides it; the tests set it small to exercise chunking).
+//   * Chunking: the images are processed nb at a time so that the workspace stays within the budget
+//     (HALFLING_IM2COL_WORKSPACE_BYTES overrides it; the tests set it small to exercise chunking). One
+//     image is the least a chunk can hold, so an image that needs more than the budget on its own (64
+//     channels of 512x512 in f16 need 369 MB) still runs, and the grow-only workspace keeps that size.
 //
 // What stays slow is the lesson for rung 3 (implicit_gemm_wmma): X_col is C*R*S*P*Q values per image
 // (9x the input for 3x3, 25x for 5x5), written to global memory and read back by the GEMM. The
