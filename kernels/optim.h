@@ -100,9 +100,10 @@ struct Span {
 };
 // Gradient clipping by global norm without a host round trip: *norm_out (an f64 on the device) =
 // sqrt(*sum_sq), and when factor = max_norm / (norm + 1e-6) is below 1, every element is multiplied
-// by it (in the tensor's dtype, as a scalar multiply would). A NaN norm leaves the gradients alone
-// and an infinite one zeroes the finite ones (inf * 0 = NaN stays non-finite), as PyTorch does; the
-// loss scaler's flag, raised before clipping, still skips such a step.
+// by it (in the tensor's dtype, as a scalar multiply would). An infinite norm zeroes the finite
+// gradients (inf * 0 = NaN stays non-finite), as PyTorch does. A NaN norm leaves the gradients alone,
+// where PyTorch multiplies them all by NaN (its clamp keeps a NaN factor): a NaN gradient is there
+// either way, and the loss scaler's flag, raised before clipping, skips such a step.
 void clip_by_norm(DeviceType dev, const std::vector<Span>& grads, const float* sum_sq, double max_norm,
                   double* norm_out);
 

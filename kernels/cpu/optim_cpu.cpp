@@ -202,7 +202,8 @@ void clip_by_norm(const std::vector<Span>& grads, const float* sum_sq, double ma
     HL_CHECK(is_floating(g.type), "clip_by_norm: needs a floating dtype, got ", dtype_name(g.type));
   const double norm = std::sqrt(static_cast<double>(*sum_sq));
   *norm_out = norm;
-  // PyTorch's rule: scale by max_norm / (norm + 1e-6) when that is below 1 (never for a NaN norm).
+  // PyTorch's rule: scale by max_norm / (norm + 1e-6) when that is below 1. Never for a NaN norm,
+  // which PyTorch multiplies in (optim.h says why it does not matter).
   const double factor = max_norm / (norm + 1e-6);
   if (!(factor < 1.0)) return;
   for (const Span& g : grads) scalar(ScalarOp::mul, g.n, g.data, factor, g.data, g.type);
