@@ -2,17 +2,30 @@
 
 #include <cmath>
 #include <sstream>
+#include <unordered_set>
 
 #include "framework/autograd.h"
 #include "framework/profiler.h"
 
 namespace hl::nn {
 
+namespace {
+// A tensor reached twice (a module added twice, tied weights) is listed once, under the first name, as
+// PyTorch's named_parameters() does: an optimizer given it twice would update it twice.
+std::vector<std::pair<std::string, Tensor>> first_of_each(std::vector<std::pair<std::string, Tensor>> all) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  std::unordered_set<const TensorImpl*> seen;
+  for (auto& nt : all)
+    if (seen.insert(nt.second.impl()).second) out.push_back(std::move(nt));
+  return out;
+}
+}  // namespace
+
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
   std::vector<std::pair<std::string, Tensor>> out = params_;
   for (const auto& [cname, child] : children_)
     for (auto& [pname, p] : child->named_parameters()) out.emplace_back(cname + "." + pname, p);
-  return out;
+  return first_of_each(std::move(out));
 }
 
 std::vector<Tensor> Module::parameters() const {
@@ -25,7 +38,7 @@ std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
   std::vector<std::pair<std::string, Tensor>> out = buffers_;
   for (const auto& [cname, child] : children_)
     for (auto& [bname, b] : child->named_buffers()) out.emplace_back(cname + "." + bname, b);
-  return out;
+  return first_of_each(std::move(out));
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_state() const {
@@ -67,6 +80,8 @@ void Module::to(Device d) {
 }
 
 void Module::to(DType t) {
+  HL_CHECK(is_floating(t), "Module::to: a model converts to a floating dtype (f16, f32 or f64), got ", dtype_name(t),
+           " (", name(), ")");
   NoGradGuard no_grad;
   const DType mine = param_dtype(t);
   for (auto& [n, p] : params_)
@@ -84,7 +99,20 @@ std::string Module::summary() const {
   return os.str();
 }
 
+void Module::check_new_name(const std::string& what, const std::string& n) const {
+  const auto taken = [&](const auto& list) {
+    for (const auto& entry : list)
+      if (entry.first == n) return true;
+    return false;
+  };
+  HL_CHECK(!n.empty() && n.find('.') == std::string::npos, name(), ": ", what, " name '", n,
+           "' must be non-empty and without a '.' (dots join the path: '2.weight')");
+  HL_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_), name(), ": the ", what, " name '", n,
+           "' is taken already (a checkpoint would hold two tensors of one name)");
+}
+
 Tensor& Module::register_parameter(const std::string& pname, Tensor t) {
+  check_new_name("parameter", pname);
   t.set_name(pname);
   t.requires_grad_(true);
   params_.emplace_back(pname, t);
@@ -92,6 +120,7 @@ Tensor& Module::register_parameter(const std::string& pname, Tensor t) {
 }
 
 Tensor& Module::register_buffer(const std::string& bname, Tensor t) {
+  check_new_name("buffer", bname);
   t.set_name(bname);
   buffers_.emplace_back(bname, t);
   return buffers_.back().second;
@@ -99,10 +128,17 @@ Tensor& Module::register_buffer(const std::string& bname, Tensor t) {
 
 void Module::register_module(const std::string& mname, std::shared_ptr<Module> m) {
   HL_CHECK(m != nullptr, "register_module: module '", mname, "' is null");
+  check_new_name("module", mname);
   // The child's parameters and buffers are named by their path from here ("2.weight"), which error
   // messages print: two layers' "weight"s told apart. A module added to a parent later is renamed from
-  // the parent, so the names end up as in the outermost module's named_parameters().
-  for (auto& [n, t] : m->named_state()) t.set_name(mname + "." + n);
+  // the parent, so the names end up as in the outermost module's named_parameters(), with two
+  // exceptions: a tensor this module holds already (a module added twice) keeps its first name, as
+  // named_parameters() lists it; and a module does not know its parent, so a child added to a module
+  // that is inside another one already is named from that module, not from the outermost.
+  std::unordered_set<const TensorImpl*> held;
+  for (const auto& [n, t] : named_state()) held.insert(t.impl());
+  for (auto& [n, t] : m->named_state())
+    if (held.count(t.impl()) == 0) t.set_name(mname + "." + n);
   children_.emplace_back(mname, std::move(m));
 }
 
@@ -115,10 +151,10 @@ Linear::Linear(int64_t in_features, int64_t out_features, Generator& gen, bool w
   if (with_bias) bias = register_parameter("bias", Tensor::uniform({out_features}, gen, -bound, bound));
 }
 
-Tensor Linear::forward(const Tensor& x) {
+Tensor Linear::run(const Tensor& x, bool relu) {
   HL_CHECK(x.defined() && x.dim() == 2 && x.size(1) == in_, "Linear(", in_, " -> ", out_, "): expected input [N, ",
            in_, "], got ", x.describe());
-  return linear(x, weight, bias, fused_relu);
+  return linear(x, weight, bias, relu);
 }
 
 std::string Linear::name() const {
@@ -139,11 +175,17 @@ Tensor Sequential::forward(const Tensor& x) {
     auto* conv = dynamic_cast<Conv2d*>(layers[i].second.get());
     const bool fuse = fuse_ && (lin != nullptr || conv != nullptr) && i + 1 < layers.size() &&
                       dynamic_cast<ReLU*>(layers[i + 1].second.get()) != nullptr;
-    if (lin != nullptr) lin->fused_relu = fuse;
-    if (conv != nullptr) conv->fused_relu = fuse;
-    profiler::Scope scope(profiler::enabled() ? layers[i].second->name() + (fuse ? "+ReLU" : "") : std::string());
-    h = layers[i].second->forward(h);
-    if (fuse) ++i;  // the ReLU already ran in the GEMM epilogue
+    // Named as summary() lists the layer, "(3) Conv2d(...)": two layers of one name (LeNet's pools) are
+    // two rows, not one of two calls.
+    profiler::Scope scope(profiler::enabled() ? "(" + layers[i].first + ") " + layers[i].second->name() +
+                                                    (fuse ? "+ReLU" : "")
+                                              : std::string());
+    if (!fuse) {
+      h = layers[i].second->forward(h);
+      continue;
+    }
+    h = lin != nullptr ? lin->forward_relu(h) : conv->forward_relu(h);
+    ++i;  // the ReLU already ran in the GEMM epilogue
   }
   return h;
 }
@@ -179,10 +221,10 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel, Generato
   if (with_bias) bias = register_parameter("bias", Tensor::uniform({out_channels}, gen, -bound, bound));
 }
 
-Tensor Conv2d::forward(const Tensor& x) {
+Tensor Conv2d::run(const Tensor& x, bool relu) {
   HL_CHECK(x.defined() && x.dim() == 4 && x.size(1) == in_, name(), ": expected input [N, ", in_, ", H, W], got ",
            x.defined() ? x.describe() : "an undefined tensor");
-  return conv2d(x, weight, bias, stride_, padding_, fused_relu);
+  return conv2d(x, weight, bias, stride_, padding_, relu);
 }
 
 std::string Conv2d::name() const {
@@ -191,8 +233,18 @@ std::string Conv2d::name() const {
          ")";
 }
 
-std::string MaxPool2d::name() const { return "MaxPool2d(" + size2_str(kernel_) + ")"; }
-std::string AvgPool2d::name() const { return "AvgPool2d(" + size2_str(kernel_) + ")"; }
+namespace {
+// "MaxPool2d(2x2)" for the usual pool (stride = kernel, no padding), else with the stride and padding.
+std::string pool_name(const char* kind, Size2 kernel, Size2 stride, Size2 padding) {
+  const Size2 s = stride[0] == 0 && stride[1] == 0 ? kernel : stride;  // 0: the kernel (pool.h)
+  std::string out = std::string(kind) + "(" + size2_str(kernel);
+  if (s != kernel || padding != Size2{0, 0}) out += ", stride " + size2_str(s) + ", pad " + size2_str(padding);
+  return out + ")";
+}
+}  // namespace
+
+std::string MaxPool2d::name() const { return pool_name("MaxPool2d", kernel_, stride_, padding_); }
+std::string AvgPool2d::name() const { return pool_name("AvgPool2d", kernel_, stride_, padding_); }
 
 BatchNorm2d::BatchNorm2d(int64_t channels, double momentum, double eps)
     : channels_(channels), momentum_(momentum), eps_(eps) {

@@ -18,7 +18,8 @@ class Module {
   virtual std::string name() const = 0;
   Tensor operator()(const Tensor& x) { return forward(x); }
 
-  // Every parameter of this module and its children, named like PyTorch ("0.weight", "2.bias").
+  // Every parameter of this module and its children, named like PyTorch ("0.weight", "2.bias"). A
+  // parameter reached twice (a module added twice: tied weights) is listed once, under its first name.
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   std::vector<Tensor> parameters() const;
   int64_t num_parameters() const;
@@ -53,6 +54,8 @@ class Module {
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
 
  private:
+  // A name for a new parameter, buffer or child: not empty, no '.', not taken in this module.
+  void check_new_name(const std::string& what, const std::string& n) const;
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
@@ -63,13 +66,15 @@ class Module {
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, Generator& gen, bool bias = true);
-  Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x) override { return run(x, false); }
+  // relu(forward(x)) with the ReLU in the GEMM epilogue: the same result, one pass less. Sequential
+  // calls it where a ReLU follows (the module itself keeps no flag: called alone, it is a Linear).
+  Tensor forward_relu(const Tensor& x) { return run(x, true); }
   std::string name() const override;
   Tensor weight, bias;
-  // Apply ReLU in the GEMM epilogue (set by Sequential when a ReLU follows; same result, one pass less).
-  bool fused_relu = false;
 
  private:
+  Tensor run(const Tensor& x, bool relu);
   int64_t in_, out_;
 };
 
@@ -115,12 +120,13 @@ class Conv2d : public Module {
          int64_t padding = 0, bool with_bias = true)
       : Conv2d(in_channels, out_channels, Size2{kernel, kernel}, gen, Size2{stride, stride}, Size2{padding, padding},
                with_bias) {}
-  Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x) override { return run(x, false); }
+  Tensor forward_relu(const Tensor& x) { return run(x, true); }  // the ReLU in the epilogue (as Linear's)
   std::string name() const override;
   Tensor weight, bias;
-  bool fused_relu = false;  // set by Sequential when a ReLU follows
 
  private:
+  Tensor run(const Tensor& x, bool relu);
   int64_t in_, out_;
   Size2 kernel_, stride_, padding_;
 };
@@ -175,7 +181,8 @@ class BatchNorm2d : public Module {
 };
 
 // Inverted dropout (framework/ops_cnn.h); each forward in training mode draws a new seed from the
-// module's own generator (seeded from `gen` at construction, so runs are reproducible).
+// module's own generator (seeded from `gen` at construction, so runs are reproducible). A checkpoint
+// does not hold the generator (docs/checkpoints.md): a resumed run draws other masks.
 class Dropout : public Module {
  public:
   Dropout(double p, Generator& gen);

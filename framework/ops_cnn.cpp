@@ -256,8 +256,11 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& gamma, const Tensor& beta, co
                               beta.data_ptr(), running_mean.defined() ? running_mean.data_ptr() : nullptr,
                               running_var.defined() ? running_var.data_ptr() : nullptr, save_mean.data_ptr(),
                               save_invstd.data_ptr(), tp, momentum, eps);
+  // Which gradients the backward returns is fixed now, as in conv2d and eval mode: an input unfrozen
+  // between the forward pass and backward() gets none (PyTorch's graph has no edge to it either).
+  const bool need_x = x.requires_grad(), need_gamma = gamma.requires_grad(), need_beta = beta.requires_grad();
   return record(y, "batch_norm2d", {x, gamma, beta}, {{"input", x}, {"gamma", gamma}},
-                [x, gamma, beta, s, tp, save_mean, save_invstd](const Tensor& g_in) {
+                [x, gamma, beta, s, tp, save_mean, save_invstd, need_x, need_gamma, need_beta](const Tensor& g_in) {
                   const Tensor g = as_dtype(g_in, x.dtype());
                   Tensor gx = Tensor::empty(x.shape(), x.dtype(), x.device());
                   Tensor gg = Tensor::empty({s.C}, tp, x.device());
@@ -265,9 +268,8 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& gamma, const Tensor& beta, co
                   k::batch_norm_backward(x.device(), s, x.data_ptr(), g.data_ptr(), gx.data_ptr(), x.dtype(),
                                          gamma.data_ptr(), save_mean.data_ptr(), save_invstd.data_ptr(),
                                          gg.data_ptr(), gb.data_ptr(), tp);
-                  return std::vector<Tensor>{x.requires_grad() ? gx : Tensor(),
-                                             gamma.requires_grad() ? gg : Tensor(),
-                                             beta.requires_grad() ? gb : Tensor()};
+                  return std::vector<Tensor>{need_x ? gx : Tensor(), need_gamma ? gg : Tensor(),
+                                             need_beta ? gb : Tensor()};
                 });
 }
 

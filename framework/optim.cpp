@@ -83,6 +83,12 @@ void Optimizer::reread_written_masters() {
   }
 }
 
+bool Optimizer::param_written_since_master(size_t i) const {
+  HL_CHECK(i < params_.size(), "Optimizer::param_written_since_master: index ", i, " of ", params_.size(),
+           " parameters");
+  return use_masters_ && params_[i].impl()->storage->version() != param_versions_[i];
+}
+
 DType Optimizer::state_dtype(size_t i) const { return params_[i].dtype() == DType::f64 ? DType::f64 : DType::f32; }
 
 Tensor& Optimizer::buffer(const std::string& name, size_t i) {

@@ -65,6 +65,10 @@ class Optimizer {
   const std::vector<Tensor>& params() const { return params_; }
   // The FP32 master weights (undefined entries when the optimizer keeps none).
   const std::vector<Tensor>& master_weights() const { return masters_; }
+  // Whether parameter i was written (copy_, fill_) since its master was last in step with it: its
+  // master is then stale until the next step re-reads it. Code that reads the masters between steps
+  // (tutorials/common/models.cpp, save_model_fp32) takes such a parameter's own value instead.
+  bool param_written_since_master(size_t i) const;
   // The FP32 gradients of the last unscale (undefined before it).
   const std::vector<Tensor>& unscaled_grads() const { return grads_; }
   bool has_master_weights() const { return use_masters_; }

@@ -9,7 +9,8 @@
 // Scopes nest: each one is a node in a tree keyed by its path ("step" > "forward" > "Conv2d(...)"),
 // and the report prints the tree with calls, host time and device time per step. The framework opens
 // scopes in three places, so any model gets a profile without changes:
-//   - nn::Sequential::forward: one per layer, named by the layer (Module::name(), "+ReLU" when fused);
+//   - nn::Sequential::forward: one per layer, named by its index and the layer, as Module::summary()
+//     lists it ("(3) Conv2d(...)", "+ReLU" when fused);
 //   - Tensor::backward: "backward", and inside it one per graph node, named by the op and the shape of
 //     its first input ("conv2d [128, 64, 32, 32]");
 //   - the tutorials' trainer: "step" and, inside, "forward", "loss", "backward", "optimizer".

@@ -59,7 +59,7 @@ TEST(BenchTrain, ProfilePrintsWhereAStepsTimeGoes) {
   ASSERT_NE(profile, std::string::npos) << "the smoke run's second epoch: 4 steps\n" << out;
   EXPECT_LT(out.find("epoch 2 "), profile) << out;
   EXPECT_LT(profile, out.find("summary: ")) << out;
-  for (const char* row : {"\ndata ", "\nstep ", "\n  forward ", "\n    Linear(784 -> 512)+ReLU ", "\n  loss ",
+  for (const char* row : {"\ndata ", "\nstep ", "\n  forward ", "\n    (1) Linear(784 -> 512)+ReLU ", "\n  loss ",
                           "\n  backward ", "\n    linear_relu [128, 784] ", "\n  optimizer "})
     EXPECT_NE(out.find(row, profile), std::string::npos) << "no row '" << row + 1 << "' in\n" << out;
   EXPECT_NO_THROW({

@@ -360,6 +360,15 @@ TEST_F(Cnn, CanonicalModelsLayerByLayer) {
   EXPECT_EQ(layer_names(*nn::vgg_small(g)), vgg);
 }
 
+// A pool's name shows its stride and padding when they are not the usual ones (stride = kernel, no
+// padding): MaxPool2d(3x3) with stride 1 and padding 1 was named as the 2x2 kind is.
+TEST_F(Cnn, PoolNamesShowAnUnusualStrideOrPadding) {
+  EXPECT_EQ(nn::MaxPool2d(2).name(), "MaxPool2d(2x2)");
+  EXPECT_EQ(nn::MaxPool2d(Size2{2, 2}, Size2{2, 2}).name(), "MaxPool2d(2x2)");
+  EXPECT_EQ(nn::MaxPool2d(Size2{3, 3}, Size2{1, 1}, Size2{1, 1}).name(), "MaxPool2d(3x3, stride 1x1, pad 1x1)");
+  EXPECT_EQ(nn::AvgPool2d(Size2{2, 3}, Size2{0, 0}, Size2{1, 0}).name(), "AvgPool2d(2x3, stride 2x3, pad 1x0)");
+}
+
 TEST_F(Cnn, Conv2dModuleChecksEveryArgumentAndNamesEachSide) {
   // A kernel, stride and padding different on each side, so that no side can stand in for the other.
   nn::Conv2d conv(2, 64, Size2{1, 5}, g, Size2{1, 2}, Size2{0, 3});

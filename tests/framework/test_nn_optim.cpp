@@ -66,17 +66,28 @@ TEST(NN, FusionTakesEveryLinearFollowedByAReluAndNothingElse) {
   auto first = std::make_shared<nn::Linear>(6, 5, g), middle = std::make_shared<nn::Linear>(5, 4, g),
        last = std::make_shared<nn::Linear>(4, 3, g);
   nn::Sequential m({first, std::make_shared<nn::ReLU>(), middle, last, std::make_shared<nn::ReLU>()});
-  const Tensor x = Tensor::randn({2, 6}, g);
+  const Tensor x = Tensor::randn({2, 6}, g).requires_grad_();
   const std::vector<float> plain = m(x).to_vector();
+  // The ops of the graph, from the output back to the first layer: what each layer ran.
+  const auto ops = [&] {
+    std::vector<std::string> out;
+    const Tensor y = m(x);  // holds the graph while it is walked
+    for (const Node* n = y.impl()->grad_fn.get(); n != nullptr; n = n->inputs[0].impl()->grad_fn.get())
+      out.push_back(n->op);
+    return out;
+  };
   m.fuse_linear_relu();
   EXPECT_EQ(m(x).to_vector(), plain);
-  EXPECT_TRUE(first->fused_relu);
-  EXPECT_FALSE(middle->fused_relu);  // followed by a Linear
-  EXPECT_TRUE(last->fused_relu);     // the model's last two layers
+  // last + ReLU (the model's last two layers), middle (followed by a Linear), first + ReLU
+  EXPECT_EQ(ops(), (std::vector<std::string>{"linear_relu", "linear", "linear_relu"}));
+  // The layers keep no trace of the fusion: called alone, the first one is a Linear (it kept a flag
+  // Sequential had set, and clamped its outputs, until a review found it).
+  const Tensor alone = (*first)(x);
+  EXPECT_EQ(alone.impl()->grad_fn->op, "linear");
+  EXPECT_EQ(alone.to_vector(), linear(x, first->weight, first->bias).to_vector());
   m.fuse_linear_relu(false);
   EXPECT_EQ(m(x).to_vector(), plain);
-  EXPECT_FALSE(first->fused_relu);
-  EXPECT_FALSE(last->fused_relu);
+  EXPECT_EQ(ops(), (std::vector<std::string>{"relu", "linear", "linear", "relu", "linear"}));
 }
 
 TEST(NN, FusionLeavesAReluAfterAnyOtherLayerInPlace) {
@@ -129,6 +140,65 @@ TEST(NN, ModuleToDtypeKeepsTheValuesOfAViewParameter) {
   m.to(DType::f64);
   EXPECT_EQ(m.w.dtype(), DType::f64);
   EXPECT_EQ(m.w.to_vector(), (std::vector<float>{3, 4, 5, 6}));
+}
+
+// A module added twice (tied weights) has its parameters listed once, under the first name, as
+// PyTorch's named_parameters() does: an optimizer given them twice stepped them twice (found by review).
+TEST(NN, ATiedModuleIsListedAndSteppedOnce) {
+  Generator g(5);
+  auto tied = std::make_shared<nn::Linear>(3, 3, g);
+  nn::Sequential m({tied, std::make_shared<nn::ReLU>(), tied});
+  std::vector<std::string> names;
+  for (const auto& [n, t] : m.named_parameters()) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"0.weight", "0.bias"}));
+  EXPECT_EQ(m.num_parameters(), 12);
+  EXPECT_EQ(tied->weight.name(), "0.weight") << "the tensor keeps the name the model lists";
+  const double before = tied->bias.to_double()[0];
+  optim::SGD sgd(m.parameters(), {.lr = 0.5});
+  sum(m(Tensor::randn({2, 3}, g))).backward();
+  const double grad = tied->bias.grad().to_double()[0];
+  sgd.step();
+  EXPECT_DOUBLE_EQ(tied->bias.to_double()[0], static_cast<double>(static_cast<float>(before - 0.5 * grad)));
+}
+
+// Names are refused where they are made, not when a checkpoint is written: a taken one, an empty one,
+// one with the '.' that joins paths.
+TEST(NN, ANameTakenOrWithADotIsRefusedAtRegistration) {
+  struct Twice : nn::Module {
+    explicit Twice(int what) {
+      register_parameter("w", Tensor::zeros({1}));
+      if (what == 0) register_buffer("w", Tensor::zeros({1}));
+      if (what == 1) register_module("w", std::make_shared<nn::ReLU>());
+      if (what == 2) register_parameter("a.b", Tensor::zeros({1}));
+      if (what == 3) register_parameter("", Tensor::zeros({1}));
+    }
+    Tensor forward(const Tensor& x) override { return x; }
+    std::string name() const override { return "Twice"; }
+  };
+  for (int what : {0, 1}) {
+    const std::string e = test::error_of([&] { Twice t(what); });
+    EXPECT_NE(e.find("Twice: the " + std::string(what == 0 ? "buffer" : "module") + " name 'w' is taken already"),
+              std::string::npos)
+        << e;
+  }
+  for (int what : {2, 3}) {
+    const std::string e = test::error_of([&] { Twice t(what); });
+    EXPECT_NE(e.find("must be non-empty and without a '.'"), std::string::npos) << e;
+  }
+  EXPECT_NO_THROW(Twice(4));
+}
+
+// A model converts to a floating dtype only: to(i32) truncated every weight (found by review).
+TEST(NN, ModuleToAnIntegerDtypeIsRefusedAndChangesNothing) {
+  Generator g(2);
+  auto m = nn::lenet(g);
+  const std::vector<float> w = m->parameters()[0].to_vector();
+  const std::string e = test::error_of([&] { m->to(DType::i32); });
+  EXPECT_NE(e.find("Module::to: a model converts to a floating dtype (f16, f32 or f64), got i32 (Sequential)"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(m->parameters()[0].dtype(), DType::f32);
+  EXPECT_EQ(m->parameters()[0].to_vector(), w);
 }
 
 TEST(NN, ModuleToDtypeKeepsHandles) {

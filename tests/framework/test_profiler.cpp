@@ -224,16 +224,30 @@ TEST_F(Profiler, SequentialLayersAndBackwardNodesOpenTheirOwnScopes) {
   }
   profiler::stop();
   const std::vector<profiler::Row> rows = profiler::rows();
-  const profiler::Row* fused = find_row(rows, "Linear(6 -> 5)+ReLU", 1);
+  const profiler::Row* fused = find_row(rows, "(0) Linear(6 -> 5)+ReLU", 1);
   ASSERT_NE(fused, nullptr) << profiler::report(2);
   EXPECT_EQ(fused->calls, 2);
-  ASSERT_NE(find_row(rows, "Linear(5 -> 3)", 1), nullptr) << profiler::report(2);
+  ASSERT_NE(find_row(rows, "(2) Linear(5 -> 3)", 1), nullptr) << profiler::report(2);
   const profiler::Row* backward = find_row(rows, "backward", 1);
   ASSERT_NE(backward, nullptr) << profiler::report(2);
   EXPECT_EQ(backward->calls, 2);
   // Backward nodes are named by op and the shape of their first input.
   EXPECT_NE(find_row(rows, "linear_relu [4, 6]", 2), nullptr) << profiler::report(2);
   EXPECT_NE(find_row(rows, "linear [4, 5]", 2), nullptr) << profiler::report(2);
+}
+
+// Two layers of one name are two rows, by their index (LeNet's two pools made one row of two calls).
+TEST_F(Profiler, TwoLayersOfOneNameAreTwoRows) {
+  nn::Sequential model({std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::MaxPool2d>(2)});
+  profiler::start(false);
+  (void)model(Tensor::zeros({1, 1, 4, 4}));
+  profiler::stop();
+  const std::vector<profiler::Row> rows = profiler::rows();
+  for (const char* name : {"(0) MaxPool2d(2x2)", "(1) MaxPool2d(2x2)"}) {
+    const profiler::Row* r = find_row(rows, name, 0);
+    ASSERT_NE(r, nullptr) << name << " in\n" << profiler::report(1);
+    EXPECT_EQ(r->calls, 1) << name;
+  }
 }
 
 TEST_F(Profiler, DeviceTimingWithoutAGpuIsAClearError) {

@@ -114,6 +114,22 @@ TEST(SavedTensors, AnInputUnfrozenAfterTheForwardPassGetsNoGradientFromSavedValu
   EXPECT_FALSE(l2.requires_grad());
 }
 
+// Training-mode batch norm fixes which gradients it returns when it runs, as conv2d and eval mode do
+// (it asked at backward time until a review found it).
+TEST(SavedTensors, BatchNormInTrainingGivesNoGradientToAnInputUnfrozenAfterTheForwardPass) {
+  Generator gen(4);
+  Tensor x = Tensor::randn({2, 3, 2, 2}, gen, DType::f64);
+  Tensor gamma = Tensor::ones({3}, DType::f64), beta = Tensor::zeros({3}, DType::f64).requires_grad_();
+  Tensor loss = sum(mul(batch_norm2d(x, gamma, beta, Tensor(), Tensor(), /*training=*/true, 0.1, 1e-5),
+                        Tensor::randn({2, 3, 2, 2}, gen, DType::f64)));
+  x.requires_grad_();
+  gamma.requires_grad_();
+  loss.backward();
+  EXPECT_FALSE(x.grad().defined());
+  EXPECT_FALSE(gamma.grad().defined());
+  EXPECT_TRUE(beta.grad().defined());
+}
+
 // A gradient hook runs during the pass, after the up-front check: a saved tensor it writes is caught
 // when the node that saved it is reached (found by review).
 TEST(SavedTensors, AWriteByAHookDuringBackwardIsRefused) {

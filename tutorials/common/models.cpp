@@ -90,7 +90,9 @@ void save_model_fp32(const std::string& path, nn::Module& model, const optim::Op
     HL_CHECK(params.size() == masters.size(), "save_model_fp32(", path, "): the optimizer holds ", params.size(),
              " parameters but ", masters.size(), " master weights");
     for (size_t i = 0; i < params.size(); ++i)
-      if (masters[i].defined()) {
+      // A parameter written since the last step (a best-weights restore, values set by hand) is newer
+      // than its master: the model as the caller holds it is what gets saved.
+      if (masters[i].defined() && !opt.param_written_since_master(i)) {
         Tensor p = params[i];  // a handle to the model's own tensor (copy_ writes through it)
         p.copy_(masters[i]);
       }

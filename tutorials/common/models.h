@@ -44,11 +44,14 @@ void save_model(const std::string& path, const nn::Module& model, const ModelCar
 // The same for a model trained in mixed precision: the FP32 master weights the optimizer holds
 // (paper §3.1) are what gets saved, not the FP16 working copies, so nothing is lost to rounding. The
 // model is converted to FP32 in place and its weights replaced by the masters (call it after
-// training). Without masters (fp32 or pure fp16 training) it saves the model as it is, widened to FP32.
+// training), except those written since the last step (copy_, fill_, a load_checkpoint), whose own
+// values are newer. Without masters (fp32 or pure fp16 training) it saves the model as it is, widened
+// to FP32.
 void save_model_fp32(const std::string& path, nn::Module& model, const optim::Optimizer& opt, const ModelCard& card);
 
 // Read a checkpoint written by save_model: the card, and the model rebuilt by name with the saved
-// weights (on the CPU, in the saved dtype's widest form: f32 for an f32 checkpoint).
+// weights, on the CPU in f32 (an f16 checkpoint widens to it; an f64 one is refused, since f64 does
+// not fit in f32).
 struct LoadedModel {
   ModelCard card;
   std::shared_ptr<nn::Module> model;
