@@ -10,6 +10,13 @@
 // times) count against it. "%copy" compares with cudaMemcpyAsync device-to-device moving the same
 // number of bytes. The last lines add up one VGG-small step's six batch norms (two layers per shape),
 // forward + backward, per variant: the figure to hold against bench/train --profile.
+//
+// The copy moves 2 tensors, the forward touches 2 and the backward 3, so at one shape the copy can be
+// served from the L2 where the backward is not (VGG-small's first shape in f16 on an H100): each row
+// also prints its working set and the copy's, and a note where exactly one of them fits the L2
+// (bench/stats.h, fits_in_l2). The times themselves are measured as they always were.
+// There is no correctness check here: CudaBatchNorm.* (tests/kernels/test_cnn_cuda.cpp) compares every
+// variant with the CPU reference.
 // Without a GPU it prints "no CUDA device" and exits 0.
 #include <CLI/CLI.hpp>
 
@@ -34,12 +41,15 @@ using bench::upload_random;
 
 namespace {
 
+// One row; `bytes` are the compulsory bytes, which are also the row's working set (each tensor once), and
+// `copy_bytes` the copy's (x and y).
 void row(const char* op, const k::BatchNormShape& s, DType t, const std::string& variant, double us, double bytes,
-         double copy_gbs) {
+         double copy_gbs, double copy_bytes, int64_t l2) {
   const double gbs = bytes / (us * 1e-6) / 1e9;
   const std::string shape = std::to_string(s.N) + "x" + std::to_string(s.C) + "x" + std::to_string(s.HW);
-  std::printf("%-9s %-14s %-5s %-14s %10.2f %9.1f %6.0f%%\n", op, shape.c_str(), dtype_name(t), variant.c_str(), us,
-              gbs, 100.0 * gbs / copy_gbs);
+  std::printf("%-9s %-14s %-5s %-14s %10.2f %9.1f %6.0f%% %8.1f %8.1f%s\n", op, shape.c_str(), dtype_name(t),
+              variant.c_str(), us, gbs, 100.0 * gbs / copy_gbs, bytes / 1e6, copy_bytes / 1e6,
+              bench::l2_note(bytes, copy_bytes, l2));
 }
 
 }  // namespace
@@ -57,7 +67,10 @@ int main(int argc, char** argv) {
               "# written; backward: x, dy read, dx written) / time; %%copy = GB/s / cudaMemcpyAsync D2D GB/s on the\n"
               "# same bytes, measured in this run. Shapes N x C x H*W: VGG-small's batch norms at batch 128.\n",
               samples);
-  std::printf("%-9s %-14s %-5s %-14s %10s %9s %7s\n", "op", "shape", "dtype", "variant", "us/call", "GB/s", "%copy");
+  const int64_t l2 = bench::l2_bytes();
+  bench::print_l2_legend(l2);
+  std::printf("%-9s %-14s %-5s %-14s %10s %9s %7s %8s %8s\n", "op", "shape", "dtype", "variant", "us/call", "GB/s",
+              "%copy", "ws MB", "copy MB");
 
   std::vector<std::string> variants;
   for (const auto& v : k::BatchNormRegistry::instance().all())
@@ -88,8 +101,9 @@ int main(int argc, char** argv) {
 
       const double copy_us = median_us(
           [&] { check(cudaMemcpyAsync(y.p, x.p, bytes, cudaMemcpyDeviceToDevice, stream()), "copy"); }, samples, 10);
-      const double copy_gbs = 2.0 * static_cast<double>(bytes) / (copy_us * 1e-6) / 1e9;
-      row("copy", s, t, "cudaMemcpy D2D", copy_us, 2.0 * static_cast<double>(bytes), copy_gbs);
+      const double copy_bytes = 2.0 * static_cast<double>(bytes);
+      const double copy_gbs = copy_bytes / (copy_us * 1e-6) / 1e9;
+      row("copy", s, t, "cudaMemcpy D2D", copy_us, copy_bytes, copy_gbs, copy_bytes, l2);
 
       for (const std::string& v : variants) {
         k::BatchNormRegistry::instance().set_default(v);
@@ -105,8 +119,8 @@ int main(int argc, char** argv) {
                                      DType::f32);
             },
             samples, 10);
-        row("forward", s, t, v, fwd, 2.0 * static_cast<double>(bytes), copy_gbs);
-        row("backward", s, t, v, bwd, 3.0 * static_cast<double>(bytes), copy_gbs);
+        row("forward", s, t, v, fwd, 2.0 * static_cast<double>(bytes), copy_gbs, copy_bytes, l2);
+        row("backward", s, t, v, bwd, 3.0 * static_cast<double>(bytes), copy_gbs, copy_bytes, l2);
         step_us[{t, v}] += 2.0 * (fwd + bwd);  // VGG-small has two batch norms of each shape
       }
       k::BatchNormRegistry::instance().set_default("");

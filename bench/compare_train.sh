@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end training speed, halfling next to PyTorch eager on the same machine, in one run
-# (DESIGN.md §6: every figure a ratio from one run). Writes bench/results/train_<device>_<date>.txt.
+# (DESIGN.md §6: every figure a ratio from one run). Writes bench/results/train_<device>_<date>.txt, or,
+# when that file exists (a run earlier the same day), the first free name with _2, _3, ... before .txt.
 #
 #   bench/compare_train.sh cpu  [MODELS] [EPOCHS]   # fp32 only (PyTorch's CPU autocast is bfloat16)
 #   bench/compare_train.sh cuda [MODELS] [EPOCHS]   # fp32 and mixed (autocast FP16 + GradScaler)
@@ -10,11 +11,12 @@
 # (default: all cores), the same for both. Needs a build (HALFLING_BUILD, default build/) and
 # python3 with numpy and torch (Debian: python3-torch libopenblas0). MAX_STEPS=N stops every epoch of
 # both sides after N steps (a quick check of the script, not a measurement). OUT=FILE writes the
-# result there instead. PRECISIONS="fp32" (or "mixed") runs only those precisions (cuda: both by
-# default), e.g. to give a slow configuration its own MAX_STEPS. HALFLING_COMMIT names the commit in
-# the header (default: git rev-parse HEAD). PROFILE=1 passes --profile to both programs and appends
-# their logs, with the per-step profiles (framework/profiler.h; torch.profiler), to the result: their
-# s/epoch are then slowed by the profiling and are not measurements.
+# result there instead (with _2, _3, ... as above if FILE exists). PRECISIONS="fp32" (or "mixed") runs
+# only those precisions (cuda: both by default), e.g. to give a slow configuration its own MAX_STEPS.
+# HALFLING_COMMIT names the commit in the header (default: git rev-parse HEAD). PROFILE=1 passes
+# --profile to both programs and appends their logs, with the per-step profiles (framework/profiler.h;
+# torch.profiler), to the result: their s/epoch are then slowed by the profiling and are not
+# measurements.
 # HALFLING_FLAGS="--cuda-graph" (or any bench/train flags) goes to halfling's runs only, and into the
 # header: e.g. halfling's step replayed as a CUDA graph against PyTorch eager.
 #
@@ -70,6 +72,8 @@ declare -A dataset=([mlp512]=mnist [lenet]=mnist [vgg_small]=cifar10)
   [[ -n ${MAX_STEPS:-} ]] && echo "# MAX_STEPS=$MAX_STEPS: each epoch stops after $MAX_STEPS steps; s/epoch covers those steps only"
   [[ $device == cuda ]] && echo "# gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo unknown)"
   echo "# pytorch: $($python -c 'import torch; print(torch.__version__)')"
+  [[ $device == cuda ]] && echo "# pytorch TF32: off (bench/pytorch/train.py without --tf32): its fp32 convolutions" \
+    "and matmuls run in FP32, as halfling's do"
   echo "# $epochs epochs each, median of epochs 2..$epochs; batch 128, SGD momentum 0.9, lr 0.05, same data and order"
 } > "$work/header"
 cat "$work/header"
@@ -127,6 +131,12 @@ for r in rows:
         kept = " (kept)" if by.get(("pytorch", r["model"], r["precision"])) is r else ""
         print(f"# pytorch {r['model']} {r['precision']}, threads {r['threads']}: {r['seconds_per_epoch']:.3f} s/epoch{kept}")
 EOF
+# A run earlier the same day keeps its file: this one takes the first free name of OUT, OUT_2, OUT_3, ...
+# shellcheck source=scripts/unused_name.sh
+source "$(dirname "$0")/../scripts/unused_name.sh"
+wanted=$out
+out=$(unused_name "$wanted")
+[[ $out == "$wanted" ]] || echo "bench/compare_train.sh: $wanted exists (an earlier run): writing $out" >&2
 cat "$work/header" "$work/table" "$work/profiles" > "$out"
 cat "$work/table"
 echo "written: $out" >&2

@@ -25,6 +25,15 @@
 // percentage of cuDNN's time for the same layer and pass. The forward pass runs without bias/ReLU,
 // like cudnnConvolutionForward.
 //
+// Each row is checked (a wrong kernel is not a fast kernel): after it is timed, the pass's output is
+// filled with NaN and the row's kernel runs once more, so an element it does not write stays NaN. The
+// reference is cuDNN's output for the same layer and pass in the same run, from the fastest of its
+// GEMM-type algorithms (the top of CudnnConv says why not the timed one). The last column gives
+// ||out - cuDNN|| / ||cuDNN||; a row with an output that is not finite where cuDNN's is (a NaN: not
+// written), or more than kTolerance from cuDNN's, prints "WRONG: <why>" there and "-" for its TFLOP/s
+// and percentage, and the program exits with status 3 once every row is printed. Without cuDNN the
+// rows are checked for elements not written only.
+//
 // cuDNN runs with the same numerics (CUDNN_DATA_HALF tensors, CUDNN_DATA_FLOAT compute,
 // CUDNN_TENSOR_OP_MATH) and the fastest of the algorithms its own search finds runnable
 // (cudnnFindConvolution*Algorithm), each timed here with the rungs' median and the workspace it asks
@@ -51,6 +60,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/stats.h"  // the median, and the check of a row's output
 #include "kernels/conv.h"
 #include "kernels/cuda/conv/implicit_gemm_index.h"
 #include "kernels/cuda/conv/implicit_gemm_nhwc.h"  // the tiled layout change's hook
@@ -112,8 +122,34 @@ double median_ms(const std::function<void()>& f, int runs) {
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return bench::median(ms);
+}
+
+// How far a row's output may be from cuDNN's, norm-wise, before the row is WRONG. Both sides sum exact
+// FP32 products of FP16 values in FP32 (reductions of up to 131072 terms here: about 1.5e-5 relative
+// apart at most) and round the result to f16 (2^-11 relative at most, about 3e-4 norm-wise for the
+// two roundings): 1e-2 leaves 30x that, as gemm_bench does for an f16 C. A tap, an input channel or a
+// slice of the reduction left out (a ninth of a 3x3 sum, a 256th of the widest layer's channels) is a
+// difference of 0.06 or more, and an element not written is NaN, counted apart.
+constexpr double kTolerance = 1e-2;
+
+// The pass's output (y, dx or dw; f16) as doubles.
+std::vector<double> download_out(const ConvArgs& p) {
+  const size_t n = static_cast<size_t>(p.out_numel());
+  std::vector<uint16_t> h(n);
+  runtime::cuda_memcpy_async(h.data(), p.out(), n * 2, runtime::CopyKind::device_to_host);
+  runtime::cuda_synchronize();
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = half_bits_to_float(h[i]);
+  return out;
+}
+
+// A row's check run: the pass's output filled with NaN (bytes 0xFF: a NaN in f16) on the halfling
+// stream, f once more, and the output read back.
+std::vector<double> check_run(const ConvArgs& p, const std::function<void()>& f) {
+  runtime::cuda_memset_async(p.out(), 0xFF, static_cast<size_t>(p.out_numel()) * 2);
+  f();
+  return download_out(p);
 }
 
 // Device buffer of n halves filled with uniform values in [-1, 1).
@@ -137,7 +173,33 @@ void check_cudnn(cudnnStatus_t s, const char* what) {
   if (s != CUDNN_STATUS_SUCCESS) throw Error(detail::concat("conv_bench: ", what, ": ", cudnnGetErrorString(s)));
 }
 
-// One layer's cuDNN descriptors, and the timed call of each pass with the best algorithm found.
+// How exact each cuDNN algorithm's sums are, for the choice of the reference: 0 for the deterministic
+// GEMM-type algorithms (every output a plain FP32 sum of products, as the rungs compute it), 1 for the
+// GEMM-type ones that add partial sums with atomics, 2 for the others (FFT and Winograd transform the
+// operands first, with rounding errors of their own). cuDNN's fastest is often a Winograd algorithm
+// (algo 7 forward, 5 backward on the H100, 2026-11-27), whose distance from an exact sum nothing here
+// has measured: the rows are checked against the fastest algorithm of the lowest rank instead.
+int exactness_rank(cudnnConvolutionFwdAlgo_t a) {
+  switch (a) {
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM:
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM:
+    case CUDNN_CONVOLUTION_FWD_ALGO_GEMM:
+      return 0;
+    default:
+      return 2;
+  }
+}
+int exactness_rank(cudnnConvolutionBwdDataAlgo_t a) {
+  if (a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_1) return 0;
+  return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 ? 1 : 2;
+}
+int exactness_rank(cudnnConvolutionBwdFilterAlgo_t a) {
+  if (a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1) return 0;
+  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3 ? 1 : 2;
+}
+
+// One layer's cuDNN descriptors, the timed call of each pass with the best algorithm found, and the
+// reference output of the pass for the rows' check (reference()).
 class CudnnConv {
  public:
   CudnnConv(cudnnHandle_t h, const ConvArgs& a) : h_(h) {
@@ -166,6 +228,11 @@ class CudnnConv {
   }
   CudnnConv(const CudnnConv&) = delete;
   CudnnConv& operator=(const CudnnConv&) = delete;
+
+  // The pass of the last time() into its output, once, with the reference algorithm (exactness_rank):
+  // the caller poisons the output first. Its number: reference_algo().
+  void reference() const { reference_(); }
+  int reference_algo() const { return reference_algo_; }
 
   // Median ms of the pass with cuDNN's fastest algorithm; `algo` receives its number.
   double time(const ConvArgs& a, int runs, int& algo) {
@@ -217,9 +284,12 @@ class CudnnConv {
   // each with the workspace it asks for; `algo` receives the fastest one's number. make_call(perf)
   // returns the call of one algorithm; the workspace is grown before it is made, and the call reads
   // ws_ when it runs.
+  // The reference is the runnable algorithm of the lowest exactness_rank that cuDNN's search timed
+  // fastest (perf comes sorted by its times).
   template <class Perf, class MakeCall>
   double fastest(const Perf* perf, int n, int runs, int& algo, MakeCall&& make_call) {
     double best = std::numeric_limits<double>::infinity();
+    int reference_rank = 3;
     for (int i = 0; i < n; ++i) {
       if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
       reserve(perf[i].memory);
@@ -227,6 +297,11 @@ class CudnnConv {
       if (ms < best) {
         best = ms;
         algo = static_cast<int>(perf[i].algo);
+      }
+      if (exactness_rank(perf[i].algo) < reference_rank) {
+        reference_rank = exactness_rank(perf[i].algo);
+        reference_ = make_call(perf[i]);
+        reference_algo_ = static_cast<int>(perf[i].algo);
       }
     }
     if (!std::isfinite(best)) throw Error("conv_bench: cuDNN found no algorithm that runs this layer");
@@ -244,7 +319,9 @@ class CudnnConv {
   cudnnFilterDescriptor_t w_ = nullptr;
   cudnnConvolutionDescriptor_t c_ = nullptr;
   void* ws_ = nullptr;
-  size_t ws_bytes_ = 0;
+  size_t ws_bytes_ = 0;  // only grows: the workspace fits every algorithm timed, the reference's too
+  std::function<void()> reference_;
+  int reference_algo_ = -1;
 };
 #endif
 
@@ -257,24 +334,40 @@ std::string today_utc() {
 
 }  // namespace
 
-// One table row: time, TFLOP/s and, with cuDNN's time (ref_ms > 0), the percentage of it.
-void print_row(const char* layer, ConvPass pass, const std::string& label, double ms, double tflop, double ref_ms) {
-  if (ref_ms > 0) {
-    std::printf("| %s | %s | %s | %.4f | %.2f | %.1f |\n", layer, kernels::conv_pass_name(pass), label.c_str(), ms,
-                tflop / (ms * 1e-3), 100.0 * ref_ms / ms);
+// One table row of f (a rung's call, with a split count's hook set by the caller): timed, then its check
+// run against cuDNN's output for the pass (ref; nullptr without cuDNN), then the row: time, TFLOP/s, the
+// percentage of cuDNN's time (ref_ms > 0) and ||out - cuDNN|| / ||cuDNN||, or WRONG with why (and `wrong`
+// counts it). Returns the median ms.
+double timed_row(const char* layer, const ConvArgs& p, const std::string& label, const std::function<void()>& f,
+                 int runs, double ref_ms, const std::vector<double>* ref, int& wrong) {
+  const double tflop = 2.0 * static_cast<double>(p.macs()) * 1e-12;
+  const char* pass = kernels::conv_pass_name(p.pass);
+  const double ms = median_ms(f, runs);
+  const std::vector<double> out = check_run(p, f);
+  const bench::OutputCheck c = bench::check_output(out, ref);
+  const std::string why = bench::wrong_because(c, out.size(), ref != nullptr ? "cuDNN" : nullptr, kTolerance);
+  char diff[32] = "-";
+  if (ref != nullptr) std::snprintf(diff, sizeof diff, "%.1e", c.diff);
+  if (!why.empty()) {
+    ++wrong;
+    std::printf("| %s | %s | %s | %.4f | - | - | WRONG: %s |\n", layer, pass, label.c_str(), ms, why.c_str());
+  } else if (ref_ms > 0) {
+    std::printf("| %s | %s | %s | %.4f | %.2f | %.1f | %s |\n", layer, pass, label.c_str(), ms, tflop / (ms * 1e-3),
+                100.0 * ref_ms / ms, diff);
   } else {
-    std::printf("| %s | %s | %s | %.4f | %.2f | n/a |\n", layer, kernels::conv_pass_name(pass), label.c_str(), ms,
-                tflop / (ms * 1e-3));
+    std::printf("| %s | %s | %s | %.4f | %.2f | n/a | %s |\n", layer, pass, label.c_str(), ms, tflop / (ms * 1e-3),
+                diff);
   }
+  return ms;
 }
 
 // --sweep-splits for one layer's backward_weight (p): each weight-gradient kernel among `variants` that
-// takes the call, with its rule's count and then every count of slices that gives a new cut.
+// takes the call, with its rule's count and then every count of slices that gives a new cut, each row
+// checked as timed_row does.
 void sweep_wgrad_splits(const char* layer, const ConvArgs& p, const std::vector<std::string>& variants, int runs,
-                        double ref_ms) {
+                        double ref_ms, const std::vector<double>* ref, int& wrong) {
   namespace ig = kernels::cuda::igemm;
   namespace nw = kernels::cuda::nhwc_wgrad;
-  const double tflop = 2.0 * static_cast<double>(p.macs()) * 1e-12;
   const int64_t npq = p.N * p.P() * p.Q();
   for (const char* rung : {"implicit_gemm_wmma", "implicit_gemm_nhwc_wgrad"}) {
     if (std::find(variants.begin(), variants.end(), rung) == variants.end()) continue;
@@ -286,8 +379,8 @@ void sweep_wgrad_splits(const char* layer, const ConvArgs& p, const std::vector<
     struct Reset {  // the hook goes back to the rules however the loop ends
       ~Reset() { kernels::wgrad_splits_for_tuning().store(0); }
     } reset;
-    const double rule_ms = median_ms([&] { kernels::conv2d(p, rung); }, runs);
-    print_row(layer, p.pass, std::string(rung) + " rule", rule_ms, tflop, ref_ms);
+    const auto call = [&] { kernels::conv2d(p, rung); };
+    const double rule_ms = timed_row(layer, p, std::string(rung) + " rule", call, runs, ref_ms, ref, wrong);
     double best_ms = 0;
     int64_t best = 0, last = 0;
     for (int64_t s = 1; s <= most; s = s < 40 ? s + 1 : std::max(s + 1, s * 115 / 100)) {
@@ -295,8 +388,8 @@ void sweep_wgrad_splits(const char* layer, const ConvArgs& p, const std::vector<
       if (cut == last) continue;  // the rounding to whole steps gave the count just timed
       last = cut;
       kernels::wgrad_splits_for_tuning().store(static_cast<int>(s));
-      const double ms = median_ms([&] { kernels::conv2d(p, rung); }, runs);
-      print_row(layer, p.pass, std::string(rung) + " splits=" + std::to_string(cut), ms, tflop, ref_ms);
+      const double ms =
+          timed_row(layer, p, std::string(rung) + " splits=" + std::to_string(cut), call, runs, ref_ms, ref, wrong);
       if (best == 0 || ms < best_ms) best = cut, best_ms = ms;
     }
     std::printf("# %s, %s: fastest %lld slices, %.4f ms; the rule's count %.4f ms\n", layer, rung,
@@ -361,6 +454,7 @@ int main(int argc, char** argv) {
     std::printf("no CUDA device: %s\n", runtime::cuda_unavailable_reason().c_str());
     return 0;
   }
+  int wrong = 0;  // rows whose check failed: the exit status is 3 if there are any
   try {
     std::printf("# conv_bench: CUDA conv ladder vs cuDNN, FP16 NCHW in/out, FP32 accumulation, batch %lld\n",
                 static_cast<long long>(batch));
@@ -390,7 +484,16 @@ int main(int argc, char** argv) {
                 "no cuDNN column\n");
     constexpr bool kCudnn = false;
 #endif
-    std::printf("\n| layer | pass | variant | ms | TFLOP/s | %% of cuDNN |\n|---|---|---|---:|---:|---:|\n");
+    if (kCudnn)
+      std::printf("# vs cuDNN: ||out - cuDNN|| / ||cuDNN||, each output from a run of its own into an output filled\n"
+                  "# with NaN first, cuDNN's from the algorithm its row names as the reference; WRONG: an element not\n"
+                  "# finite where cuDNN's is (NaN: not written), or vs cuDNN above %.0e\n",
+                  kTolerance);
+    else
+      std::printf("# vs cuDNN: none without cuDNN; WRONG: an element not finite in an output from a run of its own\n"
+                  "# into an output filled with NaN first (NaN: not written)\n");
+    std::printf("\n| layer | pass | variant | ms | TFLOP/s | %% of cuDNN | vs cuDNN |\n"
+                "|---|---|---|---:|---:|---:|---|\n");
 
     std::mt19937 rng(1234);
 
@@ -410,26 +513,38 @@ int main(int argc, char** argv) {
       for (ConvPass pass : passes) {
         ConvArgs p = a;
         p.pass = pass;
-        const double tflop = 2.0 * static_cast<double>(p.macs()) * 1e-12;
         double ref_ms = 0.0;
+        std::vector<double> ref_out;  // cuDNN's output of this pass, the rows' reference (empty without it)
 #ifdef HALFLING_HAVE_CUDNN
         if (cudnn) {
+          const double tflop = 2.0 * static_cast<double>(p.macs()) * 1e-12;
           int algo = -1;
           ref_ms = cudnn->time(p, runs, algo);
-          std::printf("| %s | %s | cuDNN (algo %d) | %.4f | %.2f | 100 |\n", L.name, kernels::conv_pass_name(pass), algo,
-                      ref_ms, tflop / (ref_ms * 1e-3));
+          ref_out = check_run(p, [&] { cudnn->reference(); });
+          const bench::OutputCheck c = bench::check_output(ref_out, nullptr);
+          const std::string why = bench::wrong_because(c, ref_out.size(), nullptr, kTolerance);
+          if (!why.empty()) {
+            ++wrong;
+            std::printf("| %s | %s | cuDNN (algo %d) | %.4f | - | - | WRONG: reference algo %d: %s |\n", L.name,
+                        kernels::conv_pass_name(pass), algo, ref_ms, cudnn->reference_algo(), why.c_str());
+          } else {
+            std::printf("| %s | %s | cuDNN (algo %d) | %.4f | %.2f | 100 | reference: algo %d |\n", L.name,
+                        kernels::conv_pass_name(pass), algo, ref_ms, tflop / (ref_ms * 1e-3), cudnn->reference_algo());
+          }
         }
 #endif
+        const std::vector<double>* ref = ref_out.empty() ? nullptr : &ref_out;
         for (const std::string& v : variants) {
           const auto* var = kernels::ConvRegistry::instance().find(v, DeviceType::cuda);
           if (const char* why = var->unsupported ? var->unsupported(p) : nullptr) {
-            std::printf("| %s | %s | %s | - | - | - (%s) |\n", L.name, kernels::conv_pass_name(pass), v.c_str(), why);
+            std::printf("| %s | %s | %s | - | - | - (%s) | - |\n", L.name, kernels::conv_pass_name(pass), v.c_str(),
+                        why);
             continue;
           }
-          const double ms = median_ms([&] { kernels::conv2d(p, v); }, runs);
-          print_row(L.name, pass, v, ms, tflop, kCudnn ? ref_ms : 0.0);
+          timed_row(L.name, p, v, [&] { kernels::conv2d(p, v); }, runs, kCudnn ? ref_ms : 0.0, ref, wrong);
         }
-        if (sweep_splits && pass == ConvPass::backward_weight) sweep_wgrad_splits(L.name, p, variants, runs, kCudnn ? ref_ms : 0.0);
+        if (sweep_splits && pass == ConvPass::backward_weight)
+          sweep_wgrad_splits(L.name, p, variants, runs, kCudnn ? ref_ms : 0.0, ref, wrong);
         std::fflush(stdout);
       }
     }
@@ -439,6 +554,10 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;
+  }
+  if (wrong > 0) {
+    std::printf("\n# %d row%s WRONG (above): exit status 3\n", wrong, wrong == 1 ? "" : "s");
+    return 3;
   }
   return 0;
 }

@@ -1,16 +1,19 @@
 // What the GPU benchmarks share: failing loudly on a CUDA error, uploads that have landed, the halfling
-// stream, device buffers, and the timing rule of DESIGN.md §6 (CUDA events after warm-up, the median of
-// many samples).
+// stream, device buffers, the timing rule of DESIGN.md §6 (CUDA events after warm-up, the median of
+// many samples, bench/stats.h), and the L2 cache the copy-bandwidth yardstick is read against (with
+// fits_in_l2 and l2_note, bench/stats.h).
 #pragma once
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <functional>
 #include <vector>
 
+#include "bench/stats.h"
 #include "kernels/dtype.h"
 #include "kernels/half.h"
 #include "kernels/runtime.h"
@@ -67,8 +70,24 @@ inline double median_us(const std::function<void()>& call, int samples, int reps
   }
   cudaEventDestroy(a);
   cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return median(t);
+}
+
+// The L2 cache of the current device, in bytes (0 if the runtime does not say).
+inline int64_t l2_bytes() {
+  int dev = 0, bytes = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, dev), "cudaDeviceGetAttribute(L2 size)");
+  return bytes;
+}
+
+// The header lines that say what fits_in_l2 and l2_note (bench/stats.h) do, with this GPU's L2 size.
+inline void print_l2_legend(int64_t l2) {
+  std::printf("# L2 cache: %.1f MB (%.0f MiB). 'ws MB' = the row's working set (the tensors it reads and writes,\n"
+              "# in MB of 10^6 bytes), 'copy MB' = its yardstick's; a set 'fits' the L2 at <= 3/4 of it. A row\n"
+              "# where exactly one fits ends with an 'L2: ...' note: its %%copy then compares a rate from the L2\n"
+              "# with one from device memory, not like with like.\n",
+              static_cast<double>(l2) / 1e6, static_cast<double>(l2) / (1 << 20));
 }
 
 // n random values in [lo, hi), in steps of 1/1000 (xorshift64 from `state`, a fixed seed so that every

@@ -1,16 +1,24 @@
 // The GEMM ladder against cuBLAS: every registered CUDA GEMM variant, timed with CUDA events on the
 // halfling stream (warm-up runs, then the median of --runs), for square sizes and for the training
 // GEMMs of the canonical models (DESIGN.md §4) at batch 128: forward (NT), input gradient (NN) and
-// weight gradient (TN) of every MLP-512 and LeNet layer, the convolutions as their im2col GEMMs.
+// weight gradient (TN) of every MLP-512 and LeNet layer, the convolutions as their im2col GEMMs. The
+// input gradient of each model's first layer ("MLP fc1 784-512 dgrad", "LeNet conv1 1-32 28x28 dgrad")
+// is a GEMM training never runs (the images need no gradient: framework/ops.cpp computes dx only when the
+// input requires it): those two rows are labelled "(not in training)" and kept for their shapes' sake.
 //
 //   build/bench/gemm_bench [--sizes 512,1024,...] [--variants a,b,...] [--runs N] [--out f16|f32]
 //                          [--no-models] [--sweep [--sweep-tiles all|clustered|unclustered|I,J,...]] [--tile I]
 //
 // Inputs are FP16 (random values in [-1, 1)), C is --out (default f16), FP32 accumulation everywhere
 // (paper §3.3). Each row shows the median time, TFLOP/s (2MNK / time) and the ratio to cuBLAS in the
-// same run, plus the norm-wise difference from cuBLAS's result as a sanity check (a wrong kernel is
-// not a fast kernel). The naive rung is skipped above 2048^3 multiply-adds unless named in
-// --variants. --sweep also times wmma_pipelined with each candidate block tile of
+// same run, plus the norm-wise difference from cuBLAS's result (a wrong kernel is not a fast kernel):
+// after a row is timed, C is filled with NaN and the row's kernel runs once more, so an element it does
+// not write cannot pass for the previous row's answer. A row whose C then holds a value that is not
+// finite where cuBLAS's is (a NaN: an element not written), or differs from cuBLAS's by more than the
+// tolerance (tolerance() below: 1e-2 for an f16 C, 1e-3 for f32), prints "WRONG: <why>" in place of its
+// speed columns, and the program exits with status 3 once every row is printed (cuBLAS's own row is
+// WRONG if its C holds a value that is not finite). The naive rung is skipped above 2048^3
+// multiply-adds unless named in --variants. --sweep also times wmma_pipelined with each candidate block tile of
 // kernels/cuda/gemm/wmma_pipelined_tiles.h on every shape, the training shapes included (its tuning
 // hook; sm_80+; a forced tile never splits K, so on the long reductions of the weight gradients those
 // rows are slow by design), one row per tile, labelled "wmma_pipelined #I" (the tiles are described
@@ -26,8 +34,8 @@
 // of their own: a cluster tile whose schedule is wrong on the hardware traps (mbarrier.cuh), and the
 // CUDA context of the program that ran it is then lost to every row after it. --tile I runs
 // every wmma_pipelined row with tile #I instead (rows labelled "wmma_pipelined #I"): what
-// scripts/gpu_check.sh's ncu stage uses to profile one candidate tile. A tile past the table is refused
-// (exit status 2) on any machine.
+// scripts/gpu_check.sh's ncu stage uses to profile one candidate tile. A tile past the table, a variant
+// that is not registered, or a size below 1 is refused (exit status 2) on any machine.
 // Without a GPU it prints "no CUDA device" and exits 0.
 #include <CLI/CLI.hpp>
 #include <cuda_runtime.h>
@@ -42,6 +50,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/stats.h"
 #include "kernels/cuda/gemm/mma_sync_lanes.h"
 #include "kernels/cuda/gemm/wgmma_layout.h"
 #include "kernels/cuda/gemm/wgmma_tma_plan.h"
@@ -73,21 +82,23 @@ struct Shape {
 
 // Linear layer y = x W^T with x [batch x in], W [out x in]: forward NT (M=batch, N=out, K=in), input
 // gradient dx = dy W as NN (M=batch, N=in, K=out), weight gradient dW = dy^T x as TN (M=out, N=in, K=batch).
-void add_linear(std::vector<Shape>& s, const std::string& name, int64_t batch, int64_t in, int64_t out) {
+// A model's first layer gets no input gradient in training: its dgrad row says so (the top of the file).
+void add_linear(std::vector<Shape>& s, const std::string& name, int64_t batch, int64_t in, int64_t out,
+                bool first = false) {
   s.push_back({name + " fwd", Op::N, Op::T, batch, out, in});
-  s.push_back({name + " dgrad", Op::N, Op::N, batch, in, out});
+  s.push_back({name + " dgrad" + (first ? " (not in training)" : ""), Op::N, Op::N, batch, in, out});
   s.push_back({name + " wgrad", Op::T, Op::N, out, in, batch});
 }
 
 std::vector<Shape> model_shapes() {
   std::vector<Shape> s;
   const int64_t b = 128;
-  add_linear(s, "MLP fc1 784-512", b, 784, 512);
+  add_linear(s, "MLP fc1 784-512", b, 784, 512, /*first=*/true);
   add_linear(s, "MLP fc2 512-512", b, 512, 512);
   add_linear(s, "MLP fc3 512-10", b, 512, 10);
   // A 5x5 convolution over an HxW image with C inputs and O outputs, pad 2, as im2col: one row per
   // output pixel (batch*H*W rows), one column per (channel, tap) (C*25), times the O filters.
-  add_linear(s, "LeNet conv1 1-32 28x28", b * 28 * 28, 1 * 25, 32);
+  add_linear(s, "LeNet conv1 1-32 28x28", b * 28 * 28, 1 * 25, 32, /*first=*/true);
   add_linear(s, "LeNet conv2 32-64 14x14", b * 14 * 14, 32 * 25, 64);
   add_linear(s, "LeNet fc1 3136-256", b, 3136, 256);
   add_linear(s, "LeNet fc2 256-10", b, 256, 10);
@@ -136,15 +147,15 @@ std::vector<double> download(const void* d, size_t n, DType t) {
   return out;
 }
 
-double rel_diff(const std::vector<double>& a, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = a[i] - ref[i];
-    num += d * d;
-    den += ref[i] * ref[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
+// How far a row's C may be from cuBLAS's, norm-wise, before the row is WRONG (bench/stats.h,
+// wrong_because), by the dtype of C. Both sides sum exact FP32 products of FP16 inputs in FP32 and differ
+// only in the order of the sums: about sqrt(K/2) * 2^-24 relative, under 1e-5 at K = 8192, hence 1e-3 for
+// an f32 C. An f16 C adds each side's rounding to f16 (2^-11 relative at most): the committed runs
+// (bench/results/gemm_*.txt) differ by up to 3.5e-4, hence 1e-2. Both catch a skipped K step of 32 (a
+// difference of sqrt(32 / K): 0.06 at K = 8192) and one 128x128 tile computed wrong anywhere up to
+// 8192^2 (a difference of order 1 on 2.4e-4 of C: about 0.02); an element not written is NaN, counted
+// apart.
+double tolerance(DType c_type) { return c_type == DType::f16 ? 1e-2 : 1e-3; }
 
 // Median milliseconds of `runs` timed calls after `warmup` untimed ones.
 double time_ms(const GemmArgs& g, const std::string& variant, int warmup, int runs) {
@@ -165,8 +176,7 @@ double time_ms(const GemmArgs& g, const std::string& variant, int warmup, int ru
   }
   BENCH_CUDA_CHECK(cudaEventDestroy(start));
   BENCH_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return bench::median(ms);
 }
 
 const char* layout(const Shape& s) {
@@ -258,17 +268,31 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gemm_bench: --sweep-tiles chooses among the tiles --sweep times: give --sweep too\n");
     return 2;
   }
+  for (int64_t n : sizes)
+    if (n < 1) {
+      std::fprintf(stderr, "gemm_bench: --sizes: %lld is not a size (M = N = K must be >= 1)\n",
+                   static_cast<long long>(n));
+      return 2;
+    }
+  // The registry is filled when the program starts, GPU or not.
+  const auto& registry = kernels::GemmRegistry::instance();
+  for (const auto& v : variants)
+    if (registry.find(v, DeviceType::cuda) == nullptr) {
+      std::string known;
+      for (const std::string& n : registry.names(DeviceType::cuda)) known += (known.empty() ? "" : ", ") + n;
+      std::fprintf(stderr, "gemm_bench: --variants: no CUDA GEMM variant '%s' (known: %s)\n", v.c_str(),
+                   known.c_str());
+      return 2;
+    }
 
   if (!runtime::cuda_available()) {
     std::cout << "no CUDA device: " << runtime::cuda_unavailable_reason() << "\n";
     return 0;
   }
+  int wrong = 0;  // rows whose check failed: the exit status is 3 if there are any
   try {
-    const auto& registry = kernels::GemmRegistry::instance();
     const bool explicit_variants = !variants.empty();
     if (!explicit_variants) variants = registry.names(DeviceType::cuda);
-    for (const auto& v : variants)
-      HL_CHECK(registry.find(v, DeviceType::cuda) != nullptr, "gemm_bench: no CUDA GEMM variant '", v, "'");
     // cuBLAS first: every other row is a ratio to it.
     variants.erase(std::remove(variants.begin(), variants.end(), "cublas"), variants.end());
     variants.insert(variants.begin(), "cublas");
@@ -323,8 +347,9 @@ int main(int argc, char** argv) {
       g.B = B;
       g.C = C;
       const double flops = 2.0 * static_cast<double>(s.M) * static_cast<double>(s.N) * static_cast<double>(s.K);
+      const size_t c_numel = static_cast<size_t>(s.M * s.N);
       double cublas_ms = 0;
-      std::vector<double> cublas_out;
+      std::vector<double> cublas_out;  // cuBLAS's C from its check run: the reference of the other rows
       // One row: `label` in the variant column, timed with `variant` (the tuning hook set by the caller).
       const auto time_row = [&](const std::string& v, const std::string& label) {
         std::printf("%-26s %-3s %7lld %6lld %6lld  %-17s ", s.name.c_str(), layout(s), static_cast<long long>(s.M),
@@ -348,15 +373,30 @@ int main(int argc, char** argv) {
           return;
         }
         const double tflops = flops / (ms * 1e-3) / 1e12;
-        const std::vector<double> out = download(C, static_cast<size_t>(s.M * s.N), c_type);
-        if (v == "cublas") {
+        // The check run: C filled with NaN (bytes 0xFF are a NaN in f16 and in f32) on the halfling
+        // stream, then the kernel once more, with the same tuning hook: an element it does not write
+        // stays NaN instead of showing the previous row's answer.
+        runtime::cuda_memset_async(C, 0xFF, c_numel * dtype_size(c_type));
+        kernels::gemm(g, v);
+        std::vector<double> out = download(C, c_numel, c_type);
+        const bool is_cublas = v == "cublas";
+        const std::vector<double>* ref = is_cublas || cublas_out.empty() ? nullptr : &cublas_out;
+        const bench::OutputCheck c = bench::check_output(out, ref);
+        const std::string wrong_why =
+            bench::wrong_because(c, c_numel, ref != nullptr ? "cuBLAS" : nullptr, tolerance(c_type));
+        if (is_cublas) {
           cublas_ms = ms;
-          cublas_out = out;
+          cublas_out = std::move(out);
+        }
+        if (!wrong_why.empty()) {
+          ++wrong;
+          std::printf("%10.4f WRONG: %s\n", ms, wrong_why.c_str());
+        } else if (is_cublas) {
           std::printf("%10.4f %9.2f %7.0f%% %10s\n", ms, tflops, 100.0, "-");
-        } else if (cublas_out.empty()) {
+        } else if (ref == nullptr) {
           std::printf("%10.4f %9.2f %8s %10s\n", ms, tflops, "-", "-");
         } else {
-          std::printf("%10.4f %9.2f %7.0f%% %10.1e\n", ms, tflops, 100.0 * cublas_ms / ms, rel_diff(out, cublas_out));
+          std::printf("%10.4f %9.2f %7.0f%% %10.1e\n", ms, tflops, 100.0 * cublas_ms / ms, c.diff);
         }
         std::fflush(stdout);
       };
@@ -437,10 +477,20 @@ int main(int argc, char** argv) {
       }
     }
     std::cout << "\n# %cuBLAS = cuBLAS time / variant time (higher is better); 'vs cuBLAS' = ||C - C_cublas|| / "
-                 "||C_cublas|| (expect ~1e-3 for an f16 C: both round to f16, ~1e-6 for f32)\n";
+                 "||C_cublas|| (expect ~1e-3 for an f16 C: both round to f16, ~1e-6 for f32), each C from a run\n"
+                 "# of its own into a C filled with NaN first; WRONG: an element not finite where cuBLAS's is (NaN: "
+                 "not written), or 'vs cuBLAS' above "
+              << tolerance(c_type) << " (" << out_name << " C)\n";
+    if (!no_models)
+      std::cout << "# 'dgrad (not in training)': the input gradient of a model's first layer, which training does "
+                   "not compute\n";
   } catch (const std::exception& e) {
     std::cerr << "gemm_bench: " << e.what() << "\n";
     return 1;
+  }
+  if (wrong > 0) {
+    std::printf("\n# %d row%s WRONG (above): exit status 3\n", wrong, wrong == 1 ? "" : "s");
+    return 3;
   }
   return 0;
 }

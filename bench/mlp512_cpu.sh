@@ -21,11 +21,20 @@ finish() {
   ((status == 0)) || echo "bench/mlp512_cpu.sh: failed (exit $status); $out was left as it was" >&2
 }
 trap finish EXIT
+# The widest vector extension the CPU has. Not the first of the two on its flags line: avx2 comes before
+# avx512f there, so a search for either finds avx2 on an AVX-512 machine.
+simd=none
+if grep -qw avx512f /proc/cpuinfo; then
+  simd=avx512f
+elif grep -qw avx2 /proc/cpuinfo; then
+  simd=avx2
+fi
 {
   echo "# MLP-512 (784-512-512-10) on MNIST, FP32, CPU, batch 128, SGD lr 0.05 momentum 0.9"
   echo "# date: $(date -u +%FT%TZ)"
-  echo "# machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores," \
-       "$(grep -o -m1 -E 'avx512f|avx2' /proc/cpuinfo | head -1), OMP_NUM_THREADS=$threads"
+  # nproc --all: nproc alone answers OMP_NUM_THREADS when it is set, not the machine's cores.
+  echo "# machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc --all) cores," \
+       "$simd, OMP_NUM_THREADS=$threads"
   echo "# git: ${HALFLING_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
   echo "# command: OMP_NUM_THREADS=$threads bench/mlp512_cpu.sh $epochs $seeds"
   echo "#   which runs, per seed: build/tutorials/03_mlp_mnist --device cpu --epochs $epochs --seed S"

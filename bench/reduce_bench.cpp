@@ -12,8 +12,12 @@
 //
 // GB/s = the input's bytes / time: a sum must read its input once, and its output is small. "%copy"
 // compares with cudaMemcpyAsync device-to-device moving the same number of bytes in and out (2x the
-// input), the rate a kernel that streams memory can hope for. Without a GPU it prints "no CUDA device"
-// and exits 0.
+// input), the rate a kernel that streams memory can hope for. The copy's working set is twice the
+// sum's (the input and the copy of it), so at some shapes the copy is served from the L2 and the sum is
+// not, or the reverse: each row prints both working sets and a note where exactly one fits the L2
+// (bench/stats.h, fits_in_l2). The times themselves are measured as they always were. There is no
+// correctness check here: CudaReduce.* (tests/kernels) compares both paths with a float64 reference.
+// Without a GPU it prints "no CUDA device" and exits 0.
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
@@ -69,8 +73,10 @@ int main(int argc, char** argv) {
               "# %%copy = GB/s / cudaMemcpyAsync D2D GB/s (2x the input's bytes moved), measured in this run.\n"
               "# Shapes: 'r' marks a summed dimension. Outputs f32, as the bias gradients' are (ops_cnn.cpp).\n",
               samples);
-  std::printf("%-22s %-18s %-5s %-8s %-34s %10s %9s %7s\n", "sum", "shape", "dtype", "path", "plan", "us/call", "GB/s",
-              "%copy");
+  const int64_t l2 = bench::l2_bytes();
+  bench::print_l2_legend(l2);
+  std::printf("%-22s %-18s %-5s %-8s %-34s %10s %9s %7s %8s %8s\n", "sum", "shape", "dtype", "path", "plan", "us/call",
+              "GB/s", "%copy", "ws MB", "copy MB");
 
   std::vector<Sum> sums = {
       {"lenet conv1 bias grad", {128, 32, 28, 28}, {0, 2, 3}},
@@ -95,7 +101,10 @@ int main(int argc, char** argv) {
       upload_random(x.p, n, t, 0x9E3779B97F4A7C15ull + 1, -2.0f, 2.0f);
       const double copy_us = median_us(
           [&] { check(cudaMemcpyAsync(y.p, x.p, bytes, cudaMemcpyDeviceToDevice, stream()), "copy"); }, samples, 10);
-      const double copy_gbs = 2.0 * static_cast<double>(bytes) / (copy_us * 1e-6) / 1e9;
+      const double copy_bytes = 2.0 * static_cast<double>(bytes);
+      const double copy_gbs = copy_bytes / (copy_us * 1e-6) / 1e9;
+      // The sum's working set: its input, and its f32 output.
+      const double sum_bytes = static_cast<double>(bytes) + 4.0 * static_cast<double>(ix.out_numel());
       const k::reduce_plan::ChannelSum p = k::reduce_plan::plan_channel_sum(
           ix, dtype_size(t), k::reduce_plan::address_alignment(x.p), runtime::cuda_sm_count(), 256);
       for (bool channel : {true, false}) {
@@ -110,8 +119,9 @@ int main(int argc, char** argv) {
           plan = "not taken: CUB as below";
         }
         const double gbs = static_cast<double>(bytes) / (us * 1e-6) / 1e9;
-        std::printf("%-22s %-18s %-5s %-8s %-34s %10.2f %9.1f %6.0f%%\n", s.what, shape_text(s).c_str(), dtype_name(t),
-                    channel ? "channel" : "cub", plan.c_str(), us, gbs, 100.0 * gbs / copy_gbs);
+        std::printf("%-22s %-18s %-5s %-8s %-34s %10.2f %9.1f %6.0f%% %8.1f %8.1f%s\n", s.what, shape_text(s).c_str(),
+                    dtype_name(t), channel ? "channel" : "cub", plan.c_str(), us, gbs, 100.0 * gbs / copy_gbs,
+                    sum_bytes / 1e6, copy_bytes / 1e6, bench::l2_note(sum_bytes, copy_bytes, l2));
       }
     }
   check(cudaStreamSynchronize(stream()), "sync");

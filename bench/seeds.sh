@@ -10,7 +10,9 @@
 # table gives each run's accuracy per seed, the mean, the range and how many seeds reach TARGET (in
 # percent; defaults: mlp512 98.0, lenet 99.0, vgg_small 85.0), and, when both ran, `mixed` - `fp32` at
 # each seed. Writes OUT (default bench/results/seeds_MODEL[_SCHEDULE]_DEVICE_DATE.txt, SCHEDULE named
-# when it is not constant) with the header (machine, GPU, commit, command). HALFLING_BUILD (default build/), HALFLING_DATA (read by bench/train itself),
+# when it is not constant) with the header (machine, GPU, commit, command); if that file exists (a run
+# earlier the same day), OUT with _2, _3, ... before its extension instead, and says so. TARGET must
+# be a number (98, 98.5). HALFLING_BUILD (default build/), HALFLING_DATA (read by bench/train itself),
 # MAX_STEPS=N (each epoch stops after N steps: a check of the script, not a measurement) and
 # HALFLING_COMMIT (the commit named in the header) as in bench/compare_train.sh. SCHEDULE (constant,
 # cosine or step; default constant, DESIGN.md §4's rate) and WARMUP_EPOCHS pass bench/train's
@@ -27,6 +29,8 @@ case $device in cpu | cuda) ;; *) echo "bench/seeds.sh: device must be cpu or cu
 declare -A default_target=([mlp512]=98.0 [lenet]=99.0 [vgg_small]=85.0)
 [[ -n ${default_target[$model]:-} ]] || { echo "bench/seeds.sh: unknown model '$model' ($usage)" >&2; exit 2; }
 target=${TARGET:-${default_target[$model]}}
+[[ $target =~ ^[0-9]+([.][0-9]+)?$ ]] ||
+  { echo "bench/seeds.sh: TARGET must be a percentage such as 98 or 98.5, got '$target'" >&2; exit 2; }
 [[ $epochs =~ ^[1-9][0-9]*$ && $seeds =~ ^[1-9][0-9]*$ ]] ||
   { echo "bench/seeds.sh: EPOCHS and SEEDS must be positive integers, got '$epochs' '$seeds'" >&2; exit 2; }
 precisions=${PRECISIONS:-mixed fp32}
@@ -105,6 +109,12 @@ awk -F'\t' -v target="$target" -v seeds="$seeds" -v order="$precisions" '
     }
   }' "$work/results.tsv" > "$work/table"
 
+# A run earlier the same day keeps its file: this one takes the first free name of OUT, OUT_2, OUT_3, ...
+# shellcheck source=scripts/unused_name.sh
+source "$(dirname "$0")/../scripts/unused_name.sh"
+wanted=$out
+out=$(unused_name "$wanted")
+[[ $out == "$wanted" ]] || echo "bench/seeds.sh: $wanted exists (an earlier run): writing $out" >&2
 { cat "$work/header"; echo; cat "$work/table"; } > "$out"
 cat "$work/table"
 echo "written: $out" >&2

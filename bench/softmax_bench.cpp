@@ -18,6 +18,14 @@
 // "%copy" compares it with cudaMemcpyAsync device-to-device moving the same number of bytes (read +
 // write). 10-class heads are launch-bound: microseconds per call is the number that matters.
 // bench/pytorch/softmax.py prints the same table for torch.softmax / F.cross_entropy.
+//
+// Each row also prints its working set (the tensors it reads and writes) and the copy's, with the GPU's
+// L2 size in the header. The softmax rows and the fused cross-entropy touch what the copy touches (the
+// f16 logits and an f16 output); the unfused cross-entropy adds two f32 scratch tensors, and where that
+// takes it out of the L2 while the copy fits, the row says so (bench/stats.h, fits_in_l2): its
+// %copy is then not a like-for-like ratio. The times themselves are measured as they always were.
+// There is no correctness check here: SoftmaxCuda.* (tests/kernels/test_softmax_cuda.cpp) compares
+// every rung, and every plan --sweep times, with a float64 reference into poisoned outputs.
 // Without a GPU it prints "no CUDA device" and exits 0.
 #include <CLI/CLI.hpp>
 #include <cuda_runtime.h>
@@ -95,17 +103,23 @@ void unfused_xent(int64_t rows, int64_t cols, const void* x, void* logp, void* g
   k::log_softmax_backward(DeviceType::cuda, rows, cols, logp, glogp, DType::f32, g, DType::f16);
 }
 
+// The GPU's L2 size (bytes), read once the GPU is known to be there (main).
+int64_t g_l2 = 0;
+
+// One row. `bytes`: the compulsory bytes of a bandwidth-bound row, which the copy moves too (0 for a
+// launch-bound head: no GB/s, no %copy); `ws`: the row's working set, the tensors it reads and writes
+// (the copy's is `bytes`).
 void row(const char* op, int64_t rows, int64_t cols, const char* dtypes, const std::string& variant, double us,
-         double bytes, double copy_gbs) {
+         double bytes, double copy_gbs, double ws) {
   if (bytes > 0) {
     const double gbs = bytes / (us * 1e-6) / 1e9;
-    std::printf("%-10s %-12s %-10s %-22s %10.2f %9.1f %6.0f%%\n", op,
+    std::printf("%-10s %-12s %-10s %-22s %10.2f %9.1f %6.0f%% %8.1f %8.1f%s\n", op,
                 (std::to_string(rows) + "x" + std::to_string(cols)).c_str(), dtypes, variant.c_str(), us, gbs,
-                100.0 * gbs / copy_gbs);
+                100.0 * gbs / copy_gbs, ws / 1e6, bytes / 1e6, bench::l2_note(ws, bytes, g_l2));
   } else {
-    std::printf("%-10s %-12s %-10s %-22s %10.2f %9s %7s\n", op,
+    std::printf("%-10s %-12s %-10s %-22s %10.2f %9s %7s %8.3f %8s\n", op,
                 (std::to_string(rows) + "x" + std::to_string(cols)).c_str(),
-                dtypes, variant.c_str(), us, "-", "-");
+                dtypes, variant.c_str(), us, "-", "-", ws / 1e6, "-");
   }
 }
 
@@ -144,7 +158,8 @@ void sweep_register_row(int64_t rows, int64_t cols, const void* x, void* y, int 
     const double us = median_us([&] { k::softmax(a, "register_row"); }, samples, 10);
     const std::string label = "register_row " + std::to_string(p.threads) + "x" + std::to_string(p.per_thread) +
                               (p.threads == chosen.threads && p.per_thread == chosen.per_thread ? "*" : "");
-    row("softmax", rows, cols, "f16->f16", label, us, 4.0 * static_cast<double>(rows * cols), copy_gbs);
+    const double bytes = 4.0 * static_cast<double>(rows * cols);
+    row("softmax", rows, cols, "f16->f16", label, us, bytes, copy_gbs, bytes);
   }
 }
 
@@ -196,9 +211,12 @@ int main(int argc, char** argv) {
   std::printf("# CUDA events, 3 warm-up calls, median of %d samples; GB/s = (bytes read + written) / time;\n"
               "# %%copy = GB/s / cudaMemcpyAsync D2D GB/s on the same bytes, measured in this run\n",
               samples);
+  g_l2 = bench::l2_bytes();
+  bench::print_l2_legend(g_l2);
   if (sweep)
     std::printf("# --sweep: register_row TxP = T threads per block, P packs per thread; * = the rule's choice\n");
-  std::printf("%-10s %-12s %-10s %-22s %10s %9s %7s\n", "op", "shape", "dtypes", "variant", "us/call", "GB/s", "%copy");
+  std::printf("%-10s %-12s %-10s %-22s %10s %9s %7s %8s %8s\n", "op", "shape", "dtypes", "variant", "us/call", "GB/s",
+              "%copy", "ws MB", "copy MB");
 
   std::vector<std::pair<int64_t, int64_t>> big = {{4096, 1024}, {4096, 4096}, {1024, 32768}, {128, 65536}};
   std::vector<std::pair<int64_t, int64_t>> heads = {{128, 10}, {1024, 10}};
@@ -226,8 +244,9 @@ int main(int argc, char** argv) {
     // The bar: a device-to-device copy moving n f16 values (read + write = 4n bytes).
     const double copy_us = median_us(
         [&] { check(cudaMemcpyAsync(g.p, x.p, n * 2, cudaMemcpyDeviceToDevice, stream()), "copy"); }, samples, 10);
-    const double copy_gbs = 4.0 * static_cast<double>(n) / (copy_us * 1e-6) / 1e9;
-    row("copy", rows, cols, "f16->f16", "cudaMemcpy D2D", copy_us, 4.0 * static_cast<double>(n), copy_gbs);
+    const double bytes = 4.0 * static_cast<double>(n);  // also the working set of a softmax or a fused xent
+    const double copy_gbs = bytes / (copy_us * 1e-6) / 1e9;
+    row("copy", rows, cols, "f16->f16", "cudaMemcpy D2D", copy_us, bytes, copy_gbs, bytes);
 
     for (const auto& rung : rungs) {
       const int reps = rung == "naive" ? 1 : 10;
@@ -235,7 +254,7 @@ int main(int argc, char** argv) {
       const k::SoftmaxArgs a = softmax_args(rows, cols, x.p, g.p);
       if (declined(rung, a)) continue;
       const double us = median_us([&] { k::softmax(a, rung); }, smp, reps);
-      row("softmax", rows, cols, "f16->f16", rung, us, 4.0 * static_cast<double>(n), copy_gbs);
+      row("softmax", rows, cols, "f16->f16", rung, us, bytes, copy_gbs, bytes);
     }
 
     if (sweep) sweep_register_row(rows, cols, x.p, g.p, samples, copy_gbs);
@@ -249,18 +268,19 @@ int main(int argc, char** argv) {
       f.op = k::SoftmaxOp::xent_fused;
       f.stats = nullptr;
       const double us = median_us([&] { k::softmax(f); }, samples, 10);
-      row("xent", rows, cols, "f16->f16", "fused_xent 1 pass", us, 4.0 * static_cast<double>(n), copy_gbs);
+      row("xent", rows, cols, "f16->f16", "fused_xent 1 pass", us, bytes, copy_gbs, bytes);
       k::SoftmaxArgs fw = xe, bw = xe;
       fw.op = k::SoftmaxOp::xent_forward;
       bw.op = k::SoftmaxOp::xent_backward;
       const double us2 = median_us([&] { k::softmax(fw); k::softmax(bw); }, samples, 10);
-      row("xent", rows, cols, "f16->f16", "fused_xent fwd+bwd", us2, 4.0 * static_cast<double>(n), copy_gbs);
+      row("xent", rows, cols, "f16->f16", "fused_xent fwd+bwd", us2, bytes, copy_gbs, bytes);
     }
     {
       Buf logp(n * 4), glogp(n * 4), gl(static_cast<size_t>(rows) * 4);
       const double us =
           median_us([&] { unfused_xent(rows, cols, x.p, logp.p, glogp.p, lab.p, loss.p, g.p); }, samples, 5);
-      row("xent", rows, cols, "f16->f16", "unfused (4 kernels)", us, 4.0 * static_cast<double>(n), copy_gbs);
+      // The logits and the gradient (f16), and the f32 log-probabilities and their gradient.
+      row("xent", rows, cols, "f16->f16", "unfused (4 kernels)", us, bytes, copy_gbs, 12.0 * static_cast<double>(n));
     }
   }
 
@@ -278,19 +298,22 @@ int main(int argc, char** argv) {
     for (const auto& rung : rungs) {
       const k::SoftmaxArgs a = softmax_args(rows, cols, x.p, g.p);
       if (declined(rung, a)) continue;
-      row("softmax", rows, cols, "f16->f16", rung, median_us([&] { k::softmax(a, rung); }, samples, 100), 0, 1);
+      row("softmax", rows, cols, "f16->f16", rung, median_us([&] { k::softmax(a, rung); }, samples, 100), 0, 1,
+          4.0 * static_cast<double>(n));
     }
     const k::SoftmaxArgs xe = xent_args(rows, cols, x.p, g.p, lab.p, loss.p, lse.p, one.p);
     k::SoftmaxArgs f = xe, fw = xe, bw = xe;
     f.op = k::SoftmaxOp::xent_fused;
     fw.op = k::SoftmaxOp::xent_forward;
     bw.op = k::SoftmaxOp::xent_backward;
-    row("xent", rows, cols, "f16->f16", "fused_xent 1 pass", median_us([&] { k::softmax(f); }, samples, 100), 0, 1);
+    const double ws = 4.0 * static_cast<double>(n);
+    row("xent", rows, cols, "f16->f16", "fused_xent 1 pass", median_us([&] { k::softmax(f); }, samples, 100), 0, 1,
+        ws);
     row("xent", rows, cols, "f16->f16", "fused_xent fwd+bwd",
-        median_us([&] { k::softmax(fw); k::softmax(bw); }, samples, 100), 0, 1);
+        median_us([&] { k::softmax(fw); k::softmax(bw); }, samples, 100), 0, 1, ws);
     row("xent", rows, cols, "f16->f16", "unfused (4 kernels)",
         median_us([&] { unfused_xent(rows, cols, x.p, logp.p, glogp.p, lab.p, loss.p, g.p); }, samples, 50),
-        0, 1);
+        0, 1, 3.0 * ws);
   }
   check(cudaDeviceSynchronize(), "final sync");
   return 0;

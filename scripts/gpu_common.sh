@@ -2,7 +2,7 @@
 # The plumbing of the GPU-session scripts (scripts/gpu_check.sh, bench/gpu_gemm.sh, gpu_softmax.sh,
 # gpu_conv.sh, gpu_bn.sh): sourced by them, never run. It cds to the repository root and sets:
 #   root, build, arch, jobs, results, commit, gpu, slug, day, sanitizer, budget
-# and defines start_results, step, record, build_targets, check_gpu, sanitizers_enabled,
+# and defines unused_name, start_results, step, record, build_targets, check_gpu, sanitizers_enabled,
 # sanitize_kernels, bench_cluster_tiles and finish; and the lists of wmma_pipelined's cluster tiles and
 # their tests (cluster_memcheck, cluster_race, cluster_tiles, own_tile).
 #
@@ -77,9 +77,15 @@ trap 'rm -rf "$scratch"' EXIT
 
 say() { echo "$*" | tee -a "$out"; }
 
-# start_results PREFIX TITLE: begin $results/PREFIX_<gpu>_<date>.txt with what ran, where and when.
+# shellcheck source=scripts/unused_name.sh
+source "$root/scripts/unused_name.sh"
+
+# start_results PREFIX TITLE: begin $results/PREFIX_<gpu>_<date>.txt with what ran, where and when; if
+# the file exists (an earlier run of the day), $results/PREFIX_<gpu>_<date>_2.txt (_3, ...) instead,
+# and the header says which. $out is the file from here on: every step, the summary and "written:".
 start_results() {
-  out=$results/$1_${slug}_${day}.txt
+  local wanted=$results/$1_${slug}_${day}.txt
+  out=$(unused_name "$wanted")
   {
     echo "# $2"
     echo "# command: $invocation"
@@ -92,6 +98,7 @@ start_results() {
     echo "# build: $build   CUDA_ARCH=$arch   HALFLING_JOBS=$jobs   time budget: $budget s"
     echo "# environment: $(env | grep -E '^(HALFLING_[A-Z_]*|CUDA_ARCH|BATCH|OMP_NUM_THREADS)=' | sort | tr '\n' ' ')"
     echo "# results: $out"
+    [[ $out == "$wanted" ]] || echo "# (${wanted##*/} is an earlier run's: this run writes ${out##*/})"
   } | tee "$out"
 }
 
@@ -112,16 +119,17 @@ step_seconds() {
   echo "$secs"
 }
 
-# record_exit NAME RC TOOK SECS: record a step that exited with RC after TOOK seconds under a timeout of
-# SECS: ok, TIMEOUT (timeout's 124, or a KILL at the limit) or FAILED.
+# record_exit NAME RC TOOK SECS [WHY]: record a step that exited with RC after TOOK seconds under a
+# timeout of SECS: ok, TIMEOUT (timeout's 124, or a KILL at the limit) or FAILED (WHY, if given, says what
+# the exit status means).
 record_exit() {
-  local name=$1 rc=$2 took=$3 secs=$4
+  local name=$1 rc=$2 took=$3 secs=$4 why=${5:-}
   if ((rc == 0)); then
     record "$name" ok "$took s"
   elif ((rc == 124 || (rc == 137 && took >= secs))); then
     record "$name" TIMEOUT "killed after $secs s"
   else
-    record "$name" FAILED "exit $rc after $took s"
+    record "$name" FAILED "exit $rc after $took s${why:+: $why}"
   fi
 }
 
@@ -187,7 +195,11 @@ step() {
     rc=${rc:-1}
   fi
   current_step=
-  record_exit "$name" "$rc" $((SECONDS - t0)) "$secs"
+  # gemm_bench and conv_bench print every row, then exit 3 if a row's output failed its check (its line
+  # says WRONG): the step fails, and the next one runs.
+  local why=''
+  [[ $rc == 3 && ${1##*/} =~ ^(gemm|conv)_bench$ ]] && why="a row's output is WRONG (see the rows above)"
+  record_exit "$name" "$rc" $((SECONDS - t0)) "$secs" "$why"
   return "$rc"
 }
 

@@ -15,9 +15,21 @@ import statistics
 import sys
 
 
+def samples_arg(text):
+    """--samples: a whole number from 3 to 1000, the range softmax_bench --samples takes (the median of
+    fewer than 3 is hardly one; none would end in statistics.median's error)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number")
+    if not 3 <= n <= 1000:
+        raise argparse.ArgumentTypeError(f"{n} is outside 3..1000 (softmax_bench's range)")
+    return n
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--samples", type=int, default=25)
+    ap.add_argument("--samples", type=samples_arg, default=25, help="timed samples per entry, 3..1000")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     try:

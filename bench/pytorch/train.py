@@ -15,6 +15,11 @@ median, as in bench/train.
 `--init` starts from halfling's initial weights and `--dump-weights DIR` writes the trained ones, so the
 two frameworks' runs can be compared weight by weight; `--dtype float64` then gives the reference both
 float32 runs are measured against (tests/python/pytorch_trajectory.py).
+
+TF32 is off unless `--tf32` is given (torch.backends.cudnn.allow_tf32 and
+torch.backends.cuda.matmul.allow_tf32): PyTorch's cuDNN convolutions default to TF32 on Ampere and
+Hopper, which would make `--precision fp32` a 10-bit-mantissa run next to halfling's FP32 one. The
+first line and the JSON line ("tf32") say which.
 """
 import argparse
 import contextlib
@@ -93,8 +98,9 @@ def augment(x, pad_value, gen):
     out = padded[torch.arange(n, device=x.device).view(n, 1, 1, 1), torch.arange(c, device=x.device).view(1, c, 1, 1),
                  rows, cols]
     flip = torch.rand(n, device=x.device, generator=gen) < 0.5
-    out[flip] = out[flip].flip(3)
-    return out
+    # torch.where, not out[flip] = ...: boolean-mask indexing finds the mask's count on the host
+    # (torch.nonzero), a device-to-host wait in every step.
+    return torch.where(flip.view(n, 1, 1, 1), out.flip(3), out)
 
 
 def load_init(model, data_dir):
@@ -155,6 +161,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", os.cpu_count())))
     ap.add_argument("--max-steps", type=int, default=-1, help="stop each epoch after this many steps")
+    ap.add_argument("--tf32", action="store_true",
+                    help="let cuDNN convolutions and matmuls use TF32 (PyTorch's default for convolutions on "
+                         "Ampere and later); off by default, so that fp32 means FP32 as in halfling")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--profile", action="store_true",
                     help="print torch.profiler's table of operators (epochs after the first when there are several); "
@@ -176,6 +185,10 @@ def main():
         sys.exit(f"bench/pytorch/train.py: --dtype float64 is a CPU --precision fp32 reference, "
                  f"not for --device {a.device} --precision {a.precision}")
     dtype = torch.float64 if a.dtype == "float64" else torch.float32
+    # Both switches, whatever the precision: under autocast the convolutions and matmuls run in FP16
+    # anyway, and what stays FP32 stays FP32, as in halfling.
+    torch.backends.cudnn.allow_tf32 = a.tf32
+    torch.backends.cuda.matmul.allow_tf32 = a.tf32
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     dev = torch.device(a.device)
@@ -221,7 +234,7 @@ def main():
 
     print(f"pytorch {torch.__version__} bench/pytorch/train.py: {a.model}, {a.precision}, batch {a.batch}, "
           f"device {a.device}{' (' + torch.cuda.get_device_name() + ')' if dev.type == 'cuda' else ''}, "
-          f"threads {torch.get_num_threads()}")
+          f"threads {torch.get_num_threads()}, TF32 {'on' if a.tf32 else 'off'}")
     seconds, images = [], 0
     n = train_x.shape[0]
     steps_per_epoch = (n + a.batch - 1) // a.batch
@@ -294,7 +307,7 @@ def main():
                           "seconds_per_epoch": round(median, 4), "images_per_second": round(images / median, 1),
                           "test_accuracy": round(accuracy, 4),
                           "peak_mib": None if peak_mib != peak_mib else round(peak_mib, 1), "epochs": a.epochs,
-                          "schedule": a.schedule, "warmup_epochs": a.warmup_epochs}))
+                          "schedule": a.schedule, "warmup_epochs": a.warmup_epochs, "tf32": a.tf32}))
 
 
 if __name__ == "__main__":

@@ -393,6 +393,14 @@ TEST(BenchSeeds, RefusesBadArgumentsWithTheUsage) {
   auto [s4, o4] = hl::test::run_command("PRECISIONS=bf16 " + seeds_script() + " cpu mlp512");
   EXPECT_NE(s4, 0);
   EXPECT_NE(o4.find("unknown precision 'bf16'"), std::string::npos) << o4;
+  // TARGET is a percentage: any other text was printed as "seeds >= abc%" and counted against.
+  for (const char* target : {"abc", "98%", "-1", "9..8"}) {
+    auto [s5, o5] = hl::test::run_command("TARGET='" + std::string(target) + "' " + seeds_script() + " cpu mlp512");
+    EXPECT_EQ(s5, 2) << target << ": " << o5;
+    EXPECT_NE(o5.find("TARGET must be a percentage such as 98 or 98.5, got '" + std::string(target) + "'"),
+              std::string::npos)
+        << o5;
+  }
 }
 
 }  // namespace

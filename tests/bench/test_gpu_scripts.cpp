@@ -503,8 +503,8 @@ TEST(GpuScripts, TestsThatForceAWmmaPipelinedTileRunApart) {
 }
 
 // The benchmarks' choosers (the ncu stage's --shapes, --variants, --only, --tile, and the gemm-bench steps'
-// --sweep-tiles) refuse a typo on any machine, before looking for a GPU, and take what is valid (without a
-// GPU: "no CUDA device", status 0).
+// --sweep-tiles; gemm_bench's --variants and --sizes) refuse a typo on any machine, before looking for a
+// GPU, and take what is valid (without a GPU: "no CUDA device", status 0).
 TEST(GpuBenches, ChoosersRefuseWhatDoesNotExist) {
 #ifndef HALFLING_WITH_CUDA
   GTEST_SKIP() << "a CPU-only build has no softmax_bench, conv_bench or gemm_bench";
@@ -527,6 +527,12 @@ TEST(GpuBenches, ChoosersRefuseWhatDoesNotExist) {
       {gemm + " --sweep --sweep-tiles 12,clustered", "--sweep-tiles: 'clustered' stands alone, not in a list"},
       {gemm + " --sweep --sweep-tiles 12,12", "--sweep-tiles: tile 12 named twice"},
       {gemm + " --sweep-tiles 12", "--sweep-tiles chooses among the tiles --sweep times: give --sweep too"},
+      // gemm_bench used to look for a GPU first: without one these exited 0.
+      {gemm + " --variants nosuch", "gemm_bench: --variants: no CUDA GEMM variant 'nosuch' (known: "},
+      {gemm + " --variants cublas,wmma_pipelinde", "no CUDA GEMM variant 'wmma_pipelinde' (known: "},
+      {gemm + " --sizes 0", "gemm_bench: --sizes: 0 is not a size (M = N = K must be >= 1)"},
+      {gemm + " --sizes -5", "gemm_bench: --sizes: -5 is not a size"},
+      {gemm + " --sizes 512,0,1024", "gemm_bench: --sizes: 0 is not a size"},
   };
   for (const auto& [command, message] : refused) {
     auto [s, o] = hl::test::run_command(command);

@@ -3,8 +3,8 @@
 
 Exports a smoke-sized MNIST subset with `bench/train --smoke --export`, trains 3 steps of each
 model the export fits (MLP-512 and LeNet) in PyTorch on the CPU, and checks the JSON line the
-wrapper bench/compare_train.sh consumes. Also checks the script refuses an export of the wrong
-shape for a model. Exits 77 (CTest's "skipped") without torch or without MNIST.
+wrapper bench/compare_train.sh consumes, TF32 off unless --tf32 is given. Also checks the script
+refuses an export of the wrong shape for a model. Exits 77 (CTest's "skipped") without torch or without MNIST.
 Usage: pytorch_train_smoke.py --train <build>/bench/train --script bench/pytorch/train.py --mnist DIR
 """
 import json
@@ -27,7 +27,12 @@ with tempfile.TemporaryDirectory() as d:
         assert r["seconds_per_epoch"] > 0 and r["images_per_second"] > 0, r
         assert 0.0 <= r["test_accuracy"] <= 1.0, r
         assert r["schedule"] == "constant" and r["warmup_epochs"] == 0.0, r
+        assert r["tf32"] is False, r
         print(f"{model}: {r}")
+    out = subprocess.run([sys.executable, a.script, "--data", d, "--device", "cpu", "--epochs", "1", "--max-steps", "1",
+                          "--threads", "1", "--json", "--tf32"], check=True, capture_output=True, text=True).stdout
+    assert "TF32 on" in out.splitlines()[0], out
+    assert json.loads(out.strip().splitlines()[-1])["tf32"] is True, out
     bad = subprocess.run([sys.executable, a.script, "--data", d, "--model", "vgg_small", "--device", "cpu",
                           "--epochs", "2"],
                          capture_output=True, text=True)

@@ -1,0 +1,96 @@
+// The arithmetic of the benchmarks' rows, without CUDA (loader_throughput and the CPU tests in
+// tests/bench/test_bench_stats.cpp use it too): the median of the samples, the check of a row's output
+// against the reference computed in the same run, and whether a row and its copy-bandwidth yardstick
+// are served from the same memory (the L2 or not).
+//
+// The median is what DESIGN.md §6 asks for: the middle value of an odd number of samples, the mean of
+// the two middle values of an even number, as Python's statistics.median (bench/pytorch/softmax.py)
+// takes it. The programs used to take the upper of the two middle values and call it the median.
+// bench/train.cpp keeps its upper median of epochs on purpose, as the PyTorch script it is compared with
+// does, and does not use this.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace hl::bench {
+
+// The median of `samples` (a copy, sorted here). None of no samples: NaN.
+template <class T>
+double median(std::vector<T> samples) {
+  if (samples.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::sort(samples.begin(), samples.end());
+  const size_t mid = samples.size() / 2;
+  const double upper = static_cast<double>(samples[mid]);
+  if (samples.size() % 2 == 1) return upper;
+  return (static_cast<double>(samples[mid - 1]) + upper) / 2.0;
+}
+
+// A row's check run (DESIGN.md §6: the output poisoned with NaN before the run, every element checked),
+// against the reference: the vendor library's output for the same problem in the same run, or nullptr
+// where there is none (the library's own row, or a run without it). `bad`: the elements that are not
+// finite where the reference's are (every one, without a reference); `nan`: how many of those are NaN,
+// the poison, so most likely never written; `diff`: ||out - ref|| / ||ref|| over the elements finite in
+// both (0 without a reference).
+struct OutputCheck {
+  int64_t bad = 0, nan = 0;
+  double diff = 0;
+};
+
+inline OutputCheck check_output(const std::vector<double>& out, const std::vector<double>* ref) {
+  OutputCheck c;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (ref != nullptr && !std::isfinite((*ref)[i])) continue;
+    if (!std::isfinite(out[i])) {
+      ++c.bad;
+      if (std::isnan(out[i])) ++c.nan;
+      continue;
+    }
+    if (ref == nullptr) continue;
+    const double d = out[i] - (*ref)[i];
+    num += d * d;
+    den += (*ref)[i] * (*ref)[i];
+  }
+  c.diff = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  return c;
+}
+
+// Why a row is WRONG, or "" if it is not: an element that is not finite where the reference's is, or
+// (with a reference, named `ref_name`; nullptr without one) a difference above `tol`.
+inline std::string wrong_because(const OutputCheck& c, size_t n, const char* ref_name, double tol) {
+  char why[256] = "";
+  if (c.bad > 0) {
+    std::snprintf(why, sizeof why, "%lld of %zu outputs not finite%s%s%s (%lld NaN: not written?)",
+                  static_cast<long long>(c.bad), n, ref_name != nullptr ? " where " : "",
+                  ref_name != nullptr ? ref_name : "", ref_name != nullptr ? "'s are" : "",
+                  static_cast<long long>(c.nan));
+  } else if (ref_name != nullptr && !(c.diff <= tol)) {
+    std::snprintf(why, sizeof why, "differs from %s by %.1e (||out - ref|| / ||ref||), above %.0e", ref_name, c.diff,
+                  tol);
+  }
+  return why;
+}
+
+// Whether a working set of `bytes`, touched again and again by back-to-back calls, is served from the L2
+// rather than from device memory: when it takes at most 3/4 of the L2. Not all of it: the L2 holds other
+// lines too and does not evict in perfect LRU order, so a set just under its size is mostly gone before
+// it is read again. (On an H100, with 50 MB of L2: bn_bench's copy of two 16.8 MB tensors, about two
+// thirds of it, ran at 3737 GB/s, above the 3.35 TB/s of its HBM; a batch-norm backward over three such
+// tensors needs all of it.)
+inline bool fits_in_l2(double bytes, int64_t l2) { return l2 > 0 && bytes <= 0.75 * static_cast<double>(l2); }
+
+// The note at the end of a row (two spaces first) whose kernel and yardstick (the device copy) fall on
+// either side of fits_in_l2: one is served from the L2 and the other from device memory, so the row's
+// %copy is not a like-for-like ratio. "" when both fit or neither does.
+inline const char* l2_note(double kernel_bytes, double copy_bytes, int64_t l2) {
+  const bool kernel = fits_in_l2(kernel_bytes, l2), copy = fits_in_l2(copy_bytes, l2);
+  if (kernel == copy) return "";
+  return copy ? "  L2: yardstick fits, kernel does not" : "  L2: kernel fits, yardstick does not";
+}
+
+}  // namespace hl::bench
