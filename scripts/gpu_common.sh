@@ -2,8 +2,8 @@
 # The plumbing of the GPU-session scripts (scripts/gpu_check.sh, bench/gpu_gemm.sh, gpu_softmax.sh,
 # gpu_conv.sh, gpu_bn.sh): sourced by them, never run. It cds to the repository root and sets:
 #   root, build, arch, jobs, results, commit, gpu, slug, day, sanitizer, budget
-# and defines unused_name, start_results, step, record, build_targets, check_gpu, sanitizers_enabled,
-# sanitize_kernels, bench_cluster_tiles and finish; and the lists of wmma_pipelined's cluster tiles and
+# and defines unused_name, start_results, step, filter_matches, bg_start, bg_finish, record, build_targets,
+# check_gpu, sanitizers_enabled, sanitize_kernels, bench_cluster_tiles and finish; and the lists of wmma_pipelined's cluster tiles and
 # their tests (cluster_memcheck, cluster_race, cluster_tiles, own_tile).
 #
 # Those scripts are made for a lent GPU machine driven one bash command at a time: at most 600 s per
@@ -137,8 +137,30 @@ record_exit() {
 # timeout (SECS, or less if the budget has less left; no SECS: what is left), record its status.
 # A shell function as CMD runs without a timeout (they only read logs): keep them quick.
 # A --gtest_filter that matches no test of the program fails the step instead of passing vacuously.
+# filter_matches NAME CMD...: when CMD runs a test program of the build with --gtest_filter=F, say how
+# many tests F matches; none: record NAME as FAILED and return 1 (a filter that matches nothing passes
+# under any sanitizer, silently).
+filter_matches() {
+  local name=$1 arg prog='' filter=''
+  shift
+  for arg in "$@"; do
+    case $arg in
+      --gtest_filter=*) filter=${arg#--gtest_filter=} ;;
+      "$build"/tests/test_*) prog=$arg ;;
+    esac
+  done
+  [[ -n $prog && -n $filter && -x $prog ]] || return 0
+  local n
+  n=$(timeout 60 "$prog" --gtest_list_tests --gtest_filter="$filter" 2>/dev/null | grep -c '^  ')
+  say "# $n tests match the filter"
+  if ((n == 0)); then
+    record "$name" FAILED "the filter matches no test of ${prog##*/}"
+    return 1
+  fi
+}
+
 step() {
-  local name=$1 want='' arg prog='' filter=''
+  local name=$1 want=''
   shift
   if [[ ${1:-} == timeout ]]; then
     want=$2
@@ -159,21 +181,7 @@ step() {
     record "$name" "NOT RUN" "the $budget s time budget is spent"
     return 1
   fi
-  for arg in "$@"; do
-    case $arg in
-      --gtest_filter=*) filter=${arg#--gtest_filter=} ;;
-      "$build"/tests/test_*) prog=$arg ;;
-    esac
-  done
-  if [[ -n $prog && -n $filter && -x $prog ]]; then
-    local n
-    n=$(timeout 60 "$prog" --gtest_list_tests --gtest_filter="$filter" 2>/dev/null | grep -c '^  ')
-    say "# $n tests match the filter"
-    if ((n == 0)); then
-      record "$name" FAILED "the filter matches no test of ${prog##*/}"
-      return 1
-    fi
-  fi
+  filter_matches "$name" "$@" || return 1
   local t0=$SECONDS rc
   current_step=$name
   if [[ $(type -t "$1") == function ]]; then
@@ -203,6 +211,63 @@ step() {
   return "$rc"
 }
 
+# A command that runs beside the foreground steps (gpu_check.sh short: the sanitizers beside ctest), with
+# its output in a file of its own that bg_finish appends to the results file.
+#   bg_start NAME SECS CMD...   start it, under a timeout of at most SECS (and what the budget has left)
+#   bg_finish NAME              wait for it, append its output, record its status as step NAME
+# A signal to the script stops the ones still running and records them as INTERRUPTED (on_signal).
+bg_started=()  # their names, in the order they started
+bg_start() {
+  local name=$1 want=$2
+  shift 2
+  local secs
+  secs=$(step_seconds "$want")
+  if ((secs < 10)); then  # timeout 0 would mean no limit at all
+    record "$name" "NOT RUN" "the $budget s time budget is spent"
+    return 1
+  fi
+  filter_matches "$name" "$@" || return 1
+  printf '%s\n' "$(printf '%q ' "$@")(timeout $secs s, beside the foreground steps)" >"$scratch/$name.log"
+  (
+    t0=$SECONDS
+    timeout -k 10 "$secs" "$@" </dev/null >>"$scratch/$name.log" 2>&1 &
+    echo $! >"$scratch/$name.timeout"
+    wait $!
+    echo "$? $((SECONDS - t0)) $secs" >"$scratch/$name.rc"
+  ) &
+  echo $! >"$scratch/$name.pid"
+  bg_started+=("$name")
+}
+# shellcheck disable=SC2317  # called in a loop, and by on_signal
+bg_finish() {
+  local name=$1 state=${2:-} rc took secs
+  [[ -f $scratch/$name.pid ]] || return 0  # never started: bg_start recorded why
+  wait "$(cat "$scratch/$name.pid")" 2>/dev/null
+  rm -f "$scratch/$name.pid"
+  say ""
+  say "## $name"
+  say "\$ $(head -1 "$scratch/$name.log")"
+  tail -n +2 "$scratch/$name.log" | tee -a "$out"
+  if [[ -n $state ]]; then
+    record "$name" "$state"
+    return
+  fi
+  read -r rc took secs <"$scratch/$name.rc" 2>/dev/null || { rc=1 took=0 secs=0; }
+  record_exit "$name" "$rc" "$took" "$secs"
+}
+
+# seed_ctest_costs: give a build that has not run its tests here (a carried one: gpu_pack.sh leaves its
+# Testing/ behind) ctest's cost file from a GPU run, scripts/gpu_ctest_costs.txt: the tests that took a
+# second or more in the H100's `short` of 2026-11-27 (seventh session), with their seconds. ctest -j then
+# starts the longest first. Without it, it started them in the listed order: the longest test (143.7 s)
+# finished last, and the step took 197 s of its 260 for 1087 s of tests on 8 jobs; with 160 tests more
+# since, it might pass the limit. (Regenerate the file from a new run's log by the same rule.)
+seed_ctest_costs() {
+  local costs=$build/Testing/Temporary/CTestCostData.txt
+  [[ -s $costs ]] && return 0
+  mkdir -p "${costs%/*}" && cp "$root/scripts/gpu_ctest_costs.txt" "$costs"
+}
+
 # build_targets [TARGET...]: configure (a no-op when configured) and build TARGETs (none: everything),
 # as the steps "configure" and "build". CUDA is required, not AUTO: a missing nvcc is an error.
 # HALFLING_PREBUILT=1: the build was made on another machine and carried here (scripts/gpu_pack.sh and
@@ -211,7 +276,23 @@ step() {
 build_targets() {
   if [[ ${HALFLING_PREBUILT:-0} == 1 ]]; then
     if [[ -f $build/CMakeCache.txt ]]; then
-      record build skipped "prebuilt: $(grep -m1 '^# packed' "$build/PREBUILT" 2>/dev/null || echo "$build")"
+      local packed packed_commit
+      packed=$(grep -m1 '^# packed' "$build/PREBUILT" 2>/dev/null || echo "$build")
+      # What gpu_unpack.sh could not do (a data set, a library): each step that needs it fails on its own,
+      # and this line says why first.
+      if [[ -s $build/UNPACK_WARNINGS ]]; then
+        say "$(cat "$build/UNPACK_WARNINGS")"
+        record unpack FAILED "$(head -1 "$build/UNPACK_WARNINGS")"
+      fi
+      # A pack of another commit would label old programs' results with this one: refuse it.
+      packed_commit=$(sed -n 's/.*commit \([0-9a-f]*\).*/\1/p' <<<"$packed")
+      if [[ -n ${HALFLING_COMMIT:-} && -n $packed_commit && $HALFLING_COMMIT != "$packed_commit"* &&
+        $packed_commit != "$HALFLING_COMMIT"* ]]; then
+        record build FAILED "the carried build is of commit $packed_commit, not HALFLING_COMMIT=$HALFLING_COMMIT" \
+          "(scripts/gpu_pack.sh on the commit to test)"
+        return 1
+      fi
+      record build skipped "prebuilt: $packed"
       return 0
     fi
     record build FAILED "HALFLING_PREBUILT=1 but no build in $build (run scripts/gpu_unpack.sh first)"
@@ -312,11 +393,20 @@ finish() {
 # Killed from outside (TERM, or Ctrl-C): still end the file with the summary.
 on_signal() {
   trap - TERM INT
+  local name
+  # The background commands first (bg_start): their timeouts pass the signal on to them, and their
+  # output, kept in $scratch, goes to the file before the EXIT trap deletes it.
+  for name in "${bg_started[@]}"; do
+    [[ -f $scratch/$name.pid && -s $scratch/$name.timeout ]] && kill -TERM "$(cat "$scratch/$name.timeout")" 2>/dev/null
+  done
   if [[ -n $current_step && -s $scratch/pid ]]; then
     kill -TERM "$(cat "$scratch/pid")" 2>/dev/null
-    wait  # for the step's output to reach the file
+    wait "$(cat "$scratch/pid")" 2>/dev/null  # for the step's output to reach the file
   fi
   record "${current_step:-(between steps)}" INTERRUPTED "signal $1"
+  for name in "${bg_started[@]}"; do
+    bg_finish "$name" INTERRUPTED  # nothing for one finished already
+  done
   finish
   exit "$2"
 }

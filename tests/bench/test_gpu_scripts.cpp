@@ -86,6 +86,36 @@ TEST(GpuScripts, UnpackSaysWhatToCarry) {
   EXPECT_TRUE(contains(o, "gpu_pack.sh")) << o;
 }
 
+// A carried build (HALFLING_PREBUILT=1) of another commit than HALFLING_COMMIT is refused: its
+// programs' results would be labelled with the commit asked for. What gpu_unpack.sh could not do (its
+// UNPACK_WARNINGS) is a failed step of its own, and the rest goes on.
+TEST(GpuScripts, ACarriedBuildOfAnotherCommitIsRefused) {
+  const hl::test::TempDir dir;
+  const fs::path build = fs::path(dir.str()) / "build-gpu", out = fs::path(dir.str()) / "out";
+  fs::create_directories(build);
+  std::ofstream(build / "CMakeCache.txt") << "# stand-in\n";
+  std::ofstream(build / "PREBUILT") << "# packed 2026-11-29T10:30:22Z on vm (stand-in, commit 9bd1108)\n";
+  const auto run = [&](const std::string& commit) {
+    return hl::test::run_command("HALFLING_BUILD='" + build.string() + "' HALFLING_PREBUILT=1 HALFLING_COMMIT=" +
+                                 commit + " HALFLING_RESULTS='" + out.string() + "' bash " + script("gpu_check.sh") +
+                                 " build");
+  };
+  auto [s1, o1] = run("abc1234");
+  EXPECT_NE(s1, 0) << o1;
+  EXPECT_TRUE(contains(o1, "## build: FAILED (the carried build is of commit 9bd1108, not HALFLING_COMMIT=abc1234"))
+      << o1;
+  auto [s2, o2] = run("9bd1108");
+  EXPECT_EQ(s2, 0) << o2;
+  EXPECT_TRUE(contains(o2, "## build: skipped (prebuilt: # packed")) << o2;
+  auto [s3, o3] = run("9bd1108a");  // a longer hash of the same commit
+  EXPECT_EQ(s3, 0) << o3;
+  std::ofstream(build / "UNPACK_WARNINGS") << "gpu_unpack.sh: libcudnn.so.9 still missing\n";
+  auto [s4, o4] = run("9bd1108");
+  EXPECT_NE(s4, 0) << o4;
+  EXPECT_TRUE(contains(o4, "## unpack: FAILED (gpu_unpack.sh: libcudnn.so.9 still missing)")) << o4;
+  EXPECT_TRUE(contains(o4, "## build: skipped (prebuilt")) << o4;
+}
+
 TEST(GpuScripts, CheckNamesItsStages) {
   auto [s1, o1] = hl::test::run_command(script("gpu_check.sh"));
   EXPECT_NE(s1, 0);

@@ -596,7 +596,7 @@ TEST(CudaSoftmax, NllForwardAndBackward) {
       const size_t n = static_cast<size_t>(rows * cols);
       const auto logp = test::random_values(n, seed++, -10, -0.01, t);
       auto labels = test::random_values(static_cast<size_t>(rows), seed++, 0, static_cast<double>(cols), DType::i32);
-      if (rows >= 3) {  // out-of-range labels: NaN loss, zero gradient
+      if (rows >= 3) {  // out-of-range labels: NaN loss and a NaN gradient row (kernels/softmax.h)
         labels[1] = -1;
         labels[2] = static_cast<double>(cols);
       }
@@ -612,14 +612,17 @@ TEST(CudaSoftmax, NllForwardAndBackward) {
       expect_all_equal(dloss.download(), ref_loss, "nll_forward " + name(t));  // a negation: exact
 
       const auto gloss = test::random_values(static_cast<size_t>(rows), seed++, -2, 2, t);
-      DeviceBuffer dgloss(gloss, t), dglogp(n, t);
-      dglogp.poison();
+      // Filled with 7 rather than NaN: the bad rows must come out NaN, and a NaN poison could not tell
+      // a written NaN from an element left alone.
+      DeviceBuffer dgloss(gloss, t), dglogp(std::vector<double>(n, 7.0), t);
       kernels::nll_backward(kCuda, rows, cols, dlabels.i32(), dgloss.get(), dglogp.get(), t);
       std::vector<double> ref_grad(n, 0.0);
       for (int64_t r = 0; r < rows; ++r) {
         const double l = labels[static_cast<size_t>(r)];
         if (l >= 0 && l < static_cast<double>(cols))
           ref_grad[static_cast<size_t>(r * cols + static_cast<int64_t>(l))] = -gloss[static_cast<size_t>(r)];
+        else
+          std::fill_n(ref_grad.begin() + r * cols, cols, kNaN);
       }
       expect_all_equal(dglogp.download(), ref_grad, "nll_backward " + name(t));  // exact
     }
