@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -68,6 +69,28 @@ TEST(Tutorial04, GemmFlagPicksOneVariantAndRefusesUnknownNames) {
   EXPECT_NE(bad_status, 0);
   EXPECT_NE(bad.find("--gemm: no variant 'no_such_gemm'"), std::string::npos) << bad;
   EXPECT_NE(bad.find("reference"), std::string::npos) << bad;  // the known names are listed
+}
+
+// The chapter's list of flags: the program trains nothing, so --precision takes only fp16 (FP32 inputs
+// are --f32-inputs), and --loss-scale, --schedule and --warmup-epochs are not flags of it; the other
+// training flags it shares with the tutorials are accepted and do nothing (no --csv file is written).
+TEST(Tutorial04, TakesTheFlagsTheChapterLists) {
+  const auto [ps, po] = run04("--precision fp32");
+  EXPECT_EQ(ps, 105) << po;  // CLI11's validation error
+  EXPECT_NE(po.find("--precision: fp32 not in {fp16}"), std::string::npos) << po;
+  for (const std::string flags : {"--loss-scale dynamic", "--schedule cosine", "--warmup-epochs 1"}) {
+    const auto [status, out] = run04(flags);
+    EXPECT_EQ(status, 109) << flags << ": CLI11's 'not expected' error\n" << out;
+    EXPECT_NE(out.find(flags.substr(0, flags.find(' '))), std::string::npos) << out;
+  }
+  const std::string csv = (std::filesystem::temp_directory_path() /
+                           ("halfling_t04_" + std::to_string(hl::test::fresh_seed()) + ".csv")).string();
+  const auto [status, out] = run04("--smoke --device cpu --gemm reference --precision fp16 --epochs 3 --batch 7 "
+                                   "--lr 0.5 --momentum 0 --csv " + csv);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_FALSE(row(out, "square 64", "reference").empty()) << out;
+  EXPECT_FALSE(std::filesystem::exists(csv)) << "--csv is accepted and ignored";
+  std::filesystem::remove(csv);
 }
 
 TEST(Tutorial04, EveryCudaRungPassesOnTheGpu) {

@@ -4,6 +4,7 @@
 // a run label with a comma is quoted; --csv moves the training log).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -55,6 +56,7 @@ class Tutorial06 : public ::testing::Test {
   void records_every_activation_gradient();
   void exact_and_binned_fractions_agree();
   void injected_overflow_is_skipped();
+  void top_binades_are_empty();
   static std::string data_, out_dir_;
   static std::pair<int, std::string> result_;
 };
@@ -151,6 +153,24 @@ void Tutorial06::injected_overflow_is_skipped() {
   for (const auto& row : training) EXPECT_EQ(row.size(), 9u) << row[0];
 }
 
+// The chapter: nothing comes near FP16's top. The largest values are the logits' gradients,
+// (softmax - one-hot) / B, below 1/B = 2^-7 for the smoke run's batches of 128, so its histogram ends in
+// the bin [2^-8, 2^-7) and the 23 binades [2^-7, 2^16) (65504 lies in [2^15, 2^16)) are empty. (The full
+// epoch's last batch has 96 images: 15 values reach [2^-7, 2^-6), and 22 binades are empty.)
+void Tutorial06::top_binades_are_empty() {
+  const auto rows = read_csv(fs::path(out_dir_) / "histogram.csv");
+  int top_all = -1000, top_logits = -1000;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    if (rows[i][1] == "zero" || std::stoll(rows[i][2]) == 0) continue;
+    const int bin = std::stoi(rows[i][1]);
+    if (rows[i][0] == "all") top_all = std::max(top_all, bin);
+    if (rows[i][0] == "5 Linear(512 -> 10)") top_logits = std::max(top_logits, bin);
+  }
+  EXPECT_EQ(top_logits, -8) << "the logits' gradients lie below 1/128 = 2^-7";
+  EXPECT_EQ(top_all, top_logits) << "the logits' gradients are the largest";
+  EXPECT_EQ(15 - top_all, 23) << "empty binades from 2^" << top_all + 1 << " to 2^16";
+}
+
 // One test over one smoke run (CTest runs each test in its own process: three tests would train three
 // times).
 TEST_F(Tutorial06, SmokeRun) {
@@ -165,6 +185,10 @@ TEST_F(Tutorial06, SmokeRun) {
   {
     SCOPED_TRACE("the injected overflow is skipped");
     injected_overflow_is_skipped();
+  }
+  {
+    SCOPED_TRACE("the top of FP16's range is empty");
+    top_binades_are_empty();
   }
 }
 

@@ -1,12 +1,18 @@
 // Tutorial 07 (convolutional networks): the LeNet smoke run trains in mixed precision and reports its
-// accuracy; the VGG-small smoke run makes its mixed-precision steps on CIFAR-10 with augmentation (an
-// explicit --max-steps wins over the smoke run's 2); fp32 trains without loss scaling; --conv pins a
-// convolution variant and refuses an unknown one; --max-steps below 1 is refused.
+// accuracy; the VGG-small smoke run makes its mixed-precision steps on CIFAR-10 with augmentation, on
+// subsets that hold every class (an explicit --max-steps wins over the smoke run's 2); fp32 trains
+// without loss scaling; --conv pins a convolution variant and refuses an unknown one; --max-steps below
+// 1 is refused.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
+#include "datasets/dataset.h"
+#include "framework/tensor.h"
 #include "tests/test_util.h"
+#include "tutorials/common/trainer.h"
 
 namespace {
 
@@ -83,10 +89,51 @@ TEST(Tutorial07, VggSmallSmokeStepsInMixedPrecision) {
   const auto [status, out] =
       run07("--smoke --max-steps 1 --device cpu --model vgg_small --precision mixed --data " + dir);
   ASSERT_EQ(status, 0) << out;
-  EXPECT_NE(out.find("vgg_small on CIFAR-10"), std::string::npos) << out;
+  EXPECT_NE(out.find("vgg_small on CIFAR-10, 100 train / 100 test images"), std::string::npos) << out;
+  // Every class, counted from the labels: the image folder is sorted by class, and subset(0, 64) of it
+  // was 64 airplanes ("test acc 100.00%" after one step).
+  EXPECT_NE(out.find("smoke subsets (the first 10 images of each class): 100 train images in 10 classes, "
+                     "100 test images in 10 classes\n"),
+            std::string::npos)
+      << out;
   EXPECT_NE(out.find("learning rate: constant, peak 0.05, warm-up 0 steps, 1 steps in all"), std::string::npos) << out;
   EXPECT_NE(out.find("BatchNorm2d(256)"), std::string::npos) << out;
   EXPECT_NE(out.find("final test accuracy"), std::string::npos) << out;
+}
+
+// The helper behind it (tutorials/common/trainer.h), on a set sorted by class as the image folder is:
+// the first `per_class` of each class, in class order, all of a class when it has fewer; a class with
+// none stays empty. A plain subset of the same size holds one class.
+TEST(Tutorial07, BalancedSubsetTakesEveryClassOfAClassSortedSet) {
+  hl::data::Dataset ds;
+  std::vector<float> pixels;
+  std::vector<int32_t> labels;
+  for (int32_t c = 0; c < 3; ++c)
+    for (int i = 0; i < (c == 2 ? 2 : 10); ++i) {  // 10, 10 and 2 images; class 3 has none
+      const auto index = static_cast<float>(labels.size());
+      pixels.insert(pixels.end(), {index, index, index, -index});  // 1x2x2, the first three hold the index
+      labels.push_back(c);
+    }
+  const auto n = static_cast<int64_t>(labels.size());
+  ds.images = hl::Tensor::from_vector(pixels, {n, 1, 2, 2});
+  ds.labels = hl::Tensor::from_vector(labels, {n});
+  ds.num_classes = 4;
+  ds.name = "sorted";
+  EXPECT_EQ(hl::tutorial::class_counts(ds.subset(0, 10)), (std::vector<int64_t>{10, 0, 0, 0}));
+
+  const hl::data::Dataset b = hl::tutorial::balanced_subset(ds, 4);
+  EXPECT_EQ(b.size(), 10);
+  EXPECT_EQ(b.labels.to_int(), (std::vector<int32_t>{0, 0, 0, 0, 1, 1, 1, 1, 2, 2}));
+  EXPECT_EQ(hl::tutorial::class_counts(b), (std::vector<int64_t>{4, 4, 2, 0}));
+  EXPECT_EQ(b.images.shape(), (hl::Shape{10, 1, 2, 2}));
+  const std::vector<double> x = b.images.to_double();
+  const std::vector<double> first{0, 1, 2, 3, 10, 11, 12, 13, 20, 21};  // the images each came from
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_EQ(x[4 * i], first[i]) << i;
+    EXPECT_EQ(x[4 * i + 3], -first[i]) << i;
+  }
+  EXPECT_EQ(b.name, "sorted[balanced 10]");
+  EXPECT_EQ(b.num_classes, 4);
 }
 
 }  // namespace

@@ -2,14 +2,20 @@
 // reject bad flags; and every number chapter 01 quotes holds for hl::half itself.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <random>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "framework/tensor.h"
 #include "kernels/half.h"
 #include "tests/test_util.h"
 
@@ -206,6 +212,87 @@ TEST(Fp16NumbersClaims, RoundingTable) {
   EXPECT_TRUE(std::isinf(h(static_cast<float>(std::exp(12.0)))));
 }
 
+// "exp overflows": e^x passes 65504 at x = ln 65504 = 11.08987, but FP16 rounds it back to 65504 below
+// ln 65520 = 11.09011 (65520, halfway to the 65536 FP16 does not have, is the first value that rounds to
+// inf). So exp(11.09) = 65512.7 and exp(11.0901) = 65519.3 are still 65504 in FP16; exp(11.0902) is inf.
+TEST(Fp16NumbersClaims, ExpOverflowsFromLn65520) {
+  EXPECT_NEAR(std::log(65504.0), 11.08987, 5e-6);
+  EXPECT_NEAR(std::log(65520.0), 11.09011, 5e-6);
+  EXPECT_LT(std::exp(11.0898), 65504.0);
+  EXPECT_GT(std::exp(11.0899), 65504.0);
+  EXPECT_EQ(hl::double_to_half_bits(std::exp(11.0899)), 0x7BFF);  // above 65504, rounds back to it
+  EXPECT_NEAR(std::exp(11.09), 65512.7, 0.05);
+  EXPECT_EQ(hl::double_to_half_bits(std::exp(11.09)), 0x7BFF);
+  EXPECT_EQ(hl::double_to_half_bits(std::exp(11.0901)), 0x7BFF);  // 11.0901 < ln 65520
+  EXPECT_EQ(hl::double_to_half_bits(std::exp(11.0902)), 0x7C00);  // 11.0902 > ln 65520: inf
+  EXPECT_EQ(hl::double_to_half_bits(65520.0), 0x7C00);
+  EXPECT_EQ(hl::double_to_half_bits(std::nextafter(65520.0, 0.0)), 0x7BFF);
+}
+
+// The significant digits of a printed number ("-1.2345e-05" -> 5, "65504" -> 5, "0.001" -> 1).
+int significant_digits(const std::string& text) {
+  std::string digits;
+  for (char c : text.substr(0, text.find_first_of("eE")))
+    if (c >= '0' && c <= '9') digits += c;
+  const size_t first = digits.find_first_not_of('0');
+  if (first == std::string::npos) return 1;  // "0"
+  const size_t last = digits.find_last_not_of('0');
+  return static_cast<int>(last - first + 1);
+}
+
+// The numbers of a printed 1-d tensor, "tensor([a, b, ...], f16[n])", as text.
+std::vector<std::string> printed_values(const std::string& printed) {
+  const size_t open = printed.find('['), close = printed.find(']');
+  std::vector<std::string> values;
+  std::istringstream in(printed.substr(open + 1, close - open - 1));
+  for (std::string v; std::getline(in, v, ',');) values.push_back(v.substr(v.find_first_not_of(' ')));
+  return values;
+}
+
+// Chapter 01: halfling's tensor printing shows each value as the shortest decimal that reads back as the
+// same value of its dtype (a whole part in full: 65504, not 6.55e+04), which takes at most 5 significant
+// digits in f16 and 9 in f32 (max_digits10). Every finite f16, and 20,000 random finite f32.
+TEST(Fp16NumbersClaims, TensorPrintingReadsBackInAtMost5DigitsForF16And9ForF32) {
+  std::vector<double> halves;
+  for (uint32_t bits = 0; bits < 0x10000; ++bits)
+    if ((bits & 0x7C00) != 0x7C00) halves.push_back(hl::half_bits_to_float(static_cast<uint16_t>(bits)));
+  const auto n16 = static_cast<int64_t>(halves.size());
+  ASSERT_EQ(n16, 63488);
+  const auto f16 = printed_values(hl::Tensor::from_vector(halves, {n16}, hl::DType::f16).str(1 << 20));
+  ASSERT_EQ(f16.size(), halves.size());
+  int most16 = 0;
+  for (size_t i = 0; i < halves.size(); ++i) {
+    const int d = significant_digits(f16[i]);
+    most16 = std::max(most16, d);
+    ASSERT_LE(d, 5) << f16[i];
+    ASSERT_EQ(hl::double_to_half_bits(std::strtod(f16[i].c_str(), nullptr)), hl::double_to_half_bits(halves[i]))
+        << f16[i] << " does not read back as " << halves[i];
+  }
+  EXPECT_EQ(most16, 5) << "some f16 value needs all 5 digits";
+  EXPECT_EQ(f16[static_cast<size_t>(std::find(halves.begin(), halves.end(), 65504.0) - halves.begin())], "65504");
+
+  std::mt19937 rng(hl::test::fresh_seed());
+  std::vector<double> floats;
+  while (floats.size() < 20000) {
+    const uint32_t bits = static_cast<uint32_t>(rng());
+    float v;
+    std::memcpy(&v, &bits, sizeof v);
+    if (std::isfinite(v)) floats.push_back(v);
+  }
+  const auto f32 = printed_values(
+      hl::Tensor::from_vector(floats, {static_cast<int64_t>(floats.size())}, hl::DType::f32).str(1 << 20));
+  ASSERT_EQ(f32.size(), floats.size());
+  int most32 = 0;
+  for (size_t i = 0; i < floats.size(); ++i) {
+    const int d = significant_digits(f32[i]);
+    most32 = std::max(most32, d);
+    ASSERT_LE(d, 9) << f32[i];
+    const float back = std::strtof(f32[i].c_str(), nullptr), want = static_cast<float>(floats[i]);
+    ASSERT_EQ(std::memcmp(&back, &want, sizeof back), 0) << f32[i] << " does not read back as " << floats[i];
+  }
+  EXPECT_EQ(most32, 9) << "some f32 value needs all 9 digits";
+}
+
 TEST(Fp16NumbersClaims, SwampingUpdatesAndStall) {
   // For w = 1: an update survives up to w/u = 2047 and is lost from 2048 on.
   EXPECT_NE(hl::double_to_half_bits(1.0 + 1.0 / 2047), hl::double_to_half_bits(1.0));
@@ -307,6 +394,34 @@ TEST(AutogradTutorialFlags, RejectsInvalidFlagsClearly) {
     const std::string flag = args.substr(0, args.find(' '));
     EXPECT_TRUE(contains(out, flag)) << args << ": " << out;
   }
+}
+
+// The chapter: "--seed must be a non-negative integer. A bad value stops the program with a message that
+// names the flag and a non-zero exit status." A plain uint64_t option took -1 as 2^64 - 1 and ran.
+TEST(AutogradTutorialFlags, NegativeSeedIsRefused) {
+  for (const char* bad : {"-1", "-0x1", "1.5", "18446744073709551616"}) {
+    const auto [status, out] = run_command(kAutograd + " --seed " + bad);
+    EXPECT_EQ(status, 105) << bad << ": CLI11's validation error\n" << out;
+    EXPECT_TRUE(contains(out, "--seed")) << out;
+    EXPECT_FALSE(contains(out, "halfling 02_autograd:")) << bad << ": the walk-through ran\n" << out;
+  }
+  const auto [status, out] = run_command(kAutograd + " --seed -1");
+  EXPECT_TRUE(contains(out, "'-1' is out of range (0 to 18446744073709551615)")) << out;
+}
+
+// --eps's message shows its real lower bound (CLI::Range printed 1e-12 as "0.000000").
+TEST(AutogradTutorialFlags, EpsMessageShowsTheRealBounds) {
+  for (const char* bad : {"0", "1e-13", "0.2", "nan"}) {
+    const auto [status, out] = run_command(kAutograd + " --eps " + bad);
+    EXPECT_EQ(status, 105) << bad << "\n" << out;
+    EXPECT_TRUE(contains(out, "--eps")) << out;
+    EXPECT_FALSE(contains(out, "0.000000")) << out;
+  }
+  const auto [status, out] = run_command(kAutograd + " --eps 0");
+  EXPECT_TRUE(contains(out, "'0' is out of range (1e-12 to 0.1)")) << out;
+  const auto [hstatus, help] = run_command(kAutograd + " --help");
+  EXPECT_EQ(hstatus, 0) << help;
+  EXPECT_TRUE(contains(help, "FLOAT in [1e-12 - 0.1]")) << help;
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -16,6 +17,7 @@
 #include "framework/gradcheck.h"
 #include "framework/ops.h"
 #include "framework/tensor.h"
+#include "tutorials/common/cli.h"
 
 using namespace hl;
 
@@ -276,9 +278,13 @@ int main(int argc, char** argv) {
   uint64_t seed = 0;
   double eps = 1e-6;
   app.add_flag("--smoke", smoke, "the same walk-through (it already runs in well under a second); accepted so CI runs every tutorial alike");
-  app.add_option("--seed", seed, "seed of the random inputs of the gradient checks")->capture_default_str();
+  // The shared validators (tutorials/common/cli.h), as --seed of the other tutorials: a plain uint64_t
+  // option took "-1" as 2^64 - 1, and CLI::Range printed the bound 1e-12 as "0.000000".
+  app.add_option("--seed", seed, "seed of the random inputs of the gradient checks")
+      ->transform(tutorial::integer_in("UINT", 0, UINT64_MAX))
+      ->capture_default_str();
   app.add_option("--eps", eps, "central-difference step of the gradient checks")
-      ->check(CLI::Range(1e-12, 0.1))
+      ->transform(tutorial::real_in(1e-12, 0.1))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 

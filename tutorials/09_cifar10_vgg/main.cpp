@@ -40,38 +40,11 @@ std::string cifar_source(const std::string& dir) {
   return "nothing recognizable in " + dir;  // load_cifar10 then throws with the fix
 }
 
-// The first `per_class` images of every class, in class order. The image folder stores the classes
-// one after the other, so a plain subset(0, n) would be all airplanes: a smoke run must see all ten.
-data::Dataset balanced_subset(const data::Dataset& ds, int64_t per_class) {
-  const std::vector<int32_t> labels = ds.labels.to_int();
-  // Read in place (the loaded set is f32 on the host): a copy of all 50,000 images would be 600 MB.
-  const Tensor host = ds.images.to(Device::cpu);
-  const float* x = host.data<float>();
-  const int64_t image = ds.images.numel() / ds.size();
-  std::vector<float> xs;
-  std::vector<int32_t> ys;
-  for (int64_t c = 0; c < ds.num_classes; ++c) {
-    int64_t taken = 0;
-    for (size_t i = 0; i < labels.size() && taken < per_class; ++i) {
-      if (labels[i] != c) continue;
-      xs.insert(xs.end(), x + static_cast<int64_t>(i) * image, x + static_cast<int64_t>(i + 1) * image);
-      ys.push_back(labels[i]);
-      ++taken;
-    }
-  }
-  data::Dataset out = ds;
-  const int64_t n = static_cast<int64_t>(ys.size());
-  out.images = Tensor::from_vector(xs, {n, ds.images.size(1), ds.images.size(2), ds.images.size(3)});
-  out.labels = Tensor::from_vector(ys, {n});
-  out.name = ds.name + "[balanced " + std::to_string(n) + "]";
-  return out;
-}
-
 // Row 0: 8 training images (one per class) as stored; rows 1-3: what the loader's crop + flip made
 // of them in epochs 1, 2 and 3. Each pixel enlarged 3x.
 void save_augmentation_grid(const data::Dataset& train, uint64_t seed, const std::string& path) {
   const int64_t cols = 8;
-  data::Dataset few = balanced_subset(train, 1).subset(0, cols);
+  data::Dataset few = tutorial::balanced_subset(train, 1).subset(0, cols);
   std::vector<data::Image> tiles;
   auto add_batch = [&](const data::Augment& a, int64_t epoch) {
     data::DataLoader loader(few, {.batch_size = cols, .shuffle = false, .seed = seed, .augment = a});
@@ -131,8 +104,8 @@ int main(int argc, char** argv) {
     int64_t epochs = f.epochs;
     int64_t batch = f.batch;
     if (f.smoke) {  // seconds on a CPU: what CI runs so that this chapter never rots
-      train = balanced_subset(train, 52);  // 520 images
-      test = balanced_subset(test, 10);    // 100 images
+      train = tutorial::balanced_subset(train, 52);  // 520 images
+      test = tutorial::balanced_subset(test, 10);    // 100 images
       epochs = 2;
       batch = std::min<int64_t>(batch, 16);
       if (max_steps < 0) max_steps = 3;

@@ -67,6 +67,7 @@ Real read_real(const std::string& text, double& v) {
   if (end != begin + text.size()) return Real::not_a_number;
   return errno == ERANGE && std::isinf(v) ? Real::overflow : Real::ok;
 }
+}  // namespace
 
 // An integer flag in [lo, hi]: "'abc' is not a number", "'2.5' is not an integer (decimal digits only)",
 // "'-1' is out of range (0 to 18446744073709551615)". CLI11 prefixes the flag's name.
@@ -118,7 +119,6 @@ CLI::Validator real_in(double lo, double hi) {
       },
       shown);
 }
-}  // namespace
 
 void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::string>& precisions) {
   app.add_option("--device", f.device, "cpu, cuda or auto (cuda when a GPU is present)")

@@ -33,6 +33,15 @@ struct CommonFlags {
   double warmup_epochs = 0.0;         // a linear warm-up over this many epochs first
 };
 
+// Validators for a program's own numeric flags, the ones add_common_flags uses (add them with
+// transform(), not check(): they rewrite the text into the one form CLI11 reads back as the value).
+// CLI11's plain uint64_t option takes "-1" as 2^64 - 1, and its Range prints 1e-12 as "0.000000";
+// these refuse "-1" and say "'0' is out of range (1e-12 to 0.1)", naming the flag.
+// An integer in [lo, hi]; `type` is the help's word for it ("INT", "UINT").
+CLI::Validator integer_in(const std::string& type, int64_t lo, uint64_t hi);
+// A finite real in [lo, hi].
+CLI::Validator real_in(double lo, double hi);
+
 // Register the shared flags on app. `precisions` lists the modes this tutorial supports.
 void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::string>& precisions);
 

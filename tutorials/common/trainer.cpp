@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "framework/autograd.h"
 #include "framework/cuda_graph.h"
@@ -62,6 +63,40 @@ void keep_on_device(data::Dataset& train, data::Dataset& test, Device dev) {
   if (dev == Device::cpu) return;
   train = train.to(dev);
   test = test.to(dev);
+}
+
+data::Dataset balanced_subset(const data::Dataset& ds, int64_t per_class) {
+  if (ds.size() == 0) return ds;
+  const std::vector<int32_t> labels = ds.labels.to_int();
+  // Read in place (the loaded set is f32 on the host): a copy of all 50,000 images would be 600 MB.
+  const Tensor host = ds.images.to(Device::cpu);
+  const float* x = host.data<float>();
+  const int64_t image = ds.images.numel() / ds.size();
+  std::vector<float> xs;
+  std::vector<int32_t> ys;
+  for (int64_t c = 0; c < ds.num_classes; ++c) {
+    int64_t taken = 0;
+    for (size_t i = 0; i < labels.size() && taken < per_class; ++i) {
+      if (labels[i] != c) continue;
+      xs.insert(xs.end(), x + static_cast<int64_t>(i) * image, x + static_cast<int64_t>(i + 1) * image);
+      ys.push_back(labels[i]);
+      ++taken;
+    }
+  }
+  data::Dataset out = ds;
+  const int64_t n = static_cast<int64_t>(ys.size());
+  out.images = Tensor::from_vector(xs, {n, ds.images.size(1), ds.images.size(2), ds.images.size(3)});
+  out.labels = Tensor::from_vector(ys, {n});
+  out.name = ds.name + "[balanced " + std::to_string(n) + "]";
+  return out;
+}
+
+std::vector<int64_t> class_counts(const data::Dataset& ds) {
+  std::vector<int64_t> counts(static_cast<size_t>(std::max<int64_t>(ds.num_classes, 0)), 0);
+  if (ds.size() == 0) return counts;
+  for (const int32_t y : ds.labels.to_int())
+    if (y >= 0 && y < ds.num_classes) ++counts[static_cast<size_t>(y)];
+  return counts;
 }
 
 int64_t steps_per_epoch(const data::DataLoader& loader, const TrainOptions& options) {
