@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -135,18 +136,41 @@ class SavedModels : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // MLP-512 in f16 after one mixed-precision SGD step, at a rate small enough that FP16 cannot hold
+  // every update: the masters differ from the working copies.
+  struct MixedStep {
+    std::shared_ptr<hl::nn::Module> model;
+    std::unique_ptr<hl::optim::SGD> sgd;
+  };
+  static MixedStep one_mixed_step() {
+    hl::Generator gen(3);
+    MixedStep t;
+    t.model = hl::tutorial::make_model("mlp512", gen);
+    t.model->to(hl::DType::f16);
+    t.sgd = std::make_unique<hl::optim::SGD>(t.model->parameters(),
+                                             hl::optim::SGD::Options{.lr = 1e-5, .master_weights = true});
+    const hl::Tensor x = hl::Tensor::randn({4, 1, 28, 28}, gen).to(hl::DType::f16);
+    const hl::Tensor y = hl::Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {4}).to(hl::DType::i32);
+    hl::cross_entropy((*t.model)(x), y).backward();
+    t.sgd->step();
+    return t;
+  }
+  static ModelCard mnist_card() {
+    ModelCard card;
+    card.model = "mlp512";
+    card.dataset = "mnist";
+    card.norm = hl::data::mnist_normalization();
+    for (int i = 0; i < 10; ++i) card.class_names.push_back(std::to_string(i));
+    return card;
+  }
   fs::path dir_;
 };
 
 TEST_F(SavedModels, MixedPrecisionModelsAreSavedFromTheirMasterWeights) {
-  hl::Generator gen(3);
-  auto model = hl::tutorial::make_model("mlp512", gen);
-  model->to(hl::DType::f16);
-  hl::optim::SGD sgd(model->parameters(), {.lr = 1e-5, .master_weights = true});
-  const hl::Tensor x = hl::Tensor::randn({4, 1, 28, 28}, gen).to(hl::DType::f16);
-  const hl::Tensor y = hl::Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {4}).to(hl::DType::i32);
-  hl::cross_entropy((*model)(x), y).backward();
-  sgd.step();
+  const MixedStep trained = one_mixed_step();
+  hl::nn::Module& model = *trained.model;
+  const hl::optim::SGD& sgd = *trained.sgd;
   std::vector<std::vector<float>> masters, working;
   for (size_t i = 0; i < sgd.params().size(); ++i) {
     masters.push_back(sgd.master_weights()[i].to_vector());
@@ -154,13 +178,9 @@ TEST_F(SavedModels, MixedPrecisionModelsAreSavedFromTheirMasterWeights) {
   }
   ASSERT_NE(masters[0], working[0]) << "the test needs masters that FP16 cannot hold";
 
-  ModelCard card;
-  card.model = "mlp512";
-  card.dataset = "mnist";
-  card.norm = hl::data::mnist_normalization();
-  for (int i = 0; i < 10; ++i) card.class_names.push_back(std::to_string(i));
-  hl::tutorial::save_model_fp32(path("m.safetensors"), *model, sgd, card);
-  EXPECT_EQ(model->parameters()[0].dtype(), hl::DType::f32) << "converted in place";
+  const ModelCard card = mnist_card();
+  hl::tutorial::save_model_fp32(path("m.safetensors"), model, sgd, card);
+  EXPECT_EQ(model.parameters()[0].dtype(), hl::DType::f32) << "converted in place";
   const hl::tutorial::LoadedModel loaded = hl::tutorial::load_model(path("m.safetensors"));
   EXPECT_FALSE(loaded.model->training()) << "loaded for inference";
   ASSERT_EQ(loaded.model->parameters().size(), masters.size());
@@ -183,25 +203,16 @@ TEST_F(SavedModels, MixedPrecisionModelsAreSavedFromTheirMasterWeights) {
 // its master: it is saved as the model holds it, the others from their masters (found by review: the
 // stale master was saved).
 TEST_F(SavedModels, AParameterWrittenAfterTheLastStepIsSavedAsTheModelHoldsIt) {
-  hl::Generator gen(3);
-  auto model = hl::tutorial::make_model("mlp512", gen);
-  model->to(hl::DType::f16);
-  hl::optim::SGD sgd(model->parameters(), {.lr = 1e-5, .master_weights = true});
-  const hl::Tensor x = hl::Tensor::randn({4, 1, 28, 28}, gen).to(hl::DType::f16);
-  const hl::Tensor y = hl::Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {4}).to(hl::DType::i32);
-  hl::cross_entropy((*model)(x), y).backward();
-  sgd.step();
+  const MixedStep trained = one_mixed_step();
+  hl::nn::Module& model = *trained.model;
+  const hl::optim::SGD& sgd = *trained.sgd;
   const std::vector<float> master1 = sgd.master_weights()[1].to_vector();
-  hl::Tensor p0 = model->parameters()[0];
+  hl::Tensor p0 = model.parameters()[0];
   p0.detach().fill_(0.25);
   EXPECT_TRUE(sgd.param_written_since_master(0));
   EXPECT_FALSE(sgd.param_written_since_master(1));
-  ModelCard card;
-  card.model = "mlp512";
-  card.dataset = "mnist";
-  card.norm = hl::data::mnist_normalization();
-  for (int i = 0; i < 10; ++i) card.class_names.push_back(std::to_string(i));
-  hl::tutorial::save_model_fp32(path("w.safetensors"), *model, sgd, card);
+  const ModelCard card = mnist_card();
+  hl::tutorial::save_model_fp32(path("w.safetensors"), model, sgd, card);
   const auto loaded = hl::tutorial::load_model(path("w.safetensors")).model->parameters();
   for (float v : loaded[0].to_vector()) ASSERT_EQ(v, 0.25f);
   EXPECT_EQ(loaded[1].to_vector(), master1);
