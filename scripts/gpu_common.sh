@@ -3,8 +3,9 @@
 # gpu_conv.sh, gpu_bn.sh): sourced by them, never run. It cds to the repository root and sets:
 #   root, build, arch, jobs, results, commit, gpu, slug, day, sanitizer, budget
 # and defines unused_name, start_results, step, filter_matches, bg_start, bg_finish, record, build_targets,
-# check_gpu, sanitizers_enabled, sanitize_kernels, bench_cluster_tiles and finish; and the lists of wmma_pipelined's cluster tiles and
-# their tests (cluster_memcheck, cluster_race, cluster_tiles, own_tile).
+# check_gpu, sanitizers_enabled, sanitize_kernels, bench_cluster_tiles, seed_ctest_costs and finish; and
+# the lists of wmma_pipelined's cluster tiles and their tests (cluster_memcheck, cluster_race,
+# cluster_tiles, own_tile).
 #
 # Those scripts are made for a lent GPU machine driven one bash command at a time: at most 600 s per
 # command, a fresh machine (no build directory) for nearly every command, and only the files under $OUT
