@@ -2,7 +2,7 @@
 // with no model attached (an upper bound on how fast training can be fed). Also the time to load
 // each data set, and for CIFAR-10's image folder the cold (decode every image) and cached times.
 //
-// CIFAR-10 is found where load_cifar10 looks (datasets/cifar10.h): the binary batches in DIR or
+// CIFAR-10 is found where load_cifar10 looks (datasets/cifar10.h, find_cifar10): the binary batches in DIR or
 // DIR/cifar-10-batches-bin/ first, else the image folder in DIR or DIR/cifar10-jpg/. For the image
 // folder the cold row decodes every image without the cache, then the load row reads the folder as
 // load_cifar10 does and says what it did: "cache hit", or "no cache: decoded N" (a first run, or a folder
@@ -58,18 +58,6 @@ double images_per_second(data::DataLoader& loader, int epochs) {
   return bench::median(rates);
 }
 
-// The image folder load_cifar10 would read in `dir`, by its own search (datasets/cifar10.cpp): "" when
-// it finds binary batches in dir or dir/cifar-10-batches-bin (or nothing), else dir or dir/cifar10-jpg,
-// the first that holds a train/ or test/ folder.
-std::string cifar10_image_folder(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  for (const fs::path& d : {fs::path(dir), fs::path(dir) / "cifar-10-batches-bin"})
-    if (fs::is_regular_file(d / "data_batch_1.bin", ec) || fs::is_regular_file(d / "test_batch.bin", ec)) return "";
-  for (const fs::path& d : {fs::path(dir), fs::path(dir) / "cifar10-jpg"})
-    if (fs::is_directory(d / "train", ec) || fs::is_directory(d / "test", ec)) return d.string();
-  return "";
-}
 
 void row(const std::string& set, const std::string& what, const data::DataLoader& loader, double rate) {
   std::printf("%-14s %-34s %-16s %12.0f\n", set.c_str(), what.c_str(), loader.path(), rate);
@@ -158,9 +146,9 @@ int main(int argc, char** argv) {
     }
 
     if (std::filesystem::exists(cifar_dir)) {
-      const std::string folder = cifar10_image_folder(cifar_dir);
+      const data::Cifar10Source source = data::find_cifar10(cifar_dir);
       data::Dataset train;
-      if (folder.empty()) {
+      if (source.kind != data::Cifar10Source::Kind::image_folder) {  // the binary batches (or an error)
         const auto t0 = Clock::now();
         train = data::load_cifar10(cifar_dir, data::Split::train);
         std::printf("%-14s %-34s %-16s %11.2fs\n", "cifar10/train", "load (binary batches)", "-", seconds_since(t0));
@@ -171,18 +159,13 @@ int main(int argc, char** argv) {
         opt.height = opt.width = data::kCifarSide;
         opt.use_cache = false;
         const auto t0 = Clock::now();
-        const data::Dataset cold = data::load_image_folder(folder, "train", opt);
+        const data::Dataset cold = data::load_image_folder(source.path, "train", opt);
         std::printf("%-14s %-34s %-16s %11.2fs\n", "cifar10/train",
                     ("load, decode " + std::to_string(cold.size()) + " images").c_str(), "-", seconds_since(t0));
-        // Then the load load_cifar10 makes (its options, so its cache), which says whether the cache answered.
-        opt.use_cache = true;
-        opt.norm = data::cifar10_normalization();
-        opt.name = "cifar10/train";
+        // Then the load training makes, which says whether the cache answered.
         data::ImageFolderInfo info;
         const auto t1 = Clock::now();
-        train = data::load_image_folder(folder, "train", opt, &info);
-        if (train.class_names != data::cifar10_class_names())  // as load_cifar10 refuses them
-          throw Error("the class folders of " + folder + "/train are not CIFAR-10's (load_cifar10 refuses them)");
+        train = data::load_cifar10(cifar_dir, data::Split::train, data::cifar10_normalization(), "", &info);
         const std::string how =
             info.from_cache ? "load (cache hit)" : "load (no cache: decoded " + std::to_string(info.decoded) + ")";
         std::printf("%-14s %-34s %-16s %11.2fs\n", "cifar10/train", how.c_str(), "-", seconds_since(t1));

@@ -110,21 +110,30 @@ const std::vector<std::string>& cifar10_class_names() {
   return names;
 }
 
-Dataset load_cifar10(const std::string& dir, Split split, Normalization norm, const std::string& cache_dir) {
-  const std::string op = detail::concat("load_cifar10(", dir, ")");
-  norm.check(op, kCifarChannels);
+Cifar10Source find_cifar10(const std::string& dir) {
   // The folder itself, or the folder each archive unpacks to.
   for (const fs::path& d : {fs::path(dir), fs::path(dir) / "cifar-10-batches-bin"})
-    if (has_binary(d)) return load_binary(d, split, norm);
-  for (const fs::path& d : {fs::path(dir), fs::path(dir) / "cifar10-jpg"}) {
-    if (!has_folder(d)) continue;
+    if (has_binary(d)) return {Cifar10Source::Kind::binary, d.string()};
+  for (const fs::path& d : {fs::path(dir), fs::path(dir) / "cifar10-jpg"})
+    if (has_folder(d)) return {Cifar10Source::Kind::image_folder, d.string()};
+  return {};
+}
+
+Dataset load_cifar10(const std::string& dir, Split split, Normalization norm, const std::string& cache_dir,
+                     ImageFolderInfo* info) {
+  const std::string op = detail::concat("load_cifar10(", dir, ")");
+  norm.check(op, kCifarChannels);
+  const Cifar10Source source = find_cifar10(dir);
+  if (source.kind == Cifar10Source::Kind::binary) return load_binary(source.path, split, norm);
+  if (source.kind == Cifar10Source::Kind::image_folder) {
+    const fs::path d = source.path;
     ImageFolderOptions opt;
     opt.channels = kCifarChannels;
     opt.height = opt.width = kCifarSide;
     opt.norm = norm;
     opt.cache_dir = cache_dir;
     opt.name = detail::concat("cifar10/", split_name(split));
-    Dataset ds = load_image_folder(d.string(), split_name(split), opt);
+    Dataset ds = load_image_folder(d.string(), split_name(split), opt, info);
     // Labels are the sorted folder names' ranks, so only CIFAR-10's own names give label i the class
     // it has in the binary batches and cifar10_class_names(); "plane" for "airplane" would shift them.
     const std::vector<std::string>& official = cifar10_class_names();

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "datasets/dataset.h"
+#include "datasets/image_folder.h"
 
 namespace hl::data {
 
@@ -45,11 +46,20 @@ std::vector<std::string> parse_cifar10_label_names(const std::string& text, cons
 // airplane, automobile, bird, cat, deer, dog, frog, horse, ship, truck.
 const std::vector<std::string>& cifar10_class_names();
 
+// Which form of CIFAR-10 `dir` holds, and where, as load_cifar10 looks: the binary batches (in dir, or
+// in the archive's cifar-10-batches-bin/) first, else the image folder (in dir, or in cifar10-jpg/).
+struct Cifar10Source {
+  enum class Kind { none, binary, image_folder };
+  Kind kind = Kind::none;
+  std::string path;  // the folder that holds the batches, or the train/ and test/ folders
+};
+Cifar10Source find_cifar10(const std::string& dir);
+
 // The training set (50,000 images) or the test set (10,000), f32 [N, 3, 32, 32], normalized per
-// channel. dir holds the binary batches (directly, or in the archive's cifar-10-batches-bin/), or
-// the image folder (directly, or in cifar10-jpg/). The image folder is decoded once and cached
-// (see image_folder.h); `cache_dir` overrides where that cache goes.
+// channel, from where find_cifar10 finds it. The image folder is decoded once and cached (see
+// image_folder.h); `cache_dir` overrides where that cache goes, and `info` (for the image folder)
+// receives whether the cache answered.
 Dataset load_cifar10(const std::string& dir, Split split, Normalization norm = cifar10_normalization(),
-                     const std::string& cache_dir = "");
+                     const std::string& cache_dir = "", ImageFolderInfo* info = nullptr);
 
 }  // namespace hl::data

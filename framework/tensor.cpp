@@ -264,10 +264,8 @@ void Tensor::copy_(const Tensor& src) {
   }
   // Overlapping views of one storage (t.slice_rows(1, n).copy_(t.slice_rows(0, n - 1))): a host copy is a
   // memmove (copy_bytes), but cudaMemcpy's ranges must not overlap, so a GPU source is copied out first.
-  const char* dst_begin = static_cast<const char*>(data_ptr());
-  const char* src_begin = static_cast<const char*>(s.data_ptr());
-  if (device() != Device::cpu && s.impl()->storage == impl_->storage && dst_begin < src_begin + nbytes() &&
-      src_begin < dst_begin + nbytes())
+  if (device() != Device::cpu && s.impl()->storage == impl_->storage &&
+      bytes_overlap(data_ptr(), nbytes(), s.data_ptr(), nbytes()))
     s = s.clone();
   copy_bytes(data_ptr(), device(), s.data_ptr(), s.device(), nbytes());
   impl_->storage->bump_version();

@@ -44,4 +44,11 @@ inline int32_t saturating_i32(double v) {
 }
 inline const char* device_name(DeviceType d) { return d == DeviceType::cpu ? "cpu" : "cuda"; }
 
+// Whether the bytes [a, a + a_bytes) and [b, b + b_bytes) share any byte (pointers into one address
+// space): an operation that reads one while it writes the other may need a copy, or must refuse.
+inline bool bytes_overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + b_bytes && y < x + a_bytes;
+}
+
 }  // namespace hl

@@ -44,14 +44,10 @@ void validate(const SoftmaxArgs& a) {
     // fused_xent reads the label's logit for the loss after other threads may have written their
     // gradients over the row, so its gradient may not overlap the logits (xent_backward's may: it
     // reads its statistics from a.stats, written by xent_forward before).
-    if (a.op == SoftmaxOp::xent_fused) {
-      const uintptr_t x0 = reinterpret_cast<uintptr_t>(a.x), y0 = reinterpret_cast<uintptr_t>(a.y);
-      const auto n = static_cast<uintptr_t>(a.rows * a.cols);
-      const uintptr_t x1 = x0 + n * dtype_size(a.x_type), y1 = y0 + n * dtype_size(a.y_type);
-      if (x0 < y1 && y0 < x1)
-        fail("xent_fused cannot write the gradient over the logits it reads (y overlaps x): give y its own "
-             "buffer, or run xent_forward then xent_backward");
-    }
+    const auto n = static_cast<size_t>(a.rows * a.cols);
+    if (a.op == SoftmaxOp::xent_fused && bytes_overlap(a.x, n * dtype_size(a.x_type), a.y, n * dtype_size(a.y_type)))
+      fail("xent_fused cannot write the gradient over the logits it reads (y overlaps x): give y its own "
+           "buffer, or run xent_forward then xent_backward");
   }
 }
 

@@ -48,6 +48,14 @@ std::vector<std::string> file_names(const fs::path& dir) {
 // append(), not "'" + ... + "'": g++ 12 reports a false -Wstringop-overflow on the latter.
 std::string shell_quoted(const fs::path& p) { return std::string("'").append(p.string()).append("'"); }
 
+// A second run with the same OUT (bench/seeds.sh, bench/compare_train.sh) wrote `second` beside
+// `first`, said so, and named it as written.
+void expect_written_beside(const std::string& out, const fs::path& first, const fs::path& second) {
+  EXPECT_TRUE(fs::exists(second)) << out;
+  EXPECT_TRUE(contains(out, first.string() + " exists (an earlier run): writing " + second.string())) << out;
+  EXPECT_TRUE(contains(out, "written: " + second.string())) << out;
+}
+
 // ---- loader_throughput -----------------------------------------------------------------------------
 
 // CIFAR-10 as the JPEG archive unpacks (DIR/cifar10-jpg/train/<class>/), here two PNGs per class: the
@@ -178,11 +186,7 @@ TEST(BenchSeeds, ASecondRunWithTheSameOutWritesANewFile) {
       << read_text(dir / "seeds.txt");
   auto [s2, o2] = hl::test::run_command(run);
   ASSERT_EQ(s2, 0) << o2;
-  EXPECT_TRUE(fs::exists(dir / "seeds_2.txt")) << o2;
-  EXPECT_TRUE(contains(o2, (dir / "seeds.txt").string() + " exists (an earlier run): writing " +
-                               (dir / "seeds_2.txt").string()))
-      << o2;
-  EXPECT_TRUE(contains(o2, "written: " + (dir / "seeds_2.txt").string())) << o2;
+  expect_written_beside(o2, dir / "seeds.txt", dir / "seeds_2.txt");
 
   auto [s3, o3] = hl::test::run_command("TARGET=99.5 " + run);
   ASSERT_EQ(s3, 0) << o3;
@@ -215,11 +219,7 @@ TEST(BenchCompareTrain, ASecondRunWithTheSameOutWritesANewFile) {
       << read_text(dir / "train.txt");
   auto [s2, o2] = hl::test::run_command(run);
   ASSERT_EQ(s2, 0) << o2;
-  EXPECT_TRUE(fs::exists(dir / "train_2.txt")) << o2;
-  EXPECT_TRUE(contains(o2, (dir / "train.txt").string() + " exists (an earlier run): writing " +
-                               (dir / "train_2.txt").string()))
-      << o2;
-  EXPECT_TRUE(contains(o2, "written: " + (dir / "train_2.txt").string())) << o2;
+  expect_written_beside(o2, dir / "train.txt", dir / "train_2.txt");
 }
 
 }  // namespace

@@ -30,13 +30,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Which of load_cifar10's two forms the folder holds (for the header line; load_cifar10 decides the
-// same way: the binary batches win when both are there).
+// Which of load_cifar10's two forms the folder holds, for the header line (find_cifar10: where
+// load_cifar10 looks).
 std::string cifar_source(const std::string& dir) {
-  for (const fs::path& d : {fs::path(dir), fs::path(dir) / "cifar-10-batches-bin"})
-    if (fs::exists(d / "data_batch_1.bin")) return "binary batches in " + d.string();
-  for (const fs::path& d : {fs::path(dir), fs::path(dir) / "cifar10-jpg"})
-    if (fs::is_directory(d / "train")) return "image folder " + d.string();
+  const data::Cifar10Source s = data::find_cifar10(dir);
+  switch (s.kind) {
+    case data::Cifar10Source::Kind::binary: return "binary batches in " + s.path;
+    case data::Cifar10Source::Kind::image_folder: return "image folder " + s.path;
+    case data::Cifar10Source::Kind::none: break;
+  }
   return "nothing recognizable in " + dir;  // load_cifar10 then throws with the fix
 }
 
