@@ -20,9 +20,10 @@
 // since 2026-11-28: implicit_gemm_nhwc.h) instead of the per-element copy, for a comparison of the two
 // in the same session; the header line says which copy the run used.
 //
-// Each measurement: two warm-up calls, then --runs calls timed one by one with CUDA events on the
-// halfling stream; the median is reported as TFLOP/s (2 * N*K*P*Q*C*R*S flops per pass) and as a
-// percentage of cuDNN's time for the same layer and pass. The forward pass runs without bias/ReLU,
+// Each measurement: two warm-up calls, then --runs samples timed with CUDA events on the halfling
+// stream, each of one call, or of as many back-to-back calls as fill 0.2 ms where a call is shorter
+// (median_ms); the median time per call is reported as TFLOP/s (2 * N*K*P*Q*C*R*S flops per pass) and
+// as a percentage of cuDNN's time for the same layer and pass. The forward pass runs without bias/ReLU,
 // like cudnnConvolutionForward.
 //
 // Each row is checked (a wrong kernel is not a fast kernel): after it is timed, the pass's output is
@@ -98,8 +99,10 @@ void check_cuda(cudaError_t e, const char* what) {
 
 cudaStream_t stream() { return static_cast<cudaStream_t>(runtime::cuda_stream()); }
 
-// Median milliseconds of `runs` timed calls of f after two warm-up calls. Slow calls (direct's
-// backward_weight) get fewer runs, at least 5, so the whole benchmark stays within minutes.
+// Median milliseconds per call over `runs` timed samples of f, after two warm-up calls. Each sample
+// times bench::calls_for's back-to-back calls between two events (bench/stats.h): one call from 0.2 ms
+// up, more for the short ones, whose time alone would include their launch. Slow calls (direct's
+// backward_weight) get fewer samples, at least 5, so the whole benchmark stays within minutes.
 double median_ms(const std::function<void()>& f, int runs) {
   f();
   f();
@@ -107,17 +110,21 @@ double median_ms(const std::function<void()>& f, int runs) {
   cudaEvent_t start, stop;
   check_cuda(cudaEventCreate(&start), "cudaEventCreate");
   check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
-  std::vector<float> ms;
   float total = 0.0f;
-  for (int i = 0; i < runs; ++i) {
+  const auto sample = [&](int calls) {
     check_cuda(cudaEventRecord(start, stream()), "cudaEventRecord");
-    f();
+    for (int c = 0; c < calls; ++c) f();
     check_cuda(cudaEventRecord(stop, stream()), "cudaEventRecord");
     check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
     float t = 0.0f;
     check_cuda(cudaEventElapsedTime(&t, start, stop), "cudaEventElapsedTime");
-    ms.push_back(t);
     total += t;
+    return static_cast<double>(t) / calls;
+  };
+  const int calls = bench::calls_for(sample);
+  std::vector<double> ms;
+  for (int i = 0; i < runs; ++i) {
+    ms.push_back(sample(calls));
     if (total > 3000.0f && ms.size() >= 5) break;
   }
   cudaEventDestroy(start);
@@ -460,7 +467,9 @@ int main(int argc, char** argv) {
                 static_cast<long long>(batch));
     std::printf("# GPU: %s\n", runtime::cuda_device_description().c_str());
     std::printf("# date: %s\n", today_utc().c_str());
-    std::printf("# timing: 2 warm-up calls, median of up to %d timed calls (CUDA events)\n", runs);
+    std::printf("# timing: 2 warm-up calls, median of up to %d timed samples (CUDA events), each of 1 call from 0.2 ms"
+                " up, or of as many back-to-back calls as fill 0.2 ms (at most 100; the time per call is shown)\n",
+                runs);
     // For the whole run: rungs 4 and 4b (and the ones that hand calls to them) copy with it.
     std::optional<kernels::cuda::nhwc::ScopedTiledLayoutChange> tiled;
     if (tiled_layout) tiled.emplace(true);

@@ -157,23 +157,27 @@ std::vector<double> download(const void* d, size_t n, DType t) {
 // apart.
 double tolerance(DType c_type) { return c_type == DType::f16 ? 1e-2 : 1e-3; }
 
-// Median milliseconds of `runs` timed calls after `warmup` untimed ones.
+// Median milliseconds per call over `runs` timed samples, after `warmup` untimed calls. Each sample
+// times bench::calls_for's back-to-back calls between two events (bench/stats.h): one call from 0.2 ms
+// up, up to 100 of the short calls of the MNIST layers, whose time alone would include their launch.
 double time_ms(const GemmArgs& g, const std::string& variant, int warmup, int runs) {
   cudaStream_t stream = static_cast<cudaStream_t>(runtime::cuda_stream());
   cudaEvent_t start, stop;
   BENCH_CUDA_CHECK(cudaEventCreate(&start));
   BENCH_CUDA_CHECK(cudaEventCreate(&stop));
   for (int i = 0; i < warmup; ++i) kernels::gemm(g, variant);
-  std::vector<float> ms;
-  for (int i = 0; i < runs; ++i) {
+  const auto sample = [&](int calls) {
     BENCH_CUDA_CHECK(cudaEventRecord(start, stream));
-    kernels::gemm(g, variant);
+    for (int c = 0; c < calls; ++c) kernels::gemm(g, variant);
     BENCH_CUDA_CHECK(cudaEventRecord(stop, stream));
     BENCH_CUDA_CHECK(cudaEventSynchronize(stop));
     float t = 0;
     BENCH_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    ms.push_back(t);
-  }
+    return static_cast<double>(t) / calls;
+  };
+  const int calls = bench::calls_for(sample);
+  std::vector<double> ms;
+  for (int i = 0; i < runs; ++i) ms.push_back(sample(calls));
   BENCH_CUDA_CHECK(cudaEventDestroy(start));
   BENCH_CUDA_CHECK(cudaEventDestroy(stop));
   return bench::median(ms);
@@ -308,7 +312,8 @@ int main(int argc, char** argv) {
     std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
     std::cout << "# gemm_bench: " << runtime::cuda_device_description() << "\n# date: " << date
               << "\n# inputs f16, C " << out_name << ", FP32 accumulation; median of " << runs << " runs after "
-              << warmup << " warm-up; TFLOP/s = 2MNK / time\n# command:";
+              << warmup << " warm-up, each run 1 call from 0.2 ms up, or as many back-to-back calls as fill 0.2 ms"
+              << " (at most 100; the time per call is shown); TFLOP/s = 2MNK / time\n# command:";
     for (int i = 0; i < argc; ++i) std::cout << ' ' << argv[i];
     std::cout << "\n\n";
     std::printf("%-26s %-3s %7s %6s %6s  %-17s %10s %9s %8s %10s\n", "shape", "op", "M", "N", "K", "variant",

@@ -30,6 +30,33 @@ double median(std::vector<T> samples) {
   return (static_cast<double>(samples[mid - 1]) + upper) / 2.0;
 }
 
+// How many back-to-back calls one timed sample holds, given the time of one call timed alone: enough
+// that the sample lasts at least `target_ms`, at most `max_calls`, at least 1. A call timed alone
+// between two events also times the host's launch of it, since the stream is idle when the first event
+// is recorded: a few microseconds, which on a 10-microsecond GEMM of an MNIST layer is a third of the
+// number and flatters the slower side of a ratio. Back to back, the launches queue ahead of the GPU,
+// as they do in training, and the sample divided by its calls is the time per call. A call that takes
+// `target_ms` or more is timed alone, as before. A time that is not positive (below the events'
+// resolution) or not a number gets `max_calls`.
+inline int calls_per_sample(double one_call_ms, double target_ms = 0.2, int max_calls = 100) {
+  if (max_calls < 1) return 1;
+  if (!(one_call_ms > 0)) return max_calls;
+  const double calls = std::ceil(target_ms / one_call_ms);
+  if (!(calls < static_cast<double>(max_calls))) return max_calls;
+  return calls < 1 ? 1 : static_cast<int>(calls);
+}
+
+// The calls per sample for `sample(calls)`, which times `calls` back-to-back calls and returns the
+// milliseconds per call: one call timed alone, and if that took `target_ms` or more, 1 (a slow call,
+// direct convolution's at 4 ms, costs one call more than before); else calls_per_sample of the median
+// of three calls timed alone (the first call after the warm-up can be an outlier).
+template <class Sample>
+int calls_for(Sample&& sample, double target_ms = 0.2, int max_calls = 100) {
+  const double first = sample(1);
+  if (first >= target_ms) return 1;
+  return calls_per_sample(median(std::vector<double>{first, sample(1), sample(1)}), target_ms, max_calls);
+}
+
 // A row's check run (DESIGN.md §6: the output poisoned with NaN before the run, every element checked),
 // against the reference: the vendor library's output for the same problem in the same run, or nullptr
 // where there is none (the library's own row, or a run without it). `bad`: the elements that are not

@@ -13,6 +13,8 @@
 
 namespace {
 
+using hl::bench::calls_for;
+using hl::bench::calls_per_sample;
 using hl::bench::check_output;
 using hl::bench::fits_in_l2;
 using hl::bench::l2_note;
@@ -30,6 +32,40 @@ TEST(BenchStats, MedianOfOddEvenOneAndTwoSamples) {
   EXPECT_EQ(median(std::vector<float>{0.25f, 0.75f}), 0.5) << "float samples (conv_bench's, gemm_bench's)";
   EXPECT_EQ(median(std::vector<int>{2, 9, 4, 4, 1, 8}), 4.0);
   EXPECT_TRUE(std::isnan(median(std::vector<double>{}))) << "no samples, no median";
+}
+
+TEST(BenchStats, CallsPerSampleFillTheTargetWithinTheirBounds) {
+  EXPECT_EQ(calls_per_sample(0.010), 20) << "a 10-microsecond call: 20 of them fill 0.2 ms";
+  EXPECT_EQ(calls_per_sample(0.015), 14) << "rounded up, so a sample is never shorter than the target";
+  EXPECT_EQ(calls_per_sample(0.2), 1) << "a call as long as the target is timed alone";
+  EXPECT_EQ(calls_per_sample(0.37), 1) << "so is a longer one (a 4096^3 GEMM)";
+  EXPECT_EQ(calls_per_sample(0.0001), 100) << "at most max_calls";
+  EXPECT_EQ(calls_per_sample(0.0), 100) << "below the events' resolution";
+  EXPECT_EQ(calls_per_sample(-1.0), 100);
+  EXPECT_EQ(calls_per_sample(std::numeric_limits<double>::quiet_NaN()), 100);
+  EXPECT_EQ(calls_per_sample(std::numeric_limits<double>::infinity()), 1);
+  EXPECT_EQ(calls_per_sample(0.001, 0.2, 1000), 200) << "another bound";
+  EXPECT_EQ(calls_per_sample(0.05, 1.0, 5), 5);
+  EXPECT_EQ(calls_per_sample(0.05, 0.2, 0), 1) << "a bound below 1 still times one call";
+}
+
+TEST(BenchStats, CallsForTimesASlowCallOnceAndAShortOneThreeTimes) {
+  std::vector<int> asked;
+  const auto timer = [&asked](std::vector<double> per_call) {
+    return [&asked, per_call, i = size_t{0}](int calls) mutable {
+      asked.push_back(calls);
+      return per_call.at(i++);
+    };
+  };
+  EXPECT_EQ(calls_for(timer({4.5})), 1) << "direct's 4.5 ms backward weight: timed alone";
+  EXPECT_EQ(asked, std::vector<int>{1}) << "after one call, not three";
+  asked.clear();
+  EXPECT_EQ(calls_for(timer({0.2})), 1) << "the target itself";
+  asked.clear();
+  EXPECT_EQ(calls_for(timer({0.05, 0.01, 0.012})), 17) << "the median of three alone, 0.012 ms: 17 fill 0.2 ms";
+  EXPECT_EQ(asked, (std::vector<int>{1, 1, 1}));
+  asked.clear();
+  EXPECT_EQ(calls_for(timer({0.3, 0.01, 0.01}), 1.0, 50), 50) << "its own target and bound";
 }
 
 TEST(BenchStats, CheckCountsWhatWasNotWrittenAndTheDifferenceFromTheReference) {
