@@ -128,6 +128,12 @@ heavy+=':CudaGemm.SplitKLongReductionsMatchFloat64'  # every rung at K up to 100
 heavy+=':CudaGemm.WgmmaEveryTileTheSweepTimes'  # 4 tiles x 4 layouts x 2 dtypes; ...InsideAndOnTheEdges covers them
 heavy+=':CudaGemm.WgmmaTmaEveryTileTheSweepTimes'  # the same for wgmma_tma
 heavy+=':CudaGemm.WgmmaTmaSplitKEveryTileOnLongReductions'  # ...SplitKSecondPassOverBatchesOfSlices covers it
+# The row slabs (kernels::gemm past 2^19 rows, 2026-11-29, not yet run on a GPU): every rung on
+# 524325 rows, then the automatic choice on 8388481, 67 million outputs, each checked against a float64
+# reference. Under memcheck apart, in a process of its own ($memcheck_rows): the first of short's, where
+# it would have been, took 198 s of its 240 on the H100 without it.
+memcheck_rows='CudaGemm.RowsPastOneGridOfRowTiles'
+heavy+=":$memcheck_rows"
 # racecheck: every kernel family that uses shared memory (GEMM tiles, softmax/BN/reduction trees,
 # implicit-GEMM conv tiles), on small shapes; a superset of bench/gpu_*.sh's racecheck filters.
 # Not CudaGemm.AccumulatesInFp32 (K = 4096 on every rung): on an H200 it ran past 150 s under racecheck
@@ -485,6 +491,8 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
           --gtest_filter="$kernels_cuda-$heavy:CudaRuntime.AllocationFailureNamesTheSize:$cluster_memcheck"
         step memcheck-cluster timeout 150 "$sanitizer" --tool memcheck --error-exitcode 1 \
           "$build/tests/test_kernels" --gtest_filter="$cluster_memcheck"
+        step memcheck-rows timeout 240 "$sanitizer" --tool memcheck --error-exitcode 1 \
+          "$build/tests/test_kernels" --gtest_filter="$memcheck_rows"
       fi
       if [[ ${2:-racecheck} == racecheck ]]; then
         step racecheck-kernels timeout 300 "$sanitizer" --tool racecheck --error-exitcode 1 \
@@ -564,6 +572,8 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
         "$build/tests/test_kernels" --gtest_filter="$memcheck_second-$heavy:$memcheck_third"
       bg_start memcheck-conv-new 240 "$sanitizer" --tool memcheck --error-exitcode 1 \
         "$build/tests/test_kernels" --gtest_filter="$memcheck_third"
+      bg_start memcheck-rows 240 "$sanitizer" --tool memcheck --error-exitcode 1 \
+        "$build/tests/test_kernels" --gtest_filter="$memcheck_rows"
       bg_start racecheck-new 240 "$sanitizer" --tool racecheck --error-exitcode 1 "$build/tests/test_kernels" \
         --gtest_filter="$race_new"
       bg_start racecheck-new-second 240 "$sanitizer" --tool racecheck --error-exitcode 1 \
@@ -581,8 +591,8 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
       --output-on-failure --no-tests=error -E "^(${cpu_only//:/|})\$"
     step cuda-skips cuda_skips
     if [[ -x $sanitizer ]]; then
-      for name in memcheck memcheck-conv-softmax memcheck-conv-new racecheck-new racecheck-new-second \
-        memcheck-cluster racecheck-cluster; do
+      for name in memcheck memcheck-conv-softmax memcheck-conv-new memcheck-rows racecheck-new \
+        racecheck-new-second memcheck-cluster racecheck-cluster; do
         bg_finish "$name"
       done
     fi

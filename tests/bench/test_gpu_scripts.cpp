@@ -637,8 +637,8 @@ TEST(GpuScripts, SassRefusesWhatItCannotRead) {
 }
 
 // The test lists scripts/gpu_check.sh hands compute-sanitizer and ctest (race_new, race_second,
-// memcheck_third, heavy, framework_cuda, datasets_cuda; and gpu_common.sh's cluster_memcheck and
-// cluster_race) name tests that exist: a
+// memcheck_third, memcheck_rows, heavy, framework_cuda, datasets_cuda; and gpu_common.sh's
+// cluster_memcheck and cluster_race) name tests that exist: a
 // misspelt name is a filter that matches nothing, and the sanitizer then passes having checked
 // nothing, on a GPU session that cannot be repeated. A plain name must be a TEST of that suite and
 // name; "Suite.Prefix*" must match one; "Suite.*" must name a suite; a pattern that starts with '*' or
@@ -653,7 +653,8 @@ TEST(GpuScripts, SanitizerTestListsNameTestsThatExist) {
   ASSERT_TRUE(tests.count("ConvCuda.TapTableIsBitIdenticalToRung3")) << "the TEST scan found " << tests.size();
 
   const std::regex list_re(
-      R"(^(race_new|race_second|memcheck_third|cluster_memcheck|cluster_race|heavy|framework_cuda|datasets_cuda)\+?='([^']*)')");
+      R"(^(race_new|race_second|memcheck_third|memcheck_rows|cluster_memcheck|cluster_race|heavy|framework_cuda)"
+      R"(|datasets_cuda)\+?='([^']*)')");
   int checked = 0;
   std::set<std::string> lists;
   for (const char* file : {"gpu_check.sh", "gpu_common.sh"}) {
@@ -682,7 +683,7 @@ TEST(GpuScripts, SanitizerTestListsNameTestsThatExist) {
     }
   }
   EXPECT_GT(checked, 20) << "the lists were not found in scripts/gpu_check.sh and gpu_common.sh";
-  EXPECT_EQ(lists.size(), 8u) << "a list was not found: has its form changed?";
+  EXPECT_EQ(lists.size(), 9u) << "a list was not found: has its form changed?";
 }
 
 // scripts/sass_loops.py on a graph in nvdisasm's -bbcfg -poff form, written out: a prologue, a loop of
