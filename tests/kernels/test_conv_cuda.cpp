@@ -62,7 +62,7 @@ const std::vector<std::string> kCudaConvRungs = {"implicit_gemm_nhwc", "implicit
                                                  "im2col_gemm", "direct"};
 
 // Norm-wise tolerance of each rung, relative to ||absref|| (see the header), for an f32 output; an
-// f16 output adds its rounding, 2^-11.
+// f16 output adds its rounding (check()).
 double rung_tolerance(const std::string& variant) {
   // direct: one sequential FP32 fma chain per output, up to N*P*Q = 1.3e5 terms long in
   // backward_weight: a random-walk error of ~sqrt(n)*2^-24 = 2e-5, with a 5x margin.
@@ -203,7 +203,7 @@ double check(const Problem& p, const std::vector<double>& out, const std::string
   size_t bad = 0;
   std::ostringstream first;
   first << std::setprecision(10);
-  double num = 0.0, den = 0.0;
+  double num = 0.0, den = 0.0, rounding = 0.0;
   for (size_t i = 0; i < out.size(); ++i) {
     const double o = out[i], r = p.ref[i];
     bool ok;
@@ -215,11 +215,17 @@ double check(const Problem& p, const std::vector<double>& out, const std::string
       ok = std::isfinite(o) && std::fabs(o - r) <= tol;
       if (std::isfinite(o)) num += (o - r) * (o - r);
       den += p.absref[i] * p.absref[i];
+      rounding += std::max(std::fabs(r), small) * std::max(std::fabs(r), small);
     }
     if (!ok && bad++ < 5) first << "\n    [" << i << "] got " << o << ", want " << r << " (tolerance " << tol << ")";
   }
   const double err = den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
-  const double tol = rung_tolerance(variant) + (out_type == DType::f16 ? unit_roundoff(DType::f16) : 0.0);
+  // An f16 output adds its rounding on the store, at most u |ref| per element (u 2^-14 below the
+  // subnormals), so at most u ||max(|ref|, 2^-14)|| to the norm: measured against ||absref|| as err is.
+  // Not u alone: where the terms cancel, ||ref|| is far below ||absref|| (239x in LeNet conv1's weight
+  // gradient), and u alone let an output that left out the last image of the batch pass (3.8e-4).
+  const double f16_rounding = out_type == DType::f16 ? u * std::sqrt(rounding) / (den > 0.0 ? std::sqrt(den) : 1.0) : 0.0;
+  const double tol = rung_tolerance(variant) + f16_rounding;
   EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << out.size() << " elements out of tolerance" << first.str();
   EXPECT_LE(err, tol) << what << ": norm-wise error " << err << " above the rung's tolerance " << tol;
   return err;
@@ -239,7 +245,13 @@ bool may_refuse(const std::string& variant, DType in) {
 }
 
 // Every CUDA variant x output dtype on one problem.
-void run_all_variants(const Problem& p, const Shape& s, double* worst = nullptr) {
+// The worst norm-wise error of each output dtype over the variants run (for the log: an f32 output's
+// is the accumulation's alone, what the rung tolerances above bound).
+struct WorstError {
+  double f16 = 0.0, f32 = 0.0;
+};
+
+void run_all_variants(const Problem& p, const Shape& s, WorstError* worst = nullptr) {
   // Every registered CUDA variant (the ladder, and any added later).
   for (const std::string& variant : ConvRegistry::instance().names(kCuda)) {
     const auto* v = ConvRegistry::instance().find(variant, kCuda);
@@ -256,7 +268,10 @@ void run_all_variants(const Problem& p, const Shape& s, double* worst = nullptr)
         continue;
       }
       const double err = check(p, run_cuda(p, variant, out_type), variant, out_type, what);
-      if (worst != nullptr && err > *worst) *worst = err;
+      if (worst != nullptr) {
+        double& w = out_type == DType::f16 ? worst->f16 : worst->f32;
+        w = std::max(w, err);
+      }
     }
   }
 }
@@ -509,10 +524,10 @@ void run_layers(const std::vector<Shape>& layers) {
   for (const Shape& s : layers) {
     for (ConvPass pass : kPasses) {
       const Problem p = make_problem(s, pass, DType::f16, pass == ConvPass::forward, 0.0f, seed += 10);
-      double worst = 0.0;
+      WorstError worst;
       run_all_variants(p, s, &worst);
-      std::cout << "[ info     ] " << s.name << " " << kernels::conv_pass_name(pass)
-                << ": worst norm-wise error " << worst << "\n";
+      std::cout << "[ info     ] " << s.name << " " << kernels::conv_pass_name(pass) << ": worst norm-wise error "
+                << worst.f32 << " (f32 output), " << worst.f16 << " (f16 output)\n";
     }
   }
 }

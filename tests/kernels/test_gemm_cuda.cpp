@@ -168,6 +168,26 @@ void PrintTo(const SweepShape& s, std::ostream* os) { *os << s.M << "x" << s.N <
 
 class CudaGemmSweep : public ::testing::TestWithParam<SweepShape> {};
 
+// The longest chain of additions one output goes through, for the per-element bound: K, one walk of the
+// reduction; or, for a split-K variant on an output one tile of every split rung covers (M, N <= 64: each
+// rung's tile is at least 64 x 64, so the plan splits whenever K is long enough, gemm_split.h), the
+// longest slice plus the second pass's sum of the slices. The test does not know each rung's K step, so
+// it takes the longest chain over the three (smem_tiled 8, wmma_pipelined 32, wgmma_tma 64). Without it,
+// K + 3 at K = 100352 made a bound of about 600 for outputs of about 300: C = 0 passed, and so did a
+// rung that dropped 20 of its 242 slices; with it the bound is about 4, and one slice dropped (about
+// 400 products, an error of about 7 rms) fails.
+int64_t chain_length(const std::string& variant, const Problem& p) {
+  const std::string split = "_split_k";
+  const bool splits = variant.size() > split.size() && variant.compare(variant.size() - split.size(), split.size(), split) == 0;
+  if (!splits || p.M > 64 || p.N > 64) return p.K;
+  int64_t longest = 0;
+  for (const int64_t k_step : {8, 32, 64}) {
+    const kernels::SplitKPlan plan = kernels::plan_split_k(1, p.K, runtime::cuda_sm_count(), k_step);
+    longest = std::max(longest, plan.slices > 1 ? plan.k_len + plan.slices : p.K);
+  }
+  return longest;
+}
+
 // Every variant x input dtype x output dtype on one problem, C poisoned before each run, every
 // element against the float64 reference. `normwise`: also the norm-wise relative error, whose bounds
 // (RungTolerance) assume K <= 1000 or so.
@@ -181,6 +201,7 @@ void check_every_variant(const Problem& p, bool normwise) {
     DeviceBuffer dc(static_cast<size_t>(p.M * p.N), DType::f32), dc16(static_cast<size_t>(p.M * p.N), DType::f16);
     for (const std::string& variant : variants) {
       const RungTolerance tol = tolerance_for(variant, ab);
+      const int64_t chain = chain_length(variant, p);
       for (DType c_type : {DType::f32, DType::f16}) {
         DeviceBuffer& c = c_type == DType::f32 ? dc : dc16;
         GemmArgs g = problem(p.op_a, p.op_b, p.M, p.N, p.K, ab, c_type);
@@ -201,7 +222,7 @@ void check_every_variant(const Problem& p, bool normwise) {
         std::ostringstream what;
         what << variant << " " << g.describe() << " (tolerance: " << tol.why << ")";
         expect_all_close(
-            out, p.ref, [&](size_t i) { return element_tol(tol, p.K, p.mag[i], p.ref[i], c_type); }, what.str());
+            out, p.ref, [&](size_t i) { return element_tol(tol, chain, p.mag[i], p.ref[i], c_type); }, what.str());
         if (normwise) {
           EXPECT_LE(test::rel_error(out, p.ref), normwise_tol(tol, c_type)) << what.str();
         }
@@ -440,27 +461,38 @@ TEST(CudaGemm, MisalignedPointersGetTheFallbackOrANamedError) {
 TEST(CudaGemm, AccumulatesInFp32) {
   // Paper §3.3: 4096 products 1 * 1 summed in FP16 stall at 2048 (2048 + 1 rounds back to 2048, the
   // FP16 spacing there being 2); an FP32 accumulator reaches exactly 4096, which an FP16 C can hold.
-  // 1 x 1 goes through every rung's edge path, 64 x 48 through the full-tile paths.
+  // That catches a scalar FP16 sum, but not an FP16 accumulator fragment fed by Tensor Core blocks: each
+  // block of 16 (or 8, or 4) ones sums to a multiple of 16 exactly, and every partial sum stays a
+  // multiple of 16, which FP16 holds up to 4096. So the products are also 1 * (1 + 2^-7) (exact in f16):
+  // in FP32 every partial sum k (1 + 2^-7) needs at most 19 bits, and the total is exactly 4128 (an
+  // FP16 C holds it too), while an FP16 accumulator, whose spacing passes 2^-7 from 4 on, gives 4100 in
+  // blocks and 4096 one by one. Only with an f32 C for the second case: C's dtype does not change the
+  // accumulator, and this test runs under memcheck with every rung. 1 x 1 goes through every rung's edge
+  // path, 64 x 48 through the full-tile paths.
   HL_REQUIRE_CUDA();
   const int64_t K = 4096;
+  const double b_value[] = {1.0, 1.0 + std::ldexp(1.0, -7)};
   for (const std::string& variant : cuda_variants()) {
     for (auto [op_a, op_b] : kAllLayouts) {
       for (auto [M, N] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {64, 48}}) {
-        for (DType c_type : {DType::f32, DType::f16}) {
+        for (const auto& [c_type, b] : std::vector<std::pair<DType, double>>{
+                 {DType::f32, b_value[0]}, {DType::f16, b_value[0]}, {DType::f32, b_value[1]}}) {
           DeviceBuffer a(std::vector<double>(static_cast<size_t>(M * K), 1.0), DType::f16),
-              b(std::vector<double>(static_cast<size_t>(K * N), 1.0), DType::f16), c(static_cast<size_t>(M * N), c_type);
+              bb(std::vector<double>(static_cast<size_t>(K * N), b), DType::f16), c(static_cast<size_t>(M * N), c_type);
           c.poison();
           GemmArgs g = problem(op_a, op_b, M, N, K, DType::f16, c_type);
           g.device = kCuda;
           g.A = a.get();
-          g.B = b.get();
+          g.B = bb.get();
           g.C = c.get();
           const auto* v = GemmRegistry::instance().find(variant, kCuda);
           if (refused_as_documented(variant, g)) continue;
           ASSERT_TRUE(v->unsupported == nullptr || v->unsupported(g) == nullptr) << variant;
           kernels::gemm(g, variant);
-          expect_all_equal(c.download(), std::vector<double>(static_cast<size_t>(M * N), 4096.0),
-                           variant + " " + g.describe() + ": 4096 ones must sum to exactly 4096 in FP32");
+          const double want = static_cast<double>(K) * b;  // 4096 or 4128, exact
+          expect_all_equal(c.download(), std::vector<double>(static_cast<size_t>(M * N), want),
+                           variant + " " + g.describe() + ": 4096 products " + (b == 1.0 ? "1" : "1 + 2^-7") +
+                               " must sum to exactly " + std::to_string(static_cast<int>(want)) + " in FP32");
         }
       }
     }
@@ -482,8 +514,9 @@ void expect_split_by_both_rungs(int64_t M, int64_t N, int64_t K) {
 TEST(CudaGemm, SplitKLongReductionsMatchFloat64) {
   // LeNet conv1's weight gradient as an im2col GEMM at batch 128 (one tile, K = N*P*Q = 100352), LeNet
   // fc1's forward (8 tiles, K = 3136), and odd sizes whose K no slice length divides. Every element
-  // against float64 with the per-element bound (K + 3) 2^-24 sum|terms| (the norm-wise bounds of the
-  // sweep assume K <= 1000); every variant runs, the unsplit ones as a cross-check.
+  // against float64 with the per-element bound (chain + 3) 2^-24 sum|terms| (the norm-wise bounds of the
+  // sweep assume K <= 1000), where the chain is K, or a split rung's longest slice plus its slices on the
+  // two narrow shapes (chain_length); every variant runs, the unsplit ones as a cross-check.
   HL_REQUIRE_CUDA();
   uint64_t seed = test::fresh_seed();
   for (const SweepShape s : {SweepShape{32, 25, 100352}, SweepShape{128, 256, 3136}, SweepShape{7, 13, 5001},
