@@ -23,17 +23,28 @@
 
 namespace hl {
 
+// The one notice per process of DESIGN.md §2: a CUDA build that finds no usable GPU falls back to the
+// CPU and says why, whether the GPU was asked for ("cuda") or only preferred ("auto"): a broken driver
+// must not pass for a machine without a GPU. A CPU-only build says nothing for "auto" (it has no GPU to
+// miss).
+static void fall_back_to_the_cpu(const char* asked) {
+  static bool told = false;
+  if (told) return;
+  told = true;
+  std::cerr << "halfling: CUDA " << asked << " but unavailable (" << runtime::cuda_unavailable_reason()
+            << "); running on the CPU\n";
+}
+
 Device parse_device(const std::string& name) {
   if (name == "cpu") return Device::cpu;
-  if (name == "auto") return runtime::cuda_available() ? Device::cuda : Device::cpu;
+  if (name == "auto") {
+    if (runtime::cuda_available()) return Device::cuda;
+    if (runtime::cuda_compiled()) fall_back_to_the_cpu("preferred (--device auto)");
+    return Device::cpu;
+  }
   if (name == "cuda" || name == "gpu") {
     if (runtime::cuda_available()) return Device::cuda;
-    static bool told = false;  // one notice per process is enough
-    if (!told) {
-      std::cerr << "halfling: CUDA requested but unavailable (" << runtime::cuda_unavailable_reason()
-                << "); running on the CPU\n";
-      told = true;
-    }
+    fall_back_to_the_cpu("requested");
     return Device::cpu;
   }
   throw Error("parse_device: unknown device '" + name + "' (expected cpu, cuda or auto)");

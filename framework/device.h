@@ -32,7 +32,8 @@ namespace hl {
 using Device = DeviceType;
 
 // "cpu" -> cpu; "cuda"/"gpu" -> cuda if available, else cpu with a one-line notice; "auto" -> cuda
-// when available, else cpu (silently). Anything else throws hl::Error.
+// when available, else cpu, with the same notice in a CUDA build (silently in a CPU-only one). One
+// notice per process at most. Anything else throws hl::Error.
 Device parse_device(const std::string& name);
 // True when tensors can be placed on the GPU.
 bool cuda_available();

@@ -436,6 +436,26 @@ TEST(Device, FallbackNoticeIsPrintedOncePerProcess) {
       testing::ExitedWithCode(0), "^halfling: CUDA requested but unavailable \\([^\n]*\\); running on the CPU\n$");
 }
 
+// "auto" in a CUDA build without a usable GPU says so too (DESIGN.md §2: a CUDA build falls back with a
+// one-line notice), once, also when "cuda" follows; a CPU-only build, with no GPU to miss, says nothing.
+TEST(Device, AutoFallbackNoticeInACudaBuildOnly) {
+  if (cuda_available()) GTEST_SKIP() << "the notice is for a machine without a usable GPU";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string notice =
+      runtime::cuda_compiled()
+          ? "^halfling: CUDA preferred \\(--device auto\\) but unavailable \\([^\n]*\\); running on the CPU\n$"
+          : "^$";
+  EXPECT_EXIT(
+      {
+        parse_device("auto");
+        parse_device("auto");
+        if (!runtime::cuda_compiled()) std::exit(0);  // "cuda" would print its own notice
+        parse_device("cuda");
+        std::exit(0);
+      },
+      testing::ExitedWithCode(0), notice);
+}
+
 // Without a usable GPU, in a CPU-only build (kernels/nocuda) and a CUDA build alike, every CUDA entry
 // point that needs a device throws an error that starts with its own name, so a CPU path that calls
 // one by mistake fails the same way in both builds; frees and destroys of null pointers do nothing.
