@@ -18,7 +18,9 @@
 # torch.profiler), to the result: their s/epoch are then slowed by the profiling and are not
 # measurements.
 # HALFLING_FLAGS="--cuda-graph" (or any bench/train flags) goes to halfling's runs only, and into the
-# header: e.g. halfling's step replayed as a CUDA graph against PyTorch eager.
+# header: e.g. halfling's step replayed as a CUDA graph against PyTorch eager. A flag that would make the
+# two sides train something else (its data, order, model, precision, schedule or steps: --batch, --seed,
+# --lr, ...) is refused there: the script sets those for both sides.
 #
 # PyTorch on the CPU has two thread pools: its own OpenMP pool (convolutions, elementwise ops) and
 # OpenBLAS's (the GEMMs of Linear layers; Debian's OpenBLAS is the pthreads build). Given N threads
@@ -43,6 +45,16 @@ if [[ -n ${PRECISIONS:-} ]]; then
 fi
 epochs=${3:-3}
 read -r -a halfling_flags <<< "${HALFLING_FLAGS:-}"
+for flag in "${halfling_flags[@]}"; do
+  case ${flag%%=*} in
+    --batch | --seed | --lr | --momentum | --epochs | --model | --precision | --device | --data | \
+      --schedule | --warmup-epochs | --max-steps | --export | --smoke)
+      echo "bench/compare_train.sh: HALFLING_FLAGS: ${flag%%=*} would change what halfling trains but not what" \
+        "PyTorch trains (the script sets it for both sides)" >&2
+      exit 2
+      ;;
+  esac
+done
 steps=()
 [[ -n ${MAX_STEPS:-} ]] && steps=(--max-steps "$MAX_STEPS")
 [[ -n ${PROFILE:-} ]] && steps+=(--profile)
@@ -73,7 +85,7 @@ declare -A dataset=([mlp512]=mnist [lenet]=mnist [vgg_small]=cifar10)
   [[ $device == cuda ]] && echo "# gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo unknown)"
   echo "# pytorch: $($python -c 'import torch; print(torch.__version__)')"
   [[ $device == cuda ]] && echo "# pytorch TF32: off (bench/pytorch/train.py without --tf32): its fp32 convolutions" \
-    "and matmuls run in FP32, as halfling's do"
+    "and matmuls run in FP32, as halfling's do; cuDNN benchmark on (it times its algorithms in the first epoch)"
   echo "# $epochs epochs each, median of epochs 2..$epochs; batch 128, SGD momentum 0.9, lr 0.05, same data and order"
 } > "$work/header"
 cat "$work/header"

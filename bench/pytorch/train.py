@@ -20,6 +20,12 @@ TF32 is off unless `--tf32` is given (torch.backends.cudnn.allow_tf32 and
 torch.backends.cuda.matmul.allow_tf32): PyTorch's cuDNN convolutions default to TF32 on Ampere and
 Hopper, which would make `--precision fp32` a 10-bit-mantissa run next to halfling's FP32 one. The
 first line and the JSON line ("tf32") say which.
+
+cuDNN times its algorithms for each new input shape (`torch.backends.cudnn.benchmark`) unless
+`--no-cudnn-benchmark` is given: the setting a speed-minded PyTorch user runs fixed shapes with, and the
+counterpart of halfling's convolution taking its fastest rung for a layer. The searches happen in the
+first epoch (and the first evaluation), which the median leaves out. Runs before 2026-11-29 had it off
+(PyTorch's default). The first line and the JSON line ("cudnn_benchmark") say which.
 """
 import argparse
 import contextlib
@@ -141,6 +147,27 @@ def print_profile(prof, steps, cuda):
     print(events.table(row_limit=40))
 
 
+def at_least(low):
+    """An argparse type: an integer >= low, or the error argparse prints with the flag's name."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below {low}")
+        return value
+    return parse
+
+
+def max_steps_value(text):
+    """--max-steps: -1 (every step of an epoch) or at least 1, as bench/train."""
+    value = at_least(-1)(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("0 steps would train nothing (-1: every step)")
+    return value
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", required=True, help="a directory written by `build/bench/train --export DIR`")
@@ -150,8 +177,8 @@ def main():
                     help="float64: weights, data and arithmetic in double, a reference for the float32 runs "
                          "of both frameworks (CPU, --precision fp32 only; never timed against halfling)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--epochs", type=at_least(1), default=3)
+    ap.add_argument("--batch", type=at_least(1), default=128)
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--schedule", choices=["constant", "cosine", "step"], default="constant",
                     help="learning-rate schedule, peak --lr, per step as bench/train --schedule")
@@ -159,11 +186,15 @@ def main():
                     help="linear warm-up over this many epochs first, as bench/train --warmup-epochs")
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", os.cpu_count())))
-    ap.add_argument("--max-steps", type=int, default=-1, help="stop each epoch after this many steps")
+    ap.add_argument("--threads", type=at_least(1), default=int(os.environ.get("OMP_NUM_THREADS", os.cpu_count())))
+    ap.add_argument("--max-steps", type=max_steps_value, default=-1,
+                    help="stop each epoch after this many steps (-1, the default: every step)")
     ap.add_argument("--tf32", action="store_true",
                     help="let cuDNN convolutions and matmuls use TF32 (PyTorch's default for convolutions on "
                          "Ampere and later); off by default, so that fp32 means FP32 as in halfling")
+    ap.add_argument("--cudnn-benchmark", action=argparse.BooleanOptionalAction, default=True,
+                    help="let cuDNN time its algorithms for each new shape (torch.backends.cudnn.benchmark; on by "
+                         "default, as a speed-minded user runs fixed shapes; the first epoch pays the search)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--profile", action="store_true",
                     help="print torch.profiler's table of operators (epochs after the first when there are several); "
@@ -189,6 +220,7 @@ def main():
     # anyway, and what stays FP32 stays FP32, as in halfling.
     torch.backends.cudnn.allow_tf32 = a.tf32
     torch.backends.cuda.matmul.allow_tf32 = a.tf32
+    torch.backends.cudnn.benchmark = a.cudnn_benchmark
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     dev = torch.device(a.device)
@@ -234,7 +266,8 @@ def main():
 
     print(f"pytorch {torch.__version__} bench/pytorch/train.py: {a.model}, {a.precision}, batch {a.batch}, "
           f"device {a.device}{' (' + torch.cuda.get_device_name() + ')' if dev.type == 'cuda' else ''}, "
-          f"threads {torch.get_num_threads()}, TF32 {'on' if a.tf32 else 'off'}")
+          f"threads {torch.get_num_threads()}, TF32 {'on' if a.tf32 else 'off'}, "
+          f"cuDNN benchmark {'on' if a.cudnn_benchmark else 'off'}")
     seconds, images = [], 0
     n = train_x.shape[0]
     steps_per_epoch = (n + a.batch - 1) // a.batch
@@ -307,7 +340,8 @@ def main():
                           "seconds_per_epoch": round(median, 4), "images_per_second": round(images / median, 1),
                           "test_accuracy": round(accuracy, 4),
                           "peak_mib": None if peak_mib != peak_mib else round(peak_mib, 1), "epochs": a.epochs,
-                          "schedule": a.schedule, "warmup_epochs": a.warmup_epochs, "tf32": a.tf32}))
+                          "schedule": a.schedule, "warmup_epochs": a.warmup_epochs, "tf32": a.tf32,
+                          "cudnn_benchmark": a.cudnn_benchmark}))
 
 
 if __name__ == "__main__":

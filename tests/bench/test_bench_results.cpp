@@ -195,7 +195,7 @@ TEST(BenchSeeds, ASecondRunWithTheSameOutWritesANewFile) {
 
 // bench/compare_train.sh with stand-ins for bench/train and for a python3 with torch (which runs the
 // table's own script with the real python3): the table of a second run with the same OUT goes to OUT's
-// _2 name, and the script says so.
+// _2 name, and the script says so; HALFLING_FLAGS that would change what halfling trains are refused.
 TEST(BenchCompareTrain, ASecondRunWithTheSameOutWritesANewFile) {
   if (hl::test::run_command("command -v python3").first != 0) GTEST_SKIP() << "no python3";
   const hl::test::TempDir tmp;
@@ -220,6 +220,18 @@ TEST(BenchCompareTrain, ASecondRunWithTheSameOutWritesANewFile) {
   auto [s2, o2] = hl::test::run_command(run);
   ASSERT_EQ(s2, 0) << o2;
   expect_written_beside(o2, dir / "train.txt", dir / "train_2.txt");
+
+  // HALFLING_FLAGS that would make halfling train something PyTorch does not are refused before any
+  // run (the stand-in would have written a third table); a flag of halfling's own goes through.
+  for (const std::string flags : {"--batch 64", "--seed=3", "--cuda-graph --lr 0.1", "--max-steps=5"}) {
+    auto [s, o] = hl::test::run_command("HALFLING_FLAGS='" + flags + "' " + run);
+    EXPECT_EQ(s, 2) << flags << "\n" << o;
+    EXPECT_TRUE(contains(o, "HALFLING_FLAGS: --")) << flags << "\n" << o;
+  }
+  EXPECT_FALSE(fs::exists(dir / "train_3.txt"));
+  auto [s4, o4] = hl::test::run_command("HALFLING_FLAGS='--no-fuse' " + run);
+  ASSERT_EQ(s4, 0) << o4;
+  EXPECT_TRUE(contains(read_text(dir / "train_3.txt"), "# HALFLING_FLAGS=--no-fuse")) << read_text(dir / "train_3.txt");
 }
 
 }  // namespace

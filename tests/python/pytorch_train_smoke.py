@@ -3,8 +3,9 @@
 
 Exports a smoke-sized MNIST subset with `bench/train --smoke --export`, trains 3 steps of each
 model the export fits (MLP-512 and LeNet) in PyTorch on the CPU, and checks the JSON line the
-wrapper bench/compare_train.sh consumes, TF32 off unless --tf32 is given. Also checks the script
-refuses an export of the wrong shape for a model. Exits 77 (CTest's "skipped") without torch or without MNIST.
+wrapper bench/compare_train.sh consumes, TF32 off unless --tf32 is given, cuDNN's benchmark on unless
+--no-cudnn-benchmark is given. Also checks the script refuses an export of the wrong shape for a model,
+and counts that would train nothing. Exits 77 (CTest's "skipped") without torch or without MNIST.
 Usage: pytorch_train_smoke.py --train <build>/bench/train --script bench/pytorch/train.py --mnist DIR
 """
 import json
@@ -28,11 +29,25 @@ with tempfile.TemporaryDirectory() as d:
         assert 0.0 <= r["test_accuracy"] <= 1.0, r
         assert r["schedule"] == "constant" and r["warmup_epochs"] == 0.0, r
         assert r["tf32"] is False, r
+        assert r["cudnn_benchmark"] is True, r
         print(f"{model}: {r}")
     out = subprocess.run([sys.executable, a.script, "--data", d, "--device", "cpu", "--epochs", "1", "--max-steps", "1",
                           "--threads", "1", "--json", "--tf32"], check=True, capture_output=True, text=True).stdout
     assert "TF32 on" in out.splitlines()[0], out
     assert json.loads(out.strip().splitlines()[-1])["tf32"] is True, out
+    assert "cuDNN benchmark on" in out.splitlines()[0], out
+    out = subprocess.run([sys.executable, a.script, "--data", d, "--device", "cpu", "--epochs", "1", "--max-steps", "1",
+                          "--threads", "1", "--json", "--no-cudnn-benchmark"], check=True, capture_output=True,
+                         text=True).stdout
+    assert "cuDNN benchmark off" in out.splitlines()[0], out
+    assert json.loads(out.strip().splitlines()[-1])["cudnn_benchmark"] is False, out
+    # Counts that would train nothing: refused by argparse (exit 2) with the flag named, not a
+    # ZeroDivisionError after the run (--max-steps 0) or an IndexError (--epochs 0).
+    for flag, value in (("--max-steps", "0"), ("--epochs", "0"), ("--batch", "0"), ("--threads", "0"),
+                        ("--max-steps", "-2"), ("--epochs", "x")):
+        bad = subprocess.run([sys.executable, a.script, "--data", d, "--device", "cpu", flag, value],
+                             capture_output=True, text=True)
+        assert bad.returncode == 2 and flag in bad.stderr, (flag, value, bad.stderr)
     bad = subprocess.run([sys.executable, a.script, "--data", d, "--model", "vgg_small", "--device", "cpu",
                           "--epochs", "2"],
                          capture_output=True, text=True)
