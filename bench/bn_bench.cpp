@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", quick, "f16 and the first shape only (a smoke run)");
   CLI11_PARSE(app, argc, argv);
 
-  if (!bench::print_gpu_header("bn_bench")) return 0;
+  if (!bench::print_gpu_header("bn_bench", argc, argv)) return 0;
   std::printf("# CUDA events, 3 warm-up calls, median of %d samples; GB/s = compulsory bytes (forward: x read, y\n"
               "# written; backward: x, dy read, dx written) / time; %%copy = GB/s / cudaMemcpyAsync D2D GB/s on the\n"
               "# same bytes, measured in this run. Shapes N x C x H*W: VGG-small's batch norms at batch 128.\n",

@@ -466,7 +466,7 @@ int main(int argc, char** argv) {
     std::printf("# conv_bench: CUDA conv ladder vs cuDNN, FP16 NCHW in/out, FP32 accumulation, batch %lld\n",
                 static_cast<long long>(batch));
     std::printf("# GPU: %s\n", runtime::cuda_device_description().c_str());
-    std::printf("# date: %s\n", today_utc().c_str());
+    std::printf("# date: %s\n%s\n", today_utc().c_str(), bench::command_line(argc, argv).c_str());
     std::printf("# timing: 2 warm-up calls, median of up to %d timed samples (CUDA events), each of 1 call from 0.2 ms"
                 " up, or of as many back-to-back calls as fill 0.2 ms (at most 100; the time per call is shown)\n",
                 runs);

@@ -35,9 +35,10 @@ inline void upload(void* dst, const void* src, size_t bytes, const char* what) {
   check(cudaDeviceSynchronize(), what);
 }
 
-// The first line of a benchmark's output: the program, the GPU and the date. Without a GPU it prints
-// why and returns false (the caller then exits 0: nothing to benchmark is not a failure).
-inline bool print_gpu_header(const char* program) {
+// The first lines of a benchmark's output: the program, the GPU and the date, then the command
+// (bench::command_line). Without a GPU it prints why and returns false (the caller then exits 0:
+// nothing to benchmark is not a failure).
+inline bool print_gpu_header(const char* program, int argc, const char* const* argv) {
   if (!runtime::cuda_available()) {
     std::printf("no CUDA device (%s): nothing to benchmark\n", runtime::cuda_unavailable_reason().c_str());
     return false;
@@ -45,7 +46,8 @@ inline bool print_gpu_header(const char* program) {
   const std::time_t now = std::time(nullptr);
   char date[64];
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
-  std::printf("# %s  GPU: %s  date: %s\n", program, runtime::cuda_device_description().c_str(), date);
+  std::printf("# %s  GPU: %s  date: %s\n%s\n", program, runtime::cuda_device_description().c_str(), date,
+              command_line(argc, argv).c_str());
   return true;
 }
 

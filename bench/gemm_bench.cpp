@@ -313,9 +313,8 @@ int main(int argc, char** argv) {
     std::cout << "# gemm_bench: " << runtime::cuda_device_description() << "\n# date: " << date
               << "\n# inputs f16, C " << out_name << ", FP32 accumulation; median of " << runs << " runs after "
               << warmup << " warm-up, each run 1 call from 0.2 ms up, or as many back-to-back calls as fill 0.2 ms"
-              << " (at most 100; the time per call is shown); TFLOP/s = 2MNK / time\n# command:";
-    for (int i = 0; i < argc; ++i) std::cout << ' ' << argv[i];
-    std::cout << "\n\n";
+              << " (at most 100; the time per call is shown); TFLOP/s = 2MNK / time\n"
+              << bench::command_line(argc, argv) << "\n\n";
     std::printf("%-26s %-3s %7s %6s %6s  %-17s %10s %9s %8s %10s\n", "shape", "op", "M", "N", "K", "variant",
                 "ms", "TFLOP/s", "%cuBLAS", "vs cuBLAS");
 

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", quick, "f16 and the first sum only (a smoke run)");
   CLI11_PARSE(app, argc, argv);
 
-  if (!bench::print_gpu_header("reduce_bench")) return 0;
+  if (!bench::print_gpu_header("reduce_bench", argc, argv)) return 0;
   std::printf("# CUDA events, 3 warm-up calls, median of %d samples of 10 calls; GB/s = input bytes / time;\n"
               "# %%copy = GB/s / cudaMemcpyAsync D2D GB/s (2x the input's bytes moved), measured in this run.\n"
               "# Shapes: 'r' marks a summed dimension. Outputs f32, as the bias gradients' are (ops_cnn.cpp).\n",

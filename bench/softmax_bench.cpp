@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  if (!bench::print_gpu_header("softmax_bench")) return 0;
+  if (!bench::print_gpu_header("softmax_bench", argc, argv)) return 0;
   std::printf("# CUDA events, 3 warm-up calls, median of %d samples; GB/s = (bytes read + written) / time;\n"
               "# %%copy = GB/s / cudaMemcpyAsync D2D GB/s on the same bytes, measured in this run\n",
               samples);

@@ -30,6 +30,27 @@ double median(std::vector<T> samples) {
   return (static_cast<double>(samples[mid - 1]) + upper) / 2.0;
 }
 
+// The command that made a result, as "# command: ARGS..." for its header (DESIGN.md §6: a committed
+// result names the GPU, the date and the command), each argument in single quotes where a shell would
+// read it otherwise, so the line can be pasted back to run it again.
+inline std::string command_line(int argc, const char* const* argv) {
+  std::string line = "# command:";
+  for (int i = 0; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool plain = !arg.empty() && arg.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                                             "0123456789_./,=:+-%@") == std::string::npos;
+    line += ' ';
+    if (plain) {
+      line += arg;
+      continue;
+    }
+    line += '\'';
+    for (char c : arg) line += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    line += '\'';
+  }
+  return line;
+}
+
 // How many back-to-back calls one timed sample holds, given the time of one call timed alone: enough
 // that the sample lasts at least `target_ms`, at most `max_calls`, at least 1. A call timed alone
 // between two events also times the host's launch of it, since the stream is idle when the first event

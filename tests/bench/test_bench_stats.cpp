@@ -16,6 +16,7 @@ namespace {
 using hl::bench::calls_for;
 using hl::bench::calls_per_sample;
 using hl::bench::check_output;
+using hl::bench::command_line;
 using hl::bench::fits_in_l2;
 using hl::bench::l2_note;
 using hl::bench::median;
@@ -66,6 +67,14 @@ TEST(BenchStats, CallsForTimesASlowCallOnceAndAShortOneThreeTimes) {
   EXPECT_EQ(asked, (std::vector<int>{1, 1, 1}));
   asked.clear();
   EXPECT_EQ(calls_for(timer({0.3, 0.01, 0.01}), 1.0, 50), 50) << "its own target and bound";
+}
+
+TEST(BenchStats, CommandLineQuotesWhatAShellWouldReadOtherwise) {
+  const char* plain[] = {"build/bench/gemm_bench", "--runs", "10", "--sweep-tiles", "12,19", "--out=f32"};
+  EXPECT_EQ(command_line(6, plain), "# command: build/bench/gemm_bench --runs 10 --sweep-tiles 12,19 --out=f32");
+  const char* odd[] = {"conv_bench", "--layers", "a b", "it's", "", "$HOME", "x;y"};
+  EXPECT_EQ(command_line(7, odd), "# command: conv_bench --layers 'a b' 'it'\\''s' '' '$HOME' 'x;y'");
+  EXPECT_EQ(command_line(0, nullptr), "# command:");
 }
 
 TEST(BenchStats, CheckCountsWhatWasNotWrittenAndTheDifferenceFromTheReference) {
