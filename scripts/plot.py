@@ -8,7 +8,9 @@
                                                                   activation-gradient histogram with FP16's
                                                                   range marked (tutorial 06, paper Figure 3)
   scripts/plot.py all DIR                                        the three plots of a tutorial 06 --out DIR,
-                                                                  written next to the CSV files
+                                                                  written next to the CSV files; a CSV not
+                                                                  there is skipped with a note (06's --csv
+                                                                  FILE moves training.csv), none is an error
 
 Needs matplotlib (Debian/Ubuntu: sudo apt-get install python3-matplotlib). A python3 from pyenv or a
 venv often lacks the Debian packages: when matplotlib is missing here and /usr/bin/python3 has it,
@@ -82,7 +84,9 @@ def number(row, key, path):
 
 
 def plot_curves(plt, paths, out):
-    """Loss and accuracy per epoch; a 'run' column (tutorials 05, 06) splits a file into several lines."""
+    """Loss and accuracy per epoch; a 'run' column (tutorials 05, 06) splits a file into several lines.
+    A run has one colour in both panels (its loss line's); in the accuracy panel the line style tells
+    test (solid) from train (dashed)."""
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
     for path in paths:
         rows = read_csv(path, ["epoch", "train_loss"])
@@ -92,11 +96,11 @@ def plot_curves(plt, paths, out):
             runs.setdefault(r.get("run", stem) if len(paths) == 1 else f"{stem}: {r.get('run', '')}".rstrip(": "), []).append(r)
         for label, rs in runs.items():
             ep = [number(r, "epoch", path) for r in rs]
-            ax_loss.plot(ep, [number(r, "train_loss", path) for r in rs], marker="o", label=label)
+            (loss_line,) = ax_loss.plot(ep, [number(r, "train_loss", path) for r in rs], marker="o", label=label)
             for col, style in (("test_acc", "-"), ("train_acc", "--")):
                 if col in rs[0]:
                     ax_acc.plot(ep, [100 * number(r, col, path) for r in rs], style, marker="o",
-                                label=f"{label} ({col.replace('_acc', '')})")
+                                color=loss_line.get_color(), label=f"{label} ({col.replace('_acc', '')})")
     ax_loss.set(xlabel="epoch", ylabel="mean training loss", title="loss")
     ax_acc.set(xlabel="epoch", ylabel="accuracy (%)", title="accuracy")
     from matplotlib.ticker import MaxNLocator
@@ -162,6 +166,11 @@ def plot_histogram(plt, path, out, layer="all"):
         above += p
     lo, hi = min(lo_e, -26) - 1, max(hi_e, -13) + 1
     static_s = number(rows[0], "static_scale", path) if "static_scale" in rows[0] else None
+    # The "2^-24 / S" line of a static scale S: the range is widened to hold it, so that a line named in the
+    # legend is also drawn, among the bins (S=1024 puts it at -34, below what most runs' data reach).
+    s_line = -24 - math.log2(static_s) if static_s and static_s > 0 and static_s != 1 else None
+    if s_line is not None:
+        lo, hi = min(lo, math.floor(s_line) - 1), max(hi, math.ceil(s_line) + 1)
 
     fig, ax = plt.subplots(figsize=(11, 4.2))
     ax.axvspan(lo - 1, -24, color="tab:red", alpha=0.10, label="below FP16 (rounds to 0 below 2^-25)")
@@ -174,9 +183,8 @@ def plot_histogram(plt, path, out, layer="all"):
     for x, text in ((-24, "2^-24"), (-14, "2^-14")):
         ax.axvline(x, color="k", lw=0.8)
         ax.text(x, ax.get_ylim()[1] * 0.95, text, ha="right", va="top", fontsize=8, rotation=90)
-    if static_s and static_s != 1:
-        k = math.log2(static_s)
-        ax.axvline(-24 - k, color="tab:purple", ls="--", lw=1,
+    if s_line is not None:
+        ax.axvline(s_line, color="tab:purple", ls="--", lw=1,
                    label=f"2^-24 / S: the smallest value FP16 keeps after scaling by S={static_s:g}")
     ticks = list(range(lo + (-lo) % 4, hi + 1, 4))
     ax.set_xticks([lo - 3] + ticks)
@@ -188,6 +196,26 @@ def plot_histogram(plt, path, out, layer="all"):
     fig.tight_layout()
     fig.savefig(out, dpi=90)
     return out
+
+
+def plot_all(plt, d):
+    """The plots of a tutorial 06 --out folder, each one whose CSV is there. A missing CSV is skipped with a
+    note (06 --csv FILE writes training.csv to FILE instead: plot.py curves FILE draws that one); none there
+    at all is an error."""
+    plots = (("training.csv", "curves.png", lambda i, o: plot_curves(plt, [i], o)),
+             ("scale_history.csv", "loss_scale.png", lambda i, o: plot_scale(plt, i, o)),
+             ("histogram.csv", "gradient_histogram.png", lambda i, o: plot_histogram(plt, i, o)))
+    if not any(os.path.isfile(os.path.join(d, csv_name)) for csv_name, _, _ in plots):
+        raise InputError(f"{d}: none of {', '.join(p[0] for p in plots)} there (a tutorial 06 --out folder?)")
+    written = []
+    for csv_name, png, draw in plots:
+        if os.path.isfile(os.path.join(d, csv_name)):
+            written.append(draw(os.path.join(d, csv_name), os.path.join(d, png)))
+        else:
+            note = (" (06 --csv FILE writes it to FILE; plot.py curves FILE draws it)"
+                    if csv_name == "training.csv" else "")
+            sys.stderr.write(f"plot.py all: no {os.path.join(d, csv_name)}, {png} skipped{note}\n")
+    return written
 
 
 def main():
@@ -204,7 +232,7 @@ def main():
     h.add_argument("csv")
     h.add_argument("-o", "--out", default="gradient_histogram.png")
     h.add_argument("--layer", default="all", help="'all' or a layer name from the CSV, e.g. '1 Linear(784 -> 512)'")
-    a = sub.add_parser("all", help="the three plots of a tutorial 06 --out folder")
+    a = sub.add_parser("all", help="the three plots of a tutorial 06 --out folder (each whose CSV is there)")
     a.add_argument("dir")
     args = p.parse_args()
 
@@ -217,10 +245,7 @@ def main():
         elif args.cmd == "histogram":
             written = [plot_histogram(plt, args.csv, args.out, args.layer)]
         else:
-            d = args.dir
-            written = [plot_curves(plt, [os.path.join(d, "training.csv")], os.path.join(d, "curves.png")),
-                       plot_scale(plt, os.path.join(d, "scale_history.csv"), os.path.join(d, "loss_scale.png")),
-                       plot_histogram(plt, os.path.join(d, "histogram.csv"), os.path.join(d, "gradient_histogram.png"))]
+            written = plot_all(plt, args.dir)
     except InputError as e:
         sys.stderr.write(f"plot.py {args.cmd}: {e}\n")
         return 2

@@ -78,7 +78,10 @@ fi
 [[ -n ${SASS_DUMP:-} ]] && cp "$tmp/k.sass" "$SASS_DUMP"
 if [[ -n ${SASS_LOOPS:-} ]]; then
   "$NVDISASM" -bbcfg -poff -c "$tmp/k.cubin" >"$tmp/k.dot"
-  exec python3 "$root/scripts/sass_loops.py" "$tmp/k.dot" "$regex"
+  # Not exec: the EXIT trap, which removes $tmp, must still run; the script exits with python3's status.
+  status=0
+  python3 "$root/scripts/sass_loops.py" "$tmp/k.dot" "$regex" || status=$?
+  exit "$status"
 fi
 
 # One line per kernel: instructions, HMMA, HGMMA, LDSM, LDGSTS, BAR, then the (mangled) name.

@@ -3,13 +3,19 @@
 
 Small files that reach every branch of the safetensors reader: valid ones (each dtype, a scalar, an
 empty tensor, metadata, a header listed out of data order) and near misses (overlap, gap, trailing
-bytes, bad dtype, duplicate key, truncation). Run from anywhere; rewrites the folder's seed files.
+bytes, bad dtype, duplicate key, truncation). The output is byte for byte the same on every run, so
+the committed corpus is rebuilt, from the repository root, with
+
+    python3 tests/python/make_fuzz_seeds.py tests/fuzz/corpus/fuzz_checkpoint
+
+(`git status tests/fuzz/corpus` then shows no change). OUT is created if missing; the seed files in it
+are overwritten and nothing else there is touched (a regress_* input stays).
 """
+import argparse
 import json
 import os
 import struct
-
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz", "corpus", "fuzz_checkpoint")
+import sys
 
 
 def file_bytes(header_text, data=b"", pad=True):
@@ -24,6 +30,14 @@ def entry(dtype, shape, begin, end):
 
 
 def main():
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="The committed corpus, from the repository root: "
+               "python3 tests/python/make_fuzz_seeds.py tests/fuzz/corpus/fuzz_checkpoint")
+    ap.add_argument("out", metavar="OUT", help="the folder to write the seed files into (created if missing)")
+    out = ap.parse_args().out
+    if os.path.exists(out) and not os.path.isdir(out):
+        ap.error(f"{out} exists and is not a folder")
     seeds = {
         "empty_header": file_bytes("{}"),
         "one_f32": file_bytes(json.dumps({"w": entry("F32", [2], 0, 8)}), struct.pack("<2f", 1.5, -2.0)),
@@ -48,12 +62,13 @@ def main():
         "truncated": file_bytes(json.dumps({"a": entry("F64", [4], 0, 32)}), bytes(20)),
         "huge_shape": file_bytes(json.dumps({"a": entry("F32", [2**40, 2**40], 0, 8)}), bytes(8)),
     }
-    os.makedirs(OUT, exist_ok=True)
+    os.makedirs(out, exist_ok=True)
     for name, blob in seeds.items():
-        with open(os.path.join(OUT, name + ".safetensors"), "wb") as f:
+        with open(os.path.join(out, name + ".safetensors"), "wb") as f:
             f.write(blob)
-    print(f"wrote {len(seeds)} seeds to {os.path.normpath(OUT)}")
+    print(f"wrote {len(seeds)} seeds to {os.path.normpath(out)}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

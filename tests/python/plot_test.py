@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """scripts/plot.py on CSV files in every format the tutorials write (03's and 05's --csv, 06's three
 files): each command must write a real PNG of a sensible size, and bad input must fail with a message
-naming the file. Exits 77 (CTest's "skipped") when matplotlib is missing.
+naming the file. Also what the figures hold: one colour per run in both panels of `curves`, the
+"2^-24 / S" line inside the histogram's x-range, and `all` on a folder without training.csv (06 --csv
+FILE) drawing the other two. Exits 77 (CTest's "skipped") when matplotlib is missing.
 Usage: plot_test.py --script <path to scripts/plot.py>
 """
 import argparse
@@ -117,6 +119,37 @@ def main():
                        "mixed dynamic:init=1e9,hysteresis=2": [1]}, f"t05.csv runs: {runs}")
         check(mod.read_csv(j("t06/training.csv"), ["run"])[0]["run"] == "histogram run (mixed, static:1024)",
               "t06 training.csv: the quoted histogram-run label")
+        # What the figures hold (the figure plot.py drew last is pyplot's current one; it is not closed).
+        plt = mod.import_pyplot()
+        # curves: a run's accuracy lines take its loss line's colour (test solid, train dashed), and the runs'
+        # colours differ; before, each panel ran its own colour cycle and one run's lines disagreed.
+        mod.plot_curves(plt, [j("t05.csv"), j("t03.csv")], j("colours.png"))
+        ax_loss, ax_acc = plt.gcf().axes
+        loss_colours = {ln.get_label(): ln.get_color() for ln in ax_loss.get_lines()}
+        check(len(loss_colours) == 6 and len(set(loss_colours.values())) == 6, f"curves: run colours {loss_colours}")
+        acc = {ln.get_label(): (ln.get_color(), ln.get_linestyle()) for ln in ax_acc.get_lines()}
+        check(len(acc) == 7, f"curves: accuracy lines {sorted(acc)}")  # t05: test only; t03: test and train
+        for label, (colour, style) in acc.items():
+            run_label, kind = label.rsplit(" (", 1)
+            check(colour == loss_colours.get(run_label), f"curves: '{label}' is {colour}, its loss line "
+                                                         f"{loss_colours.get(run_label)}")
+            check(style == {"test)": "-", "train)": "--"}[kind], f"curves: '{label}' drawn '{style}'")
+        plt.close("all")
+        # histogram: the "2^-24 / S" line of a static S lies inside the x-range, among the bins (right of the
+        # "zero" bar), also where the data stop above it (S=1024: -34; the data here: -26 and up).
+        for s_static, where in ((1024, -34), (2 ** 20, -44), (0.25, -22)):
+            rows = ["layer,log2_bin,count,percent,static_scale,dynamic_scale", f'"all",zero,30,30,{s_static},32768']
+            rows += [f'"all",{e},5,5,{s_static},32768' for e in range(-26, -7)]
+            write(j("hs.csv"), "\n".join(rows) + "\n")
+            mod.plot_histogram(plt, j("hs.csv"), j("hs.png"))
+            ax = plt.gcf().axes[0]
+            lines = [ln.get_xdata()[0] for ln in ax.get_lines() if ln.get_label().startswith("2^-24 / S")]
+            lo, hi = ax.get_xlim()
+            zero_tick = ax.get_xticks()[0]
+            check(lines == [where] and zero_tick + 1 < where < hi,
+                  f"histogram S={s_static}: line at {lines}, x-range ({lo}, {hi}), zero bar at {zero_tick}")
+            plt.close("all")
+
         # The same rows with the labels unquoted (what 05 and 06 wrote before they quoted them): refused,
         # naming the row and the cause, instead of reading " no scaling" as an epoch.
         write(j("unquoted.csv"), t05_header + t05_rows.replace('"', ""))
@@ -129,6 +162,26 @@ def main():
         check(r.returncode == 0, f"all: exit {r.returncode}: {r.stderr}")
         for name in ("curves.png", "loss_scale.png", "gradient_histogram.png"):
             check(os.path.exists(j("t06/" + name)) and png_size(j("t06/" + name))[0] > 300, f"all: {name} missing")
+
+        # all on a folder without training.csv (06 --csv FILE wrote it elsewhere): a note naming the missing
+        # file, the other two plots drawn, exit 0. On a folder with none of the three: exit 2, naming them.
+        os.mkdir(j("t06_csv"))
+        for name in ("scale_history.csv", "histogram.csv"):
+            with open(j("t06/" + name)) as src:
+                write(j("t06_csv/" + name), src.read())
+        r = subprocess.run([sys.executable, script, "all", j("t06_csv")], capture_output=True, text=True)
+        check(r.returncode == 0, f"all without training.csv: exit {r.returncode}: {r.stderr}")
+        check(f"no {j('t06_csv/training.csv')}, curves.png skipped" in r.stderr and r.stderr.count("\n") == 1,
+              f"all without training.csv: note: {r.stderr!r}")
+        check(not os.path.exists(j("t06_csv/curves.png")), "all without training.csv: drew curves.png")
+        for name in ("loss_scale.png", "gradient_histogram.png"):
+            check(os.path.exists(j("t06_csv/" + name)) and f"wrote {j('t06_csv/' + name)}" in r.stdout,
+                  f"all without training.csv: {name} not drawn: {r.stdout}")
+        os.mkdir(j("t06_none"))
+        r = run(script, "all", j("t06_none"))
+        check(r.returncode == 2 and "none of training.csv, scale_history.csv, histogram.csv" in r.stderr
+              and "t06_none" in r.stderr, f"all on an empty folder: {r.returncode} {r.stderr}")
+        check(os.listdir(j("t06_none")) == [], "all on an empty folder: wrote something")
 
         # Bad input: a clear message naming the file, exit 2.
         r = run(script, "curves", j("missing.csv"))
