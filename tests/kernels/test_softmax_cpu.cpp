@@ -174,6 +174,30 @@ TEST_F(SoftmaxCpu, MaskedEntriesGetZeroProbability) {
     }
 }
 
+// A label on a masked (-inf) entry: the loss is +inf (the label's probability is 0) and the gradient
+// row stays finite: 0 at the other masked entries, -1/batch at the label's own (probability 0 minus
+// the one-hot 1), the probabilities / batch elsewhere. Finite gradients mean the loss scaler does not
+// skip the step, as in PyTorch; docs/softmax.md says so. The fused and the unfused paths agree.
+TEST_F(SoftmaxCpu, MaskedLabelGivesAnInfiniteLossAndAFiniteGradient) {
+  const std::vector<double> x = {-kInf, 1, 2, 0.5, -kInf, 1};  // row 0's label is masked, row 1's is not
+  const double e = std::exp(-1.0), e2 = std::exp(-0.5);
+  const std::vector<double> want = {-0.5, 0.5 * e / (1 + e), 0.5 / (1 + e), 0.5 * e2 / (1 + e2), 0.0,
+                                    0.5 / (1 + e2) - 0.5};
+  for (DType t : {DType::f32, DType::f64}) {
+    for (bool fused : {true, false}) {
+      Tensor logits = make(x, 2, 3, t);
+      logits.requires_grad_();
+      const Tensor loss = fused ? cross_entropy(logits, labels_of({0, 2})) : cross_entropy_unfused(logits, labels_of({0, 2}));
+      const std::string what = std::string(fused ? "fused " : "unfused ") + dtype_name(t);
+      EXPECT_EQ(loss.item(), kInf) << what;
+      loss.backward();
+      const auto g = logits.grad().to_double();
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(g[i], want[i], 1e-6) << what << " element " << i;
+      EXPECT_EQ(g[4], 0.0) << what << ": a masked entry that is not the label";
+    }
+  }
+}
+
 TEST_F(SoftmaxCpu, LongRowsAndLargeMagnitudes) {
   // 70000 columns: one row sums to 1; ±1e4 in f32 and ±60000 in f16 would overflow exp() without the
   // maximum subtracted, and lose every digit if the loss were computed as lse - x[label].
