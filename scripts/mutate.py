@@ -13,7 +13,16 @@ survivor.
     scripts/mutate.py framework/ops.cpp --log new.jsonl --skip-done old.jsonl  # only what old.jsonl lacks
 
 Use a CPU-only build (-DHALFLING_CUDA=OFF) of its own: the library is shared, so a mutant of a .cpp
-costs one compile and one link. A header (.h) rebuilds everything that includes it, tests too.
+costs one compile and one link. A header (.h) rebuilds everything that includes it, tests too. The
+default build command builds every target for a header, and for a .cpp that the build's
+compile_commands.json does not put in the halfling target alone (a tutorials/common/ or bench/ file, a
+file the build does not list); the halfling target only otherwise.
+
+Before the first mutant the script builds a canary: the file with an `#error` line at its top. If
+that build still succeeds, the build command does not compile the file (a .cu in a CPU-only build, or a
+--build-cmd that builds another target), every mutant would survive, and the script refuses to start;
+--build-cmd gives a command that does compile it.
+
 The file is restored after every run, also on Ctrl-C, SIGTERM or SIGHUP (the exit status is then
 128 + the signal, as a shell reports it); a copy of the original is kept in FILE.mutate-orig while
 the run lasts, so that even a killed run loses nothing (the next run refuses to start until that
@@ -24,6 +33,7 @@ import json
 import os
 import random
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -63,6 +73,9 @@ SKIP_LINE = re.compile(r'^\s*(#|template\b|static_assert\b)|\bthrow\b|std::cerr|
 ASSIGNMENT = re.compile(r'^\s*[\w\[\]().>*-]+\s*(\+=|-=|\*=|=)\s*[^=].*;\s*$')
 DECLARATION = re.compile(r'^\s*(const|auto|int|int\d+_t|float|double|size_t|bool|uint\d+_t|return)\b|^\s*std::')
 DELETE = '/* mutant: statement deleted */;'
+# The first line of the canary: a build that compiles the file fails on it.
+CANARY = '#error mutate.py canary: this file is compiled by the build command'
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def blank_strings_and_comments(line, in_block):
@@ -185,6 +198,42 @@ def write(path, text):
         f.write(text)
 
 
+def only_in_halfling(path, build_dir):
+    """Whether the build's compile_commands.json compiles `path` into the halfling target and nowhere
+    else (False too when it does not list the file); None when there is no such file to read."""
+    try:
+        with open(os.path.join(build_dir, 'compile_commands.json')) as f:
+            entries = json.load(f)
+        outputs = []
+        for e in entries:
+            if os.path.realpath(os.path.join(e.get('directory', ''), e['file'])) != os.path.realpath(path):
+                continue
+            output = e.get('output')
+            if output is None:
+                words = e['arguments'] if 'arguments' in e else shlex.split(e['command'])
+                output = next((b for a, b in zip(words, words[1:]) if a == '-o'), '')
+            outputs.append(output)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return bool(outputs) and all(re.search(r'(^|/)CMakeFiles/halfling\.dir/', o) for o in outputs)
+
+
+def build_canary(path, backup, original, build_cmd):
+    """(exit status, output) of the build command with CANARY on the first line of the file. The file is
+    put back whatever happens, as for a mutant: FILE.mutate-orig holds the original meanwhile, and a
+    signal that comes while the original is being written back waits until it is."""
+    newline = '\r\n' if '\r\n' in original else '\n'
+    write(backup, original)
+    try:
+        write(path, CANARY + newline + original)
+        return run(build_cmd)
+    finally:
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+        write(path, original)
+        os.remove(backup)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def read_done(log):
     """The mutants a --log file records, as (file, line, original, mutant)."""
     if not os.path.isfile(log):
@@ -204,8 +253,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('file', help='the C++ source file to mutate')
     ap.add_argument('--build-dir', default='build', help='a configured CMake build (default: build)')
-    ap.add_argument('--build-cmd', help='rebuild command (default: the halfling target for a .cpp, '
-                    'everything for a header)')
+    ap.add_argument('--build-cmd', help='rebuild command (default: the halfling target for a .cpp that '
+                    'compile_commands.json puts there, everything otherwise); the run refuses to start if '
+                    'it does not compile the file')
     ap.add_argument('--test', help='test command; non-zero exit kills a mutant (default: test_framework '
                     'and test_kernels, stopping at the first failure)')
     ap.add_argument('--lines', help='FIRST-LAST: only mutate these lines')
@@ -258,10 +308,18 @@ def main():
 
     build_dir = args.build_dir
     header = path.endswith(('.h', '.cuh', '.hpp'))
-    build_cmd = args.build_cmd or (f'cmake --build {build_dir} -j2' if header
-                                   else f'cmake --build {build_dir} --target halfling -j2')
-    test_cmd = args.test or (f'{build_dir}/tests/test_framework --gtest_fail_fast --gtest_brief=1 && '
-                             f'{build_dir}/tests/test_kernels --gtest_fail_fast --gtest_brief=1')
+    build_all = f'cmake --build {shlex.quote(build_dir)} -j2'
+    build_cmd = args.build_cmd
+    if build_cmd is None:
+        if header or only_in_halfling(path, build_dir) is False:
+            build_cmd = build_all
+            if not header:
+                print(f'mutate.py: {path} is not in the halfling target alone (per {build_dir}/compile_commands.json): '
+                      f'building every target', flush=True)
+        else:
+            build_cmd = f'cmake --build {shlex.quote(build_dir)} --target halfling -j2'
+    tests = [shlex.quote(os.path.join(build_dir, 'tests', t)) for t in ('test_framework', 'test_kernels')]
+    test_cmd = args.test or ' && '.join(f'{t} --gtest_fail_fast --gtest_brief=1' for t in tests)
     # Ctrl-C, SIGTERM and a closed terminal all end the run the same way: the tests running now are
     # killed (they are in a session of their own, out of the terminal's reach) and the file restored.
     def stop(signum, _frame):
@@ -269,13 +327,26 @@ def main():
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGHUP, stop)
 
-    rc, out = run(build_cmd)
-    if rc != 0:
-        sys.exit(f'mutate.py: the build fails before any mutant ({build_cmd}):\n{out[-2000:]}')
-    rc, out = run(test_cmd, args.timeout)
-    if rc != 0:
-        sys.exit(f'mutate.py: the tests fail (or hang) without a mutant ({test_cmd}): fix that first.\n'
-                 f'{out[-2000:]}')
+    try:
+        rc, out = run(build_cmd)
+        if rc != 0:
+            sys.exit(f'mutate.py: the build fails before any mutant ({build_cmd}):\n{out[-2000:]}')
+        # The canary comes after a build that succeeds, so that its build can fail for one reason only.
+        rc, out = build_canary(path, backup, original, build_cmd)
+        if rc == 0:
+            hint = f', e.g. --build-cmd "{build_all}" for every target' if build_cmd != build_all else ''
+            if path.endswith(('.cu', '.cuh')):
+                hint += '. A .cu file needs a build configured with -DHALFLING_CUDA=ON'
+            sys.exit(f'mutate.py: {path} is not compiled by the build command ({build_cmd}): it still succeeds '
+                     f'with "{CANARY}" at the top of the file, so every mutant would survive. Give one that '
+                     f'compiles the file with --build-cmd{hint}.')
+        rc, out = run(test_cmd, args.timeout)
+        if rc != 0:
+            sys.exit(f'mutate.py: the tests fail (or hang) without a mutant ({test_cmd}): fix that first.\n'
+                     f'{out[-2000:]}')
+    except KeyboardInterrupt as e:  # the file is as it was: only the canary's build changed it, and put it back
+        print('mutate.py: interrupted before the first mutant', file=sys.stderr)
+        return 128 + (e.args[0] if e.args and isinstance(e.args[0], int) else signal.SIGINT)
 
     # From here on the file may hold a mutant: keep the original beside it, and put it back however
     # the run ends.
@@ -315,7 +386,7 @@ def main():
         interrupted = e.args[0] if e.args and isinstance(e.args[0], int) else signal.SIGINT
         print('mutate.py: interrupted; restoring the file', file=sys.stderr)
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a second signal must not cut this short
+        for sig in SIGNALS:  # a second signal must not cut this short
             signal.signal(sig, signal.SIG_IGN)
         write(path, original)
         os.remove(backup)

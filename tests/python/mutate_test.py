@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""scripts/mutate.py on a small fixture, with `true` for the build and grep for the tests: which
-mutants it makes, how it classifies them, and that the file comes back whatever happens."""
+"""scripts/mutate.py on a small fixture, with grep for the build (it fails on an #error line, as a
+compiler does) and for the tests: which mutants it makes, how it classifies them, that the file comes
+back whatever happens, that a build command that does not compile the file is refused (the canary), and
+the default commands, run by a stand-in cmake on a build folder whose name has a space."""
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -28,22 +31,50 @@ def check(cond, what):
         print('FAIL:', what)
 
 
+# The stand-in for a test that hangs: `sleep SLEEP`, a duration of this run's own, so that the processes
+# it finds are its own, not those of another run of this test at the same time.
+SLEEP = f'23.{os.getpid()}'
+
+
 def sleepers():
-    """Processes running `sleep 23.5`, the stand-in for a test that hangs."""
+    """Processes running `sleep SLEEP`."""
     found = []
     for pid in filter(str.isdigit, os.listdir('/proc')):
         try:
             with open(f'/proc/{pid}/cmdline', 'rb') as f:
-                if f.read().split(b'\0')[:2] == [b'sleep', b'23.5']:
+                if f.read().split(b'\0')[:2] == [b'sleep', SLEEP.encode()]:
                     found.append(pid)
         except OSError:
             pass
     return found
 
 
+def compiles(path):
+    """A stand-in build that compiles `path`: it fails when the file has an #error line."""
+    return f"! grep -q '^#error' {shlex.quote(path)}"
+
+
 def mutate(src, *args, **kw):
-    return subprocess.run([sys.executable, SCRIPT, src, '--build-cmd', 'true', *args], capture_output=True,
+    return subprocess.run([sys.executable, SCRIPT, src, '--build-cmd', compiles(src), *args], capture_output=True,
                           text=True, **kw)
+
+
+# A stand-in for `cmake --build DIR [--target T] -j2`: it records its arguments in DIR/calls.jsonl and
+# "compiles" the sources that DIR/targets.json lists for T (for every target without --target), failing
+# on an #error line.
+FAKE_CMAKE = '''#!{python}
+import json, os, sys
+args = sys.argv[1:]
+if len(args) < 2 or args[0] != '--build' or not os.path.isdir(args[1]):
+    sys.exit('fake cmake: expected --build DIR, got %r' % args)
+with open(os.path.join(args[1], 'calls.jsonl'), 'a') as f:
+    f.write(json.dumps(args) + '\\n')
+targets = json.load(open(os.path.join(args[1], 'targets.json')))
+names = [args[args.index('--target') + 1]] if '--target' in args else list(targets)
+for source in sum((targets[n] for n in names), []):
+    if open(source).read().startswith('#error'):
+        sys.exit(source + ': #error')
+'''
 
 
 with tempfile.TemporaryDirectory() as tmp:
@@ -107,18 +138,21 @@ with tempfile.TemporaryDirectory() as tmp:
     check(open(src).read() == FIXTURE, 'the file was not restored after a run with bytes that are not UTF-8')
 
     # A test that hangs past --timeout kills its mutant, and is itself killed, with its children.
-    hang = f"grep -q 'x < 0)' {src} || sleep 23.5"
+    hang = f"grep -q 'x < 0)' {src} || sleep {SLEEP}"
     r = mutate(src, '--test', hang, '--lines', '3-3', '--sample', '1', '--seed', '0', '--timeout', '1')
     check('1 killed' in r.stdout and '[timeout]' in r.stdout, f'timeout: {r.stdout} {r.stderr}')
     check(not sleepers(), 'the hung test was left running')
 
     # SIGTERM in the middle of a mutant's tests: the original comes back, and the backup goes.
-    p = subprocess.Popen([sys.executable, SCRIPT, src, '--build-cmd', 'true', '--test', hang, '--timeout', '60'],
+    def holds_mutant():
+        text = open(src).read()
+        return text and text != FIXTURE and not text.startswith('#error')  # not the canary
+    p = subprocess.Popen([sys.executable, SCRIPT, src, '--build-cmd', compiles(src), '--test', hang, '--timeout', '60'],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 20
-    while open(src).read() == FIXTURE and time.time() < deadline:
+    while not holds_mutant() and time.time() < deadline:
         time.sleep(0.05)
-    check(open(src).read() != FIXTURE, 'no mutant was written within 20 s')
+    check(holds_mutant(), 'no mutant was written within 20 s')
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=60)
     check(open(src).read() == FIXTURE, 'the file was not restored after SIGTERM')
@@ -126,6 +160,40 @@ with tempfile.TemporaryDirectory() as tmp:
     check('interrupted' in err, f'SIGTERM: {err}')
     check(p.returncode == 128 + signal.SIGTERM, f'SIGTERM: exit status {p.returncode}')
     check(not sleepers(), 'the interrupted test was left running')
+
+    # SIGTERM while the canary builds (a build that hangs on it): the same.
+    canary = '#error mutate.py canary: this file is compiled by the build command\n'
+    hang_build = f"grep -q '^#error' {src} && sleep {SLEEP}; {compiles(src)}"
+    p = subprocess.Popen([sys.executable, SCRIPT, src, '--build-cmd', hang_build, '--test', 'true'],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 20
+    while not (open(src).read() == canary + FIXTURE and sleepers()) and time.time() < deadline:
+        time.sleep(0.05)
+    check(open(src).read() == canary + FIXTURE, 'the canary was not at the top of the file while it built')
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    check(open(src).read() == FIXTURE, 'the file was not restored after SIGTERM during the canary')
+    check(not os.path.exists(src + '.mutate-orig'), 'the backup was left behind after SIGTERM during the canary')
+    check('interrupted' in err and p.returncode == 128 + signal.SIGTERM,
+          f'SIGTERM during the canary: exit status {p.returncode}, {err}')
+    check(not sleepers(), 'the canary\'s build was left running')
+
+    # A build command that does not compile the file (the halfling target, for a file of another
+    # target): every mutant would survive, so the run is refused before the tests and before any mutant.
+    marker = os.path.join(tmp, 'tests-ran')
+    r = mutate(src, '--build-cmd', 'true', '--test', f'touch {marker}')
+    check(r.returncode != 0 and f'mutate.py: {src} is not compiled by the build command (true)' in r.stderr
+          and 'every mutant would survive' in r.stderr and '--build-cmd' in r.stderr,
+          f'a build that does not compile the file: {r.stderr}')
+    check('mutants' not in r.stdout and not os.path.exists(marker), f'refused after it started: {r.stdout}')
+    check(open(src).read() == FIXTURE and not os.path.exists(src + '.mutate-orig'),
+          'the canary was not put back after a refusal')
+    cu = os.path.join(tmp, 'k.cu')
+    with open(cu, 'w') as f:
+        f.write(FIXTURE)
+    r = mutate(cu, '--build-cmd', 'true', '--test', 'true')
+    check(r.returncode != 0 and 'not compiled by the build command' in r.stderr and 'HALFLING_CUDA=ON' in r.stderr,
+          f'a .cu file a build does not compile: {r.stderr}')
 
     # Refusals, each before the file is touched.
     r = mutate(src, '--test', 'false')
@@ -145,6 +213,67 @@ with tempfile.TemporaryDirectory() as tmp:
     r = mutate(os.path.join(tmp, 'missing.cpp'))
     check(r.returncode != 0 and 'no such file' in r.stderr, f'missing file: {r.stderr}')
     check(open(src).read() == FIXTURE, 'a refusal changed the file')
+
+# The default commands, run by the stand-in cmake on a build folder with a space in its name, with
+# stand-ins for the two test programs. lib.cpp is in the halfling target, sched.cpp in another (as
+# tutorials/common/ is): compile_commands.json says so, and the default build then builds every target.
+with tempfile.TemporaryDirectory() as tmp:
+    fakebin = os.path.join(tmp, 'bin')
+    os.mkdir(fakebin)
+    with open(os.path.join(fakebin, 'cmake'), 'w') as f:
+        f.write(FAKE_CMAKE.format(python=sys.executable))
+    os.chmod(os.path.join(fakebin, 'cmake'), 0o755)
+    env = dict(os.environ, PATH=fakebin + os.pathsep + os.environ.get('PATH', ''))
+    build = os.path.join(tmp, 'build dir')
+    os.makedirs(os.path.join(build, 'tests'))
+    lib, sched = os.path.join(tmp, 'lib.cpp'), os.path.join(tmp, 'sched.cpp')
+    for path in (lib, sched):
+        with open(path, 'w') as f:
+            f.write(FIXTURE)
+    with open(os.path.join(build, 'targets.json'), 'w') as f:
+        json.dump({'halfling': [lib], 'halfling_tutorial': [sched]}, f)
+    for name, path in (('test_framework', lib), ('test_kernels', sched)):
+        with open(os.path.join(build, 'tests', name), 'w') as f:
+            f.write(f"#!/bin/sh\ngrep -q 'x < 0)' {path} && grep -q 'x + 1;' {path}\n")
+        os.chmod(os.path.join(build, 'tests', name), 0o755)
+    commands = [{'directory': build, 'file': lib, 'command': f'c++ -o CMakeFiles/halfling.dir/lib.cpp.o -c {lib}'},
+                {'directory': build, 'file': sched,
+                 'command': f'c++ -o tutorials/CMakeFiles/halfling_tutorial.dir/sched.cpp.o -c {sched}'}]
+    calls = os.path.join(build, 'calls.jsonl')
+
+    def default_run(path):
+        if os.path.exists(calls):
+            os.remove(calls)
+        r = subprocess.run([sys.executable, SCRIPT, path, '--build-dir', build], capture_output=True, text=True,
+                           env=env)
+        return r, [json.loads(line) for line in open(calls)] if os.path.exists(calls) else []
+
+    # Without compile_commands.json: the halfling target, which does not compile sched.cpp: refused
+    # (before the canary every one of its mutants survived, with no warning).
+    r, argv = default_run(lib)
+    check(r.returncode == 0 and '5 killed, 1 survived, 0 did not compile' in r.stdout,
+          f'the default commands in a folder with a space: {r.stdout} {r.stderr}')
+    check(argv and all(a == ['--build', build, '--target', 'halfling', '-j2'] for a in argv),
+          f'the default build of a file of the halfling target: {argv}')
+    r, argv = default_run(sched)
+    quoted = shlex.quote(build)
+    check(r.returncode != 0 and f'{sched} is not compiled by the build command (cmake --build {quoted} '
+          f'--target halfling -j2)' in r.stderr and f'--build-cmd "cmake --build {quoted} -j2"' in r.stderr,
+          f'a file outside the halfling target, without compile_commands.json: {r.stderr}')
+    check('mutants' not in r.stdout and open(sched).read() == FIXTURE, f'refused after it started: {r.stdout}')
+
+    # With it: every target for sched.cpp, the halfling target still for lib.cpp.
+    with open(os.path.join(build, 'compile_commands.json'), 'w') as f:
+        json.dump(commands, f)
+    r, argv = default_run(sched)
+    check(r.returncode == 0 and 'not in the halfling target alone' in r.stdout
+          and '5 killed, 1 survived, 0 did not compile' in r.stdout,
+          f'a file outside the halfling target, with compile_commands.json: {r.stdout} {r.stderr}')
+    check(argv and all(a == ['--build', build, '-j2'] for a in argv), f'its default build: {argv}')
+    r, argv = default_run(lib)
+    check(r.returncode == 0 and argv and all(a == ['--build', build, '--target', 'halfling', '-j2'] for a in argv),
+          f'a file of the halfling target, with compile_commands.json: {argv} {r.stderr}')
+    check(open(lib).read() == FIXTURE and open(sched).read() == FIXTURE, 'a default run changed a file')
 
 print(f'{len(failures)} failure(s)' if failures else 'mutate.py: all checks passed')
 sys.exit(1 if failures else 0)
