@@ -1,5 +1,9 @@
 // CUDA dropout (kernels/dropout.h): the mask bit of element i is dropout_keep(seed, offset + i), the
 // same host/device function the CPU calls, so both backends drop exactly the same elements.
+//
+// No ladder: this is the only version, an elementwise pass bound by memory bandwidth. Paper: none of
+// the three techniques of §3; it keeps FP16 tensors FP16 (the scale 1/(1-p) applied in FP32 and rounded
+// once on the store, as the other elementwise kernels do).
 #include "kernels/cnn_backends.h"
 #include "kernels/cuda/common.cuh"
 
