@@ -636,6 +636,39 @@ TEST(GpuScripts, SassRefusesWhatItCannotRead) {
   }
 }
 
+// scripts/sass.sh with SASS_LOOPS=1, with stand-ins for nvcc (an empty cubin) and nvdisasm (a graph of
+// one Tensor Core loop): it exits with sass_loops.py's status, 0 for a kernel pattern that matches and
+// not 0 for a pattern Python cannot compile, and leaves nothing in TMPDIR either way. It used to exec
+// python3, so its EXIT trap never removed its temporary folder.
+TEST(GpuScripts, SassLoopsLeavesNoTemporaryFolder) {
+  const hl::test::TempDir tmp;
+  const fs::path dir = tmp.str(), scratch = dir / "tmp";
+  fs::create_directories(scratch);
+  // TempDir names hold no quote. append(), not "'" + ...: g++ 12 reports a false -Wstringop-overflow on that.
+  const auto quoted = [](const fs::path& p) { return std::string("'").append(p.string()).append("'"); };
+  const auto write_script = [](const fs::path& path, const std::string& body) {
+    std::ofstream(path) << "#!/bin/sh\n" << body << "\n";
+    fs::permissions(path, fs::perms::owner_all);
+  };
+  std::ofstream(dir / "k.dot") << "digraph f {\nsubgraph \"cluster_kern_gemm\" {\n\"entry\"\n"
+                                  "[label=\"{<entry>0000:\\ HMMA.16816.F32\\ R8,\\ R4,\\ R6,\\ R8\\ ;\\l|<exit0>0010:\\ "
+                                  "@P1\\ BRA\\ `(entry)\\ ;\\l}\"]\n"
+                                  "\"entry\":exit0:e -> \"entry\":entry:n [style=solid];\n}\n}\n";
+  write_script(dir / "nvcc", "while [ $# -gt 0 ]; do [ \"$1\" = -o ] && { : >\"$2\"; exit 0; }; shift; done; exit 1");
+  write_script(dir / "nvdisasm", "case \" $* \" in *\" -bbcfg \"*) cat " + quoted(dir / "k.dot") +
+                                     " ;; *) echo '        /*0000*/ HMMA.16816.F32 R8, R4, R6, R8 ;' ;; esac");
+  const std::string run = "TMPDIR=" + quoted(scratch) + " NVCC=" + quoted(dir / "nvcc") +
+                          " NVDISASM=" + quoted(dir / "nvdisasm") + " SASS_LOOPS=1 " +
+                          quoted(fs::path(HALFLING_SOURCE_DIR) / "scripts" / "sass.sh") + " " +
+                          quoted(fs::path(HALFLING_SOURCE_DIR) / "kernels" / "cuda" / "gemm" / "mma_sync.cu");
+  auto [s1, o1] = hl::test::run_command(run + " gemm");
+  EXPECT_EQ(s1, 0) << o1;
+  EXPECT_TRUE(contains(o1, "kern_gemm")) << o1;
+  auto [s2, o2] = hl::test::run_command(run + " '('");
+  EXPECT_NE(s2, 0) << "a pattern python cannot compile\n" << o2;
+  EXPECT_TRUE(fs::is_empty(scratch)) << "sass.sh left its temporary folder in " << scratch;
+}
+
 // The test lists scripts/gpu_check.sh hands compute-sanitizer and ctest (race_new, race_second,
 // memcheck_third, memcheck_rows, heavy, framework_cuda, datasets_cuda; and gpu_common.sh's
 // cluster_memcheck and cluster_race) name tests that exist: a
