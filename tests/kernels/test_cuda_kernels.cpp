@@ -3,9 +3,10 @@
 // Every GPU test starts with HL_REQUIRE_CUDA(), so on a machine without a GPU it is reported as
 // skipped with the reason. Following DESIGN.md §6, each test uses fresh random inputs (the seed is
 // printed; rerun with HALFLING_TEST_SEED=<seed>), poisons its outputs with NaN before the kernel
-// runs (so an element the kernel forgets to write fails), checks every element, and states each
-// tolerance with its reason. The tests use raw device memory from hl::runtime and the public kernel
-// API with DeviceType::cuda, so they need nothing from the framework.
+// runs (so an element the kernel forgets to write fails; where NaN is due, a finite value no correct
+// kernel writes instead), checks every element, and states each tolerance with its reason. The tests
+// use raw device memory from hl::runtime and the public kernel API with DeviceType::cuda, so they need
+// nothing from the framework.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -490,6 +491,29 @@ TEST(CudaReduce, SumOverAnyDimensions) {
       }
     }
   }
+  // The long sum once more on ones, where the answer is exact: every partial sum, in any order, is an
+  // integer below 2^24, exact in FP32 (and f16 holds 1 exactly). A kernel that drops the last 3 elements
+  // (a tail shorter than one load or block) is 3 off, which the random case's tolerance above (1e-5 *
+  // sum|x|, about 10 there) lets through. Offsets 0 and 1, with NaN around the view, as above. (f16
+  // output is left out: 1048579 overflows it. A full sum always goes to CUB's DeviceReduce, the channel
+  // path applies to none (reduce_plan.h), so one run each: this test runs under racecheck.)
+  const int64_t ones_n = 1048579;
+  const ReduceIndex ones_ix = ReduceIndex::of({ones_n}, {0});
+  for (size_t offset : {size_t{0}, size_t{1}}) {
+    for (auto [tx, tout] : std::vector<std::pair<DType, DType>>{
+             {DType::f32, DType::f32}, {DType::f16, DType::f32}, {DType::f64, DType::f64}}) {
+      std::vector<double> padded(offset, kNaN);
+      padded.insert(padded.end(), static_cast<size_t>(ones_n), 1.0);
+      padded.insert(padded.end(), 16, kNaN);
+      DeviceBuffer dx(padded, tx), dout(1, tout);
+      dout.poison();
+      kernels::reduce_sum(kCuda, ones_ix, static_cast<const char*>(dx.get()) + offset * dtype_size(tx), tx,
+                          dout.get(), tout, 1.0);
+      expect_all_equal(dout.download(), {static_cast<double>(ones_n)},
+                       "reduce_sum of " + std::to_string(ones_n) + " ones, offset " + std::to_string(offset) + " " +
+                           name(tx, tout));
+    }
+  }
 }
 
 // The channel path adds each sum's slices in a fixed order: the same call gives the same bits every time
@@ -569,15 +593,20 @@ TEST(CudaReduce, AnyNonfiniteFindsASingleInfOrNaN) {
   const size_t n = (1 << 20) + 7;
   for (DType t : {DType::f32, DType::f16, DType::f64}) {
     auto x = test::random_values(n, seed++, -60000, 60000, t);  // large but finite in every dtype
-    const size_t at = static_cast<size_t>(seed % n);
-    x[at / 2] = t == DType::f16 ? 65504.0 : t == DType::f32 ? 3.0e38 : 1.0e300;  // the largest finite ones
-    for (double bad : {0.0, kInf, -kInf, kNaN}) {  // 0.0: no bad value, the flag must read 0
-      auto y = x;
-      if (bad != 0.0) y[at] = bad;  // (NaN != 0 too)
-      DeviceBuffer dx(y, t), flag(1, DType::i32);
-      flag.upload({12345});  // neither 0 nor 1
-      kernels::any_nonfinite(kCuda, static_cast<int64_t>(n), dx.get(), t, flag.i32());
-      EXPECT_EQ(flag.download()[0], bad == 0.0 ? 0.0 : 1.0) << name(t) << " with " << bad << " at " << at;
+    const size_t random_at = static_cast<size_t>(seed % n);
+    x[random_at / 2] = t == DType::f16 ? 65504.0 : t == DType::f32 ? 3.0e38 : 1.0e300;  // the largest finite ones
+    // The bad value at a random place, and at the last and the first element: a kernel whose loop stops
+    // one short of n, or starts one past 0, misses a value only there.
+    for (size_t at : {random_at, n - 1, size_t{0}}) {
+      for (double bad : {0.0, kInf, -kInf, kNaN}) {  // 0.0: no bad value, the flag must read 0
+        if (bad == 0.0 && at != random_at) continue;   // the same input at every place: run once
+        auto y = x;
+        if (bad != 0.0) y[at] = bad;  // (NaN != 0 too)
+        DeviceBuffer dx(y, t), flag(1, DType::i32);
+        flag.upload({12345});  // neither 0 nor 1
+        kernels::any_nonfinite(kCuda, static_cast<int64_t>(n), dx.get(), t, flag.i32());
+        EXPECT_EQ(flag.download()[0], bad == 0.0 ? 0.0 : 1.0) << name(t) << " with " << bad << " at " << at;
+      }
     }
   }
 }
@@ -600,8 +629,10 @@ TEST(CudaSoftmax, NllForwardAndBackward) {
         labels[1] = -1;
         labels[2] = static_cast<double>(cols);
       }
-      DeviceBuffer dlogp(logp, t), dlabels(labels, DType::i32), dloss(static_cast<size_t>(rows), t);
-      dloss.poison();
+      // Filled with -1 rather than NaN (as the gradient below with 7): the bad rows must come out NaN, and
+      // a NaN poison would pass a kernel that skips them. No correct loss is -1: -logp > 0 here.
+      DeviceBuffer dlogp(logp, t), dlabels(labels, DType::i32),
+          dloss(std::vector<double>(static_cast<size_t>(rows), -1.0), t);
       kernels::nll_forward(kCuda, rows, cols, dlogp.get(), t, dlabels.i32(), dloss.get());
       std::vector<double> ref_loss(static_cast<size_t>(rows));
       for (int64_t r = 0; r < rows; ++r) {

@@ -1,9 +1,11 @@
 // Every CUDA rung of the softmax ladder (kernels/cuda/softmax/) against the long double reference of
 // tests/kernels/softmax_reference.h, on fresh random inputs (ordinary and large-magnitude logits, with
 // an all -inf row, a masked row and a row holding the logit 12 that overflows FP16), outputs poisoned
-// with NaN, every element checked. Rungs are taken from the registry, so a new rung is tested here
-// without a line of change. Also: fused_xent loss and gradient, the FP16 overflow lesson on the GPU,
-// the scalar (misaligned) path, and the framework's cross_entropy on CUDA against the CPU.
+// with NaN and, for the rows where NaN is due, filled once more with a finite value no correct kernel
+// writes (a NaN poison cannot show an element left alone there), every element checked. Rungs are
+// taken from the registry, so a new rung is tested here without a line of change. Also: fused_xent
+// loss and gradient, the FP16 overflow lesson on the GPU, the scalar (misaligned) path, and the
+// framework's cross_entropy on CUDA against the CPU.
 // Skips without a GPU (HL_REQUIRE_CUDA).
 #include <gtest/gtest.h>
 #include <gtest/gtest-spi.h>
@@ -229,6 +231,28 @@ k::SoftmaxArgs forward_args(bool log, const Tensor& x, const Tensor& y) {
   return a;
 }
 
+// make_logits' rows where NaN is due (0: all -inf; 3, 4: +inf, NaN) lie in its first 5.
+constexpr int64_t kSpecialRows = 5;
+
+// Runs `rung` once more on the first min(a.rows, rows) rows of a's logits, into an output filled with
+// 2.0, and checks it as check_forward does. A NaN-poisoned output cannot show an element left alone
+// where NaN is due: a rung that returns early on a row without a finite maximum passes it. 2.0 is no
+// probability (<= 1) and no log-probability (<= 0), and exact in FP16, so such an element fails here.
+// Only the first rows (those that hold make_logits' NaN rows), to keep the sanitizer runs short: the
+// NaN-poisoned run of the whole matrix shows any element left alone where a number is due.
+int64_t check_forward_2_filled(const Expect& e, const k::SoftmaxArgs& a, const std::string& rung,
+                               const std::string& what, int64_t rows = kSpecialRows) {
+  const int64_t n = std::min(a.rows, rows);
+  Tensor y = Tensor::full({n, a.cols}, 2.0, a.y_type, Device::cuda);
+  k::SoftmaxArgs b = a;
+  b.rows = n;
+  b.y = y.data_ptr();
+  k::softmax(b, rung);
+  const std::string filled = what + " (output filled with 2.0, first " + std::to_string(n) + " rows)";
+  return check_forward(e, y.to_double(), a.op == k::SoftmaxOp::log_softmax, a.y_type == DType::f16,
+                       chain_for(rung, a.cols), filled);
+}
+
 TEST(SoftmaxCuda, EveryRungForwardAgainstReference) {
   HL_REQUIRE_CUDA();
   uint64_t seed = hl::test::fresh_seed();
@@ -247,8 +271,10 @@ TEST(SoftmaxCuda, EveryRungForwardAgainstReference) {
           for (bool log : {false, true}) {
             Tensor y = Tensor::full({rows, cols}, kNaN, ty, Device::cuda);  // poisoned
             const k::SoftmaxArgs a = forward_args(log, x, y);
-            expect_register_row_listed(a, rungs_for(a), true);
-            for (const std::string& rung : rungs_for(a)) {
+            const std::vector<std::string> rungs = rungs_for(a);
+            ASSERT_FALSE(rungs.empty()) << a.describe() << ": no CUDA rung takes it, nothing would be tested";
+            expect_register_row_listed(a, rungs, true);
+            for (const std::string& rung : rungs) {
               // naive gives 128 threads a 70000-wide row each: one output/dtype combination of the
               // largest shapes is enough for it (it keeps the compute-sanitizer runs to minutes).
               if (rung == "naive" && rows * cols > (1 << 21) && (ty != DType::f32 || log)) continue;
@@ -258,6 +284,8 @@ TEST(SoftmaxCuda, EveryRungForwardAgainstReference) {
                                        dtype_name(ty) + " " + std::to_string(rows) + "x" + std::to_string(cols) +
                                        " range " + std::to_string(range);
               EXPECT_EQ(check_forward(e, y.to_double(), log, ty == DType::f16, chain_for(rung, cols), what), 0) << what;
+              // NaN-due rows (0, 3, 4) again with a finite fill: a rung that skips them passes the NaN one.
+              EXPECT_EQ(check_forward_2_filled(e, a, rung, what), 0) << what;
             }
           }
         }
@@ -289,14 +317,21 @@ TEST(SoftmaxCuda, ScalarPathForMisalignedBuffers) {
       a.x_type = t;
       a.y = static_cast<char*>(ys.data_ptr()) + es;
       a.y_type = t;
-      expect_register_row_listed(a, rungs_for(a), false);
-      for (const std::string& rung : rungs_for(a)) {
-        ys.fill_(kNaN);
-        k::softmax(a, rung);
-        auto out = ys.to_double();
-        EXPECT_TRUE(std::isnan(out[0])) << rung << ": wrote before the output";
-        out.erase(out.begin());
-        EXPECT_EQ(check_forward(e, out, log, t == DType::f16, chain_for(rung, cols), rung + " misaligned"), 0) << rung;
+      const std::vector<std::string> rungs = rungs_for(a);
+      ASSERT_FALSE(rungs.empty()) << a.describe() << ": no CUDA rung takes it, nothing would be tested";
+      expect_register_row_listed(a, rungs, false);
+      for (const std::string& rung : rungs) {
+        // NaN, then 2.0 (no probability or log-probability, exact in FP16): with NaN alone a rung that
+        // skips row 0 (all -inf, NaN due) would pass.
+        for (double fill : {kNaN, 2.0}) {
+          ys.fill_(fill);
+          k::softmax(a, rung);
+          auto out = ys.to_double();
+          EXPECT_TRUE(std::isnan(fill) ? std::isnan(out[0]) : out[0] == fill) << rung << ": wrote before the output";
+          out.erase(out.begin());
+          const std::string what = rung + " misaligned, output filled with " + std::to_string(fill);
+          EXPECT_EQ(check_forward(e, out, log, t == DType::f16, chain_for(rung, cols), what), 0) << what;
+        }
       }
     }
   }
@@ -357,8 +392,10 @@ TEST(SoftmaxCuda, EveryRungLogSoftmaxBackward) {
         a.dy = shift_dy ? static_cast<const char*>(dgy_shifted.data_ptr()) + dtype_size(ty) : dgy.data_ptr();
         a.y = gx.data_ptr();
         a.y_type = tgx;
-        expect_register_row_listed(a, rungs_for(a), !shift_dy);
-        for (const std::string& rung : rungs_for(a)) {
+        const std::vector<std::string> rungs = rungs_for(a);
+        ASSERT_FALSE(rungs.empty()) << a.describe() << ": no CUDA rung takes it, nothing would be tested";
+        expect_register_row_listed(a, rungs, !shift_dy);
+        for (const std::string& rung : rungs) {
           gx.fill_(kNaN);
           k::softmax(a, rung);
           const auto out = gx.to_double();
@@ -406,6 +443,7 @@ void sweep_register_rung(const std::string& rung, const std::vector<std::pair<in
         if (rows > 64 && range > 8.0) continue;
         const Expect e = reference(make_logits(rows, cols, range, tx, seed++, /*nonfinite=*/true), rows, cols);
         const Tensor x = device_tensor(e.x, rows, cols, tx);
+        bool filled_run = false;  // the run with a finite fill, below, done for this case, dtype and range
         for (DType ty : {DType::f16, DType::f32}) {
           for (bool log : {false, true}) {
             Tensor y = Tensor::full({rows, cols}, kNaN, ty, Device::cuda);  // poisoned
@@ -431,6 +469,14 @@ void sweep_register_rung(const std::string& rung, const std::vector<std::pair<in
             used.insert({width, count});
             k::softmax(a, rung);
             EXPECT_EQ(check_forward(e, y.to_double(), log, ty == DType::f16, chain_for(rung, cols), what), 0) << what;
+            // NaN-due rows (0, 3, 4) again with a finite fill: a rung that skips them passes the NaN one.
+            // Once per case, input dtype and range (the first output dtype and op the rung takes), so every
+            // plan: these sweeps run under compute-sanitizer with time limits, and
+            // EveryRungForwardAgainstReference does it for every rung, output dtype and op.
+            if (!filled_run) {
+              filled_run = true;
+              EXPECT_EQ(check_forward_2_filled(e, a, rung, what), 0) << what;
+            }
           }
         }
       }
@@ -488,6 +534,11 @@ TEST(SoftmaxCuda, RegisterRowEveryPlanTheSweepTimes) {
         k::softmax(a, "register_row");
         const std::string what = "register_row, preferred " + std::to_string(preferred) + " threads: " + a.describe();
         EXPECT_EQ(check_forward(e, y.to_double(), log, true, chain_for("register_row", cols), what), 0) << what;
+        // Row 0 (all -inf, NaN due) again with a finite fill: a plan that skips it passes the NaN one.
+        // Softmax only (log-softmax runs the same plan): this test runs under compute-sanitizer.
+        if (!log) {
+          EXPECT_EQ(check_forward_2_filled(e, a, "register_row", what), 0) << what;
+        }
       }
     }
   }
@@ -611,6 +662,7 @@ void check_threads_without_a_finite_value(const std::string& rung,
     x[static_cast<size_t>(3 * cols + 7 * 8 + 2)] = kInf;
     const Expect e = reference(x, rows, cols);
     const Tensor xt = device_tensor(e.x, rows, cols, DType::f16);
+    bool filled_run = false;  // the run with a finite fill, below, done for this length
     for (DType ty : {DType::f16, DType::f32}) {
       for (bool log : {false, true}) {
         Tensor y = Tensor::full({rows, cols}, kNaN, ty, Device::cuda);  // poisoned
@@ -624,6 +676,13 @@ void check_threads_without_a_finite_value(const std::string& rung,
         }
         k::softmax(a, rung);
         EXPECT_EQ(check_forward(e, y.to_double(), log, ty == DType::f16, chain_for(rung, cols), what), 0) << what;
+        // Every row again with a finite fill (NaN is due in rows 2, 3 and 7): a rung whose thread or
+        // block skips a row without a finite maximum passes the NaN-poisoned run. Once per length (the
+        // first output dtype and op the rung takes): this test runs under racecheck with a time limit.
+        if (!filled_run) {
+          filled_run = true;
+          EXPECT_EQ(check_forward_2_filled(e, a, rung, what, rows), 0) << what;
+        }
       }
     }
   }
@@ -1237,47 +1296,64 @@ TEST(SoftmaxCuda, FusedXentLossAndGradient) {
         if (rows >= 128) labels[6] = static_cast<int32_t>(cols);
         const Tensor x = device_tensor(e.x, rows, cols, tx);
         const Tensor lab = Tensor::from_vector(labels, {rows}, Device::cuda);
-        const double S = 1024.0, mult = 1.0 / static_cast<double>(rows);
+        // The rows where NaN is due (0: all -inf; 5, 6: bad labels) lie in the first 7: the run with
+        // finite fills (below) takes those rows only, a copy of x's and the labels' first rows.
+        const int64_t few = std::min<int64_t>(rows, 7);
+        const Tensor x_few = device_tensor(std::vector<double>(e.x.begin(), e.x.begin() + few * cols), few, cols, tx);
+        const Tensor lab_few =
+            Tensor::from_vector(std::vector<int32_t>(labels.begin(), labels.begin() + few), {few}, Device::cuda);
+        const double S = 1024.0, mult = 1.0 / static_cast<double>(rows);  // |gradient| <= S * mult <= 1024
         const Tensor scale = Tensor::scalar(S, DType::f32, Device::cuda);
         for (DType tg : {DType::f16, DType::f32}) {
-          const hl::test::XentRuns run = hl::test::run_xent_split_and_fused(x, lab, scale, mult, tg);
-          EXPECT_EQ(k::softmax_variant_for(run.forward), "fused_xent");  // the default must be fused_xent
-          const auto lo = run.loss.to_double(), lo2 = run.loss_fused.to_double(), go = run.g.to_double(),
-                     go2 = run.g_fused.to_double();
-          const int64_t chain = chain_for("fused_xent", cols);
-          int64_t bad = 0;
-          for (int64_t r = 0; r < rows; ++r) {
-            const size_t ri = static_cast<size_t>(r);
-            const int32_t l = labels[ri];
-            const bool bad_label = l < 0 || l >= cols;
-            const auto& s = e.stats[ri];
-            const double want = bad_label ? kNaN : -e.lp[static_cast<size_t>(r * cols + l)];
-            const auto loss_ok = [&](double v) {
-              if (std::isnan(want)) return std::isnan(v);
-              if (std::isinf(want)) return v == want;
-              return std::fabs(v - want) <= ref::logprob_tol(e.x[static_cast<size_t>(r * cols + l)], s, chain);
-            };
-            if ((!loss_ok(lo[ri]) || !loss_ok(lo2[ri])) && ++bad <= 5)
-              ADD_FAILURE() << "loss row " << r << " = " << lo[ri] << " / " << lo2[ri] << ", want " << want;
-            for (int64_t c = 0; c < cols; ++c) {
-              const size_t i = static_cast<size_t>(r * cols + c);
-              const double p = std::exp(e.lp[i]);
-              const double gw = bad_label || std::isnan(p) ? kNaN : (p - (c == l ? 1.0 : 0.0)) * S * mult;
-              const auto ok = [&](double v) {
-                if (std::isnan(gw)) return std::isnan(v);
-                if (e.x[i] == -kInf) return v == gw;
-                if (tg == DType::f16 && std::fabs(gw) > 65504)  // the scaled gradient overflows FP16
-                  return std::signbit(v) == std::signbit(gw) && (std::isinf(v) || std::fabs(v) == 65504);
-                const double tol = S * mult * (p * (ref::logprob_tol(e.x[i], s, chain) + 4 * ref::kU32) + 2 * ref::kU32) +
-                                   ref::out_rel(tg == DType::f16) * std::fabs(gw) + ref::out_abs(tg == DType::f16);
-                return std::fabs(v - gw) <= tol;
+          // Outputs poisoned with NaN (the whole matrix), then filled with finite values no correct kernel
+          // writes (xent_runs.h: losses -1, gradients 60000; the first rows): with NaN alone a kernel that
+          // skips a bad label's row or a row without a finite maximum would pass.
+          for (const bool finite_fill : {false, true}) {
+            using hl::test::run_xent_split_and_fused;
+            const hl::test::XentRuns run =
+                finite_fill ? run_xent_split_and_fused(x_few, lab_few, scale, mult, tg, hl::test::xent_sentinel_fill())
+                            : run_xent_split_and_fused(x, lab, scale, mult, tg);
+            const int64_t run_rows = finite_fill ? few : rows;
+            EXPECT_EQ(k::softmax_variant_for(run.forward), "fused_xent");  // the default must be fused_xent
+            const auto lo = run.loss.to_double(), lo2 = run.loss_fused.to_double(), go = run.g.to_double(),
+                       go2 = run.g_fused.to_double();
+            const int64_t chain = chain_for("fused_xent", cols);
+            int64_t bad = 0;
+            for (int64_t r = 0; r < run_rows; ++r) {
+              const size_t ri = static_cast<size_t>(r);
+              const int32_t l = labels[ri];
+              const bool bad_label = l < 0 || l >= cols;
+              const auto& s = e.stats[ri];
+              const double want = bad_label ? kNaN : -e.lp[static_cast<size_t>(r * cols + l)];
+              const auto loss_ok = [&](double v) {
+                if (std::isnan(want)) return std::isnan(v);
+                if (std::isinf(want)) return v == want;
+                return std::fabs(v - want) <= ref::logprob_tol(e.x[static_cast<size_t>(r * cols + l)], s, chain);
               };
-              if ((!ok(go[i]) || !ok(go2[i])) && ++bad <= 5)
-                ADD_FAILURE() << "grad " << r << "," << c << " = " << go[i] << " / " << go2[i] << ", want " << gw;
+              if ((!loss_ok(lo[ri]) || !loss_ok(lo2[ri])) && ++bad <= 5)
+                ADD_FAILURE() << "loss row " << r << " = " << lo[ri] << " / " << lo2[ri] << ", want " << want;
+              for (int64_t c = 0; c < cols; ++c) {
+                const size_t i = static_cast<size_t>(r * cols + c);
+                const double p = std::exp(e.lp[i]);
+                const double gw = bad_label || std::isnan(p) ? kNaN : (p - (c == l ? 1.0 : 0.0)) * S * mult;
+                const auto ok = [&](double v) {
+                  if (std::isnan(gw)) return std::isnan(v);
+                  if (e.x[i] == -kInf) return v == gw;
+                  if (tg == DType::f16 && std::fabs(gw) > 65504)  // the scaled gradient overflows FP16
+                    return std::signbit(v) == std::signbit(gw) && (std::isinf(v) || std::fabs(v) == 65504);
+                  const double tol =
+                      S * mult * (p * (ref::logprob_tol(e.x[i], s, chain) + 4 * ref::kU32) + 2 * ref::kU32) +
+                      ref::out_rel(tg == DType::f16) * std::fabs(gw) + ref::out_abs(tg == DType::f16);
+                  return std::fabs(v - gw) <= tol;
+                };
+                if ((!ok(go[i]) || !ok(go2[i])) && ++bad <= 5)
+                  ADD_FAILURE() << "grad " << r << "," << c << " = " << go[i] << " / " << go2[i] << ", want " << gw;
+              }
             }
+            EXPECT_EQ(bad, 0) << "fused_xent " << dtype_name(tx) << "->" << dtype_name(tg) << " " << rows << "x" << cols
+                              << " range " << range
+                              << (finite_fill ? ", first rows, outputs filled with -1 and 60000" : "");
           }
-          EXPECT_EQ(bad, 0) << "fused_xent " << dtype_name(tx) << "->" << dtype_name(tg) << " " << rows << "x" << cols
-                            << " range " << range;
         }
       }
     }
@@ -1317,7 +1393,9 @@ TEST(SoftmaxCuda, Fp16OverflowLessonOnTheGpu) {
   // Every FP32-math rung: the right answer for the same row.
   const Expect e = reference(x, rows, cols);
   const k::SoftmaxArgs probe = a;
-  for (const std::string& rung : rungs_for(probe)) {
+  const std::vector<std::string> rungs = rungs_for(probe);
+  ASSERT_FALSE(rungs.empty()) << probe.describe() << ": no CUDA rung takes it, nothing would be tested";
+  for (const std::string& rung : rungs) {
     yg.fill_(kNaN);
     k::softmax(a, rung);
     EXPECT_EQ(check_forward(e, yg.to_double(), false, true, chain_for(rung, cols), rung + " logit 12"), 0) << rung;
@@ -1334,18 +1412,25 @@ TEST(SoftmaxCuda, F64RunsInNaiveInDouble) {
     Tensor y = Tensor::full({rows, cols}, kNaN, DType::f64, Device::cuda);
     const k::SoftmaxArgs a = forward_args(true, x, y);
     EXPECT_EQ(k::softmax_variant_for(a), "naive");
-    k::softmax(a);
-    const auto out = y.to_double();
-    int64_t bad = 0;
-    for (size_t i = 0; i < out.size(); ++i) {
-      const double want = e.lp[i];
-      // double math: the same error analysis with u = 2^-53, plus the long double reference's own rounding.
-      const bool ok = std::isnan(want) ? std::isnan(out[i])
-                      : std::isinf(want) ? out[i] == want
-                                         : std::fabs(out[i] - want) <= 1e-13 * (std::fabs(want) + 100.0 + static_cast<double>(cols));
-      if (!ok && ++bad <= 5) ADD_FAILURE() << "f64 element " << i << " = " << out[i] << ", want " << want;
+    // Poisoned with NaN, then filled with 2.0 (no log-probability is above 0): with NaN alone a kernel
+    // that skips row 0 (all -inf, NaN due) would pass.
+    for (double fill : {kNaN, 2.0}) {
+      y.fill_(fill);
+      k::softmax(a);
+      const auto out = y.to_double();
+      int64_t bad = 0;
+      for (size_t i = 0; i < out.size(); ++i) {
+        const double want = e.lp[i];
+        // double math: the same error analysis with u = 2^-53, plus the long double reference's own rounding.
+        const double tol = 1e-13 * (std::fabs(want) + 100.0 + static_cast<double>(cols));
+        const bool ok = std::isnan(want)   ? std::isnan(out[i])
+                        : std::isinf(want) ? out[i] == want
+                                           : std::fabs(out[i] - want) <= tol;
+        if (!ok && ++bad <= 5)
+          ADD_FAILURE() << "f64 element " << i << " = " << out[i] << ", want " << want << " (fill " << fill << ")";
+      }
+      EXPECT_EQ(bad, 0) << rows << "x" << cols << ", output filled with " << fill;
     }
-    EXPECT_EQ(bad, 0) << rows << "x" << cols;
   }
 }
 

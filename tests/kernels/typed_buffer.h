@@ -1,6 +1,7 @@
 // Host buffers of any dtype, read and written as double: the host side of the kernel tests
 // (tests/kernels/conv_reference.h, test_cnn_*.cpp, test_conv_cpu.cpp, test_gemm_cpu.cpp).
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -35,14 +36,25 @@ class TypedBuffer {
     switch (type_) {
       case DType::f16: return write(i, half::from_bits(double_to_half_bits(v)));
       case DType::f64: return write(i, v);
-      case DType::i32: return write(i, static_cast<int32_t>(v));
+      // NaN (fill_nan's poison) as the most negative i32, encode()'s rule in cuda_test_util.h: a cast of
+      // NaN to an integer is undefined behaviour (x86 gives INT_MIN, aarch64 0: a valid index to miss).
+      case DType::i32:
+        return write(i, std::isnan(v) ? std::numeric_limits<int32_t>::min() : static_cast<int32_t>(v));
       default: return write(i, static_cast<float>(v));
     }
   }
   void set_all(const std::vector<double>& v) {
     for (size_t i = 0; i < v.size(); ++i) set(i, v[i]);
   }
+  // NaN in every element; in an i32 buffer the most negative i32 (set()'s rule for NaN, stored here
+  // bounded by the bytes themselves: through set(), GCC 12 warns of a store past the buffer).
   void fill_nan() {
+    if (type_ == DType::i32) {
+      const int32_t poison = std::numeric_limits<int32_t>::min();
+      for (size_t at = 0; at + sizeof(poison) <= bytes_.size(); at += sizeof(poison))
+        std::memcpy(bytes_.data() + at, &poison, sizeof(poison));
+      return;
+    }
     for (size_t i = 0; i < size(); ++i) set(i, std::numeric_limits<double>::quiet_NaN());
   }
   std::vector<double> values() const {
