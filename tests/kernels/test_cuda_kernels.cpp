@@ -514,6 +514,38 @@ TEST(CudaReduce, SumOverAnyDimensions) {
                            name(tx, tout));
     }
   }
+  // The same for the channel path's sums, through both paths: LeNet conv1's bias gradient (100352 ones
+  // per channel, 16-byte loads at offset 0, one element per load at offset 1) and three long sums of
+  // many slices (262144 ones each). Every partial sum is an integer below 2^24: exact in FP32 in any
+  // order, so one element or one slice left out is a wrong answer, where the random cases' bound (about
+  // 1 here) lets a few through. f16 inputs (a mixed-precision bias gradient), f32 outputs (f16 cannot
+  // hold the sums); few runs, for racecheck's time.
+  struct OnesCase {
+    std::vector<int64_t> shape;
+    std::vector<int> reduced;
+    size_t offset;
+  };
+  for (const OnesCase& c : {OnesCase{{128, 32, 28, 28}, {0, 2, 3}, 0}, OnesCase{{128, 32, 28, 28}, {0, 2, 3}, 1},
+                            OnesCase{{4, 3, 1 << 16}, {0, 2}, 0}}) {
+    const ReduceIndex ix = ReduceIndex::of(c.shape, c.reduced);
+    size_t in_n = 1;
+    for (int64_t s : c.shape) in_n *= static_cast<size_t>(s);
+    std::vector<double> padded(c.offset, kNaN);
+    padded.insert(padded.end(), in_n, 1.0);
+    padded.insert(padded.end(), 16, kNaN);
+    DeviceBuffer dx(padded, DType::f16);
+    for (bool channel_path : {true, false}) {
+      const kernels::reduce_plan::ScopedChannelPath path(channel_path);
+      DeviceBuffer dout(static_cast<size_t>(ix.out_numel()), DType::f32);
+      dout.poison();
+      kernels::reduce_sum(kCuda, ix, static_cast<const char*>(dx.get()) + c.offset * dtype_size(DType::f16),
+                          DType::f16, dout.get(), DType::f32, 1.0);
+      expect_all_equal(dout.download(),
+                       std::vector<double>(static_cast<size_t>(ix.out_numel()), static_cast<double>(ix.reduce_numel())),
+                       "reduce_sum of ones [" + std::to_string(c.shape[0]) + ", ...] offset " +
+                           std::to_string(c.offset) + (channel_path ? " (channel path)" : " (CUB)"));
+    }
+  }
 }
 
 // The channel path adds each sum's slices in a fixed order: the same call gives the same bits every time
