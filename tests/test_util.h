@@ -32,8 +32,14 @@ std::pair<int, std::string> run_command(const std::string& cmd, bool* signaled =
 // The path of a built tutorial program, e.g. tutorial_program("03_mlp_mnist").
 std::string tutorial_program(const std::string& name);
 
-// Path of a data set fetched by datasets/fetch.sh ($HALFLING_DATA/<name> or <repo>/data/<name>; "" if absent).
+// Path of a data set fetched by datasets/fetch.sh ($HALFLING_DATA/<name> or <repo>/data/<name>); "" if
+// absent, not a folder, or empty (nothing in it but hidden entries, such as a staging folder left by
+// an interrupted fetch): an empty folder holds no data set, and the tests that need one skip.
 std::string data_dir(const std::string& name);
+
+// Why data_dir(name) is "", for a skip message: "<path> does not exist", "<path> is not a folder" or
+// "<path> is empty (a failed datasets/fetch.sh?)"; "" when data_dir(name) is not "".
+std::string data_dir_absent_reason(const std::string& name);
 
 // The lowest free file descriptor: the number the next open() gets.
 int lowest_free_fd();

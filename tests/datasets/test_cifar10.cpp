@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -252,10 +253,35 @@ TEST(LoadCifar10, ImageFolderClassesMustBeCifar10s) {
 
 // ---- the real data set (datasets/fetch.sh cifar10 [--from ...]) ------------------------------------
 
+// data_dir treats a folder with nothing in it (as a failed fetch once left) as no data set, and says
+// why, so that the tests that need the data skip instead of failing on the empty folder.
+TEST(DataDir, AnEmptyFolderIsNoDataSet) {
+  TempDir tmp;
+  const char* old = std::getenv("HALFLING_DATA");
+  const std::string saved = old != nullptr ? old : "";
+  ASSERT_EQ(setenv("HALFLING_DATA", tmp.str().c_str(), 1), 0);
+  const std::string dir = tmp / "cifar10";
+  EXPECT_EQ(data_dir("cifar10"), "");
+  EXPECT_EQ(data_dir_absent_reason("cifar10"), dir + " does not exist");
+  std::filesystem::create_directories(dir + "/.fetch.abc123");  // only hidden entries: still empty
+  EXPECT_EQ(data_dir("cifar10"), "");
+  EXPECT_EQ(data_dir_absent_reason("cifar10"), dir + " is empty (a failed datasets/fetch.sh?)");
+  std::filesystem::create_directories(dir + "/train");
+  EXPECT_EQ(data_dir("cifar10"), dir);
+  EXPECT_EQ(data_dir_absent_reason("cifar10"), "");
+  write_file(tmp / "mnist", Bytes{1});
+  EXPECT_EQ(data_dir("mnist"), "");
+  EXPECT_EQ(data_dir_absent_reason("mnist"), tmp / "mnist" + " is not a folder");
+  if (old != nullptr)
+    setenv("HALFLING_DATA", saved.c_str(), 1);
+  else
+    unsetenv("HALFLING_DATA");
+}
+
 TEST(RealCifar10, CountsAndClassBalance) {
   const std::string dir = data_dir("cifar10");
   if (dir.empty())
-    GTEST_SKIP() << "data/cifar10 is absent; run datasets/fetch.sh cifar10 --from "
+    GTEST_SKIP() << data_dir_absent_reason("cifar10") << "; run datasets/fetch.sh cifar10 --from "
                     "/work/shared/datasets/cifar10-jpg.tar.gz (or datasets/fetch.sh cifar10 online)";
   for (const Split split : {Split::train, Split::test}) {
     const auto t0 = std::chrono::steady_clock::now();

@@ -468,6 +468,34 @@ TEST(FetchScript, Cifar10FromChecksWhatItIsGiven) {
   EXPECT_TRUE(std::filesystem::exists(dir + "/test/truck"));
 }
 
+// A failed `fetch.sh cifar10 --from BAD` once left an empty $HALFLING_DATA/cifar10 behind (made before
+// the source was checked), and the tests took it for the data set and failed on it instead of
+// skipping. Now a failure removes the folders the run made (DIR and any missing parent), and never one
+// that was there before it.
+TEST(FetchScript, Cifar10FailureRemovesOnlyTheFoldersItMade) {
+  namespace fs = std::filesystem;
+  TempDir tmp;
+  // The default DIR, $HALFLING_DATA/cifar10, with $HALFLING_DATA missing too: both made, both removed.
+  RunResult r = run("HALFLING_DATA='" + tmp / "data" + "' " + fetch_cmd("cifar10 --from '" + tmp / "nothing" + "'"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("no such file or folder"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(tmp / "data")) << "left behind by a failed fetch:\n" << r.output;
+
+  // A bad archive (checksum), into a DIR three levels deep: the staging folder and all three go.
+  write_file(tmp / "fake.tar.gz", Bytes{1, 2, 3});
+  r = run(fetch_cmd("cifar10 --from '" + tmp / "fake.tar.gz" + "' '" + tmp / "a/b/cifar10" + "'"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("checksum mismatch"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(tmp / "a")) << r.output;
+
+  // A folder that was there before stays, empty as it was: it may be the user's own.
+  fs::create_directories(tmp / "mine/cifar10");
+  r = run(fetch_cmd("cifar10 --from '" + tmp / "fake.tar.gz" + "' '" + tmp / "mine/cifar10" + "'"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(fs::is_directory(tmp / "mine/cifar10")) << r.output;
+  EXPECT_TRUE(fs::is_empty(tmp / "mine/cifar10")) << "nothing left in it";
+}
+
 // A fake CIFAR-10 image folder of 2 training and 1 test file per class, which fetch.sh accepts when
 // HALFLING_FETCH_CIFAR10_PER_CLASS says "2 1" (it only counts the files; their bytes do not matter).
 // Returns the number of files written.

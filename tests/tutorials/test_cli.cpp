@@ -3,10 +3,16 @@
 // and what apply_common_flags does with the device and the variant names.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -167,6 +173,159 @@ TEST(CommonFlags, LossScaleIsCheckedAndOnlyWhereThereIsAChoice) {
   EXPECT_EQ(parse("--precision fp32", f, {"fp32"}), "");
   EXPECT_EQ(parse("--loss-scale static:8 --precision mixed", f, {"fp32", "mixed"}), "") << "two precisions: a choice";
   EXPECT_EQ(f.loss_scale, "static:8");
+}
+
+// --help lists the precisions the program accepts, not every mode there is: 08 takes fp32 only, and
+// its help once offered "fp32, fp16 or mixed" (then: "--precision: mixed not in {fp32}").
+TEST(CliHelp, PrecisionListsTheModesThisProgramAccepts) {
+  const auto help = [](const std::vector<std::string>& precisions) {
+    CLI::App app("test");
+    CommonFlags f;
+    f.precision = precisions.front();  // the default shown, as a program sets it
+    hl::tutorial::add_common_flags(app, f, precisions);
+    return app.help();
+  };
+  const std::string one = help({"fp32"});
+  EXPECT_TRUE(contains(one, "arithmetic: fp32 (the only mode here)")) << one;
+  EXPECT_FALSE(contains(one, "fp16")) << one;
+  EXPECT_FALSE(contains(one, "mixed")) << one;
+  const std::string fp16 = help({"fp16"});
+  EXPECT_TRUE(contains(fp16, "arithmetic: fp16 (the only mode here)")) << fp16;
+  EXPECT_FALSE(contains(fp16, "fp32")) << fp16;
+  const std::string two = help({"fp32", "mixed"});
+  EXPECT_TRUE(contains(two, "arithmetic: fp32 or mixed")) << two;
+  EXPECT_FALSE(contains(two, "fp16")) << two;
+  EXPECT_TRUE(contains(help({"fp32", "fp16", "mixed"}), "arithmetic: fp32, fp16 or mixed"));
+  // The programs themselves: what each accepts is what its --help says.
+  const auto program_help = [](const std::string& name) {
+    return hl::test::run_command(hl::test::tutorial_program(name) + " --help").second;
+  };
+  EXPECT_TRUE(contains(program_help("03_mlp_mnist"), "arithmetic: fp32 (the only mode here)"));
+  EXPECT_TRUE(contains(program_help("04_gemm_ladder"), "arithmetic: fp16 (the only mode here)"));
+  EXPECT_TRUE(contains(program_help("06_loss_scaling"), "arithmetic: fp32 or mixed"));
+  EXPECT_TRUE(contains(program_help("08_softmax"), "arithmetic: fp32 (the only mode here)"));
+  EXPECT_TRUE(contains(program_help("09_cifar10_vgg"), "arithmetic: fp32, fp16 or mixed"));
+}
+
+// check_writable: the up-front check of --save and --csv. It names the flag and the path, says why,
+// and leaves nothing behind.
+TEST(CliCheckWritable, RefusesWhatCannotBeWrittenAndLeavesNothingBehind) {
+  namespace fs = std::filesystem;
+  using hl::tutorial::WrittenBy;
+  const fs::path dir = fs::temp_directory_path() / ("halfling_writable_" + std::to_string(hl::test::fresh_seed()));
+  fs::create_directories(dir);
+  const auto check = [](const std::string& flag, const fs::path& path, WrittenBy how) {
+    return hl::test::error_of([&] { hl::tutorial::check_writable(flag, path.string(), how); });
+  };
+  for (const WrittenBy how : {WrittenBy::stream, WrittenBy::atomic_replace}) {
+    SCOPED_TRACE(how == WrittenBy::stream ? "stream" : "atomic_replace");
+    EXPECT_EQ(check("--save", dir / "nodir" / "m.safetensors", how),
+              "--save: cannot write " + (dir / "nodir" / "m.safetensors").string() + ": the folder " +
+                  (dir / "nodir").string() + " does not exist");
+    EXPECT_FALSE(fs::exists(dir / "nodir")) << "no folder is made";
+    EXPECT_EQ(check("--csv", dir, how), "--csv: cannot write " + dir.string() + ": it is a folder (give a file name in it)");
+    std::ofstream(dir / "file") << "x";
+    EXPECT_EQ(check("--save", dir / "file" / "m.safetensors", how),
+              "--save: cannot write " + (dir / "file" / "m.safetensors").string() + ": the folder " +
+                  (dir / "file").string() + " is not a folder");
+    EXPECT_EQ(check("--save", "", how), "--save: cannot write : no file name given");
+    // Writable: a new file, an existing one (left as it is), and the folder holds nothing new.
+    EXPECT_EQ(check("--save", dir / "new.safetensors", how), "(no error)");
+    EXPECT_EQ(check("--csv", dir / "file", how), "(no error)");
+    std::ifstream in(dir / "file");
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "x") << "an existing file is not truncated";
+    std::vector<std::string> left;
+    for (const auto& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
+    EXPECT_EQ(left, std::vector<std::string>{"file"}) << "the check left a file behind";
+  }
+  // Written in place, an existing file need only be writable itself (--csv /dev/stdout works for anyone).
+  EXPECT_EQ(check("--csv", "/dev/null", WrittenBy::stream), "(no error)");
+  // Permissions (root writes anywhere: not checked then).
+  if (geteuid() != 0) {
+    fs::create_directories(dir / "locked");
+    std::ofstream(dir / "locked" / "old.safetensors") << "x";
+    fs::permissions(dir / "locked", fs::perms::owner_read | fs::perms::owner_exec);
+    const std::string denied = ": cannot create a file in " + (dir / "locked").string() + ": Permission denied";
+    EXPECT_EQ(check("--save", dir / "locked" / "m.safetensors", WrittenBy::atomic_replace),
+              "--save: cannot write " + (dir / "locked" / "m.safetensors").string() + denied);
+    // Replaced through a temporary file in the folder, an existing file needs the folder writable too.
+    EXPECT_EQ(check("--save", dir / "locked" / "old.safetensors", WrittenBy::atomic_replace),
+              "--save: cannot write " + (dir / "locked" / "old.safetensors").string() + denied);
+    EXPECT_EQ(check("--csv", dir / "locked" / "old.safetensors", WrittenBy::stream), "(no error)");
+    fs::permissions(dir / "locked", fs::perms::owner_all);
+  }
+  fs::remove_all(dir);
+}
+
+// A HALFLING_* variable that names no variant of its family on any device is a typo, refused with the
+// names per device, whichever device runs. HALFLING_BN once passed unchecked on the CPU, which has no
+// batch-norm variants, so a CPU run ignored a typo silently.
+class CliEnvironment : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    for (const char* var : {"HALFLING_GEMM", "HALFLING_SOFTMAX", "HALFLING_CONV", "HALFLING_BN"}) {
+      const auto it = saved_.find(var);
+      if (it != saved_.end())
+        setenv(var, it->second.c_str(), 1);
+      else
+        unsetenv(var);
+    }
+    hl::kernels::GemmRegistry::instance().set_default("");
+  }
+  void SetUp() override {
+    for (const char* var : {"HALFLING_GEMM", "HALFLING_SOFTMAX", "HALFLING_CONV", "HALFLING_BN"}) {
+      if (const char* v = std::getenv(var)) saved_[var] = v;
+      unsetenv(var);
+    }
+  }
+  std::map<std::string, std::string> saved_;
+};
+
+TEST_F(CliEnvironment, AVariantNameNoDeviceHasIsRefusedNamingTheVariable) {
+  const auto message = [] {
+    return hl::test::error_of([] { hl::tutorial::apply_common_flags(CommonFlags{.device = "cpu"}); });
+  };
+  ASSERT_EQ(setenv("HALFLING_BN", "bogus", 1), 0);
+  EXPECT_EQ(message(),
+            "HALFLING_BN=bogus: no bn variant of that name on any device (known on cpu: none: this family has one "
+            "implementation there; on cuda: split, per_channel; unset HALFLING_BN for the automatic choice)");
+  EXPECT_EQ(hl::test::error_of([] { hl::tutorial::check_variant_environment(); }), message()) << "the one check";
+  // A name some device has is accepted on every device: the registry applies it where it exists.
+  ASSERT_EQ(setenv("HALFLING_BN", "per_channel", 1), 0);
+  EXPECT_EQ(message(), "(no error)");
+  ASSERT_EQ(setenv("HALFLING_BN", "", 1), 0);
+  EXPECT_EQ(message(), "(no error)") << "an empty variable means unset";
+  unsetenv("HALFLING_BN");
+
+  const auto known = [](const auto& registry, hl::DeviceType d) {
+    std::string out;
+    for (const auto& n : registry.names(d)) out += (out.empty() ? "" : ", ") + n;
+    return out;
+  };
+  const auto expect_refused = [&](const char* var, const std::string& family, const auto& registry) {
+    SCOPED_TRACE(var);
+    ASSERT_EQ(setenv(var, "bogus", 1), 0);
+    const std::string m = message();
+    EXPECT_TRUE(contains(m, std::string(var) + "=bogus: no " + family + " variant of that name on any device (known on cpu: " +
+                                known(registry, hl::DeviceType::cpu) + "; on cuda: "))
+        << m;
+    for (const auto& n : hl::kernels::cuda_variant_names(family)) EXPECT_TRUE(contains(m, std::string(n))) << m;
+    // The same on a CUDA run (or its fallback to the CPU, without a GPU).
+    EXPECT_EQ(hl::test::error_of([] { hl::tutorial::apply_common_flags(CommonFlags{.device = "cuda"}); }), m);
+    unsetenv(var);
+  };
+  expect_refused("HALFLING_GEMM", "gemm", hl::kernels::GemmRegistry::instance());
+  expect_refused("HALFLING_SOFTMAX", "softmax", hl::kernels::SoftmaxRegistry::instance());
+  expect_refused("HALFLING_CONV", "conv", hl::kernels::ConvRegistry::instance());
+  // Each CPU name and each CUDA name is accepted with --device cpu.
+  for (const auto& n : hl::kernels::GemmRegistry::instance().names(hl::DeviceType::cpu)) {
+    ASSERT_EQ(setenv("HALFLING_GEMM", n.c_str(), 1), 0);
+    EXPECT_EQ(message(), "(no error)") << n;
+  }
+  for (const auto& n : hl::kernels::cuda_variant_names("gemm")) {
+    ASSERT_EQ(setenv("HALFLING_GEMM", std::string(n).c_str(), 1), 0);
+    EXPECT_EQ(message(), "(no error)") << n;
+  }
 }
 
 // apply_common_flags turns --device into a Device, switches anomaly detection, and pins each

@@ -116,6 +116,18 @@ TEST_F(Tutorial09, Fp32KeepsEverythingFp32WithoutMastersAndSavesAModelCard) {
   EXPECT_TRUE(moved) << "BatchNorm2d's running statistics were not saved and loaded";
 }
 
+// --smoke trains 2 epochs of 3 steps unless told otherwise: an explicit --epochs wins, as an explicit
+// --max-steps does (once, --smoke --epochs 1 ran 2 epochs).
+TEST_F(Tutorial09, SmokeKeepsAnExplicitEpochCount) {
+  if (data_.empty()) GTEST_SKIP() << "CIFAR-10 not found: see datasets/fetch.sh cifar10";
+  const auto [status, out] =
+      run09("--smoke --epochs 1 --max-steps 1 --device cpu --precision fp32 --samples '' --data " + data_);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_TRUE(contains(out, "520 train / 100 test images, 1 epoch(s), batch 16")) << out;
+  EXPECT_TRUE(contains(out, "epoch 1/1 ")) << out;
+  EXPECT_FALSE(contains(out, "epoch 2/")) << out;
+}
+
 TEST_F(Tutorial09, BadFlagsAndMissingData) {
   auto expect_refused = [](const std::pair<int, std::string>& r, const std::string& part) {
     EXPECT_NE(r.first, 0) << r.second;

@@ -457,6 +457,22 @@ TEST_F(Tutorial10, ClearErrors) {
   EXPECT_TRUE(contains(bad_prepare.second, "--prepare")) << bad_prepare.second;
 }
 
+// Tutorial 10 has no --gemm flag: a misspelt HALFLING_GEMM is refused naming the variable, and the
+// message points at nothing the program lacks (it once said "set with --gemm or HALFLING_GEMM").
+TEST_F(Tutorial10, MisspeltVariantEnvironmentIsNamed) {
+  const std::string png = (dir_ / "seven.png").string();
+  data::write_png(png, drawn_seven(28));
+  for (const std::string var : {"HALFLING_GEMM", "HALFLING_BN"}) {
+    const auto [status, out] = test::run_command(var + "=bogus " + test::tutorial_program("10_your_image") +
+                                                 " --checkpoint " + ckpt_ + " --image " + png);
+    EXPECT_EQ(status, 1) << out;
+    EXPECT_TRUE(contains(out, "10_your_image: " + var + "=bogus: no ")) << out;
+    EXPECT_TRUE(contains(out, "variant of that name on any device (known on cpu: ")) << out;
+    EXPECT_FALSE(contains(out, "--gemm")) << out;
+    EXPECT_FALSE(contains(out, "--bn")) << out;
+  }
+}
+
 TEST(Tutorial10Handoff, Tutorial03SaveThen10Smoke) {
   const std::string data = test::data_dir("mnist");
   if (data.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";

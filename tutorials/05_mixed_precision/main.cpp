@@ -145,6 +145,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     const Device dev = tutorial::apply_common_flags(f);
+    // The output path is checked now, before the data loads, not after the first run has trained.
+    if (!f.csv.empty()) tutorial::check_writable("--csv", f.csv, tutorial::WrittenBy::stream);
     const std::string dir = f.data.empty() ? tutorial::default_data_dir("mnist") : f.data;
     data::Dataset train = data::load_mnist(dir, data::Split::train);
     data::Dataset test = data::load_mnist(dir, data::Split::test);

@@ -384,6 +384,12 @@ int main(int argc, char** argv) {
     Setup s;
     s.dev = tutorial::apply_common_flags(f);
     s.flags = f;
+    // The outputs' folder is made, and the training log's path checked, before the data loads.
+    std::filesystem::create_directories(out_dir);
+    // --csv FILE moves the training log (one row per run and epoch) out of the --out folder; scripts/plot.py
+    // all DIR then draws the other two plots, and plot.py curves FILE this one.
+    const std::string training_csv = f.csv.empty() ? out_dir + "/training.csv" : f.csv;
+    tutorial::check_writable(f.csv.empty() ? "--out" : "--csv", training_csv, tutorial::WrittenBy::stream);
     const std::string dir = f.data.empty() ? tutorial::default_data_dir("mnist") : f.data;
     s.train = data::load_mnist(dir, data::Split::train);
     s.test = data::load_mnist(dir, data::Split::test);
@@ -393,10 +399,6 @@ int main(int argc, char** argv) {
       s.test = s.test.subset(0, 1000);
       s.epochs = 1;
     }
-    std::filesystem::create_directories(out_dir);
-    // --csv FILE moves the training log (one row per run and epoch) out of the --out folder; scripts/plot.py
-    // all DIR then draws the other two plots, and plot.py curves FILE this one.
-    const std::string training_csv = f.csv.empty() ? out_dir + "/training.csv" : f.csv;
     std::ofstream csv(training_csv);
     HL_CHECK(csv.good(), "06_loss_scaling: cannot write ", training_csv);
     csv << "run,epoch,train_loss,train_acc,test_acc,seconds,images_per_second,skipped_steps,loss_scale\n";

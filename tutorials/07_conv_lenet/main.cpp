@@ -55,6 +55,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     const Device dev = tutorial::apply_common_flags(f);
+    // The output paths are checked now, before the data loads: found unwritable only after training,
+    // the trained model would be lost.
+    if (!save_path.empty()) tutorial::check_writable("--save", save_path, tutorial::WrittenBy::atomic_replace);
+    if (!f.csv.empty()) tutorial::check_writable("--csv", f.csv, tutorial::WrittenBy::stream);
     const bool lenet = model_name == "lenet";
     data::Dataset train, test;
     if (lenet) {

@@ -99,6 +99,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     const Device dev = tutorial::apply_common_flags(f);
+    // The output paths are checked now, before the data loads: found unwritable only after training,
+    // the trained model would be lost.
+    if (!save_path.empty()) tutorial::check_writable("--save", save_path, tutorial::WrittenBy::atomic_replace);
+    if (!f.csv.empty()) tutorial::check_writable("--csv", f.csv, tutorial::WrittenBy::stream);
     const std::string dir = f.data.empty() ? tutorial::default_data_dir("cifar10") : f.data;
     const std::string source = cifar_source(dir);
     data::Dataset train = data::load_cifar10(dir, data::Split::train);
@@ -108,7 +112,7 @@ int main(int argc, char** argv) {
     if (f.smoke) {  // seconds on a CPU: what CI runs so that this chapter never rots
       train = tutorial::balanced_subset(train, 52);  // 520 images
       test = tutorial::balanced_subset(test, 10);    // 100 images
-      epochs = 2;
+      if (app.count("--epochs") == 0) epochs = 2;  // an explicit --epochs wins, as an explicit --max-steps does
       batch = std::min<int64_t>(batch, 16);
       if (max_steps < 0) max_steps = 3;
       f.warmup_epochs = std::min(f.warmup_epochs, 1.0);  // so that the short run shows the warm-up and the decay

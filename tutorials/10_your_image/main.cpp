@@ -214,6 +214,9 @@ int main(int argc, char** argv) {
   try {
     HL_CHECK(!checkpoint.empty(), "--checkpoint is required: a model saved by tutorial 03 --save PATH");
     const Device dev = parse_device(device);
+    // A misspelt HALFLING_GEMM (or _SOFTMAX, _CONV, _BN) is refused here, naming the variable: this
+    // program has no --gemm flag to pin a variant with.
+    tutorial::check_variant_environment();
     tutorial::LoadedModel lm = tutorial::load_model(checkpoint);
     const tutorial::ModelCard& card = lm.card;
     std::printf("halfling 10_your_image: %s trained on %s (test accuracy %.2f%%), from %s\n", card.model.c_str(),

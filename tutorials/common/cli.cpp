@@ -7,7 +7,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
+#include <string_view>
+
+#include <stdlib.h>  // mkstemp
+#include <unistd.h>
 
 #include "framework/amp.h"
 #include "framework/autograd.h"
@@ -28,6 +34,13 @@ namespace {
 // check() marks a validator as unable to change the text).
 
 std::string in_quotes(const std::string& text) { return "'" + text + "'"; }
+
+// "a", "a or b", "a, b or c".
+std::string one_of(const std::vector<std::string>& words) {
+  std::string out;
+  for (size_t i = 0; i < words.size(); ++i) out += (i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") + words[i];
+  return out;
+}
 
 // The environment variable that pins a registry's variant (HALFLING_GEMM, ...).
 template <class Args>
@@ -124,7 +137,9 @@ void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::stri
   app.add_option("--device", f.device, "cpu, cuda or auto (cuda when a GPU is present)")
       ->check(CLI::IsMember({"cpu", "cuda", "gpu", "auto"}))
       ->capture_default_str();
-  app.add_option("--precision", f.precision, "arithmetic: fp32, fp16 or mixed")
+  // The modes this program has, not every mode there is (03 and 08 train in fp32 only, 04 is fp16).
+  app.add_option("--precision", f.precision,
+                 "arithmetic: " + one_of(precisions) + (precisions.size() == 1 ? " (the only mode here)" : ""))
       ->check(CLI::IsMember(precisions))
       ->capture_default_str();
   if (precisions.size() > 1) {
@@ -172,9 +187,40 @@ void add_schedule_flags(CLI::App& app, CommonFlags& f) {
       ->capture_default_str();
 }
 
+namespace {
+
+// The registry family's name ("gemm", "bn", ...).
+template <class Args>
+const char* family_of(const kernels::Registry<Args>&) {
+  return Args::family;
+}
+
+// A registry's environment variable, when set, must name a variant that some device has.
+template <class Registry>
+void check_environment_of(const Registry& registry) {
+  const char* env_var = env_var_of(registry);
+  const char* env = std::getenv(env_var);
+  if (env == nullptr || *env == '\0' || registry.known_anywhere(env)) return;
+  // The CUDA names: registered in a CUDA build; in a CPU-only one, those a CUDA build registers.
+  std::vector<std::string> cuda = registry.names(DeviceType::cuda);
+  if (cuda.empty())
+    for (std::string_view n : kernels::cuda_variant_names(family_of(registry))) cuda.emplace_back(n);
+  const auto list = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+    return out.empty() ? std::string("none: this family has one implementation there") : out;
+  };
+  throw Error(std::string(env_var) + "=" + env + ": no " + family_of(registry) +
+              " variant of that name on any device (known on cpu: " + list(registry.names(DeviceType::cpu)) +
+              "; on cuda: " + list(cuda) + "; unset " + env_var + " for the automatic choice)");
+}
+
+}  // namespace
+
 Device apply_common_flags(const CommonFlags& f) {
   const Device dev = parse_device(f.device);
   set_detect_anomaly(f.detect_anomaly);
+  check_variant_environment();
   // The GPU was asked for (or "auto" found none) and the CPU runs instead. The command was written for
   // a GPU, so a CUDA variant it names is dropped with a notice rather than refused: `--device cuda
   // --gemm wmma_pipelined` runs on a laptop too (DESIGN.md §2). With --device cpu it is refused below.
@@ -214,6 +260,38 @@ Device apply_common_flags(const CommonFlags& f) {
   pin(kernels::ConvRegistry::instance(), f.conv, "--conv");
   pin(kernels::BatchNormRegistry::instance(), f.bn, "--bn");
   return dev;
+}
+
+void check_variant_environment() {
+  check_environment_of(kernels::GemmRegistry::instance());
+  check_environment_of(kernels::SoftmaxRegistry::instance());
+  check_environment_of(kernels::ConvRegistry::instance());
+  check_environment_of(kernels::BatchNormRegistry::instance());
+}
+
+void check_writable(const std::string& flag, const std::string& path, WrittenBy how) {
+  namespace fs = std::filesystem;
+  const auto fail = [&](const std::string& why) { throw Error(flag + ": cannot write " + path + ": " + why); };
+  if (path.empty()) fail("no file name given");
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::is_directory(st)) fail("it is a folder (give a file name in it)");
+  const bool exists = fs::exists(st);
+  if (exists && how == WrittenBy::stream) {  // only asked: a FIFO is not opened, a file not truncated
+    if (::access(path.c_str(), W_OK) != 0) fail(std::strerror(errno));
+    return;
+  }
+  const fs::path parent = fs::path(path).parent_path();
+  const fs::path folder = parent.empty() ? fs::path(".") : parent;
+  if (!exists && !fs::is_directory(folder, ec))
+    fail("the folder " + folder.string() + (fs::exists(folder, ec) ? " is not a folder" : " does not exist"));
+  // A hidden file made in the folder and removed at once, as AtomicFile makes its temporary: the one
+  // test that sees permissions, ACLs and read-only file systems alike, and never touches `path`.
+  std::string tmpl = (folder / ("." + fs::path(path).filename().string() + ".check.XXXXXX")).string();
+  const int fd = ::mkstemp(tmpl.data());
+  if (fd < 0) fail("cannot create a file in " + folder.string() + ": " + std::strerror(errno));
+  ::close(fd);
+  ::unlink(tmpl.c_str());
 }
 
 namespace {

@@ -42,7 +42,8 @@ CLI::Validator integer_in(const std::string& type, int64_t lo, uint64_t hi);
 // A finite real in [lo, hi].
 CLI::Validator real_in(double lo, double hi);
 
-// Register the shared flags on app. `precisions` lists the modes this tutorial supports.
+// Register the shared flags on app. `precisions` lists the modes this tutorial supports (--help lists
+// exactly these).
 void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::string>& precisions);
 
 // Register --schedule and --warmup-epochs (on the programs that train; f's values are the defaults
@@ -50,9 +51,27 @@ void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::stri
 void add_schedule_flags(CLI::App& app, CommonFlags& f);
 
 // Resolve --device (with the CPU fallback notice), --gemm, --softmax, --conv and --bn (pinning each
-// registry's default, after checking the name exists on the device). Throws hl::Error with the valid
-// choices on a bad value.
+// registry's default, after checking the name exists on the device), after check_variant_environment().
+// Throws hl::Error with the valid choices on a bad value.
 Device apply_common_flags(const CommonFlags& f);
+
+// Check HALFLING_GEMM, HALFLING_SOFTMAX, HALFLING_CONV and HALFLING_BN, when set: a name that no device's
+// registry of that family knows (a typo) is an hl::Error naming the variable and listing the valid
+// names per device. A name some device has is accepted wherever the run is: the registry applies it on
+// the devices that have it (kernels/registry.h). apply_common_flags calls this; a program without the
+// common flags (tutorial 10) calls it itself, before any kernel runs.
+void check_variant_environment();
+
+// How a program writes an output file: in place (an std::ofstream: --csv), or replaced through a
+// temporary file in its folder (framework/atomic_file.h: the checkpoints of --save).
+enum class WrittenBy { stream, atomic_replace };
+
+// Check, before any data loads or training, that a program can later write the file `path` given
+// with `flag`: `path` is not a folder, its folder exists, and the folder can be written to (a
+// temporary file is made there and removed at once: nothing is left behind). An existing file
+// written in place need only be writable itself (--csv /dev/stdout); it is left as it is. Throws
+// hl::Error "<flag>: cannot write <path>: <why>".
+void check_writable(const std::string& flag, const std::string& path, WrittenBy how);
 
 // Print every registered GEMM, softmax, convolution and batch-norm variant per device.
 void print_variants();
