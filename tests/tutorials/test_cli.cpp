@@ -70,6 +70,21 @@ TEST(CommonFlags, NoFlagsKeepTheDefaults) {
   EXPECT_TRUE(f.data.empty() && f.gemm.empty() && f.softmax.empty() && f.conv.empty() && f.bn.empty() && f.csv.empty());
 }
 
+// --smoke's epoch count gives way to an explicit --epochs in every tutorial (smoke_epochs), also to one
+// equal to the default (2): what counts is that it was written.
+TEST(CommonFlags, AnExplicitEpochCountWinsOverSmoke) {
+  for (const auto& [line, want] : std::vector<std::pair<std::string, int64_t>>{
+           {"--smoke", 1}, {"--smoke --epochs 3", 3}, {"--epochs 2 --smoke", 2}, {"--smoke --epochs=1", 1}}) {
+    CommonFlags f;
+    ASSERT_EQ(parse(line, f), "") << line;
+    EXPECT_EQ(hl::tutorial::smoke_epochs(f, 1), want) << line;
+  }
+  CommonFlags f;
+  ASSERT_EQ(parse("--smoke", f), "");
+  EXPECT_EQ(hl::tutorial::smoke_epochs(f, 2), 2) << "09's smoke count";
+  EXPECT_FALSE(f.epochs_given);
+}
+
 TEST(CommonFlags, EveryFlagReachesItsField) {
   CommonFlags f;
   ASSERT_EQ(parse("--device gpu --precision mixed --loss-scale static:512 --epochs 7 --batch 32 --lr 0.25 "

@@ -409,6 +409,16 @@ TEST(AutogradTutorialFlags, NegativeSeedIsRefused) {
   EXPECT_TRUE(contains(out, "'-1' is out of range (0 to 18446744073709551615)")) << out;
 }
 
+// A misspelt HALFLING_GEMM is refused before the walk-through, naming the variable, and without the
+// registry's "set with --gemm" (02 has no --gemm).
+TEST(AutogradTutorialFlags, MisspeltVariantEnvironmentIsNamed) {
+  const auto [status, out] = run_command("HALFLING_GEMM=bogus " + kAutograd);
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_TRUE(contains(out, "02_autograd: HALFLING_GEMM=bogus: no gemm variant of that name on any device")) << out;
+  EXPECT_FALSE(contains(out, "--gemm")) << out;
+  EXPECT_FALSE(contains(out, "halfling 02_autograd:")) << "the walk-through ran\n" << out;
+}
+
 // --eps's message shows its real lower bound (CLI::Range printed 1e-12 as "0.000000").
 TEST(AutogradTutorialFlags, EpsMessageShowsTheRealBounds) {
   for (const char* bad : {"0", "1e-13", "0.2", "nan"}) {

@@ -289,6 +289,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    // A misspelt HALFLING_GEMM (...) is refused up front, naming the variable: this program has no --gemm.
+    tutorial::check_variant_environment();
     std::printf("halfling 02_autograd: define-by-run autograd on the CPU (f32 by hand, f64 for gradcheck)\n");
     small_graph();
     neuron();

@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
     if (f.smoke) {  // seconds, not minutes: what CI runs so that this chapter never rots
       train = train.subset(0, 2048);
       test = test.subset(0, 1000);
-      epochs = 1;
+      epochs = tutorial::smoke_epochs(f, 1);
     } else if (train_subset > 0) {
       train = train.subset(0, train_subset);
     }

@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
     if (f.smoke) {  // LeNet costs ~100x more per epoch than MLP-512 on a CPU: a smaller smoke set
       train = train.subset(0, lenet ? 512 : 2048);
       test = test.subset(0, lenet ? 256 : 1000);
-      epochs = 1;
+      epochs = tutorial::smoke_epochs(f, 1);
     }
     // On a GPU the data sets live there whole: each batch is one gather kernel, no copy from the host.
     // The peak-memory column counts the bytes above them, which then include the loader's shuffled

@@ -397,7 +397,7 @@ int main(int argc, char** argv) {
     if (f.smoke) {
       s.train = s.train.subset(0, 2048);
       s.test = s.test.subset(0, 1000);
-      s.epochs = 1;
+      s.epochs = tutorial::smoke_epochs(f, 1);
     }
     std::ofstream csv(training_csv);
     HL_CHECK(csv.good(), "06_loss_scaling: cannot write ", training_csv);

@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
                      " train images in " + std::to_string(classes(train)) + " classes, " +
                      std::to_string(test.size()) + " test images in " + std::to_string(classes(test)) + " classes\n";
       }
-      epochs = 1;
+      epochs = tutorial::smoke_epochs(f, 1);
       if (!lenet) batch = std::min<int64_t>(batch, 16);
     }
     // MNIST lives on a GPU whole: each batch is one gather kernel there, no copy from the host.

@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
     if (f.smoke) {  // seconds on a CPU: what CI runs so that this chapter never rots
       train = tutorial::balanced_subset(train, 52);  // 520 images
       test = tutorial::balanced_subset(test, 10);    // 100 images
-      if (app.count("--epochs") == 0) epochs = 2;  // an explicit --epochs wins, as an explicit --max-steps does
+      epochs = tutorial::smoke_epochs(f, 2);
       batch = std::min<int64_t>(batch, 16);
       if (max_steps < 0) max_steps = 3;
       f.warmup_epochs = std::min(f.warmup_epochs, 1.0);  // so that the short run shows the warm-up and the decay

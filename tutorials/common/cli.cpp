@@ -154,8 +154,9 @@ void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::stri
         })
         ->capture_default_str();
   }
-  app.add_option("--epochs", f.epochs, "passes over the training set")
+  app.add_option("--epochs", f.epochs, "passes over the training set (--smoke's own count unless given)")
       ->transform(integer_in("INT", 1, 100000))
+      ->each([&f](const std::string&) { f.epochs_given = true; })
       ->capture_default_str();
   app.add_option("--batch", f.batch, "batch size")->transform(integer_in("INT", 1, 1 << 20))->capture_default_str();
   app.add_option("--lr", f.lr, "learning rate")->transform(real_in(0.0, 100.0))->capture_default_str();
@@ -261,6 +262,8 @@ Device apply_common_flags(const CommonFlags& f) {
   pin(kernels::BatchNormRegistry::instance(), f.bn, "--bn");
   return dev;
 }
+
+int64_t smoke_epochs(const CommonFlags& f, int64_t smoke_default) { return f.epochs_given ? f.epochs : smoke_default; }
 
 void check_variant_environment() {
   check_environment_of(kernels::GemmRegistry::instance());

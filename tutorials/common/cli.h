@@ -26,6 +26,7 @@ struct CommonFlags {
   std::string bn;                   // a CUDA batch-norm variant name (see --list-variants)
   std::string csv;                  // write one row per epoch here
   bool smoke = false;               // a tiny subset, seconds on the CPU (what CI runs)
+  bool epochs_given = false;        // --epochs was on the command line (smoke_epochs)
   bool detect_anomaly = false;      // stop at the first NaN/inf tensor, naming it (slow: debugging)
   bool list_variants = false;
   // The learning-rate schedule (add_schedule_flags; tutorials/common/schedule.h), peak `lr`.
@@ -45,6 +46,10 @@ CLI::Validator real_in(double lo, double hi);
 // Register the shared flags on app. `precisions` lists the modes this tutorial supports (--help lists
 // exactly these).
 void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::string>& precisions);
+
+// The epochs of a --smoke run: `smoke_default`, unless --epochs was given, which wins (as an explicit
+// --max-steps does).
+int64_t smoke_epochs(const CommonFlags& f, int64_t smoke_default);
 
 // Register --schedule and --warmup-epochs (on the programs that train; f's values are the defaults
 // shown). tutorial::schedule_from_flags turns them into the per-step rates.
