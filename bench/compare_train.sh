@@ -19,8 +19,9 @@
 # measurements.
 # HALFLING_FLAGS="--cuda-graph" (or any bench/train flags) goes to halfling's runs only, and into the
 # header: e.g. halfling's step replayed as a CUDA graph against PyTorch eager. A flag that would make the
-# two sides train something else (its data, order, model, precision, schedule or steps: --batch, --seed,
-# --lr, ...) is refused there: the script sets those for both sides.
+# two sides train something else (its data, order, model, precision, loss scaling, schedule or steps:
+# --batch, --seed, --lr, --loss-scale, ...) is refused there: the script sets those for both sides; so
+# is one that prints and exits (--help, --list-variants).
 #
 # PyTorch on the CPU has two thread pools: its own OpenMP pool (convolutions, elementwise ops) and
 # OpenBLAS's (the GEMMs of Linear layers; Debian's OpenBLAS is the pthreads build). Given N threads
@@ -47,10 +48,14 @@ epochs=${3:-3}
 read -r -a halfling_flags <<< "${HALFLING_FLAGS:-}"
 for flag in "${halfling_flags[@]}"; do
   case ${flag%%=*} in
-    --batch | --seed | --lr | --momentum | --epochs | --model | --precision | --device | --data | \
+    --batch | --seed | --lr | --momentum | --epochs | --model | --precision | --loss-scale | --device | --data | \
       --schedule | --warmup-epochs | --max-steps | --export | --smoke)
       echo "bench/compare_train.sh: HALFLING_FLAGS: ${flag%%=*} would change what halfling trains but not what" \
         "PyTorch trains (the script sets it for both sides)" >&2
+      exit 2
+      ;;
+    --help | -h | --list-variants)
+      echo "bench/compare_train.sh: HALFLING_FLAGS: $flag prints and exits: there would be no run to compare" >&2
       exit 2
       ;;
   esac

@@ -14,7 +14,7 @@
 //     logit makes its row NaN. Masked (-inf) entries in a row with a finite maximum give probability
 //     0, log-probability -inf and gradient 0 (softmax) / exactly the upstream gradient (log-softmax);
 //     cross-entropy's gradient is 0 there too, except at the label's own entry when the label is
-//     masked: -1 times the multiplier, with a loss of +inf (a finite gradient row, as in PyTorch);
+//     masked: -multiplier * grad_scale[0], with a loss of +inf (a finite gradient row, as in PyTorch);
 //   - cross-entropy with a label outside [0, cols) gives a NaN loss and a NaN gradient row, so that a
 //     bad label is seen by the loss scaler's inf/NaN check instead of training silently (the framework
 //     rejects such labels on the CPU before calling the kernels).

@@ -16,7 +16,8 @@ Use a CPU-only build (-DHALFLING_CUDA=OFF) of its own: the library is shared, so
 costs one compile and one link. A header (.h) rebuilds everything that includes it, tests too. The
 default build command builds every target for a header, and for a .cpp that the build's
 compile_commands.json does not put in the halfling target alone (a tutorials/common/ or bench/ file, a
-file the build does not list); the halfling target only otherwise.
+file it does not list); the halfling target only otherwise, also when the build has no
+compile_commands.json (the canary below then tells if that target does not compile the file).
 
 Before the first mutant the script builds a canary: the file with an `#error` line at its top. If
 that build still succeeds, the build command does not compile the file (a .cu in a CPU-only build, or a

@@ -223,7 +223,8 @@ TEST(BenchCompareTrain, ASecondRunWithTheSameOutWritesANewFile) {
 
   // HALFLING_FLAGS that would make halfling train something PyTorch does not are refused before any
   // run (the stand-in would have written a third table); a flag of halfling's own goes through.
-  for (const std::string flags : {"--batch 64", "--seed=3", "--cuda-graph --lr 0.1", "--max-steps=5"}) {
+  for (const std::string flags :
+       {"--batch 64", "--seed=3", "--cuda-graph --lr 0.1", "--max-steps=5", "--loss-scale static:1", "--list-variants"}) {
     auto [s, o] = hl::test::run_command("HALFLING_FLAGS='" + flags + "' " + run);
     EXPECT_EQ(s, 2) << flags << "\n" << o;
     EXPECT_TRUE(contains(o, "HALFLING_FLAGS: --")) << flags << "\n" << o;

@@ -465,7 +465,7 @@ TEST(CudaGemm, AccumulatesInFp32) {
   // block of 16 (or 8, or 4) ones sums to a multiple of 16 exactly, and every partial sum stays a
   // multiple of 16, which FP16 holds up to 4096. So the products are also 1 * (1 + 2^-7) (exact in f16):
   // in FP32 every partial sum k (1 + 2^-7) needs at most 19 bits, and the total is exactly 4128 (an
-  // FP16 C holds it too), while an FP16 accumulator, whose spacing passes 2^-7 from 4 on, gives 4100 in
+  // FP16 C holds it too), while an FP16 accumulator, whose spacing passes 2^-7 from 16 on, gives 4100 in
   // blocks and 4096 one by one. Only with an f32 C for the second case: C's dtype does not change the
   // accumulator, and this test runs under memcheck with every rung. 1 x 1 goes through every rung's edge
   // path, 64 x 48 through the full-tile paths.

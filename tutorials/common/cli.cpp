@@ -154,7 +154,7 @@ void add_common_flags(CLI::App& app, CommonFlags& f, const std::vector<std::stri
         })
         ->capture_default_str();
   }
-  app.add_option("--epochs", f.epochs, "passes over the training set (--smoke's own count unless given)")
+  app.add_option("--epochs", f.epochs, "passes over the training set")
       ->transform(integer_in("INT", 1, 100000))
       ->each([&f](const std::string&) { f.epochs_given = true; })
       ->capture_default_str();
