@@ -39,8 +39,8 @@ inline const char* unsupported_dtypes(const GemmArgs& g) {
   return nullptr;
 }
 
-// The Tensor Core rungs multiply FP16 fragments: f32 inputs go to smem_tiled (the registry falls
-// back to it automatically), and a device older than Volta has no FP16 Tensor Cores.
+// The Tensor Core rungs multiply FP16 fragments: f32 inputs go to smem_tiled_split_k (the registry
+// falls back to it automatically), and a device older than Volta has no FP16 Tensor Cores.
 inline const char* unsupported_wmma(const GemmArgs& g) {
   if (const char* why = unsupported_dtypes(g)) return why;
   if (g.ab_type != DType::f16)

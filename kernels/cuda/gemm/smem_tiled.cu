@@ -12,7 +12,8 @@
 // Precision (paper §3.3): FP16 inputs are widened to FP32 when they are staged in shared memory, the
 // products are accumulated in FP32 and rounded to C's dtype once, in the epilogue. This rung still
 // uses the ordinary FP32 units (no Tensor Cores), so it takes f32 inputs too: it is the fastest
-// f32 GEMM of the ladder and the fallback the registry picks for f32 inputs.
+// f32 GEMM of the ladder, and, as smem_tiled_split_k (the same kernel, split along K where that
+// pays), the registry's automatic choice for f32 inputs.
 //
 // Split-K: this is also the GEMM of every FP32 training step (f32 inputs run here), including the
 // weight gradients of FP32 convolutions as im2col GEMMs, whose outputs are a tile or two and whose

@@ -27,12 +27,14 @@
 // through an FP32 staging tile (wgmma_ops.cuh). And split-K, as a second variant,
 // wgmma_tma_split_k: where the output has few tiles and K is long, blockIdx.z takes a slice of the K
 // tiles (kernels/gemm_split.h) and split_k.cu's second pass adds the slices, so that the top rung can
-// take the training shapes with long reductions too (LeNet's fc1 forward, 128 x 256 x 3136: 2 tiles).
+// take the training shapes with long reductions too (LeNet's fc1 forward, 128 x 256 x 3136: 4 tiles of
+// 128 x 64).
 // What it leaves for later: thread-block clusters (one TMA copy multicast to the blocks that share a
 // tile row), a persistent scheduler that overlaps one tile's epilogue with the next tile's loads, and
 // a TMA store of C.
 //
-// What the TMA demands, and this rung refuses otherwise (the registry then takes rung 7 or below):
+// What the TMA demands, and this rung refuses otherwise (the registry's automatic choice then takes
+// wmma_pipelined_split_k; rung 7 is opt-in):
 // both input matrices 16-byte aligned with a row stride that is a multiple of 8 halves (16 bytes),
 // sizes up to 2^31 - 1 (the box coordinates are signed 32-bit), compute capability 9.0, f16 inputs.
 //

@@ -20,7 +20,8 @@
 // shared-memory tile on the way out, so the epilogue (alpha, beta, bias, ReLU, rounding) can check
 // m < M, n < N per element.
 //
-// f16 inputs only: f32 inputs get a clear "unsupported" and the registry falls back to smem_tiled.
+// f16 inputs only: f32 inputs get a clear "unsupported" and the registry falls back to
+// smem_tiled_split_k (smem_tiled's kernel, split along K where that pays).
 #include <cuda_fp16.h>
 #include <mma.h>
 

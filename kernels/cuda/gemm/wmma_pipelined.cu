@@ -10,14 +10,14 @@
 //      __syncthreads per K step both publishes that tile and tells the block that the buffer of
 //      tile kt - 1 is free to be refilled. Below sm_80 (the T4) there is no cp.async: the same loop
 //      runs with ordinary synchronous 128-bit copies (wmma_tile.cuh, copy16), which is correct but
-//      overlaps nothing, so that path uses 2 stages.
+//      overlaps nothing, so the big tile there has 2 stages (the 64 x 64 tile keeps its 3).
 //   2. Register double buffering: inside a K tile, the fragments for the next 16-step are loaded
 //      from shared memory into a second set of registers before the mma_syncs of the current step
 //      are issued, so shared-memory latency hides behind Tensor Core work.
 //   3. The tile fits the problem: 128 x 128 blocks (8 warps of 64 x 32) keep a big GEMM's Tensor
 //      Cores fed, but the GEMMs of an MNIST-sized layer (128 x 512 x 784, 128 x 10 x 512) would make
-//      only 4 or 1 such blocks for a GPU with 100+ SMs. When the big tile would leave most SMs idle
-//      the rung uses 64 x 64 blocks of 4 warps (32 x 32 warp tiles), 4x more blocks. When even those
+//      only 4 or 1 such blocks for a GPU with 100+ SMs. When the big tiles would number fewer than
+//      the SMs the rung uses 64 x 64 blocks of 4 warps (32 x 32 warp tiles), 4x more blocks. When even those
 //      are too few for a long reduction (LeNet's fc1 forward: 8 tiles, K = 3136; a convolution's
 //      weight gradient as an im2col GEMM: 1 to 7 tiles, K = 25088 or 100352), the variant
 //      wmma_pipelined_split_k also splits K across blocks (split-K, kernels/gemm_split.h):
@@ -56,7 +56,7 @@
 // Everything else is as in wmma_smem: padded shared-memory rows, predicated edges with zero fill,
 // 128-bit copies with a scalar fallback inside the kernel for misaligned matrices (so this rung too
 // accepts any alignment), FP16 fragments with FP32 accumulators and one rounding on the store
-// (paper §3.3). f16 inputs only; f32 inputs fall back to smem_tiled.
+// (paper §3.3). f16 inputs only; f32 inputs fall back to smem_tiled_split_k.
 #include <cuda_fp16.h>
 #include <mma.h>
 

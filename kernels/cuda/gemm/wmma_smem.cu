@@ -29,7 +29,7 @@
 // this rung, and the gap rung 5 closes, stay.
 //
 // Precision as in every rung (paper §3.3): FP16 fragments, FP32 accumulators, one rounding on the
-// store. f16 inputs only; f32 inputs get a clear "unsupported" and fall back to smem_tiled.
+// store. f16 inputs only; f32 inputs get a clear "unsupported" and fall back to smem_tiled_split_k.
 #include <cuda_fp16.h>
 #include <mma.h>
 
