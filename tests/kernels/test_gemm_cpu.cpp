@@ -425,7 +425,8 @@ TEST_P(GemmCpuVariant, EveryFloat16BitPatternIsWidenedExactly) {
 TEST_P(GemmCpuVariant, NonFiniteInputsPropagateThroughTheEpilogue) {
   HL_SKIP_IF_UNSUPPORTED(GetParam());
   constexpr int64_t M = 4, N = 5, K = 6;
-  std::vector<float> a(M * K, 0.5f), b(K * N, 0.25f), bias(N, -100.0f), c(M * N);
+  // C poisoned with NaN: rows 2 and 3 must be written as 0, which a zero-filled C would hold already.
+  std::vector<float> a(M * K, 0.5f), b(K * N, 0.25f), bias(N, -100.0f), c(M * N, std::numeric_limits<float>::quiet_NaN());
   a[0 * K + 2] = std::numeric_limits<float>::quiet_NaN();  // row 0 of C: NaN
   a[1 * K + 3] = std::numeric_limits<float>::infinity();   // row 1: +inf (b > 0)
   a[2 * K + 4] = -std::numeric_limits<float>::infinity();  // row 2: -inf, which relu clamps to 0

@@ -34,9 +34,11 @@ Tensor make(const std::vector<double>& v, int64_t rows, int64_t cols, DType t) {
 }
 Tensor labels_of(const std::vector<int32_t>& v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}); }
 
-// Run one softmax-family op on the CPU through the registry (variant "" = the default).
-Tensor run_forward(const Tensor& x, DType out_t, bool log, const std::string& variant = "") {
-  Tensor y = Tensor::full(x.shape(), kNaN, out_t);  // poisoned
+// Run one softmax-family op on the CPU through the registry (variant "" = the default), into an output
+// filled with `fill` (NaN: an element left alone where a number is due shows; a finite fill shows one
+// left alone where NaN is due).
+Tensor run_forward(const Tensor& x, DType out_t, bool log, const std::string& variant = "", double fill = kNaN) {
+  Tensor y = Tensor::full(x.shape(), fill, out_t);  // poisoned
   k::SoftmaxArgs a;
   a.op = log ? k::SoftmaxOp::log_softmax : k::SoftmaxOp::softmax;
   a.rows = x.size(0);
@@ -112,15 +114,19 @@ TEST_F(SoftmaxCpu, AllMinusInfRowIsNaNEverywhere) {
   for (DType t : {DType::f16, DType::f32, DType::f64}) {
     const Tensor xt = make(x, 4, 3, t);
     for (bool log : {false, true}) {
-      const auto y = run_forward(xt, t == DType::f64 ? DType::f64 : DType::f32, log).to_double();
-      for (int i = 0; i < 12; ++i) {
-        if (i / 3 == 1) {
-          EXPECT_TRUE(std::isfinite(y[static_cast<size_t>(i)])) << i;
-        } else {
-          EXPECT_TRUE(std::isnan(y[static_cast<size_t>(i)])) << "element " << i << " of " << dtype_name(t);
+      // NaN, then 7 (no probability or log-probability): with NaN alone, a kernel that left the rows
+      // without a finite maximum alone would pass.
+      for (double fill : {kNaN, 7.0}) {
+        const auto y = run_forward(xt, t == DType::f64 ? DType::f64 : DType::f32, log, "", fill).to_double();
+        for (int i = 0; i < 12; ++i) {
+          if (i / 3 == 1) {
+            EXPECT_TRUE(std::isfinite(y[static_cast<size_t>(i)])) << i;
+          } else {
+            EXPECT_TRUE(std::isnan(y[static_cast<size_t>(i)])) << "element " << i << " of " << dtype_name(t);
+          }
         }
+        expect_forward_matches(x, 4, 3, y, log, false, "special rows");
       }
-      expect_forward_matches(x, 4, 3, y, log, false, "special rows");
     }
     // Cross-entropy of the all -inf row: NaN loss and NaN gradient; the ordinary row is untouched.
     Tensor logits = make(x, 4, 3, t).slice_rows(0, 2).clone();
@@ -552,36 +558,41 @@ TEST_F(SoftmaxCpu, XentFusedEqualsForwardThenBackward) {
     lab[6] = static_cast<int32_t>(cols);  // below the range and just past it
     const Tensor xt = make(x, rows, cols, t), lt = labels_of(lab);
     const Tensor scale = Tensor::scalar(1024.0);
-    const hl::test::XentRuns run = hl::test::run_xent_split_and_fused(xt, lt, scale, 1.0 / rows, t);
-    const auto l1 = run.loss.to_double(), l2 = run.loss_fused.to_double(), a1 = run.g.to_double(),
-               a2 = run.g_fused.to_double();
-    const auto st = ref::row_stats(rows, cols, x);
-    for (int64_t r = 0; r < rows; ++r) {
-      const size_t ri = static_cast<size_t>(r);
-      if (r == 3 || r == 6) {
-        EXPECT_TRUE(std::isnan(l1[ri]) && std::isnan(l2[ri]));
-      } else {
-        const double xl = x[static_cast<size_t>(r * cols + lab[ri])];
-        const double want = ref::log_prob(xl, st[ri]) * -1;
-        // An FP32-math log-probability's bound (the reference variant computes in double, well inside
-        // it), and the loss's rounding to FP32.
-        EXPECT_NEAR(l1[ri], want, ref::logprob_tol(xl, st[ri], cols) + ref::kU32 * std::fabs(want));
-        EXPECT_EQ(l1[ri], l2[ri]);
-      }
-      for (int64_t c = 0; c < cols; ++c) {
-        const size_t i = static_cast<size_t>(r * cols + c);
+    // The outputs poisoned with NaN, then filled with values no correct kernel writes (xent_runs.h:
+    // losses -1, gradients 60000; |gradient| <= 1024 / 9 here): with NaN alone a kernel that skipped the
+    // bad labels' rows would pass.
+    for (const hl::test::XentFill& fill : {hl::test::xent_nan_fill(), hl::test::xent_sentinel_fill()}) {
+      const hl::test::XentRuns run = hl::test::run_xent_split_and_fused(xt, lt, scale, 1.0 / rows, t, fill);
+      const auto l1 = run.loss.to_double(), l2 = run.loss_fused.to_double(), a1 = run.g.to_double(),
+                 a2 = run.g_fused.to_double();
+      const auto st = ref::row_stats(rows, cols, x);
+      for (int64_t r = 0; r < rows; ++r) {
+        const size_t ri = static_cast<size_t>(r);
         if (r == 3 || r == 6) {
-          EXPECT_TRUE(std::isnan(a1[i]) && std::isnan(a2[i])) << i;
-          continue;
+          EXPECT_TRUE(std::isnan(l1[ri]) && std::isnan(l2[ri]));
+        } else {
+          const double xl = x[static_cast<size_t>(r * cols + lab[ri])];
+          const double want = ref::log_prob(xl, st[ri]) * -1;
+          // An FP32-math log-probability's bound (the reference variant computes in double, well inside
+          // it), and the loss's rounding to FP32.
+          EXPECT_NEAR(l1[ri], want, ref::logprob_tol(xl, st[ri], cols) + ref::kU32 * std::fabs(want));
+          EXPECT_EQ(l1[ri], l2[ri]);
         }
-        const double p = ref::prob(x[i], st[ri]), per_row = 1024.0 / rows;
-        const double want = (p - (c == lab[ri] ? 1.0 : 0.0)) * per_row;
-        // p's error is p times its log's (logprob_tol), the subtraction and the scaling round in FP32,
-        // and the output rounds once to its dtype (relative, with the subnormal floor).
-        const double tol = per_row * p * ref::logprob_tol(x[i], st[ri], cols) + 2 * ref::kU32 * std::fabs(want) +
-                           ref::out_rel(t == DType::f16) * std::fabs(want) + ref::out_abs(t == DType::f16);
-        EXPECT_NEAR(a1[i], want, tol) << i;
-        EXPECT_EQ(a1[i], a2[i]) << i;  // the same arithmetic either way
+        for (int64_t c = 0; c < cols; ++c) {
+          const size_t i = static_cast<size_t>(r * cols + c);
+          if (r == 3 || r == 6) {
+            EXPECT_TRUE(std::isnan(a1[i]) && std::isnan(a2[i])) << i;
+            continue;
+          }
+          const double p = ref::prob(x[i], st[ri]), per_row = 1024.0 / rows;
+          const double want = (p - (c == lab[ri] ? 1.0 : 0.0)) * per_row;
+          // p's error is p times its log's (logprob_tol), the subtraction and the scaling round in FP32,
+          // and the output rounds once to its dtype (relative, with the subnormal floor).
+          const double tol = per_row * p * ref::logprob_tol(x[i], st[ri], cols) + 2 * ref::kU32 * std::fabs(want) +
+                             ref::out_rel(t == DType::f16) * std::fabs(want) + ref::out_abs(t == DType::f16);
+          EXPECT_NEAR(a1[i], want, tol) << i;
+          EXPECT_EQ(a1[i], a2[i]) << i;  // the same arithmetic either way
+        }
       }
     }
   }

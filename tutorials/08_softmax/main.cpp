@@ -32,6 +32,11 @@ namespace k = hl::kernels;
 namespace {
 
 bool g_ok = true;
+// The larger of a running maximum error and a new one, NaN winning: std::max(err, NaN) keeps err (a
+// comparison with NaN is false), so a rung that wrote nothing into a NaN-poisoned output would have
+// printed an error of 0 and "OK".
+double worst(double err, double e) { return std::isnan(err) || e <= err ? err : e; }
+
 const char* verdict(bool ok) {
   if (!ok) g_ok = false;
   return ok ? "OK" : "FAIL";
@@ -108,7 +113,7 @@ void overflow_lesson(Device dev) {
   const double z = std::exp(12.0) + std::exp(1.0) + 1.0 + std::exp(-1.0);
   const double want[4] = {std::exp(12.0) / z, std::exp(1.0) / z, 1.0 / z, std::exp(-1.0) / z};
   double err = 0;
-  for (int i = 0; i < 4; ++i) err = std::max(err, std::fabs(good[static_cast<size_t>(i)] - want[i]));
+  for (int i = 0; i < 4; ++i) err = worst(err, std::fabs(good[static_cast<size_t>(i)] - want[i]));
   std::printf("max-subtracted, FP32 math -> [%s, %s, %s, %s]  max error %.1e: %s\n", fmt(good[0]).c_str(),
               fmt(good[1]).c_str(), fmt(good[2]).c_str(), fmt(good[3]).c_str(), err, verdict(err < 1e-6));
 }
@@ -155,7 +160,7 @@ void ladder(Device dev, bool smoke) {
       const auto got = run_softmax(x, DType::f16, rung).to_double();
       double err = 0;  // relative to each probability, above FP16's subnormal range
       for (size_t i = 0; i < got.size(); ++i)
-        err = std::max(err, std::fabs(got[i] - want[i]) / std::max(want[i], 0x1p-14));
+        err = worst(err, std::fabs(got[i] - want[i]) / std::max(want[i], 0x1p-14));
       const int reps = rung == "naive" ? 1 : 20;
       const double us = time_us(dev, [&] { run_softmax(x, DType::f16, rung); }, reps);
       // FP16 output: one rounding (2^-11 relative) on top of FP32 math; 2^-10 leaves room for the
@@ -198,7 +203,7 @@ void cross_entropy_lesson(Device dev, bool smoke) {
   const auto ga = a.grad().to_double(), gb = b.grad().to_double();
   double gerr = 0, gmax = 0;
   for (size_t i = 0; i < ga.size(); ++i) {
-    gerr = std::max(gerr, std::fabs(ga[i] - gb[i]));
+    gerr = worst(gerr, std::fabs(ga[i] - gb[i]));
     gmax = std::max(gmax, std::fabs(gb[i]));
   }
   const double lerr = std::fabs(la.item() - lb.item());
