@@ -1,4 +1,5 @@
-// The dynamic loss scaler's rule (paper §3.2; DESIGN.md §3), as one function that the CPU path and
+// The dynamic loss scaler's rule (loss scaling is paper §3.2, which uses a constant scale; this rule
+// for changing it is PyTorch GradScaler's; DESIGN.md §3), as one function that the CPU path and
 // the CUDA kernel both call, so that the CPU tests prove the logic the GPU runs.
 //
 // Why it lives on the device: deciding the next scale needs the found-inf flag, and reading that
