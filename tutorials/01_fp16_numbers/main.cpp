@@ -378,7 +378,11 @@ void show_value(const std::string& text) {
   };
   const double v16 = half_value(x16);
   const uint16_t abs16 = x16 & 0x7FFF;
-  const double ulp16 = abs16 >= 0x7C00 ? 0.0 : half_value(static_cast<uint16_t>(abs16 + 1)) - half_value(abs16);
+  // The spacing to the next value up; at 65504, the largest finite one, the next is inf: the spacing
+  // below (32) is the binade's, as the rounding section uses it.
+  const double ulp16 = abs16 >= 0x7C00   ? 0.0
+                       : abs16 == 0x7BFF ? half_value(abs16) - half_value(static_cast<uint16_t>(abs16 - 1))
+                                         : half_value(static_cast<uint16_t>(abs16 + 1)) - half_value(abs16);
   report(kFp16, v16, shortest_half(x16), x16, ulp16);
   report(kFp32, x32, shortest(x32), std::bit_cast<uint32_t>(x32),
          std::nextafter(std::fabs(x32), std::numeric_limits<float>::infinity()) - std::fabs(x32));
