@@ -156,6 +156,8 @@ int main(int argc, char** argv) {
     const auto it = models().find(model_name);
     HL_CHECK(it != models().end(), "train: unknown --model '", model_name, "' (known: ", model_names(), ")");
     const ModelSpec& spec = it->second;
+    HL_CHECK(f.csv.empty(), "train: --csv: this program writes no CSV (its results are the printed lines and "
+             "--json's last line; --dump-weights writes the weights); the tutorials write one");
     const Device dev = tutorial::apply_common_flags(f);
     const amp::Precision precision = amp::parse_precision(f.precision);
     HL_CHECK(multi_tensor || dev == Device::cuda,
@@ -325,7 +327,9 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "train: %s\n", e.what());
+    // The program's own checks name it already ("train: --csv: ..."); the library's errors do not.
+    const std::string what = e.what();
+    std::fprintf(stderr, "%s%s\n", what.rfind("train: ", 0) == 0 ? "" : "train: ", what.c_str());
     return 1;
   }
 }

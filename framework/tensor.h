@@ -47,7 +47,10 @@ struct TensorImpl {
 };
 
 // A random number generator with a documented, portable algorithm (splitmix64-seeded
-// xoshiro256**, Box-Muller normals), so the same seed gives the same numbers on every machine.
+// xoshiro256**, Box-Muller normals), so the same seed gives the same integers and uniforms on every
+// machine. The normals call std::log and std::cos, which C++ does not require to be correctly
+// rounded: another libm may give another last bit (only Tensor::randn uses them; initializers draw
+// uniforms).
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0) { manual_seed(seed); }

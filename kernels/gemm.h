@@ -52,8 +52,10 @@ struct GemmArgs {
 void gemm(const GemmArgs& args, const std::string& variant = "");
 
 // Rows [first, first + count) of the problem as a GEMM of their own: op(A)'s and C's rows moved down,
-// B, the bias and the epilogue shared. Row i of C depends on row i of op(A) only, so the rows come out
-// with the same bits as in the whole problem.
+// B, the bias and the epilogue shared. Row i of C depends on row i of op(A) only, so each slab gives
+// the bits it would give as a problem of its own: the whole problem's bits on a rung that treats every
+// row tile alike, but a split-K rung may split a short last slab (few tiles) that the whole problem,
+// with many, would not, and add its products in another order.
 GemmArgs gemm_rows(const GemmArgs& g, int64_t first, int64_t count);
 constexpr int64_t kCudaGemmRowChunk = int64_t{1} << 19;  // 65535 row tiles of 8 rows is more
 

@@ -18,12 +18,26 @@
 namespace hl::test {
 
 uint64_t fresh_seed() {
-  if (const char* env = std::getenv("HALFLING_TEST_SEED")) return std::strtoull(env, nullptr, 10);
+  // The test of the last call, its first seed and how many seeds it has taken. A later call in the
+  // same test derives its seed from the first (a large odd stride apart, so that a test's seed++ does
+  // not meet it), so that the one printed seed replays every call; each call used to draw (and print)
+  // its own, and HALFLING_TEST_SEED could give back only one of them.
+  static std::string test;
+  static uint64_t first = 0, calls = 0;
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string current = info != nullptr ? std::string(info->test_suite_name()) + "." + info->name() : "";
+  if (info != nullptr && current == test) return first + 0x9E3779B97F4A7C15ull * ++calls;
+  test = current;
+  calls = 0;
+  if (const char* env = std::getenv("HALFLING_TEST_SEED")) {
+    first = std::strtoull(env, nullptr, 10);
+    return first;
+  }
   static uint64_t counter = 0;
   const uint64_t t = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  const uint64_t seed = (t ^ (0x9E3779B97F4A7C15ull * ++counter)) % 1000000007ull;
-  std::cout << "[ seed     ] HALFLING_TEST_SEED=" << seed << "\n";
-  return seed;
+  first = (t ^ (0x9E3779B97F4A7C15ull * ++counter)) % 1000000007ull;
+  std::cout << "[ seed     ] HALFLING_TEST_SEED=" << first << "\n";
+  return first;
 }
 
 double rel_error(const std::vector<double>& out, const std::vector<double>& ref) {

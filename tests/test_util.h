@@ -15,7 +15,8 @@
 namespace hl::test {
 
 // A seed that differs on every run (so each run sees fresh data) but is printed by the test that
-// uses it, so a failure can be reproduced with HALFLING_TEST_SEED=<seed>.
+// uses it, so a failure can be reproduced with HALFLING_TEST_SEED=<seed>. A test's later calls derive
+// theirs from its first (printed once), so that one seed replays them all.
 uint64_t fresh_seed();
 
 // ||out - ref||_2 / ||ref||_2 (returns +inf if any element of out is NaN or inf where ref is finite).

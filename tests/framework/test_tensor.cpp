@@ -32,6 +32,15 @@ namespace {
 
 using namespace hl;
 
+// tests/test_util.h's fresh_seed: a test's later calls follow from its first, so the one seed it prints
+// replays them all (HALFLING_TEST_SEED=<it> gives the first; the rest follow from it as here).
+TEST(TestUtil, LaterSeedsOfATestFollowFromItsFirst) {
+  const uint64_t first = hl::test::fresh_seed(), second = hl::test::fresh_seed(), third = hl::test::fresh_seed();
+  EXPECT_EQ(second, first + 0x9E3779B97F4A7C15ull);
+  EXPECT_EQ(third, first + 2 * 0x9E3779B97F4A7C15ull);
+  EXPECT_NE(second, first + 1) << "a test's own seed++ must not meet its next seed";
+}
+
 TEST(Tensor, FactoriesAndMetadata) {
   Tensor z = Tensor::zeros({2, 3});
   EXPECT_EQ(z.shape(), (Shape{2, 3}));

@@ -513,7 +513,8 @@ TEST(GemmCpuArgs, DescribeNamesTheProblem) {
 
 // gemm_rows, what the GPU's gemm() runs a problem taller than kCudaGemmRowChunk rows through: slabs of
 // rows computed one by one give the whole problem's bytes, C's padding included, for both ways A can be
-// stored, with strided operands, beta, a bias and ReLU.
+// stored, with strided operands, beta, a bias and ReLU (on the CPU's variants, which do not split K; a
+// GPU split-K rung may split a short last slab, kernels/gemm.h).
 TEST(GemmCpuArgs, RowSlabsGiveTheWholeProblemsBits) {
   uint64_t seed = test::fresh_seed();
   for (Op op_a : {Op::N, Op::T})
