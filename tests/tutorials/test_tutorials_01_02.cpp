@@ -409,6 +409,26 @@ TEST(AutogradTutorialFlags, NegativeSeedIsRefused) {
   EXPECT_TRUE(contains(out, "'-1' is out of range (0 to 18446744073709551615)")) << out;
 }
 
+// At an --eps far from the default, correct ops fail too: their reports come under a heading of their
+// own, not under the deliberately wrong op's ("numeric = 2 x analytic").
+TEST(AutogradTutorialFlags, CorrectOpsFailingAtAnExtremeEpsAreReportedApart) {
+  const auto [status, out] = run_command(kAutograd + " --eps 1e-2");
+  EXPECT_EQ(status, 2) << out;
+  const size_t wrong = out.find("what a wrong gradient looks like"), apart = out.find("correct ops that failed");
+  ASSERT_NE(wrong, std::string::npos) << out;
+  ASSERT_NE(apart, std::string::npos) << out;
+  EXPECT_LT(wrong, apart) << out;
+  // Under the wrong op's heading, one report (the square's: one input, one "worst element" line); the
+  // correct ops' reports, one or more, under the other.
+  const auto reports = [](const std::string& part) {
+    size_t n = 0;
+    for (size_t at = part.find("worst element"); at != std::string::npos; at = part.find("worst element", at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(reports(out.substr(wrong, apart - wrong)), 1u) << out;
+  EXPECT_GE(reports(out.substr(apart)), 1u) << out;
+}
+
 // A misspelt HALFLING_GEMM is refused before the walk-through, naming the variable, and without the
 // registry's "set with --gemm" (02 has no --gemm).
 TEST(AutogradTutorialFlags, MisspeltVariantEnvironmentIsNamed) {
