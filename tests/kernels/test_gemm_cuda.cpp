@@ -177,9 +177,7 @@ class CudaGemmSweep : public ::testing::TestWithParam<SweepShape> {};
 // rung that dropped 20 of its 242 slices; with it the bound is about 4, and one slice dropped (about
 // 400 products, an error of about 7 rms) fails.
 int64_t chain_length(const std::string& variant, const Problem& p) {
-  const std::string split = "_split_k";
-  const bool splits = variant.size() > split.size() && variant.compare(variant.size() - split.size(), split.size(), split) == 0;
-  if (!splits || p.M > 64 || p.N > 64) return p.K;
+  if (!variant.ends_with("_split_k") || p.M > 64 || p.N > 64) return p.K;
   int64_t longest = 0;
   for (const int64_t k_step : {8, 32, 64}) {
     const kernels::SplitKPlan plan = kernels::plan_split_k(1, p.K, runtime::cuda_sm_count(), k_step);

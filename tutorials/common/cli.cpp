@@ -42,6 +42,13 @@ std::string one_of(const std::vector<std::string>& words) {
   return out;
 }
 
+// A device's variant names for an error message, or why there are none.
+std::string known_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? std::string("none: this family has one implementation there") : out;
+}
+
 // The environment variable that pins a registry's variant (HALFLING_GEMM, ...).
 template <class Args>
 const char* env_var_of(const kernels::Registry<Args>&) {
@@ -190,30 +197,18 @@ void add_schedule_flags(CLI::App& app, CommonFlags& f) {
 
 namespace {
 
-// The registry family's name ("gemm", "bn", ...).
-template <class Args>
-const char* family_of(const kernels::Registry<Args>&) {
-  return Args::family;
-}
-
 // A registry's environment variable, when set, must name a variant that some device has.
-template <class Registry>
-void check_environment_of(const Registry& registry) {
-  const char* env_var = env_var_of(registry);
-  const char* env = std::getenv(env_var);
+template <class Args>
+void check_environment_of(const kernels::Registry<Args>& registry) {
+  const char* env = std::getenv(Args::env_var);
   if (env == nullptr || *env == '\0' || registry.known_anywhere(env)) return;
   // The CUDA names: registered in a CUDA build; in a CPU-only one, those a CUDA build registers.
   std::vector<std::string> cuda = registry.names(DeviceType::cuda);
   if (cuda.empty())
-    for (std::string_view n : kernels::cuda_variant_names(family_of(registry))) cuda.emplace_back(n);
-  const auto list = [](const std::vector<std::string>& names) {
-    std::string out;
-    for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-    return out.empty() ? std::string("none: this family has one implementation there") : out;
-  };
-  throw Error(std::string(env_var) + "=" + env + ": no " + family_of(registry) +
-              " variant of that name on any device (known on cpu: " + list(registry.names(DeviceType::cpu)) +
-              "; on cuda: " + list(cuda) + "; unset " + env_var + " for the automatic choice)");
+    for (std::string_view n : kernels::cuda_variant_names(Args::family)) cuda.emplace_back(n);
+  throw Error(std::string(Args::env_var) + "=" + env + ": no " + Args::family +
+              " variant of that name on any device (known on cpu: " + known_names(registry.names(DeviceType::cpu)) +
+              "; on cuda: " + known_names(cuda) + "; unset " + Args::env_var + " for the automatic choice)");
 }
 
 }  // namespace
@@ -249,10 +244,8 @@ Device apply_common_flags(const CommonFlags& f) {
         drop(std::string(flag) + " " + name);
         return;
       }
-      std::string known;
-      for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-      if (known.empty()) known = "none: this family has one implementation there";
-      throw Error(std::string(flag) + ": no variant '" + name + "' on " + device_name(dev) + " (known: " + known + ")");
+      throw Error(std::string(flag) + ": no variant '" + name + "' on " + device_name(dev) + " (known: " +
+                  known_names(names) + ")");
     }
     registry.set_default(name);
   };
