@@ -2,11 +2,25 @@
 # Build the CPU-only test suite with AddressSanitizer + UndefinedBehaviorSanitizer and run it.
 #   scripts/sanitize.sh               # configure + build build-asan (or $HALFLING_ASAN_BUILD), run ctest
 #   scripts/sanitize.sh -R Checkpoint # extra arguments go to ctest
-# Any sanitizer report fails the test that triggered it (-fno-sanitize-recover=all, halt_on_error).
-# docs/hardening.md says what this covers and what it cannot see.
+#   scripts/sanitize.sh --thread      # ThreadSanitizer instead, in build-tsan (or $HALFLING_TSAN_BUILD)
+# Any sanitizer report fails the test that triggered it (-fno-sanitize-recover=all, halt_on_error;
+# ThreadSanitizer's exit status 66 after a report). docs/hardening.md says what this covers and what it
+# cannot see. The ASan + UBSan run is stage 2 of scripts/test.sh; the ThreadSanitizer run is not (its
+# build and tests would add about ten minutes to CI on 2 cores), so run it after changing threaded code.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=${HALFLING_ASAN_BUILD:-$root/build-asan}
+mode=asan
+if [[ ${1:-} == --thread ]]; then
+  mode=tsan
+  shift
+fi
+if [[ $mode == tsan ]]; then
+  build=${HALFLING_TSAN_BUILD:-$root/build-tsan}
+  sanitizers=thread what="ThreadSanitizer"
+else
+  build=${HALFLING_ASAN_BUILD:-$root/build-asan}
+  sanitizers=address,undefined what="ASan + UBSan"
+fi
 jobs=${HALFLING_JOBS:-2}
 start=$SECONDS
 
@@ -35,7 +49,35 @@ fi
 [[ -n $cxx ]] || { echo "sanitize.sh: no C++ compiler found (clang++, or ${CXX:-c++})" >&2; exit 1; }
 compiler=(-DCMAKE_CXX_COMPILER="$cxx")
 [[ -z $cc ]] || compiler+=(-DCMAKE_C_COMPILER="$cc")
-sanitizers=address,undefined
+# ThreadSanitizer sees a race as two accesses with no happens-before edge between them, and it learns
+# those edges from the calls it intercepts. The CPU kernels run in OpenMP regions, whose barriers and
+# reductions live in the OpenMP runtime, uninstrumented: without help every region's hand-over of data
+# back to the caller reads as a race. LLVM's OpenMP runtime (clang's -fopenmp) tells ThreadSanitizer
+# about them through its tool library Archer (libarcher.so, named by OMP_TOOL_LIBRARIES); GCC's libgomp
+# has none. So the ThreadSanitizer run needs clang and Archer, and refuses to run without them rather
+# than report false races (or, told to ignore the runtime, miss true ones).
+archer=""
+if [[ $mode == tsan ]]; then
+  [[ $(basename "$cxx") == clang++* ]] || {
+    echo "sanitize.sh: --thread needs clang++ (LLVM's OpenMP runtime and its ThreadSanitizer tool Archer);" \
+      "found only $cxx. Install clang and libomp-dev (scripts/setup.sh does)." >&2
+    exit 1
+  }
+  # Archer sits beside the libomp this clang links, in its installation's lib/ (Debian's clang++ is a
+  # link to /usr/lib/llvm-N/bin/clang); clang's -print-file-name does not search there.
+  archer=$(dirname "$(dirname "$(readlink -f "$cxx")")")/lib/libarcher.so
+  [[ -f $archer ]] || {
+    echo "sanitize.sh: --thread needs LLVM's libarcher.so beside $cxx's OpenMP runtime ($archer is missing);" \
+      "without it ThreadSanitizer cannot see OpenMP's barriers and would report races that are none." \
+      "Install libomp-dev for this clang." >&2
+    exit 1
+  }
+  [[ ${OMP_NUM_THREADS:-2} != 1 ]] || {
+    echo "sanitize.sh: --thread with OMP_NUM_THREADS=1 would run every OpenMP region on one thread," \
+      "where ThreadSanitizer can see no race; leave it unset (2) or set 2 or more." >&2
+    exit 1
+  }
+fi
 cache=$build/CMakeCache.txt
 cached() { sed -n "s/^$1:[A-Z]*=//p" "$cache" | head -n 1; }
 if [[ -f $cache ]]; then
@@ -74,7 +116,7 @@ elif ! grep -q -e "-fsanitize=$sanitizers" "$build/compile_commands.json" 2>/dev
 fi
 if [[ -n $problem ]]; then
   cat "$log" >&2
-  echo "sanitize.sh: ERROR: $build is not the CPU-only ASan + UBSan build asked for: $problem." \
+  echo "sanitize.sh: ERROR: $build is not the CPU-only $what build asked for: $problem." \
     "Nothing was built or tested; delete $build and run this script again." >&2
   exit 1
 fi
@@ -84,8 +126,15 @@ built=$SECONDS
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+if [[ $mode == tsan ]]; then
+  # ignore_noninstrumented_modules: the OpenMP runtime's own accesses, which Archer stands in for (its
+  # start-up message asks for this option). A report makes the program exit with 66, failing its test.
+  export OMP_TOOL_LIBRARIES=$archer
+  export TSAN_OPTIONS=${TSAN_OPTIONS:-ignore_noninstrumented_modules=1:second_deadlock_stack=1}
+fi
 
-# Left out, because they take too long under ASan (3-10x slower), not because they fail:
+# Left out, because they take too long under ASan (3-10x slower) and ThreadSanitizer (5-15x), not because
+# they fail:
 #   MlpMnist.Fp32CpuReaches97PercentInTwoEpochs  trains MLP-512 for 2 epochs x 3 seeds (~20 s in a
 #                                                normal build, many minutes here); the smoke run of the
 #                                                same code (MlpMnist.TutorialSmokeRun) stays in.
@@ -96,5 +145,5 @@ status=0
 # Extra arguments come after, so a --timeout among them wins.
 ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout "${HALFLING_TEST_TIMEOUT:-900}" --no-tests=error \
   -E "$exclude" "$@" || status=$?
-echo "sanitize.sh: build $((built - start)) s, tests $((SECONDS - built)) s (ASan + UBSan, CPU only, $(cached CMAKE_CXX_COMPILER))"
+echo "sanitize.sh: build $((built - start)) s, tests $((SECONDS - built)) s ($what, CPU only, $(cached CMAKE_CXX_COMPILER))"
 exit "$status"

@@ -223,7 +223,10 @@ void add_sanitize_stubs(const Stubs& s) {
         "flags=''\n"
         "[[ -z $san || -n ${STUB_NO_FLAGS:-} ]] || flags=\"-fsanitize=$san\"\n"
         "echo \"[{\\\"command\\\": \\\"c++ $flags -c x.cpp\\\"}]\" >\"$build/compile_commands.json\"");
-  s.add("ctest", "echo \"ctest $*\" >>\"$LOG\"\necho '100% tests passed, 0 tests failed out of 1'");
+  s.add("ctest",
+        "echo \"ctest $*\" >>\"$LOG\"\n"
+        "echo \"ctest-env OMP_TOOL_LIBRARIES=${OMP_TOOL_LIBRARIES:-} TSAN_OPTIONS=${TSAN_OPTIONS:-}\" >>\"$LOG\"\n"
+        "echo '100% tests passed, 0 tests failed out of 1'");
 }
 
 TEST(SanitizeScript, ConfiguresFromScratchWhenTheCompilerOrTheSanitizersChanged) {
@@ -281,6 +284,60 @@ TEST(SanitizeScript, StopsBeforeBuildingWhenTheConfiguredBuildHasNoSanitizers) {
     EXPECT_FALSE(contains(s.calls(), "build --build")) << how << ": " << s.calls();
     EXPECT_FALSE(contains(s.calls(), "ctest")) << how << ": " << s.calls();
   }
+}
+
+// --thread: ThreadSanitizer in a build of its own, with Archer (LLVM's OpenMP tool library, found beside
+// the clang that builds) named for the OpenMP runtime, and refused where a run could not see OpenMP's
+// barriers (no Archer) or its regions' races (one thread), before anything is configured.
+TEST(SanitizeScript, ThreadModeRunsWithArcherInABuildOfItsOwn) {
+  const Stubs s;
+  add_sanitize_stubs(s);
+  // The stand-in clang++ is s.bin()/clang++, so its installation's lib/ is s.dir()/lib.
+  const fs::path archer = s.dir() / "lib" / "libarcher.so";
+  fs::create_directories(archer.parent_path());
+  std::ofstream(archer) << "";
+  const fs::path asan = s.dir() / "asan", tsan = s.dir() / "tsan";
+  const std::string run = "HALFLING_ASAN_BUILD='" + asan.string() + "' HALFLING_TSAN_BUILD='" + tsan.string() +
+                          "' bash " + script("sanitize.sh");
+  // This suite may itself run under `sanitize.sh --thread`, which exports what is checked here.
+  const std::string env = "OMP_TOOL_LIBRARIES= TSAN_OPTIONS= OMP_NUM_THREADS= ";
+  auto [status, out] = s.run(env + run + " --thread -R Foo");
+  ASSERT_EQ(status, 0) << out << s.calls();
+  EXPECT_TRUE(contains(read_text(tsan / "CMakeCache.txt"), "HALFLING_SANITIZE:STRING=thread"));
+  EXPECT_FALSE(fs::exists(asan)) << "the ThreadSanitizer run used the ASan build folder";
+  std::string calls = s.calls();
+  EXPECT_TRUE(contains(calls, "ctest --test-dir " + tsan.string())) << calls;
+  EXPECT_TRUE(contains(calls, " -R Foo\n")) << calls;  // --thread itself is not passed on
+  EXPECT_FALSE(contains(calls, "--thread")) << calls;
+  EXPECT_TRUE(contains(calls, "OMP_TOOL_LIBRARIES=" + archer.string() + " ")) << calls;
+  EXPECT_TRUE(contains(calls, "TSAN_OPTIONS=ignore_noninstrumented_modules=1")) << calls;
+  EXPECT_TRUE(contains(out, "(ThreadSanitizer, CPU only, ")) << out;
+
+  // The default run is unchanged: ASan + UBSan in its own folder, no OpenMP tool.
+  fs::remove(s.log());
+  std::tie(status, out) = s.run(env + run);
+  ASSERT_EQ(status, 0) << out << s.calls();
+  EXPECT_TRUE(contains(read_text(asan / "CMakeCache.txt"), "HALFLING_SANITIZE:STRING=address,undefined"));
+  calls = s.calls();
+  EXPECT_TRUE(contains(calls, "ctest --test-dir " + asan.string())) << calls;
+  EXPECT_TRUE(contains(calls, "OMP_TOOL_LIBRARIES= ")) << calls;
+  EXPECT_TRUE(contains(out, "(ASan + UBSan, CPU only, ")) << out;
+
+  // One OpenMP thread: refused before configuring.
+  fs::remove(s.log());
+  std::tie(status, out) = s.run("OMP_TOOL_LIBRARIES= TSAN_OPTIONS= OMP_NUM_THREADS=1 " + run + " --thread");
+  EXPECT_NE(status, 0) << out;
+  EXPECT_TRUE(contains(out, "OMP_NUM_THREADS=1 would run every OpenMP region on one thread")) << out;
+  EXPECT_FALSE(contains(s.calls(), "configure")) << s.calls();
+
+  // No Archer: refused before configuring, naming the file looked for.
+  fs::remove(archer);
+  fs::remove(s.log());
+  std::tie(status, out) = s.run(env + run + " --thread");
+  EXPECT_NE(status, 0) << out;
+  EXPECT_TRUE(contains(out, "needs LLVM's libarcher.so")) << out;
+  EXPECT_TRUE(contains(out, archer.string() + " is missing")) << out;
+  EXPECT_FALSE(contains(s.calls(), "configure")) << s.calls();
 }
 
 }  // namespace
