@@ -50,6 +50,7 @@ Optimizer::Optimizer(std::vector<Tensor> params, bool master_weights)
     HL_CHECK(p.device() == params_[0].device(), "Optimizer: parameters on different devices: ", params_[0].describe(),
              " and ", p.describe());
   }
+  check_no_shared_memory();
   masters_.resize(params_.size());
   grads_.resize(params_.size());
   applied_ = int64_tensor(0, params_[0].device());
@@ -61,6 +62,44 @@ Optimizer::Optimizer(std::vector<Tensor> params, bool master_weights)
     }
   }
   note_param_versions();
+}
+
+// Two parameters whose elements share memory (the same tensor listed twice, or views of one storage that
+// overlap) would be updated twice per step: in turn on the CPU, and at once on the GPU, where one
+// multi-tensor launch gives each its own threads, which then race on the shared elements (a result that
+// changes from run to run). Module::parameters() lists a shared (tied) parameter once; a list built by
+// hand may not, so it is refused here, naming both. Sorted by storage and start: O(n log n).
+void Optimizer::check_no_shared_memory() const {
+  struct Span {
+    const Storage* storage;
+    int64_t begin, end;  // bytes into the storage
+    size_t index;
+  };
+  std::vector<Span> spans;
+  spans.reserve(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const TensorImpl& t = *params_[i].impl();
+    const int64_t size = static_cast<int64_t>(dtype_size(t.dtype));
+    // An empty parameter has no elements to share (and would hide, between two sorted neighbours, an
+    // overlap of the spans on either side of it).
+    const int64_t n = params_[i].numel();
+    if (n > 0) spans.push_back({t.storage.get(), t.offset * size, (t.offset + n) * size, i});
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+    return a.storage != b.storage ? std::less<const Storage*>()(a.storage, b.storage) : a.begin < b.begin;
+  });
+  // In this order, if any two spans overlap, some span overlaps the one right after it.
+  for (size_t k = 1; k < spans.size(); ++k) {
+    const Span &a = spans[k - 1], &b = spans[k];
+    if (a.storage != b.storage || b.begin >= a.end) continue;
+    const size_t i = std::min(a.index, b.index), j = std::max(a.index, b.index);
+    const bool same = a.begin == b.begin && a.end == b.end;
+    throw Error(detail::concat("Optimizer: parameters ", i, " (", params_[i].describe(), ") and ", j, " (",
+                               params_[j].describe(), ") share memory (",
+                               same ? "the same elements listed twice" : "overlapping views of one storage",
+                               "): each step would update those elements twice, and on the GPU the two updates "
+                               "would race. List each parameter once (Module::parameters() does)"));
+  }
 }
 
 void Optimizer::note_param_versions() {

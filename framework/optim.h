@@ -30,6 +30,8 @@ class Optimizer {
   // optimizer, an initialization by hand) has its master re-read from it at the next step, as PyTorch's
   // optimizers, which keep no copy, see the new values; converting or moving the model in place
   // (nn::Module::to) is not such a write, so masters taken before `to(f16)` keep their FP32 values.
+  // Every parameter must be a leaf with requires_grad, all on one device, and no two may share an
+  // element (one tensor listed twice, overlapping views): each would be updated twice a step.
   Optimizer(std::vector<Tensor> params, bool master_weights);
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
@@ -122,6 +124,7 @@ class Optimizer {
   // masters of parameters written since.
   void note_param_versions();
   void reread_written_masters();
+  void check_no_shared_memory() const;  // two parameters on the same elements are refused
   std::vector<uint64_t> param_versions_;
   // Moves the state to the parameters' device if they moved since it was made (see optim.cpp).
   void follow_params_device();

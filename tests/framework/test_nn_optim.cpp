@@ -666,6 +666,45 @@ TEST(Optim, BadOptionsAndParametersAreErrors) {
   EXPECT_THROW(optim::SGD({no_grad}, {.lr = 0.1}), Error);
 }
 
+// Two parameters on the same elements would be updated twice a step (in turn on the CPU, racing in one
+// launch on the GPU): refused, naming both, whether they are one tensor twice or overlapping views.
+// Views of one storage that do not overlap, and an empty parameter, are fine.
+TEST(Optim, ParametersSharingMemoryAreRefused) {
+  const auto message = [](const std::vector<Tensor>& params) -> std::string {
+    try {
+      optim::SGD sgd(params, {.lr = 0.1});
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  Tensor p = Tensor::zeros({2}).requires_grad_(), q = Tensor::zeros({3}).requires_grad_();
+  std::string m = message({p, q, p});
+  EXPECT_NE(m.find("Optimizer: parameters 0 ("), std::string::npos) << m;
+  EXPECT_NE(m.find(") and 2 ("), std::string::npos) << m;
+  EXPECT_NE(m.find("the same elements listed twice"), std::string::npos) << m;
+  EXPECT_THROW(optim::Adam({q, p, p}, {}), Error);
+
+  // Rows of one storage, each a leaf of its own: rows [0, 2) and [1, 3) share row 1.
+  Tensor base = Tensor::zeros({4, 3});
+  Tensor a = base.slice_rows(0, 2).detach().requires_grad_(), b = base.slice_rows(1, 3).detach().requires_grad_();
+  Tensor c = base.slice_rows(3, 4).detach().requires_grad_(), e = Tensor::zeros({0}).requires_grad_();
+  m = message({c, b, q, a});
+  EXPECT_NE(m.find("parameters 1 ("), std::string::npos) << m;
+  EXPECT_NE(m.find(") and 3 ("), std::string::npos) << m;
+  EXPECT_NE(m.find("overlapping views of one storage"), std::string::npos) << m;
+  // A view over several others.
+  Tensor whole = base.detach().requires_grad_(), middle = base.slice_rows(1, 2).detach().requires_grad_();
+  EXPECT_THROW(optim::SGD({c, whole, middle}, {.lr = 0.1}), Error);
+  // Touching but not overlapping, and an empty parameter: accepted.
+  Tensor first = base.slice_rows(0, 1).detach().requires_grad_();
+  Tensor rest = base.slice_rows(1, 4).detach().requires_grad_();
+  EXPECT_EQ(message({first, rest, e, p}), "");
+  EXPECT_EQ(message({first, e, rest}), "");
+  // An empty view inside another shares no element.
+  EXPECT_EQ(message({rest, base.slice_rows(2, 2).detach().requires_grad_()}), "");
+}
+
 TEST(Optim, TrainsASmallRegression) {
   // Fit y = 3x - 1 with one Linear(1, 1): the loss must fall by orders of magnitude.
   Generator g(hl::test::fresh_seed());
