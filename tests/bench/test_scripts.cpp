@@ -205,6 +205,7 @@ void add_sanitize_stubs(const Stubs& s) {
   s.add("clang++", "exit 0");
   s.add("cmake",
         "if [[ ${1:-} == --build ]]; then echo \"build $*\" >>\"$LOG\"; exit 0; fi\n"
+        "echo \"configure-args $*\" >>\"$LOG\"\n"
         "build='' ; declare -A def\n"
         "while (($# > 0)); do\n"
         "  case $1 in\n"
@@ -250,6 +251,9 @@ TEST(SanitizeScript, ConfiguresFromScratchWhenTheCompilerOrTheSanitizersChanged)
   // ctest: a per-test timeout (HALFLING_TEST_TIMEOUT, default 900 s), and no tests is an error.
   EXPECT_TRUE(contains(s.calls(), "ctest --test-dir " + build.string())) << s.calls();
   EXPECT_TRUE(contains(s.calls(), "--timeout 900 --no-tests=error")) << s.calls();
+  // libstdc++'s bounds checks, which see what ASan cannot (v[i] past size() but inside capacity()).
+  EXPECT_TRUE(contains(s.calls(), "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG -D_GLIBCXX_ASSERTIONS "))
+      << s.calls();
 
   // The same compiler and sanitizers: the cache is kept.
   fs::remove(s.log());
