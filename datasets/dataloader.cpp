@@ -103,18 +103,26 @@ struct DataLoader::Impl {
   int64_t ahead_begin = -1;
   int ahead_slot = 0;
 
+  // Nothing here may throw. After a kernel fault every CUDA call returns the same (sticky) error, and a
+  // loader is typically destroyed while that error's exception unwinds the stack: a second exception
+  // from a destructor would end the process (std::terminate) and lose the first one's message. The
+  // error is already being reported; what cannot be freed then is left to the process's exit.
   ~Impl() {
     drain();
     for (PinnedSlot& s : slots) {
       if (s.copied) {
         try {
           runtime::cuda_event_synchronize(s.copied);  // the GPU may still be reading the buffer
+          runtime::cuda_event_destroy(s.copied);
         } catch (...) {
         }
-        runtime::cuda_event_destroy(s.copied);
       }
-      runtime::cuda_host_free(s.x);
-      runtime::cuda_host_free(s.y);
+      for (void* buffer : {s.x, s.y}) {
+        try {
+          runtime::cuda_host_free(buffer);
+        } catch (...) {
+        }
+      }
     }
   }
 
@@ -171,14 +179,16 @@ struct DataLoader::Impl {
     }
   }
 
+  // The worker is started before anything records it: std::async throws (std::system_error) when no
+  // thread can be had, and the loader must then still say that nothing is prepared ahead.
   void launch(int64_t begin, int slot) {
-    ahead_begin = begin;
-    ahead_slot = slot;
     const int64_t rows = batch_rows_at(begin);
     ahead = std::async(std::launch::async, [this, begin, rows, slot] {
       runtime::cuda_event_synchronize(slots[static_cast<size_t>(slot)].copied);  // its previous copy is done
       fill(begin, rows, slots[static_cast<size_t>(slot)].x, static_cast<int32_t*>(slots[static_cast<size_t>(slot)].y));
     });
+    ahead_begin = begin;
+    ahead_slot = slot;
   }
 
   Batch next_prefetched(int64_t rows) {
@@ -195,8 +205,15 @@ struct DataLoader::Impl {
     runtime::cuda_memcpy_async(b.y.data_ptr(), s.y, b.y.nbytes(), runtime::CopyKind::host_to_device);
     runtime::cuda_event_record(s.copied);
     cursor += rows;
-    // Start on the following batch now: it is gathered while the caller queues this one's work.
-    if (batch_rows_at(cursor) > 0) launch(cursor, slot ^ 1);
+    // Start on the following batch now: it is gathered while the caller queues this one's work. Only a
+    // head start: if it cannot start, the next call starts it itself (and reports what stops it), and
+    // this batch, already taken from the epoch, is not lost.
+    if (batch_rows_at(cursor) > 0) {
+      try {
+        launch(cursor, slot ^ 1);
+      } catch (...) {
+      }
+    }
     return b;
   }
 

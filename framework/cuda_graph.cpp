@@ -16,6 +16,9 @@ void CudaGraph::capture(const std::function<void()>& record) {
   const int pool = alloc.create_pool();
   alloc.begin_pool_capture(pool);
   void* exec = nullptr;
+  // Counted before the recording starts: memory given back to the driver while it runs (from another
+  // thread: this one's frees are refused while it records) may be memory it addresses.
+  const int64_t frees = runtime::cuda_free_count();
   try {
     runtime::cuda_capture_begin();
     record();
@@ -30,12 +33,16 @@ void CudaGraph::capture(const std::function<void()>& record) {
   alloc.end_pool_capture();
   exec_ = exec;
   pool_ = pool;
-  frees_at_capture_ = runtime::cuda_free_count();
+  frees_at_capture_ = frees;
   ++captures_;
 }
 
 void CudaGraph::replay() {
   HL_CHECK(exec_ != nullptr, "CudaGraph::replay: nothing has been recorded (call capture first)");
+  // A stale recording may write through a pointer to memory the driver has since handed out again:
+  // silent corruption, so it is refused rather than left to the caller to check.
+  HL_CHECK(!stale(), "CudaGraph::replay: device memory went back to the driver since the recording (a scratch "
+           "buffer grew, or the cache was released), and the graph may address it; record it again (capture)");
   runtime::cuda_graph_launch(exec_);
   ++replays_;
 }

@@ -42,10 +42,11 @@ class CudaGraph {
   // graph. Replaces an earlier recording. If `record` throws, or the recording cannot be
   // instantiated, nothing is kept and the error propagates.
   void capture(const std::function<void()>& record);
-  // Queue one replay on the halfling stream. Throws if nothing is recorded.
+  // Queue one replay on the halfling stream. Throws if nothing is recorded, or if the recording is stale.
   void replay();
   bool captured() const { return exec_ != nullptr; }
-  // Device memory went back to the driver since the recording: it may address freed memory.
+  // Device memory went back to the driver since the recording began (from any thread): it may address
+  // freed memory, and replay() refuses it.
   bool stale() const;
   // Drop the recording and give the pool back (replays already queued finish first).
   void reset();

@@ -134,14 +134,28 @@ void Scope::begin(const std::string& name) {
       t_stack.open.clear();
       t_stack.epoch = s.epoch;
     }
+    device = s.device;
+    if (device) event0_ = acquire_event(s);  // first: if it fails, nothing is open yet
     const int parent = t_stack.open.empty() ? -1 : t_stack.open.back();
     node_ = child_named(s, parent, name);
     t_stack.open.push_back(node_);
     epoch_ = s.epoch;
-    device = s.device;
-    if (device) event0_ = acquire_event(s);
   }
-  if (device) runtime::cuda_event_record(event0_);
+  if (device) {
+    try {
+      runtime::cuda_event_record(event0_);
+    } catch (...) {
+      // The constructor fails, so no destructor will close this scope: take it off the thread's open
+      // scopes (or every later scope would nest under it) and give its event back.
+      std::lock_guard<std::mutex> lock(s.mu);
+      if (epoch_ == s.epoch && !t_stack.open.empty() && t_stack.open.back() == node_) t_stack.open.pop_back();
+      s.free_events.push_back(event0_);
+      node_ = -1;
+      event0_ = nullptr;
+      throw;
+    }
+  }
+  uncaught_ = std::uncaught_exceptions();
   t0_ = std::chrono::steady_clock::now();
 }
 
@@ -159,8 +173,15 @@ void Scope::end() {
   ++n.calls;
   n.host_ms += std::chrono::duration<double, std::milli>(t1 - t0_).count();
   if (event0_ != nullptr) {
-    void* event1 = acquire_event(s);
-    runtime::cuda_event_record(event1);
+    void* event1 = nullptr;
+    try {
+      event1 = acquire_event(s);
+      runtime::cuda_event_record(event1);
+    } catch (...) {  // this scope's device time is lost (its host time is counted); its events are reused
+      s.free_events.push_back(event0_);
+      if (event1 != nullptr) s.free_events.push_back(event1);
+      throw;
+    }
     s.pending.push_back({node_, event0_, event1});
     if (s.pending.size() >= kMaxPending) resolve_locked(s);
   }

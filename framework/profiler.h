@@ -33,6 +33,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -57,8 +58,20 @@ class Scope {
   explicit Scope(const std::string& name) {
     if (enabled()) begin(name);
   }
-  ~Scope() {
-    if (node_ >= 0) end();
+  // end() can fail (a CUDA error, an event record refused inside a graph recording). Outside unwinding
+  // the error propagates from here, as any other. While an exception unwinds the stack it is dropped:
+  // a second exception would end the process (std::terminate) and lose the first, which after a kernel
+  // fault is that fault's message, and every later CUDA call (this one) returns the same error anyway.
+  ~Scope() noexcept(false) {
+    if (node_ < 0) return;
+    if (std::uncaught_exceptions() > uncaught_) {
+      try {
+        end();
+      } catch (...) {
+      }
+    } else {
+      end();
+    }
   }
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;
@@ -67,6 +80,7 @@ class Scope {
   void begin(const std::string& name);
   void end();
   int node_ = -1;
+  int uncaught_ = 0;    // std::uncaught_exceptions() when the scope began
   uint64_t epoch_ = 0;  // the start() this scope belongs to (a scope that spans a restart is dropped)
   std::chrono::steady_clock::time_point t0_;
   void* event0_ = nullptr;

@@ -358,9 +358,15 @@ TEST(CudaGraph, FreedDeviceMemoryMakesARecordingStale) {
   EXPECT_FALSE(g.stale());
   runtime::cuda_free(runtime::cuda_malloc(256));
   EXPECT_TRUE(g.stale());
+  // A replay now could write through a pointer to freed memory: refused, and nothing is queued.
+  expect_error([&] { g.replay(); }, "record it again");
+  EXPECT_EQ(g.replays(), 0);
   g.capture([&] { acc.copy_(add(acc, 1.0)); });
   EXPECT_FALSE(g.stale());
   EXPECT_EQ(g.captures(), 2);
+  g.replay();
+  EXPECT_EQ(g.replays(), 1);
+  for (float v : acc.to_vector()) ASSERT_EQ(v, 1.0f) << "the new recording's one replay";
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "framework/autograd.h"
+#include "framework/cuda_graph.h"
 #include "framework/nn.h"
 #include "framework/ops.h"
 #include "framework/profiler.h"
@@ -287,6 +288,28 @@ TEST_F(Profiler, DeviceTimingMeasuresWorkQueuedInsideTheScope) {
   const float* p = static_cast<const float*>(h.data_ptr());
   EXPECT_EQ(p[0], 6.0f) << "the profiled work still computed";
   EXPECT_EQ(p[h.numel() - 1], 6.0f);
+}
+
+// A scope that cannot record its start event (inside a CUDA graph recording, which refuses event records)
+// fails in its constructor, so no destructor closes it: it must not stay open on the thread, or every
+// later scope would be counted as its child.
+TEST_F(Profiler, ADeviceScopeThatCannotBeginLeavesNoScopeOpen) {
+  HL_REQUIRE_CUDA();
+  profiler::start(true);
+  CudaGraph g;
+  bool began = false;
+  EXPECT_THROW(g.capture([&] {
+    profiler::Scope s("inside");
+    began = true;
+  }),
+               Error);
+  EXPECT_FALSE(began);
+  { profiler::Scope after("after"); }
+  const std::vector<profiler::Row> rows = profiler::rows();
+  profiler::stop();
+  const profiler::Row* after = find_row(rows, "after", 0);
+  ASSERT_NE(after, nullptr) << "'after' was nested under the scope that failed to begin";
+  EXPECT_EQ(after->calls, 1);
 }
 
 }  // namespace
