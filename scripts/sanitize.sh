@@ -5,8 +5,8 @@
 #   scripts/sanitize.sh --thread      # ThreadSanitizer instead, in build-tsan (or $HALFLING_TSAN_BUILD)
 # Any sanitizer report fails the test that triggered it (-fno-sanitize-recover=all, halt_on_error;
 # ThreadSanitizer's exit status 66 after a report). docs/hardening.md says what this covers and what it
-# cannot see. The ASan + UBSan run is stage 2 of scripts/test.sh; the ThreadSanitizer run is not (its
-# build and tests would add about ten minutes to CI on 2 cores), so run it after changing threaded code.
+# cannot see. The ASan + UBSan run is stage 2 of scripts/test.sh; the ThreadSanitizer run is not (a third
+# instrumented build, and its tests took 248 s at -j2 on 2 cores), so run it after changing threaded code.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=asan
@@ -60,11 +60,10 @@ compiler=(-DCMAKE_CXX_COMPILER="$cxx")
 [[ -z $cc ]] || compiler+=(-DCMAKE_C_COMPILER="$cc")
 # ThreadSanitizer sees a race as two accesses with no happens-before edge between them, and it learns
 # those edges from the calls it intercepts. The CPU kernels run in OpenMP regions, whose barriers and
-# reductions live in the OpenMP runtime, uninstrumented: without help every region's hand-over of data
-# back to the caller reads as a race. LLVM's OpenMP runtime (clang's -fopenmp) tells ThreadSanitizer
-# about them through its tool library Archer (libarcher.so, named by OMP_TOOL_LIBRARIES); GCC's libgomp
-# has none. So the ThreadSanitizer run needs clang and Archer, and refuses to run without them rather
-# than report false races (or, told to ignore the runtime, miss true ones).
+# reductions live in the OpenMP runtime, uninstrumented, so it cannot order them by itself. LLVM's OpenMP
+# runtime (clang's -fopenmp) tells it about them through its tool library Archer (libarcher.so, named by
+# OMP_TOOL_LIBRARIES); GCC's libgomp has none. So the ThreadSanitizer run needs clang and Archer, and
+# refuses to run without them rather than report races that are none.
 archer=""
 if [[ $mode == tsan ]]; then
   [[ $(basename "$cxx") == clang++* ]] || {
