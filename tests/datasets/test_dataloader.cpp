@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "datasets/dataloader.h"
+#include "framework/ops.h"
 #include "kernels/half.h"
 #include "tests/datasets/data_files.h"
 #include "tests/test_util.h"
@@ -527,6 +528,44 @@ TEST(DataLoader, GpuPathsMatchTheHostPath) {
       pinned.start_epoch(6);  // abandons a prefetched batch
       EXPECT_EQ(epoch_contents(pinned, 6), epoch_contents(host, 6));
     }
+}
+
+// The pinned path's worker refills a pinned buffer only after the GPU has copied the batch out of it
+// (it waits on the slot's event). Each test above reads a batch back before asking for the next, which
+// waits for the GPU and would hide a missing wait. Here the stream is kept busy between the calls, so
+// each batch's copy runs long after it was queued, while the worker prepares the next batches in the
+// other buffer and then in this one again; the batches are read only when the epoch is over.
+TEST(DataLoader, PinnedBuffersAreNotRefilledBeforeTheGpuCopiedThem) {
+  HL_REQUIRE_CUDA();
+  const uint64_t seed = fresh_seed();
+  const Dataset ds = random_images(640, 3, 8, 8, seed);
+  DataLoader::Options o = opts(64, true, false, seed);
+  DataLoader host(ds, o);
+  o.device = Device::cuda;
+  DataLoader pinned(ds, o);
+  ASSERT_STREQ(pinned.path(), "pinned prefetch");
+  const auto want = epoch_contents(host, 0);
+  // 64 Mi floats: each add reads 512 MiB and writes 256 MiB, about 0.1-0.3 ms on any GPU this runs on,
+  // against microseconds to gather a batch of 64 small images on the host.
+  const Tensor big = Tensor::ones({64 << 20}, DType::f32, Device::cuda);
+  Tensor busy = add(big, big);
+  pinned.start_epoch(0);
+  std::vector<Batch> batches;
+  for (Batch b; pinned.next(b);) {
+    batches.push_back(b);
+    for (int i = 0; i < 8; ++i) busy = add(busy, big);  // queued ahead of the next batch's copy
+  }
+  ASSERT_EQ(batches.size(), 10u);
+  std::pair<std::vector<float>, std::vector<int32_t>> got;
+  for (const Batch& b : batches) {
+    const auto x = b.x.to_vector();
+    const auto y = b.y.to_int();
+    got.first.insert(got.first.end(), x.begin(), x.end());
+    got.second.insert(got.second.end(), y.begin(), y.end());
+  }
+  EXPECT_EQ(got.second, want.second);
+  EXPECT_EQ(got.first, want.first);
+  EXPECT_EQ(busy.to_vector()[0], 2.0f + 8.0f * 10.0f) << "the busy work ran";
 }
 
 }  // namespace
