@@ -1123,6 +1123,22 @@ TEST(Exif, TheTagIsReadFromJpegAndPngInBothByteOrders) {
   EXPECT_EQ(data::exif_orientation(f.data(), f.size()).problem, "");
 }
 
+// Before a marker JPEG allows fill bytes (any number of 0xFF), and some markers have no length (RST0-7,
+// TEM): the walk to the Exif segment passes over both, as the decoder does.
+TEST(Exif, FillBytesAndMarkersWithoutALengthArePassedOver) {
+  const Bytes jpg = encode(random_image(8, 4, 3, fresh_seed()), "jpg");
+  const Bytes exif = with_app1(jpg, exif_payload(tiff_orientation(false, 6)));
+  for (const Bytes& extra : {Bytes{0xFF}, Bytes{0xFF, 0xFF, 0xFF}, Bytes{0xFF, 0x01}, Bytes{0xFF, 0xD3},
+                             Bytes{0xFF, 0xFF, 0x01, 0xFF, 0xD7, 0xFF}}) {
+    Bytes file(exif.begin(), exif.begin() + 2);  // SOI, then the extra bytes, then the APP1 segment
+    file.insert(file.end(), extra.begin(), extra.end());
+    file.insert(file.end(), exif.begin() + 2, exif.end());
+    const data::ExifOrientation o = data::exif_orientation(file.data(), file.size());
+    EXPECT_EQ(o.value, 6) << extra.size() << " extra bytes";
+    EXPECT_EQ(o.problem, "");
+  }
+}
+
 // Metadata the pixels do not depend on: a damaged Exif block leaves the image as stored (1) and says
 // what is wrong, naming the segment; nothing outside the block is read (the fuzz target and ASan).
 TEST(Exif, ADamagedBlockGivesUprightAndSaysWhy) {

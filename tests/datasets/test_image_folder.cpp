@@ -181,6 +181,27 @@ TEST(ImageFolder, CacheDirAndResize) {
   EXPECT_EQ(info.decoded, 3);
 }
 
+// A cache that cannot be written costs only time: the load succeeds and says so on stderr, and the next
+// load decodes again.
+TEST(ImageFolder, ACacheThatCannotBeWrittenIsAWarning) {
+  TempDir root, other;
+  const auto images = make_folder(root, {{"a", 2}}, fresh_seed());
+  write_file(other / "file", Bytes{1});
+  ImageFolderOptions opt;
+  opt.cache_dir = (fs::path(other / "file") / "cache").string();  // under a regular file: no one can make it
+  ImageFolderInfo info;
+  testing::internal::CaptureStderr();
+  const data::Dataset ds = data::load_image_folder(root.str(), "train", opt, &info);
+  const std::string err = testing::internal::GetCapturedStderr();
+  expect_images(ds, images);
+  EXPECT_NE(err.find("load_image_folder"), std::string::npos) << err;
+  EXPECT_NE(err.find("could not write the cache (the next load decodes again)"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(info.cache_path));
+  data::load_image_folder(root.str(), "train", opt, &info);
+  EXPECT_FALSE(info.from_cache);
+  EXPECT_EQ(info.decoded, 2);
+}
+
 TEST(ImageFolder, RejectsBadFolders) {
   TempDir root;
   EXPECT_HL_ERROR(data::load_image_folder(root.str(), "train"), "load_image_folder(" + root / "train" + ")",
@@ -303,6 +324,8 @@ TEST(ImageCache, HeaderLimitsAndTheFormatVersion) {
       {"a name of 0 bytes", with(52, 0, 4), "bad class name length 0 for class 0"},
       {"a cut fingerprint", Bytes(good.begin(), good.begin() + 12),
        "truncated: a 64-bit field at byte 8 needs 8 byte(s), 4 left"},
+      {"format version 2", with(7, 2, 1), "wrong magic: not a halfling image cache (or one of another format version)"},
+      {"not a cache", with(0, 'X', 1), "wrong magic"},
   };
   for (const Case& k : cases) {
     const std::string e = error_of([&] { data::parse_image_cache(k.bytes.data(), k.bytes.size(), "c.bin"); });

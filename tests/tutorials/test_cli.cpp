@@ -222,6 +222,22 @@ TEST(CliHelp, PrecisionListsTheModesThisProgramAccepts) {
   EXPECT_TRUE(contains(program_help("09_cifar10_vgg"), "arithmetic: fp32, fp16 or mixed"));
 }
 
+// --list-variants, in every program that takes it (07's and 08's own tests check their families in more
+// detail): the variants of each family on each device, and the program stops there (no data needed).
+TEST(CommonFlagsOutput, EveryProgramListsItsVariants) {
+  for (const char* name : {"03_mlp_mnist", "04_gemm_ladder", "05_mixed_precision", "06_loss_scaling", "07_conv_lenet",
+                           "08_softmax", "09_cifar10_vgg"}) {
+    SCOPED_TRACE(name);
+    const auto [status, out] =
+        hl::test::run_command(hl::test::tutorial_program(name) + " --list-variants --data /nonexistent");
+    EXPECT_EQ(status, 0) << out;
+    for (const char* family : {"gemm on cpu:\n  ", "softmax on cpu:\n  ", "conv on cpu:\n  ", "gemm on cuda:",
+                               "bn on cuda"})
+      EXPECT_TRUE(contains(out, family)) << family << " in\n" << out;
+    EXPECT_FALSE(contains(out, "epoch")) << "it trained: " << out;
+  }
+}
+
 // check_writable: the up-front check of --save and --csv. It names the flag and the path, says why,
 // and leaves nothing behind.
 TEST(CliCheckWritable, RefusesWhatCannotBeWrittenAndLeavesNothingBehind) {

@@ -2,14 +2,18 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "datasets/dataloader.h"
 #include "datasets/mnist.h"
 #include "framework/nn.h"
 #include "framework/optim.h"
+#include "tests/datasets/data_files.h"  // TempDir
 #include "tests/test_util.h"
+#include "tests/tutorials/csv_reader.h"
 #include "tutorials/common/trainer.h"
 
 namespace {
@@ -56,9 +60,35 @@ TEST(MlpMnist, Fp32CpuReaches97PercentInTwoEpochs) {
 
 TEST(MlpMnist, TutorialSmokeRun) {
   if (hl::test::data_dir("mnist").empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
-  const auto [status, out] = run_command(kProgram + " --smoke --device cpu --data " + hl::test::data_dir("mnist"));
+  const hl::test::TempDir tmp;
+  const std::string csv = (std::filesystem::path(tmp.str()) / "03.csv").string();
+  const auto [status, out] =
+      run_command(kProgram + " --smoke --device cpu --csv " + csv + " --data " + hl::test::data_dir("mnist"));
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("epoch 1/1"), std::string::npos) << out;
+  // --csv: one row per epoch under the header, the numbers the epoch line printed.
+  const auto rows = hl::test::read_csv_file(csv);
+  ASSERT_EQ(rows.size(), 2u) << out;
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"epoch", "train_loss", "train_acc", "test_acc", "seconds",
+                                               "images_per_second"}));
+  ASSERT_EQ(rows[1].size(), 6u);
+  EXPECT_EQ(rows[1][0], "1");
+  const double loss = std::stod(rows[1][1]), train_acc = std::stod(rows[1][2]), test_acc = std::stod(rows[1][3]);
+  EXPECT_GT(loss, 0.0);
+  EXPECT_TRUE(train_acc >= 0.0 && train_acc <= 1.0 && test_acc >= 0.0 && test_acc <= 1.0) << rows[1][2] << rows[1][3];
+  EXPECT_GT(std::stod(rows[1][4]), 0.0);
+  EXPECT_GT(std::stod(rows[1][5]), 0.0);
+  // The same epoch as the printed line (which shows 4 decimals of the loss, 2 of each accuracy in %).
+  double shown_loss = -1, shown_train = -1, shown_test = -1;
+  const size_t at = out.find("epoch 1/1  loss ");
+  ASSERT_NE(at, std::string::npos) << out;
+  ASSERT_EQ(std::sscanf(out.c_str() + at, "epoch 1/1  loss %lf  train acc %lf%%  test acc %lf%%", &shown_loss,
+                        &shown_train, &shown_test),
+            3)
+      << out.substr(at, 80);
+  EXPECT_NEAR(loss, shown_loss, 0.6e-4);
+  EXPECT_NEAR(100 * train_acc, shown_train, 0.006);
+  EXPECT_NEAR(100 * test_acc, shown_test, 0.006);
   EXPECT_NE(out.find("final test accuracy"), std::string::npos) << out;
   EXPECT_NE(out.find("learning rate: constant, peak 0.05, warm-up 0 steps, 16 steps in all"), std::string::npos) << out;
   const auto [s2, o2] = run_command(kProgram + " --smoke --device cpu --schedule step --warmup-epochs 0.5 --data " +

@@ -5,13 +5,18 @@
 // 1 is refused.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "datasets/dataset.h"
 #include "framework/tensor.h"
+#include "tests/datasets/data_files.h"  // TempDir
 #include "tests/test_util.h"
+#include "tests/tutorials/csv_reader.h"
 #include "tutorials/common/trainer.h"
 
 namespace {
@@ -23,8 +28,25 @@ std::pair<int, std::string> run07(const std::string& args) {
 TEST(Tutorial07, LenetSmokeRunInMixedPrecision) {
   const std::string dir = hl::test::data_dir("mnist");
   if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
-  const auto [status, out] = run07("--smoke --device cpu --precision mixed --data " + dir);
+  const hl::test::TempDir tmp;
+  const std::string csv = (std::filesystem::path(tmp.str()) / "07.csv").string();
+  const auto [status, out] = run07("--smoke --device cpu --precision mixed --csv " + csv + " --data " + dir);
   ASSERT_EQ(status, 0) << out;
+  // --csv: one row per epoch, with the steps the scaler skipped and its scale at the epoch's end.
+  const auto rows = hl::test::read_csv_file(csv);
+  ASSERT_EQ(rows.size(), 2u) << out;
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"epoch", "train_loss", "train_acc", "test_acc", "seconds",
+                                               "images_per_second", "skipped_steps", "loss_scale"}));
+  ASSERT_EQ(rows[1].size(), 8u);
+  EXPECT_EQ(rows[1][0], "1");
+  const int skipped = std::stoi(rows[1][6]);
+  const double scale = std::stod(rows[1][7]);
+  EXPECT_TRUE(skipped >= 0 && skipped <= 4) << rows[1][6];  // 4 steps in the smoke epoch
+  // Dynamic scaling from 65536: halved once per skipped step, not yet grown (interval 2000).
+  EXPECT_EQ(scale, std::ldexp(65536.0, -skipped)) << rows[1][7];
+  char shown[64];
+  std::snprintf(shown, sizeof shown, "skipped %d  scale %g\n", skipped, scale);
+  EXPECT_NE(out.find(shown), std::string::npos) << shown << " in\n" << out;
   EXPECT_NE(out.find("lenet on MNIST, 512 train / 500 test images"), std::string::npos) << out;
   EXPECT_NE(out.find("precision mixed, loss scale dynamic:init=65536,interval=2000"), std::string::npos) << out;
   EXPECT_NE(out.find("Conv2d(32 -> 64, 5x5, stride 1x1, pad 2x2)  51264"), std::string::npos) << out;
