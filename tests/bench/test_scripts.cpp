@@ -344,4 +344,37 @@ TEST(SanitizeScript, ThreadModeRunsWithArcherInABuildOfItsOwn) {
   EXPECT_FALSE(contains(s.calls(), "configure")) << s.calls();
 }
 
+// ---- scripts/coverage.sh ----------------------------------------------------------------------
+
+// --show lists a file's lines that no test ran, from the last run's profile, with LLVM's tools found
+// beside the compiler (here the stand-ins, next to the stand-in clang++); without a file, a profile or
+// the file itself it says what is missing.
+TEST(CoverageScript, ShowListsTheLinesNoTestRanAndSaysWhatIsMissing) {
+  const Stubs s;
+  s.add("clang++", "exit 0");
+  s.add("llvm-profdata", "exit 0");
+  s.add("llvm-cov",
+        "echo \"llvm-cov $*\" >>\"$LOG\"\n"
+        "printf '   12|      0|  int x = 1;\\n   13|      5|  return x;\\n'");
+  const fs::path build = s.dir() / "cov";
+  const std::string run = "HALFLING_COV_BUILD='" + build.string() + "' bash " + script("coverage.sh") + " --show";
+  auto [status, out] = s.run(run);
+  EXPECT_NE(status, 0);
+  EXPECT_TRUE(contains(out, "--show needs a file")) << out;
+  std::tie(status, out) = s.run(run + " framework/ops.cpp");
+  EXPECT_NE(status, 0);
+  EXPECT_TRUE(contains(out, "no profile in " + build.string() + "; run scripts/coverage.sh first")) << out;
+  fs::create_directories(build);
+  std::ofstream(build / "coverage.profdata") << "";
+  std::tie(status, out) = s.run(run + " framework/no_such_file.cpp");
+  EXPECT_NE(status, 0);
+  EXPECT_TRUE(contains(out, "--show: no such file: framework/no_such_file.cpp")) << out;
+  std::tie(status, out) = s.run(run + " framework/ops.cpp");
+  ASSERT_EQ(status, 0) << out << s.calls();
+  EXPECT_TRUE(contains(out, "   12|      0|  int x = 1;")) << out;
+  EXPECT_FALSE(contains(out, "return x")) << "a line that ran is not listed: " << out;
+  EXPECT_TRUE(contains(s.calls(), "-instr-profile=" + (build / "coverage.profdata").string())) << s.calls();
+  EXPECT_TRUE(contains(s.calls(), fs::path(HALFLING_SOURCE_DIR).string() + "/framework/ops.cpp")) << s.calls();
+}
+
 }  // namespace
