@@ -153,5 +153,6 @@ status=0
 # Extra arguments come after, so a --timeout among them wins.
 ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout "${HALFLING_TEST_TIMEOUT:-900}" --no-tests=error \
   -E "$exclude" "$@" || status=$?
-echo "sanitize.sh: build $((built - start)) s, tests $((SECONDS - built)) s ($what, CPU only, $(cached CMAKE_CXX_COMPILER))"
+echo "sanitize.sh: build $((built - start)) s, tests $((SECONDS - built)) s" \
+  "($what, CPU only, $(cached CMAKE_CXX_COMPILER))"
 exit "$status"

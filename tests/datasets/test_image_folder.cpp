@@ -324,7 +324,8 @@ TEST(ImageCache, HeaderLimitsAndTheFormatVersion) {
       {"a name of 0 bytes", with(52, 0, 4), "bad class name length 0 for class 0"},
       {"a cut fingerprint", Bytes(good.begin(), good.begin() + 12),
        "truncated: a 64-bit field at byte 8 needs 8 byte(s), 4 left"},
-      {"format version 2", with(7, 2, 1), "wrong magic: not a halfling image cache (or one of another format version)"},
+      {"format version 2", with(7, 2, 1),
+       "wrong magic: not a halfling image cache (or one of another format version)"},
       {"not a cache", with(0, 'X', 1), "wrong magic"},
   };
   for (const Case& k : cases) {
