@@ -329,7 +329,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     // The program's own checks name it already ("train: --csv: ..."); the library's errors do not.
     const std::string what = e.what();
-    std::fprintf(stderr, "%s%s\n", what.rfind("train: ", 0) == 0 ? "" : "train: ", what.c_str());
+    std::fprintf(stderr, "%s%s\n", what.starts_with("train: ") ? "" : "train: ", what.c_str());
     return 1;
   }
 }

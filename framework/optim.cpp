@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -68,32 +69,19 @@ Optimizer::Optimizer(std::vector<Tensor> params, bool master_weights)
 // overlap) would be updated twice per step: in turn on the CPU, and at once on the GPU, where one
 // multi-tensor launch gives each its own threads, which then race on the shared elements (a result that
 // changes from run to run). Module::parameters() lists a shared (tied) parameter once; a list built by
-// hand may not, so it is refused here, naming both. Sorted by storage and start: O(n log n).
+// hand may not, so it is refused here, naming both. All are on one device, so their bytes are ranges of
+// one address space: sorted by address, any two that overlap include a pair of neighbours that do.
 void Optimizer::check_no_shared_memory() const {
-  struct Span {
-    const Storage* storage;
-    int64_t begin, end;  // bytes into the storage
-    size_t index;
-  };
-  std::vector<Span> spans;
-  spans.reserve(params_.size());
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const TensorImpl& t = *params_[i].impl();
-    const int64_t size = static_cast<int64_t>(dtype_size(t.dtype));
-    // An empty parameter has no elements to share (and would hide, between two sorted neighbours, an
-    // overlap of the spans on either side of it).
-    const int64_t n = params_[i].numel();
-    if (n > 0) spans.push_back({t.storage.get(), t.offset * size, (t.offset + n) * size, i});
-  }
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
-    return a.storage != b.storage ? std::less<const Storage*>()(a.storage, b.storage) : a.begin < b.begin;
-  });
-  // In this order, if any two spans overlap, some span overlaps the one right after it.
-  for (size_t k = 1; k < spans.size(); ++k) {
-    const Span &a = spans[k - 1], &b = spans[k];
-    if (a.storage != b.storage || b.begin >= a.end) continue;
-    const size_t i = std::min(a.index, b.index), j = std::max(a.index, b.index);
-    const bool same = a.begin == b.begin && a.end == b.end;
+  std::vector<size_t> order;  // the parameters with elements (an empty one shares none)
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].numel() > 0) order.push_back(i);
+  const auto address = [&](size_t i) { return reinterpret_cast<uintptr_t>(params_[i].data_ptr()); };
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return address(a) < address(b); });
+  for (size_t k = 1; k < order.size(); ++k) {
+    const Tensor &a = params_[order[k - 1]], &b = params_[order[k]];
+    if (!bytes_overlap(a.data_ptr(), a.nbytes(), b.data_ptr(), b.nbytes())) continue;
+    const size_t i = std::min(order[k - 1], order[k]), j = std::max(order[k - 1], order[k]);
+    const bool same = a.data_ptr() == b.data_ptr() && a.nbytes() == b.nbytes();
     throw Error(detail::concat("Optimizer: parameters ", i, " (", params_[i].describe(), ") and ", j, " (",
                                params_[j].describe(), ") share memory (",
                                same ? "the same elements listed twice" : "overlapping views of one storage",

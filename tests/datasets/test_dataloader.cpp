@@ -288,16 +288,20 @@ Dataset random_images(int64_t n, int64_t c, int64_t h, int64_t w, uint64_t seed)
   return ds;
 }
 
-// Every batch of one epoch, concatenated, on the host as float (images) and int (labels).
-std::pair<std::vector<float>, std::vector<int32_t>> epoch_contents(DataLoader& loader, int64_t epoch) {
+// Batches concatenated on the host as float (images) and int (labels).
+using Contents = std::pair<std::vector<float>, std::vector<int32_t>>;
+void append(Contents& out, const Batch& b) {
+  const auto x = b.x.to_vector();
+  const auto y = b.y.to_int();
+  out.first.insert(out.first.end(), x.begin(), x.end());
+  out.second.insert(out.second.end(), y.begin(), y.end());
+}
+
+// Every batch of one epoch, each read back before the next is asked for.
+Contents epoch_contents(DataLoader& loader, int64_t epoch) {
   loader.start_epoch(epoch);
-  std::pair<std::vector<float>, std::vector<int32_t>> out;
-  for (Batch b; loader.next(b);) {
-    const auto x = b.x.to_vector();
-    const auto y = b.y.to_int();
-    out.first.insert(out.first.end(), x.begin(), x.end());
-    out.second.insert(out.second.end(), y.begin(), y.end());
-  }
+  Contents out;
+  for (Batch b; loader.next(b);) append(out, b);
   return out;
 }
 
@@ -556,13 +560,8 @@ TEST(DataLoader, PinnedBuffersAreNotRefilledBeforeTheGpuCopiedThem) {
     for (int i = 0; i < 8; ++i) busy = add(busy, big);  // queued ahead of the next batch's copy
   }
   ASSERT_EQ(batches.size(), 10u);
-  std::pair<std::vector<float>, std::vector<int32_t>> got;
-  for (const Batch& b : batches) {
-    const auto x = b.x.to_vector();
-    const auto y = b.y.to_int();
-    got.first.insert(got.first.end(), x.begin(), x.end());
-    got.second.insert(got.second.end(), y.begin(), y.end());
-  }
+  Contents got;
+  for (const Batch& b : batches) append(got, b);
   EXPECT_EQ(got.second, want.second);
   // Counted rather than compared whole: a failure names the first wrong batch, not 122,880 values.
   ASSERT_EQ(got.first.size(), want.first.size());
