@@ -162,26 +162,40 @@ void Optimizer::unscale_grads_by(const double* scale, int32_t* found_inf) {
 // on the old device; the update kernels would get host addresses. PyTorch allows this order (its
 // state is made lazily, on the first step), so the state follows the parameters here, before any
 // kernel is queued. Parameters split across devices are an error.
-void Optimizer::follow_params_device() {
+//
+// The same for the dtype: `model->to(DType::f64)` after some steps leaves moments, masters and FP32
+// gradient buffers made for f32 parameters, which the f64 update would read and write as doubles, past
+// their end (and f64 state made for f64 parameters would be read as floats after `to(f32)`). Each
+// converts to the parameter's state dtype: exactly from f32 to f64, rounded once from f64 to f32.
+// f32 <-> f16 changes nothing here: both keep f32 state (so masters taken before `to(f16)` keep their
+// values, the mixed-precision order of docs/amp.md).
+void Optimizer::follow_params() {
   const Device d = params_[0].device();
   for (const Tensor& p : params_)
     HL_CHECK(p.device() == d, type(), ": parameters on different devices: ", params_[0].describe(), " and ",
              p.describe(), " (move the whole model with model->to(device))");
-  NoGradGuard no_grad;  // a few device comparisons per step when nothing moved
+  NoGradGuard no_grad;  // a few device and dtype comparisons per step when nothing moved
   const auto move = [d](Tensor& t) {
     if (t.defined() && t.device() != d) t = t.to(d);
   };
   move(applied_);
   move(started_);
   move(scratch_flag_);
-  for (Tensor& m : masters_) move(m);
-  for (Tensor& g : grads_) move(g);
-  for (auto& [name, list] : buffers_)
-    for (Tensor& b : list) move(b);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const DType st = state_dtype(i);
+    const auto follow = [&](std::vector<Tensor>& list) {
+      if (i >= list.size() || !list[i].defined()) return;
+      move(list[i]);
+      if (list[i].dtype() != st) list[i] = list[i].to(st);
+    };
+    follow(masters_);
+    follow(grads_);
+    for (auto& [name, list] : buffers_) follow(list);
+  }
 }
 
 void Optimizer::unscale_impl(float inv_scale, const double* scale, int32_t* found_inf) {
-  follow_params_device();
+  follow_params();
   HL_CHECK(!unscaled_, type(), "::unscale_grads: the gradients were already unscaled this step "
                                "(unscale once, then step() or skip_step())");
   std::vector<kernels::GradSlot> slots;
@@ -232,7 +246,7 @@ Tensor Optimizer::clip_grad_norm(double max_norm) {
 void Optimizer::step() { step_unless(nullptr); }
 
 void Optimizer::step_unless(const int32_t* skip) {
-  follow_params_device();
+  follow_params();
   reread_written_masters();
   if (!unscaled_) unscale_grads(1.0f, nullptr);
   std::vector<kernels::ParamSlot> slots;
@@ -422,7 +436,7 @@ std::vector<int32_t*> Adam::update(std::vector<kernels::ParamSlot>& slots, const
     group_of_.assign(params_.size(), 0);
     counters_.assign(1, Tensor());
   }
-  for (Tensor& c : counters_)  // the model moved (Optimizer::follow_params_device moves the base's state)
+  for (Tensor& c : counters_)  // the model moved (Optimizer::follow_params moves the base's state)
     if (c.defined() && c.device() != dev) c = c.to(dev);
   // The parameters of a group without a gradient this step leave it together, with its count so far.
   std::vector<char> present(params_.size(), 0);

@@ -30,6 +30,9 @@ class Optimizer {
   // optimizer, an initialization by hand) has its master re-read from it at the next step, as PyTorch's
   // optimizers, which keep no copy, see the new values; converting or moving the model in place
   // (nn::Module::to) is not such a write, so masters taken before `to(f16)` keep their FP32 values.
+  // The state (masters, moments, the FP32 gradient buffers) follows the parameters when the model is
+  // moved or converted after this (nn::Module::to): to their device, and to f64 for f64 parameters,
+  // f32 for the others, at the next unscale or step.
   // Every parameter must be a leaf with requires_grad, all on one device, and no two may share an
   // element (one tensor listed twice, overlapping views): each would be updated twice a step.
   Optimizer(std::vector<Tensor> params, bool master_weights);
@@ -126,8 +129,9 @@ class Optimizer {
   void reread_written_masters();
   void check_no_shared_memory() const;  // two parameters on the same elements are refused
   std::vector<uint64_t> param_versions_;
-  // Moves the state to the parameters' device if they moved since it was made (see optim.cpp).
-  void follow_params_device();
+  // Moves the state to the parameters' device, and converts it to their state dtype, if they moved or
+  // were converted since it was made (see optim.cpp).
+  void follow_params();
   bool use_masters_;
   bool unscaled_ = false;
   Tensor scratch_flag_;  // found-inf target when nobody asked for one

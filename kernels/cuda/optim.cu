@@ -90,7 +90,7 @@ __device__ __forceinline__ void write_weight(const ParamSlot& s, int64_t i, floa
 }
 
 struct SgdScalars {
-  float lr, momentum, weight_decay, dampening;
+  float lr, momentum, weight_decay, one_minus_dampening;  // 1 - dampening computed in double, as the CPU
   bool use_momentum, nesterov;
   const int32_t* skip;  // skip the whole update when set and nonzero (uniform across the grid)
 };
@@ -108,7 +108,7 @@ __global__ void sgd_kernel(SlotBatch<ParamSlot> b, SgdScalars k) {
     const float w = read_weight(s, i);
     float d = g[i] + k.weight_decay * w;
     if (k.use_momentum) {
-      const float m = first ? d : k.momentum * buf[i] + (1.0f - k.dampening) * d;
+      const float m = first ? d : k.momentum * buf[i] + k.one_minus_dampening * d;
       buf[i] = m;
       d = k.nesterov ? d + k.momentum * m : m;
     }
@@ -117,13 +117,15 @@ __global__ void sgd_kernel(SlotBatch<ParamSlot> b, SgdScalars k) {
 }
 
 struct AdamScalars {
-  float lr, beta1, beta2, eps, weight_decay, step_size, bc2_sqrt;
+  // Every coefficient computed in double and rounded once to float, as the CPU and PyTorch compute
+  // them: 1 - beta1, 1 - beta2, AdamW's decay factor 1 - lr * weight_decay, the step size
+  // lr / (1 - b1^t) and sqrt(1 - b2^t).
+  float beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay, decay, step_size, bc2_sqrt;
   bool decoupled;
-  // When set: t = *applied_steps + 1 and the bias corrections are computed here, as the CPU computes
-  // them: 1 - b^t in double, rounded to float, and lr / (1 - b1^t) divided in float (step_size and
-  // bc2_sqrt above are then ignored).
+  // When set: t = *applied_steps + 1 and the bias corrections are computed here, in double as the CPU
+  // computes them (step_size and bc2_sqrt above are then ignored).
   const int64_t* applied_steps;
-  double beta1_64, beta2_64;
+  double lr_64, beta1_64, beta2_64;
   const int32_t* skip;
 };
 
@@ -133,7 +135,7 @@ __global__ void adam_kernel(SlotBatch<ParamSlot> b, AdamScalars k) {
     __shared__ float corr[2];
     if (threadIdx.x == 0) {
       const double t = static_cast<double>(*k.applied_steps + 1);
-      corr[0] = k.lr / static_cast<float>(1.0 - pow(k.beta1_64, t));
+      corr[0] = static_cast<float>(k.lr_64 / (1.0 - pow(k.beta1_64, t)));
       corr[1] = static_cast<float>(sqrt(1.0 - pow(k.beta2_64, t)));
     }
     __syncthreads();
@@ -150,12 +152,12 @@ __global__ void adam_kernel(SlotBatch<ParamSlot> b, AdamScalars k) {
     float w = read_weight(s, i);
     float gi = g[i];
     if (k.decoupled) {
-      w = w * (1.0f - k.lr * k.weight_decay);
+      w = w * k.decay;
     } else {
       gi = gi + k.weight_decay * w;
     }
-    const float mi = k.beta1 * m[i] + (1.0f - k.beta1) * gi;
-    const float vi = k.beta2 * v[i] + (1.0f - k.beta2) * gi * gi;
+    const float mi = k.beta1 * m[i] + k.one_minus_beta1 * gi;
+    const float vi = k.beta2 * v[i] + k.one_minus_beta2 * gi * gi;
     m[i] = mi;
     v[i] = vi;
     write_weight(s, i, w - k.step_size * mi / (sqrtf(vi) / k.bc2_sqrt + k.eps));
@@ -257,7 +259,7 @@ void sgd_update(const std::vector<ParamSlot>& slots, const SgdParams& p) {
   const SgdScalars k{static_cast<float>(p.lr),
                      static_cast<float>(p.momentum),
                      static_cast<float>(p.weight_decay),
-                     static_cast<float>(p.dampening),
+                     static_cast<float>(1.0 - p.dampening),
                      p.momentum != 0.0,
                      p.nesterov,
                      p.skip};
@@ -273,15 +275,18 @@ void adam_update(const std::vector<ParamSlot>& slots, const AdamParams& p) {
     HL_CHECK(s.buf1 != nullptr && s.buf2 != nullptr, "adam_update: needs both moment buffers");
   }
   const double bc1 = 1.0 - std::pow(p.beta1, static_cast<double>(p.step));
-  const AdamScalars k{static_cast<float>(p.lr),
-                      static_cast<float>(p.beta1),
+  const AdamScalars k{static_cast<float>(p.beta1),
                       static_cast<float>(p.beta2),
+                      static_cast<float>(1.0 - p.beta1),
+                      static_cast<float>(1.0 - p.beta2),
                       static_cast<float>(p.eps),
                       static_cast<float>(p.weight_decay),
-                      static_cast<float>(p.lr) / static_cast<float>(bc1),  // in float, as the CPU
+                      static_cast<float>(1.0 - p.lr * p.weight_decay),
+                      static_cast<float>(p.lr / bc1),
                       static_cast<float>(std::sqrt(1.0 - std::pow(p.beta2, static_cast<double>(p.step)))),
                       p.decoupled,
                       p.applied_steps,
+                      p.lr,
                       p.beta1,
                       p.beta2,
                       p.skip};

@@ -238,6 +238,59 @@ TEST(Optim, StateFollowsTheModelToTheGpu) {
   EXPECT_EQ(early.bias.to_vector(), late.bias.to_vector());
 }
 
+TEST(Optim, StateFollowsTheModelToAnotherDtype) {
+  // model.to(f64) after steps were taken: the moments (and masters, and FP32 gradient buffers) made
+  // for f32 parameters were written by the f64 update as doubles, past their end (a heap overflow;
+  // a Linear(1000, 1000) with Adam crashed), and f64 state was read as floats after to(f32). The state
+  // now converts with the parameters. Every gradient here is 1, so the values follow by hand.
+  for (const DType from : {DType::f32, DType::f64}) {
+    const DType to = from == DType::f32 ? DType::f64 : DType::f32;
+    SCOPED_TRACE(std::string(dtype_name(from)) + " -> " + dtype_name(to));
+    Generator g(3);
+    nn::Linear lin(3, 2, g, /*bias=*/false), lin2(3, 2, g, /*bias=*/false);
+    lin.to(from);
+    lin2.to(from);
+    optim::SGD sgd(lin.parameters(), {.lr = 0.1, .momentum = 0.9});
+    optim::Adam adam(lin2.parameters(), {.lr = 0.01, .master_weights = true});
+    const std::vector<double> w0 = lin.weight.to_double(), v0 = lin2.weight.to_double();
+    const auto step = [&](DType t) {
+      for (auto [m, o] : {std::pair<nn::Linear*, optim::Optimizer*>{&lin, &sgd}, {&lin2, &adam}}) {
+        o->zero_grad();
+        sum((*m)(Tensor::ones({1, 3}, t))).backward();  // dL/dW = 1 everywhere
+        o->step();
+      }
+    };
+    step(from);
+    lin.to(to);
+    lin2.to(to);
+    step(to);
+    ASSERT_EQ(sgd.momentum_buffers()[0].dtype(), to);
+    ASSERT_EQ(adam.state_buffers("exp_avg")[0].dtype(), to);
+    ASSERT_EQ(adam.master_weights()[0].dtype(), to);
+    for (double b : sgd.momentum_buffers()[0].to_double()) EXPECT_NEAR(b, 1.0 * 0.9 + 1.0, 1e-6);
+    for (double m : adam.state_buffers("exp_avg")[0].to_double()) EXPECT_NEAR(m, 0.1 * 0.9 + 0.1, 1e-6);
+    for (double v : adam.state_buffers("exp_avg_sq")[0].to_double()) EXPECT_NEAR(v, 0.001 * 0.999 + 0.001, 1e-9);
+    const std::vector<double> w = lin.weight.to_double(), v = lin2.weight.to_double();
+    for (size_t i = 0; i < w.size(); ++i) {
+      EXPECT_NEAR(w[i], w0[i] - 0.1 * 1.0 - 0.1 * 1.9, 1e-6);
+      EXPECT_NEAR(v[i], v0[i] - 2 * 0.01, 1e-6);  // Adam's bias-corrected steps: lr each, for a constant gradient
+    }
+  }
+}
+
+TEST(Optim, AdamsFirstStepIsTheLearningRateWhateverBeta2) {
+  // At t = 1 the bias corrections give m^ = g and v^ = g^2, so each weight moves by lr (eps aside).
+  // 1 - beta2 computed in f32 from f32(beta2) is off by 0.0014% at 0.999 and 0.14% at 0.99999, and the
+  // step with it (PyTorch computes 1 - beta2 in double): w after one step was 0.900067806, not 0.9.
+  for (const double beta2 : {0.999, 0.9999, 0.99999}) {
+    Tensor w = Tensor::ones({1}).requires_grad_();
+    optim::Adam adam({w}, {.lr = 0.1, .beta2 = beta2, .eps = 1e-12});
+    sum(w * 2.0).backward();
+    adam.step();
+    EXPECT_NEAR(w.item(), 0.9, 2e-7) << "beta2 " << beta2;  // a few f32 ulps of 0.9
+  }
+}
+
 TEST(Optim, SgdMatchesPyTorchSemantics) {
   // Two steps by hand. p0 = 1, grads 0.5 then 0.25; lr 0.1, momentum 0.9, weight decay 0.01.
   Tensor p = Tensor::from_vector(std::vector<double>{1.0}, {1}).requires_grad_();

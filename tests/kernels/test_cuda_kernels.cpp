@@ -796,6 +796,7 @@ TEST(CudaOptim, MultiTensorSgdMatchesTheCpu) {
     p.lr = 0.05;
     p.momentum = 0.9;
     p.weight_decay = 5e-4;
+    p.dampening = nesterov ? 0.0 : 0.1;  // 1 - dampening is computed in double on both sides
     p.nesterov = nesterov;
     check_optim_against_cpu(c, false, [&](DeviceType d, const auto& slots) { kernels::sgd_update(d, slots, p); },
                             nesterov ? "sgd nesterov" : "sgd");
