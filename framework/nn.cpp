@@ -264,7 +264,7 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
 std::string BatchNorm2d::name() const { return "BatchNorm2d(" + std::to_string(channels_) + ")"; }
 
 Dropout::Dropout(double p, Generator& gen) : p_(p), gen_(gen.next_u64()) {
-  HL_CHECK(p >= 0.0 && p < 1.0, "Dropout: p must be in [0, 1), got ", p);
+  HL_CHECK(p >= 0.0 && p <= 1.0, "Dropout: p must be in [0, 1], got ", p);
 }
 
 std::string Dropout::name() const { return "Dropout(p=" + std::to_string(p_) + ")"; }

@@ -277,8 +277,11 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& gamma, const Tensor& beta, co
 
 Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed) {
   require_float(x, "dropout", "the input");
-  HL_CHECK(p >= 0.0 && p < 1.0, "dropout: p must be in [0, 1), got ", p, " for ", x.describe());
+  HL_CHECK(p >= 0.0 && p <= 1.0, "dropout: p must be in [0, 1], got ", p, " for ", x.describe());
   if (!training || p == 0.0) return x;
+  // Everything dropped: x * 0, as PyTorch (zeros, with NaN where x is NaN or infinite; a zero gradient).
+  // The kernels' threshold and 1/(1-p) scale are for p < 1 (kernels/dropout.h).
+  if (p == 1.0) return mul(x, 0.0);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   k::dropout_forward(x.device(), x.numel(), x.data_ptr(), y.data_ptr(), x.dtype(), p, seed, 0);
   return record(y, "dropout", {x}, {}, [p, seed, xt = x.dtype()](const Tensor& g_in) {
@@ -290,7 +293,7 @@ Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed) {
 }
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
-  if (!training || p == 0.0) return dropout(x, p, training, uint64_t{0});
+  if (!training || p == 0.0 || p == 1.0) return dropout(x, p, training, uint64_t{0});  // no mask to draw
   // The seed is drawn on the host, once per call: a CUDA graph would replay one mask forever.
   HL_CHECK(!runtime::cuda_capturing(), "dropout: a training-mode dropout draws its mask's seed on the host at each "
            "step, so a recorded CUDA graph would replay the same mask at every step; train this model without "

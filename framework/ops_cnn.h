@@ -22,7 +22,8 @@ using Size2 = std::array<int64_t, 2>;  // {height, width}
 
 // y[N,K,P,Q] = conv(x[N,C,H,W], w[K,C,R,S]) + b[K] (optional), then ReLU when fused_relu (computed in
 // the kernel's epilogue). b may have any float dtype. The variant comes from the conv registry
-// (HALFLING_CONV, --conv).
+// (HALFLING_CONV, --conv). An empty input (N = 0, or any zero dim) is refused with an error naming it,
+// where PyTorch returns an empty output; batch_norm2d and pooling refuse it too.
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), Size2 stride = {1, 1},
               Size2 padding = {0, 0}, bool fused_relu = false);
 
@@ -42,7 +43,8 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& gamma, const Tensor& beta, co
 
 // Inverted dropout: in training each element is zeroed with probability p and the rest scaled by
 // 1/(1-p); the mask comes from a counter-based hash of (seed, index), identical on CPU and GPU, and is
-// regenerated in the backward pass. Not training, or p == 0: x itself.
+// regenerated in the backward pass. Not training, or p == 0: x itself. p == 1: x * 0, as PyTorch (zeros,
+// NaN where x is NaN or infinite; a zero gradient), with no mask drawn.
 Tensor dropout(const Tensor& x, double p, bool training, uint64_t seed);
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);  // seed = gen.next_u64()
 

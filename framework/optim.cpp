@@ -225,7 +225,7 @@ void Optimizer::unscale_impl(float inv_scale, const double* scale, int32_t* foun
 void Optimizer::skip_step() { unscaled_ = false; }
 
 Tensor Optimizer::clip_grad_norm(double max_norm) {
-  HL_CHECK(max_norm > 0.0, type(), "::clip_grad_norm: max_norm must be positive, got ", max_norm);
+  HL_CHECK(max_norm >= 0.0, type(), "::clip_grad_norm: max_norm must be >= 0, got ", max_norm);
   if (!unscaled_) unscale_grads(1.0f, nullptr);
   std::vector<kernels::ConstSpan> spans;
   std::vector<kernels::Span> targets;

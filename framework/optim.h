@@ -62,7 +62,8 @@ class Optimizer {
   // unscales with factor 1 first if needed). Returns the norm before clipping as a one-element f64
   // tensor on the parameters' device, like PyTorch: the norm, the factor and the scaling are
   // computed there, so clipping reads nothing back to the host (call .item() to print it, which
-  // synchronizes). An inf/NaN norm is left inf/NaN (the loss scaler still skips the step).
+  // synchronizes). An inf/NaN norm is left inf/NaN (the loss scaler still skips the step). max_norm 0
+  // zeroes the gradients, as PyTorch's clip_grad_norm_ does; a negative or NaN max_norm is an error.
   Tensor clip_grad_norm(double max_norm);
   // Drop every parameter's gradient (the next backward() starts them fresh).
   void zero_grad();

@@ -469,7 +469,13 @@ TEST(Amp, ClipGradNormComputesTheGlobalNorm) {
   EXPECT_NEAR(sgd.clip_grad_norm(1.0).item(), 5.0, 1e-6);
   EXPECT_NEAR(sgd.unscaled_grads()[0].item(), 3.0 / (5.0 + 1e-6), 1e-6);
   EXPECT_NEAR(sgd.unscaled_grads()[1].item(), 4.0 / (5.0 + 1e-6), 1e-6);
-  EXPECT_THROW(sgd.clip_grad_norm(0.0), Error);
+  // max_norm 0 zeroes the gradients, as PyTorch's clip_grad_norm_(params, 0) does; below 0, or NaN, is
+  // an error.
+  EXPECT_NEAR(sgd.clip_grad_norm(0.0).item(), 5.0 / (5.0 + 1e-6), 1e-6);
+  EXPECT_EQ(sgd.unscaled_grads()[0].item(), 0.0);
+  EXPECT_EQ(sgd.unscaled_grads()[1].item(), 0.0);
+  EXPECT_THROW(sgd.clip_grad_norm(-1.0), Error);
+  EXPECT_THROW(sgd.clip_grad_norm(std::nan("")), Error);
   // One parameter alone (the norm's device is read from parameter 0, the only one).
   Tensor c = Tensor::from_vector(std::vector<float>{0.0f, 0.0f}, {2}).requires_grad_();
   optim::SGD one({c}, {.lr = 1.0});

@@ -531,7 +531,7 @@ TEST_F(Cnn, BadInputsNameTheOpAndShapes) {
   EXPECT_NE(error_of([&] { batch_norm2d(x, Tensor::ones({3}), Tensor::zeros({3}), Tensor(), Tensor(), false); })
                 .find("running statistics"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { dropout(x, 1.0, true, uint64_t{1}); }).find("dropout: p must be in [0, 1)"), std::string::npos);
+  EXPECT_NE(error_of([&] { dropout(x, 1.5, true, uint64_t{1}); }).find("dropout: p must be in [0, 1]"), std::string::npos);
   nn::Conv2d conv(3, 4, 3, g);
   EXPECT_NE(error_of([&] { conv(Tensor::zeros({2, 5, 8, 8})); }).find("expected input [N, 3, H, W]"), std::string::npos);
   // The modules name themselves and the input they expected: a wrong channel count, a wrong rank
@@ -542,8 +542,8 @@ TEST_F(Cnn, BadInputsNameTheOpAndShapes) {
     const std::string e = error_of([&] { bn(bad); });
     EXPECT_NE(e.find(bn_want + (bad.defined() ? bad.describe() : "an undefined tensor")), std::string::npos) << e;
   }
-  EXPECT_NE(error_of([&] { nn::Dropout(1.0, g); }).find("Dropout: p must be in [0, 1), got 1"), std::string::npos);
-  EXPECT_NE(error_of([&] { nn::Dropout(-0.25, g); }).find("Dropout: p must be in [0, 1), got -0.25"),
+  EXPECT_NE(error_of([&] { nn::Dropout(1.25, g); }).find("Dropout: p must be in [0, 1], got 1.25"), std::string::npos);
+  EXPECT_NE(error_of([&] { nn::Dropout(-0.25, g); }).find("Dropout: p must be in [0, 1], got -0.25"),
             std::string::npos);
 }
 
@@ -566,11 +566,11 @@ TEST_F(Cnn, ErrorsNameTheTensorAndTheLimit) {
                    "(use eval mode, or a larger batch)"),
             std::string::npos)
       << e;
-  // p outside [0, 1) is refused in training and in evaluation alike, on either side.
-  for (const double p : {-0.5, 1.0, 1.5}) {
+  // p outside [0, 1] is refused in training and in evaluation alike, on either side.
+  for (const double p : {-0.5, 1.0000001, 1.5}) {
     for (const bool training : {true, false}) {
       e = error_of([&] { dropout(x, p, training, uint64_t{1}); });
-      EXPECT_NE(e.find(detail::concat("dropout: p must be in [0, 1), got ", p, " for f32[2, 3, 8, 8] on cpu")),
+      EXPECT_NE(e.find(detail::concat("dropout: p must be in [0, 1], got ", p, " for f32[2, 3, 8, 8] on cpu")),
                 std::string::npos)
           << p << " " << training << ": " << e;
     }
@@ -760,6 +760,29 @@ TEST_F(Cnn, DropoutOfZeroKeepsEverything) {
   none.train();
   const Tensor x = Tensor::randn({4, 3, 5, 5}, g);
   EXPECT_EQ(none(x).to_vector(), x.to_vector());
+}
+
+// p = 1 drops everything, as PyTorch's F.dropout(x, 1.0): x * 0 (zeros keeping the sign, NaN where x is
+// NaN or infinite) and a zero gradient, with no mask drawn. It was refused; the kernels' keep threshold
+// and 1/(1-p) are for p < 1, so it never reaches them.
+TEST_F(Cnn, DropoutOfOneDropsEverythingAsPyTorch) {
+  for (const DType t : {DType::f32, DType::f16}) {
+    Tensor x = Tensor::from_vector(std::vector<float>{1.5f, -2.0f, NAN, INFINITY, 0.0f, 3.0f}, {1, 1, 2, 3}, t);
+    x.requires_grad_();
+    const Tensor y = dropout(x, 1.0, true, uint64_t{7});
+    EXPECT_EQ(y.dtype(), t);
+    const std::vector<float> v = y.to_vector();
+    EXPECT_EQ(v[0], 0.0f);
+    EXPECT_TRUE(v[1] == 0.0f && std::signbit(v[1]));
+    EXPECT_TRUE(std::isnan(v[2]) && std::isnan(v[3]));
+    EXPECT_EQ(v[4], 0.0f);
+    EXPECT_EQ(v[5], 0.0f);
+    y.backward(Tensor::ones(y.shape(), t));
+    EXPECT_EQ(x.grad().to_vector(), std::vector<float>(6, 0.0f));
+  }
+  nn::Dropout all(1.0, g);
+  all.train();
+  EXPECT_EQ(all(Tensor::ones({2, 3, 4, 4})).to_vector(), std::vector<float>(96, 0.0f));
 }
 
 }  // namespace
