@@ -18,6 +18,7 @@ packages=(
   dataset-fashion-mnist         # Fashion-MNIST as a Debian package
   python3-numpy                 # tests/python: numpy reads and writes halfling checkpoints
   python3-matplotlib            # tests/python: scripts/plot.py draws the tutorials' CSV logs
+  python3-torch                 # tests/python: PyTorch recomputes halfling's ops, optimizers and training steps
   # clang builds the fuzzers (tests/fuzz) and the sanitizer suite (scripts/sanitize.sh), both run by
   # scripts/test.sh. The unversioned metapackages follow the distribution's default clang (14 on
   # Debian 12), as `clang` does: libclang-rt-dev has ASan/UBSan/libFuzzer's runtime libraries, and
