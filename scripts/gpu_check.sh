@@ -283,6 +283,17 @@ cuda_skips() {
   echo "no CUDA test skipped for lack of a GPU"
 }
 
+# short: every op case of Python.PytorchParity, and its optimizers, on the GPU with the default variants,
+# checked against the machine's PyTorch (its python3 has torch; about 2 s in all). The file stays in the
+# results, to be checked again at home with the project's PyTorch (docs/gpu_status.md, item 12).
+# shellcheck disable=SC2317  # called through step
+parity_cuda() {
+  local file
+  file=$(unused_name "$results/parity_cases_cuda_${slug}_${day}.safetensors")
+  "$build/tests/python/parity_cases" "$((RANDOM * 32768 + RANDOM))" "$file" cuda || return
+  timeout 120 python3 "$root/tests/python/pytorch_parity.py" --file "$file"
+}
+
 # ncu and short: Nsight Compute's counters for one launch of a kernel, picked by its name.
 #   ncu_setup     find ncu (ncu_bin: $HALFLING_NCU if set, else the PATH's, else the newest under /opt/nvidia
 #                 or the CUDA toolkit) and name the sections to collect (ncu_sections); 1 if there is none
@@ -592,6 +603,7 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU available:", 
     step ctest timeout 260 ctest --test-dir "$build" -j"${HALFLING_CTEST_JOBS:-8}" --timeout 240 \
       --output-on-failure --no-tests=error -E "^(${cpu_only//:/|})\$"
     step cuda-skips cuda_skips
+    step parity-cuda parity_cuda
     if [[ -x $sanitizer ]]; then
       for name in memcheck memcheck-conv-softmax memcheck-conv-new memcheck-rows racecheck-new \
         racecheck-new-second memcheck-cluster racecheck-cluster; do

@@ -3,7 +3,13 @@
 // to one safetensors file, so that the script can recompute each case with PyTorch (in float64, from
 // the same inputs) and compare. Not a tutorial: a test helper.
 //
-//   parity_cases <seed> <out.safetensors>
+//   parity_cases <seed> <out.safetensors> [cuda]
+//
+// With `cuda`, every op case and optimizer runs on the GPU (the inputs drawn on the CPU as without it,
+// then copied), and the file, written on the GPU machine, is checked here by
+// `pytorch_parity.py --file` (scripts/gpu_check.sh short's step parity-cuda): the CUDA kernels against
+// PyTorch, where no PyTorch is installed. The modules' initial values are drawn on the host, the same on
+// both, and are left out.
 //
 // What the file holds, per case (its name is the case's):
 //   <case>/in/<k>      the inputs, as the op got them (f16 inputs already rounded)
@@ -29,6 +35,7 @@
 #include "framework/ops.h"
 #include "framework/ops_cnn.h"
 #include "framework/optim.h"
+#include "kernels/runtime.h"
 
 using namespace hl;
 using json = nlohmann::ordered_json;
@@ -49,24 +56,27 @@ struct OpCase {
 
 class Cases {
  public:
-  explicit Cases(uint64_t seed) : gen_(seed) {}
+  Cases(uint64_t seed, Device dev) : gen_(seed), dev_(dev) {}
+  Device device() const { return dev_; }
+  // A tensor made on the host, on the cases' device (a leaf: what the op cases take).
+  Tensor on(const Tensor& host) const { return host.to(dev_); }
 
   // Random inputs that require grad: normal values (never zeros), uniform ones for ops with a
   // restricted domain; and labels.
   Tensor normal(const Shape& s, DType t = DType::f32, double std = 1.0) {
-    Tensor x = Tensor::randn(s, gen_, t, Device::cpu, 0.0, std);
+    Tensor x = on(Tensor::randn(s, gen_, t, Device::cpu, 0.0, std));
     x.requires_grad_();
     return x;
   }
   Tensor positive(const Shape& s, DType t = DType::f32, double lo = 0.5, double hi = 2.0) {
-    Tensor x = Tensor::uniform(s, gen_, lo, hi, t);
+    Tensor x = on(Tensor::uniform(s, gen_, lo, hi, t));
     x.requires_grad_();
     return x;
   }
   Tensor labels(int64_t n, int64_t classes) {
     std::vector<int32_t> y(static_cast<size_t>(n));
     for (auto& v : y) v = static_cast<int32_t>(gen_.below(static_cast<uint64_t>(classes)));
-    return Tensor::from_vector(y, {n});
+    return on(Tensor::from_vector(y, {n}));
   }
   Generator& gen() { return gen_; }
 
@@ -82,35 +92,49 @@ class Cases {
     }
   }
 
-  // Run every op case: forward, backward from a random seed, and record it all.
+  // Run every op case: forward, backward from a random seed, and record it all. A case that throws
+  // (an op a device does not support) is recorded with its error, for the script to report, and the
+  // others still run.
   void run_ops(NamedTensors& file, json& list) {
     for (auto& c : ops_) {
       const std::string name = c.spec.at("name");
-      Result r = c.run(c.inputs);
-      for (size_t k = 0; k < c.inputs.size(); ++k) file.push_back({name + "/in/" + std::to_string(k), c.inputs[k]});
-      file.push_back({name + "/out", r.out.detach()});
-      for (auto& [key, t] : r.extra) file.push_back({name + "/extra/" + key, t});
-      bool wants_grad = false;
-      for (const Tensor& x : c.inputs) wants_grad = wants_grad || x.requires_grad();
-      // An output cut from the graph would leave the script nothing to compare the gradients with.
-      if (wants_grad && !r.out.requires_grad()) throw Error("parity_cases: " + name + ": the output has no gradient");
-      if (wants_grad) {
-        Tensor seed = Tensor::randn(r.out.shape(), gen_, r.out.dtype());
-        r.out.backward(seed);
-        file.push_back({name + "/seed", seed});
-        for (size_t k = 0; k < c.inputs.size(); ++k) {
-          if (!c.inputs[k].requires_grad()) continue;
-          if (!c.inputs[k].grad().defined()) throw Error("parity_cases: " + name + ": no gradient for input " +
-                                                         std::to_string(k));
-          file.push_back({name + "/grad/" + std::to_string(k), c.inputs[k].grad()});
-        }
+      try {
+        const NamedTensors entries = run_one(c, name);
+        file.insert(file.end(), entries.begin(), entries.end());
+      } catch (const std::exception& e) {
+        c.spec["error"] = e.what();
       }
       list.push_back(c.spec);
     }
   }
 
  private:
+  // One case's entries of the file (appended only when all of it ran).
+  NamedTensors run_one(OpCase& c, const std::string& name) {
+    NamedTensors out;
+    Result r = c.run(c.inputs);
+    for (size_t k = 0; k < c.inputs.size(); ++k) out.push_back({name + "/in/" + std::to_string(k), c.inputs[k]});
+    out.push_back({name + "/out", r.out.detach()});
+    for (auto& [key, t] : r.extra) out.push_back({name + "/extra/" + key, t});
+    bool wants_grad = false;
+    for (const Tensor& x : c.inputs) wants_grad = wants_grad || x.requires_grad();
+    if (!wants_grad) return out;
+    // An output cut from the graph would leave the script nothing to compare the gradients with.
+    if (!r.out.requires_grad()) throw Error("parity_cases: " + name + ": the output has no gradient");
+    Tensor seed = on(Tensor::randn(r.out.shape(), gen_, r.out.dtype()));
+    r.out.backward(seed);
+    out.push_back({name + "/seed", seed});
+    for (size_t k = 0; k < c.inputs.size(); ++k) {
+      if (!c.inputs[k].requires_grad()) continue;
+      if (!c.inputs[k].grad().defined())
+        throw Error("parity_cases: " + name + ": no gradient for input " + std::to_string(k));
+      out.push_back({name + "/grad/" + std::to_string(k), c.inputs[k].grad()});
+    }
+    return out;
+  }
+
   Generator gen_;
+  Device dev_;
   std::vector<OpCase> ops_;
 };
 
@@ -156,13 +180,14 @@ void elementwise(Cases& c) {
     }
     // Integer exponents on negative bases, and 0, whose gradient is 0 everywhere (PyTorch's, also at 0).
     for (double e : {2.0, 3.0, 0.0}) {
-      Tensor x = Tensor::from_vector(std::vector<float>{-2.5f, -1.0f, -0.5f, 0.0f, 0.75f, 1.25f}, {2, 3}, t);
+      Tensor x = c.on(Tensor::from_vector(std::vector<float>{-2.5f, -1.0f, -0.5f, 0.0f, 0.75f, 1.25f}, {2, 3}, t));
       x.requires_grad_();
       c.op({{"name", "pow_signed_" + num(e) + "_" + d}, {"op", "pow"}, {"exponent", e}}, {x},
            [e](const std::vector<Tensor>& in) { return pow(in[0], e); });
     }
     // ReLU at exact zeros: the gradient there is 0, as PyTorch's.
-    Tensor r = Tensor::from_vector(std::vector<float>{-1.5f, 0.0f, 2.0f, -0.0f, 0.5f, -3.0f, 0.0f, 1.0f}, {2, 4}, t);
+    Tensor r = c.on(Tensor::from_vector(std::vector<float>{-1.5f, 0.0f, 2.0f, -0.0f, 0.5f, -3.0f, 0.0f, 1.0f},
+                                        {2, 4}, t));
     r.requires_grad_();
     c.op({{"name", "relu_zeros_" + d}, {"op", "relu"}}, {r}, [](const std::vector<Tensor>& x) { return relu(x[0]); });
     c.op({{"name", "relu_" + d}, {"op", "relu"}}, {c.normal({6, 7}, t)},
@@ -247,13 +272,13 @@ void classification(Cases& c) {
     for (auto& e : v) e = static_cast<float>(c.gen().normal());
     v[1 * 6 + 2] = -INFINITY;
     v[3 * 6 + 0] = -INFINITY;
-    Tensor x = Tensor::from_vector(v, {4, 6});
+    Tensor x = c.on(Tensor::from_vector(v, {4, 6}));
     x.requires_grad_();
-    Tensor y = Tensor::from_vector(std::vector<int32_t>{1, 4, 5, 2}, {4});
+    Tensor y = c.on(Tensor::from_vector(std::vector<int32_t>{1, 4, 5, 2}, {4}));
     c.op({{"name", "cross_entropy_masked"}, {"op", "cross_entropy"}}, {x, y},
          [](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1]); });
   }
-  Tensor logp = log_softmax(Tensor::randn({8, 6}, c.gen())).detach();
+  Tensor logp = c.on(log_softmax(Tensor::randn({8, 6}, c.gen())).detach());
   logp.requires_grad_();
   c.op({{"name", "nll_loss"}, {"op", "nll_loss"}}, {logp, c.labels(8, 6)},
        [](const std::vector<Tensor>& x) { return nll_loss(x[0], x[1]); });
@@ -319,8 +344,8 @@ void pooling_and_norm(Cases& c) {
   for (auto [name, t, momentum] : {std::tuple{"batch_norm_train", DType::f32, 0.1},
                                    std::tuple{"batch_norm_train_momentum", DType::f32, 0.3},
                                    std::tuple{"batch_norm_train_f16", DType::f16, 0.1}}) {
-    Tensor mean0 = Tensor::randn({4}, c.gen(), DType::f32, Device::cpu, 0.0, 0.2);
-    Tensor var0 = Tensor::uniform({4}, c.gen(), 0.5, 1.5);
+    Tensor mean0 = c.on(Tensor::randn({4}, c.gen(), DType::f32, Device::cpu, 0.0, 0.2));
+    Tensor var0 = c.on(Tensor::uniform({4}, c.gen(), 0.5, 1.5));
     c.op({{"name", name}, {"op", "batch_norm2d"}, {"training", true}, {"momentum", momentum}, {"eps", 1e-5}},
          {c.normal({5, 4, 3, 3}, t, 2.0), c.positive({4}), c.normal({4}), mean0, var0},
          [momentum = momentum](const std::vector<Tensor>& x) {
@@ -330,8 +355,8 @@ void pooling_and_norm(Cases& c) {
          });
   }
   {
-    Tensor mean0 = Tensor::randn({3}, c.gen(), DType::f32, Device::cpu, 0.0, 0.5);
-    Tensor var0 = Tensor::uniform({3}, c.gen(), 0.5, 2.0);
+    Tensor mean0 = c.on(Tensor::randn({3}, c.gen(), DType::f32, Device::cpu, 0.0, 0.5));
+    Tensor var0 = c.on(Tensor::uniform({3}, c.gen(), 0.5, 2.0));
     c.op({{"name", "batch_norm_eval"}, {"op", "batch_norm2d"}, {"training", false}, {"momentum", 0.1},
           {"eps", 1e-5}}, {c.normal({4, 3, 5, 2}), c.positive({3}), c.normal({3}), mean0, var0},
          [](const std::vector<Tensor>& x) { return batch_norm2d(x[0], x[1], x[2], x[3], x[4], false); });
@@ -372,32 +397,38 @@ void optimizer_case(Cases& c, NamedTensors& file, json& list, json spec, DType t
                     const std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>& make, int steps,
                     const std::function<bool(int, size_t)>& has_grad, double clip = -1.0) {
   const std::string name = spec.at("name");
-  std::vector<Tensor> params = {c.normal({5, 4}, t), c.normal({4}, t), c.normal({3, 2, 2}, t)};
-  for (size_t i = 0; i < params.size(); ++i) file.push_back({name + "/p0/" + std::to_string(i), params[i].clone()});
-  auto opt = make(params);
-  for (int step = 0; step < steps; ++step) {
-    opt->zero_grad();
-    Tensor loss;
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (!has_grad(step, i)) continue;
-      // d(sum(p * g))/dp = g exactly.
-      Tensor g = Tensor::randn(params[i].shape(), c.gen(), t);
-      file.push_back({name + "/g/" + std::to_string(step) + "/" + std::to_string(i), g});
-      Tensor term = sum(mul(params[i], g));
-      loss = loss.defined() ? add(loss, term) : term;
-    }
-    loss.backward();
-    if (clip >= 0) file.push_back({name + "/norm/" + std::to_string(step), opt->clip_grad_norm(clip)});
-    opt->step();
-  }
-  for (size_t i = 0; i < params.size(); ++i) {
-    file.push_back({name + "/p/" + std::to_string(i), params[i].detach()});
-    if (opt->has_master_weights()) file.push_back({name + "/master/" + std::to_string(i), opt->master_weights()[i]});
-  }
   spec["op"] = "optimizer";
   spec["steps"] = steps;
-  spec["params"] = params.size();
   spec["clip"] = clip;
+  NamedTensors out;  // appended to the file only when the whole case ran (as run_ops does)
+  try {
+    std::vector<Tensor> params = {c.normal({5, 4}, t), c.normal({4}, t), c.normal({3, 2, 2}, t)};
+    spec["params"] = params.size();
+    for (size_t i = 0; i < params.size(); ++i) out.push_back({name + "/p0/" + std::to_string(i), params[i].clone()});
+    auto opt = make(params);
+    for (int step = 0; step < steps; ++step) {
+      opt->zero_grad();
+      Tensor loss;
+      for (size_t i = 0; i < params.size(); ++i) {
+        if (!has_grad(step, i)) continue;
+        // d(sum(p * g))/dp = g exactly.
+        Tensor g = c.on(Tensor::randn(params[i].shape(), c.gen(), t));
+        out.push_back({name + "/g/" + std::to_string(step) + "/" + std::to_string(i), g});
+        Tensor term = sum(mul(params[i], g));
+        loss = loss.defined() ? add(loss, term) : term;
+      }
+      loss.backward();
+      if (clip >= 0) out.push_back({name + "/norm/" + std::to_string(step), opt->clip_grad_norm(clip)});
+      opt->step();
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      out.push_back({name + "/p/" + std::to_string(i), params[i].detach()});
+      if (opt->has_master_weights()) out.push_back({name + "/master/" + std::to_string(i), opt->master_weights()[i]});
+    }
+    file.insert(file.end(), out.begin(), out.end());
+  } catch (const std::exception& e) {
+    spec["error"] = e.what();
+  }
   list.push_back(spec);
 }
 
@@ -467,12 +498,14 @@ void optimizers(Cases& c, NamedTensors& file, json& list) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: parity_cases <seed> <out.safetensors>\n");
+  const bool usage = argc < 3 || argc > 4 || (argc == 4 && std::string(argv[3]) != "cuda");
+  if (usage) {
+    std::fprintf(stderr, "usage: parity_cases <seed> <out.safetensors> [cuda]\n");
     return 2;
   }
   try {
-    Cases c(std::stoull(argv[1]));
+    const Device dev = argc == 4 ? Device::cuda : Device::cpu;
+    Cases c(std::stoull(argv[1]), dev);
     elementwise(c);
     reductions_and_shapes(c);
     linear_algebra(c);
@@ -482,10 +515,13 @@ int main(int argc, char** argv) {
     NamedTensors file;
     json list = json::array();
     c.run_ops(file, list);
-    initializers(c, file, list);
+    if (dev == Device::cpu) initializers(c, file, list);
     optimizers(c, file, list);
-    save_safetensors(argv[2], file, {{"cases", list.dump()}});
-    std::printf("%zu cases, %zu tensors written to %s\n", list.size(), file.size(), argv[2]);
+    save_safetensors(argv[2], file, {{"cases", list.dump()}, {"device", argc == 4 ? "cuda" : "cpu"},
+                                     {"seed", argv[1]},
+                                     {"device_name", dev == Device::cuda ? runtime::cuda_device_description() : "cpu"}});
+    std::printf("%zu cases on %s, %zu tensors written to %s\n", list.size(), argc == 4 ? "cuda" : "cpu",
+                file.size(), argv[2]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "parity_cases: %s\n", e.what());
     return 1;

@@ -39,6 +39,8 @@ cases can tell those semantics apart.
 
 The seed is fresh each run (HALFLING_TEST_SEED repeats one). Exits 77 (CTest's "skipped") without torch.
 Usage: pytorch_parity.py --cases <build>/tests/python/parity_cases
+       pytorch_parity.py --file FILE     (a file `parity_cases SEED FILE cuda` wrote on a GPU machine:
+                                          the CUDA kernels against PyTorch; no initializer cases there)
 """
 import argparse
 import json
@@ -437,20 +439,29 @@ NEGATIVE_CONTROLS = [
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cases", required=True, help="<build>/tests/python/parity_cases")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--cases", help="<build>/tests/python/parity_cases: run it here, on the CPU, and check")
+    src.add_argument("--file", help="check a file parity_cases wrote elsewhere (`parity_cases SEED FILE cuda` "
+                     "on a GPU machine: scripts/gpu_check.sh short's parity-cuda step)")
     a = ap.parse_args()
-    seed = int(os.environ.get("HALFLING_TEST_SEED", random.randrange(1_000_000_007)))
-    print(f"[ seed     ] HALFLING_TEST_SEED={seed}")
     torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "cases.safetensors")
-        subprocess.run([a.cases, str(seed), path], check=True)
-        T, meta = read_safetensors(path)
+    if a.cases:
+        seed = int(os.environ.get("HALFLING_TEST_SEED", random.randrange(1_000_000_007)))
+        print(f"[ seed     ] HALFLING_TEST_SEED={seed}")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "cases.safetensors")
+            subprocess.run([a.cases, str(seed), path], check=True)
+            T, meta = read_safetensors(path)
+    else:
+        T, meta = read_safetensors(a.file)
+        print(f"[ file     ] {a.file}: seed {meta.get('seed', '?')}, written on {meta.get('device_name', '?')}")
     cases = json.loads(meta["cases"])
     by_name = {c["name"]: c for c in cases}
     failures = []
     for c in cases:
         try:
+            if "error" in c:
+                raise Mismatch(f"{c['name']}: halfling could not run it: {c['error']}")
             if c["op"] == "optimizer":
                 line = check_optimizer(c, T)
             elif c["op"] in ("init", "init_bn"):
@@ -465,6 +476,8 @@ def main():
             failures.append(str(e))
     for name, override, why in NEGATIVE_CONTROLS:
         c = by_name[name]
+        if "error" in c:
+            continue  # failed above already
         try:
             (check_optimizer if c["op"] == "optimizer" else check_op)(c, T, override)
         except Mismatch as e:
