@@ -6,10 +6,9 @@
 //   parity_cases <seed> <out.safetensors> [cuda]
 //
 // With `cuda`, every op case and optimizer runs on the GPU (the inputs drawn on the CPU as without it,
-// then copied), and the file, written on the GPU machine, is checked here by
-// `pytorch_parity.py --file` (scripts/gpu_check.sh short's step parity-cuda): the CUDA kernels against
-// PyTorch, where no PyTorch is installed. The modules' initial values are drawn on the host, the same on
-// both, and are left out.
+// then copied), and the file is checked by `pytorch_parity.py --file`, on the GPU machine (whose python3
+// has PyTorch) and again at home (scripts/gpu_check.sh short's step parity-cuda). The modules' initial
+// values (drawn on the host, the same on both) and the canonical models (see models()) are left out.
 //
 // What the file holds, per case (its name is the case's):
 //   <case>/in/<k>      the inputs, as the op got them (f16 inputs already rounded)
@@ -18,7 +17,9 @@
 //   <case>/grad/<k>    d(loss)/d(input k), for each input that requires grad
 //   <case>/extra/<x>   what else the op changed (batch norm's running statistics)
 // and, for the optimizer cases, <case>/p0/<i>, <case>/g/<step>/<i> (absent: no gradient that step),
-// <case>/p/<i> (after the last step), <case>/master/<i>, <case>/norm/<step>. The metadata key "cases"
+// <case>/p/<i> (after the last step), <case>/master/<i>, <case>/norm/<step>; for the models,
+// <case>/param/<i>, <case>/buffer/<i>, <case>/x, <case>/y, <case>/logits, <case>/loss, <case>/grad/<i>,
+// <case>/buffer_after/<i>. The metadata key "cases"
 // is a JSON list describing each case (its op and settings) in order; the script reads the settings
 // from it, so the two sides cannot drift apart silently.
 #include <cstdio>
@@ -318,26 +319,34 @@ void convolution(Cases& c) {
 }
 
 void pooling_and_norm(Cases& c) {
+  struct Pool {
+    const char* name;
+    bool max;
+    Size2 kernel, stride, pad;
+    Shape input;
+  };
+  const Pool pools[] = {
+      {"max_pool_2x2", true, {2, 2}, {2, 2}, {0, 0}, {2, 3, 6, 7}},
+      {"max_pool_3x3_s2_p1", true, {3, 3}, {2, 2}, {1, 1}, {2, 3, 7, 8}},  // overlapping, padded windows
+      {"max_pool_3x2_s1x2", true, {3, 2}, {1, 2}, {0, 0}, {2, 2, 6, 7}},
+      {"avg_pool_2x2", false, {2, 2}, {2, 2}, {0, 0}, {2, 3, 6, 7}},
+      {"avg_pool_3x3_s2_p1", false, {3, 3}, {2, 2}, {1, 1}, {2, 3, 7, 8}},  // padding counts in the divisor
+  };
   for (DType t : {DType::f32, DType::f16}) {
     const std::string d = dtype_name(t);
-    c.op({{"name", "max_pool_2x2_" + d}, {"op", "max_pool2d"}, {"kernel", {2, 2}}, {"stride", {2, 2}},
-          {"padding", {0, 0}}}, {c.normal({2, 3, 6, 7}, t)},
-         [](const std::vector<Tensor>& x) { return max_pool2d(x[0], {2, 2}); });
-    c.op({{"name", "max_pool_3x3_s2_p1_" + d}, {"op", "max_pool2d"}, {"kernel", {3, 3}}, {"stride", {2, 2}},
-          {"padding", {1, 1}}}, {c.normal({2, 3, 7, 8}, t)},
-         [](const std::vector<Tensor>& x) { return max_pool2d(x[0], {3, 3}, {2, 2}, {1, 1}); });
-    c.op({{"name", "avg_pool_2x2_" + d}, {"op", "avg_pool2d"}, {"kernel", {2, 2}}, {"stride", {2, 2}},
-          {"padding", {0, 0}}}, {c.normal({2, 3, 6, 7}, t)},
-         [](const std::vector<Tensor>& x) { return avg_pool2d(x[0], {2, 2}); });
-    c.op({{"name", "avg_pool_3x3_s2_p1_" + d}, {"op", "avg_pool2d"}, {"kernel", {3, 3}}, {"stride", {2, 2}},
-          {"padding", {1, 1}}}, {c.normal({2, 3, 7, 8}, t)},
-         [](const std::vector<Tensor>& x) { return avg_pool2d(x[0], {3, 3}, {2, 2}, {1, 1}); });
+    for (const Pool& p : pools) {
+      c.op({{"name", p.name + std::string("_") + d},
+            {"op", p.max ? "max_pool2d" : "avg_pool2d"},
+            {"kernel", {p.kernel[0], p.kernel[1]}},
+            {"stride", {p.stride[0], p.stride[1]}},
+            {"padding", {p.pad[0], p.pad[1]}}},
+           {c.normal(p.input, t)}, [p](const std::vector<Tensor>& x) {
+             return p.max ? max_pool2d(x[0], p.kernel, p.stride, p.pad) : avg_pool2d(x[0], p.kernel, p.stride, p.pad);
+           });
+    }
     c.op({{"name", "global_avg_pool_" + d}, {"op", "global_avg_pool2d"}}, {c.normal({3, 4, 5, 6}, t)},
          [](const std::vector<Tensor>& x) { return global_avg_pool2d(x[0]); });
   }
-  c.op({{"name", "max_pool_3x2_s1x2"}, {"op", "max_pool2d"}, {"kernel", {3, 2}}, {"stride", {1, 2}},
-        {"padding", {0, 0}}}, {c.normal({2, 2, 6, 7})},
-       [](const std::vector<Tensor>& x) { return max_pool2d(x[0], {3, 2}, {1, 2}); });
 
   // Batch norm, training: the output, the gradients, and the running statistics after the update
   // (PyTorch's: the unbiased batch variance, weighted by the momentum).
@@ -368,6 +377,60 @@ void pooling_and_norm(Cases& c) {
   // p = 1 needs no mask: x * 0, which PyTorch computes too.
   c.op({{"name", "dropout_all"}, {"op", "dropout"}, {"p", 1.0}}, {c.normal({4, 5})},
        [](const std::vector<Tensor>& x) { return dropout(x[0], 1.0, true, uint64_t{1}); });
+}
+
+// ---- the canonical models ------------------------------------------------------------------------
+
+// MLP-512, LeNet and VGG-small (DESIGN.md §4) on a batch of 4 in training mode: the logits, the
+// cross-entropy loss, every parameter's gradient and batch norm's running statistics after the pass,
+// which the script recomputes with bench/pytorch/train.py's models loaded with the same weights. In f64,
+// where the two computations take the same discrete decisions (which input a max-pool window routes its
+// gradient to, which side of 0 a ReLU input is), so that everything must agree to rounding; and converted
+// to f16 as `mixed` runs them (batch norm stays f32; an f16 input), where rounding flips some of those
+// decisions, so the script compares the forward pass only. On the CPU only (the GPU kernels take no f64;
+// the files would be too large to bring back).
+void models(Cases& c, NamedTensors& file, json& list) {
+  struct Model {
+    const char* name;
+    std::shared_ptr<nn::Sequential> (*make)(Generator&);
+    Shape input;
+  };
+  const Model models[] = {{"mlp512", nn::mlp512, {4, 1, 28, 28}},
+                          {"lenet", nn::lenet, {4, 1, 28, 28}},
+                          {"vgg_small", nn::vgg_small, {4, 3, 32, 32}}};
+  for (const Model& m : models) {
+    for (DType t : {DType::f64, DType::f16}) {
+      const std::string name = std::string("model_") + m.name + "_" + dtype_name(t);
+      json spec = {{"name", name}, {"op", "model"}, {"model", m.name}};
+      NamedTensors out;  // appended to the file only when the whole case ran
+      try {
+        Generator g(c.gen().next_u64());
+        auto model = m.make(g);
+        model->to(t);
+        const std::vector<Tensor> params = model->parameters();
+        const auto buffers = model->named_buffers();
+        const auto key = [&](const char* what, size_t i) { return name + "/" + what + "/" + std::to_string(i); };
+        for (size_t i = 0; i < params.size(); ++i) out.push_back({key("param", i), params[i].clone()});
+        for (size_t i = 0; i < buffers.size(); ++i) out.push_back({key("buffer", i), buffers[i].second.clone()});
+        const Tensor x = c.on(Tensor::randn(m.input, c.gen(), t)), y = c.labels(m.input[0], 10);
+        const Tensor logits = (*model)(x);
+        const Tensor loss = cross_entropy(logits, y);
+        loss.backward();
+        out.push_back({name + "/x", x});
+        out.push_back({name + "/y", y});
+        out.push_back({name + "/logits", logits.detach()});
+        out.push_back({name + "/loss", loss.detach()});
+        for (size_t i = 0; i < params.size(); ++i) out.push_back({key("grad", i), params[i].grad()});
+        for (size_t i = 0; i < buffers.size(); ++i) out.push_back({key("buffer_after", i), buffers[i].second});
+        spec["params"] = params.size();
+        spec["buffers"] = buffers.size();
+        file.insert(file.end(), out.begin(), out.end());
+      } catch (const std::exception& e) {
+        spec["error"] = e.what();
+      }
+      list.push_back(spec);
+    }
+  }
 }
 
 // ---- the modules' initial values -----------------------------------------------------------------
@@ -517,9 +580,10 @@ int main(int argc, char** argv) {
     c.run_ops(file, list);
     if (dev == Device::cpu) initializers(c, file, list);
     optimizers(c, file, list);
+    if (dev == Device::cpu) models(c, file, list);
+    const std::string device_name = dev == Device::cuda ? runtime::cuda_device_description() : "cpu";
     save_safetensors(argv[2], file, {{"cases", list.dump()}, {"device", argc == 4 ? "cuda" : "cpu"},
-                                     {"seed", argv[1]},
-                                     {"device_name", dev == Device::cuda ? runtime::cuda_device_description() : "cpu"}});
+                                     {"seed", argv[1]}, {"device_name", device_name}});
     std::printf("%zu cases on %s, %zu tensors written to %s\n", list.size(), argc == 4 ? "cuda" : "cpu",
                 file.size(), argv[2]);
   } catch (const std::exception& e) {
