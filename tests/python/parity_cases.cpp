@@ -1,7 +1,7 @@
 // The halfling side of tests/python/pytorch_parity.py: every differentiable op, the modules'
-// initializers and the optimizers, run on the CPU on fresh random inputs, with what they gave written
-// to one safetensors file, so that the script can recompute each case with PyTorch (in float64, from
-// the same inputs) and compare. Not a tutorial: a test helper.
+// initializers, the optimizers and the canonical models, run on the CPU on fresh random inputs, with
+// what they gave written to one safetensors file, so that the script can recompute each case with
+// PyTorch (in float64, from the same inputs) and compare. Not a tutorial: a test helper.
 //
 //   parity_cases <seed> <out.safetensors> [cuda]
 //
@@ -19,15 +19,17 @@
 // and, for the optimizer cases, <case>/p0/<i>, <case>/g/<step>/<i> (absent: no gradient that step),
 // <case>/p/<i> (after the last step), <case>/master/<i>, <case>/norm/<step>; for the models,
 // <case>/param/<i>, <case>/buffer/<i>, <case>/x, <case>/y, <case>/logits, <case>/loss, <case>/grad/<i>,
-// <case>/buffer_after/<i>. The metadata key "cases"
-// is a JSON list describing each case (its op and settings) in order; the script reads the settings
-// from it, so the two sides cannot drift apart silently.
+// <case>/buffer_after/<i>. The metadata key "cases" is a JSON list describing each case (its op and
+// settings, or the error that stopped it) in order; the script reads the settings from it, so the two
+// sides cannot drift apart silently.
 #include <cstdio>
 #include <functional>
-#include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "framework/autograd.h"

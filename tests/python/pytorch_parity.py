@@ -398,6 +398,9 @@ def check_init(c, T):
 
 
 def check_optimizer(c, T, override=None):
+    """One optimizer case: torch.optim's optimizer in float64 from the same start, fed the same gradients
+    (None where halfling's parameter had none), clipped as halfling clipped; then the parameters (or the
+    FP32 masters, whose FP16 rounding must be the parameter) after the last step."""
     name = c["name"]
     c = dict(c, **(override or {}))
     params = [t64(T[f"{name}/p0/{i}"], grad=True) for i in range(c["params"])]
