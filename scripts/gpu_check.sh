@@ -185,6 +185,10 @@ race_new+=':ConvCuda.TiledLayoutChangeGivesTheSameBits'
 # The softmax rung packed_kept (new on 2026-11-28, opt-in: each thread's kept exponentials in shared
 # memory, the block's merge of its threads' pairs): the rows of threads without a finite value.
 race_new+=':SoftmaxCuda.PackedKeptThreadsWithoutAFiniteValue'
+# optim.cu's adam_kernel with the count of applied steps on the device (its coefficients computed in
+# double since 2026-11-29, eighth session): thread 0 of each block writes the two bias corrections to
+# shared memory before a barrier, a path OneLaunchPerTensorGivesTheSameBits (host-counted) does not take.
+race_new+=':CudaOptim.DeviceSkipFlagFirstStepFlagsAndStepCount'
 # wmma_pipelined's cluster tiles #19-#20 (new on 2026-11-28, Hopper only: each block's ring filled by its
 # own cp.async and by its peers' st.async, handed over through mbarriers) are in cluster_race (gpu_common.sh).
 race_second='ConvCuda.BetaAccumulatesIntoTheOutput'
