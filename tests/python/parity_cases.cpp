@@ -57,6 +57,19 @@ struct OpCase {
   std::function<Result(const std::vector<Tensor>&)> run;
 };
 
+// Record one case: body(spec) computes it and returns its entries of the file, which are appended only
+// when all of it ran. A case that throws (an op a device does not support) is listed with its error, for
+// the script to report, and the other cases still run.
+void record_case(NamedTensors& file, json& list, json spec, const std::function<NamedTensors(json&)>& body) {
+  try {
+    const NamedTensors entries = body(spec);
+    file.insert(file.end(), entries.begin(), entries.end());
+  } catch (const std::exception& e) {
+    spec["error"] = e.what();
+  }
+  list.push_back(spec);
+}
+
 class Cases {
  public:
   Cases(uint64_t seed, Device dev) : gen_(seed), dev_(dev) {}
@@ -95,24 +108,13 @@ class Cases {
     }
   }
 
-  // Run every op case: forward, backward from a random seed, and record it all. A case that throws
-  // (an op a device does not support) is recorded with its error, for the script to report, and the
-  // others still run.
+  // Run every op case: forward, backward from a random seed, and record it all (record_case).
   void run_ops(NamedTensors& file, json& list) {
-    for (auto& c : ops_) {
-      const std::string name = c.spec.at("name");
-      try {
-        const NamedTensors entries = run_one(c, name);
-        file.insert(file.end(), entries.begin(), entries.end());
-      } catch (const std::exception& e) {
-        c.spec["error"] = e.what();
-      }
-      list.push_back(c.spec);
-    }
+    for (auto& c : ops_) record_case(file, list, c.spec, [&](json&) { return run_one(c, c.spec.at("name")); });
   }
 
  private:
-  // One case's entries of the file (appended only when all of it ran).
+  // One case's entries of the file.
   NamedTensors run_one(OpCase& c, const std::string& name) {
     NamedTensors out;
     Result r = c.run(c.inputs);
@@ -403,9 +405,8 @@ void models(Cases& c, NamedTensors& file, json& list) {
   for (const Model& m : models) {
     for (DType t : {DType::f64, DType::f16}) {
       const std::string name = std::string("model_") + m.name + "_" + dtype_name(t);
-      json spec = {{"name", name}, {"op", "model"}, {"model", m.name}};
-      NamedTensors out;  // appended to the file only when the whole case ran
-      try {
+      record_case(file, list, {{"name", name}, {"op", "model"}, {"model", m.name}}, [&](json& spec) {
+        NamedTensors out;
         Generator g(c.gen().next_u64());
         auto model = m.make(g);
         model->to(t);
@@ -426,11 +427,8 @@ void models(Cases& c, NamedTensors& file, json& list) {
         for (size_t i = 0; i < buffers.size(); ++i) out.push_back({key("buffer_after", i), buffers[i].second});
         spec["params"] = params.size();
         spec["buffers"] = buffers.size();
-        file.insert(file.end(), out.begin(), out.end());
-      } catch (const std::exception& e) {
-        spec["error"] = e.what();
-      }
-      list.push_back(spec);
+        return out;
+      });
     }
   }
 }
@@ -465,10 +463,10 @@ void optimizer_case(Cases& c, NamedTensors& file, json& list, json spec, DType t
   spec["op"] = "optimizer";
   spec["steps"] = steps;
   spec["clip"] = clip;
-  NamedTensors out;  // appended to the file only when the whole case ran (as run_ops does)
-  try {
+  record_case(file, list, spec, [&](json& recorded) {
+    NamedTensors out;
     std::vector<Tensor> params = {c.normal({5, 4}, t), c.normal({4}, t), c.normal({3, 2, 2}, t)};
-    spec["params"] = params.size();
+    recorded["params"] = params.size();
     for (size_t i = 0; i < params.size(); ++i) out.push_back({name + "/p0/" + std::to_string(i), params[i].clone()});
     auto opt = make(params);
     for (int step = 0; step < steps; ++step) {
@@ -490,11 +488,8 @@ void optimizer_case(Cases& c, NamedTensors& file, json& list, json spec, DType t
       out.push_back({name + "/p/" + std::to_string(i), params[i].detach()});
       if (opt->has_master_weights()) out.push_back({name + "/master/" + std::to_string(i), opt->master_weights()[i]});
     }
-    file.insert(file.end(), out.begin(), out.end());
-  } catch (const std::exception& e) {
-    spec["error"] = e.what();
-  }
-  list.push_back(spec);
+    return out;
+  });
 }
 
 void optimizers(Cases& c, NamedTensors& file, json& list) {

@@ -45,6 +45,7 @@ Usage: pytorch_parity.py --cases <build>/tests/python/parity_cases
                                           the CUDA kernels against PyTorch; no initializer cases there)
 """
 import argparse
+import functools
 import json
 import math
 import os
@@ -133,6 +134,11 @@ def compare(what, h, ref, allow):
                        f"halfling {h[i]!r}, PyTorch {ref[i]!r}, allowance {allow[i]:.3g}")
     ok = ~same_special
     return float(np.max(err[ok] / np.maximum(allow[ok], 1e-300))) if np.any(ok) else 0.0
+
+
+def ulps_off(h, ref):
+    """The largest distance of an FP16 result from the reference, in FP16 ulps at the reference."""
+    return float(np.max(np.abs(h.astype(np.float64) - ref) / (2 * half_ulp16(ref))))
 
 
 def one_ulp_off_fails(what, h, ref, allow):
@@ -249,9 +255,7 @@ def torch_abs_op(c, x):
         return x[0] * 1.0  # |x| >= |relu(x)|, and a gradient of 1 bounds relu's 0 or 1
     if "s" in c:
         c = dict(c, s=abs(c["s"]))
-    if op == "linear" and c["relu"]:
-        c = dict(c, relu=False)
-    if op == "conv2d" and c["relu"]:
+    if op in ("linear", "conv2d") and c["relu"]:
         c = dict(c, relu=False)
     return torch_op(c, x)
 
@@ -336,7 +340,7 @@ def check_op(c, T, override=None):
     single_rounding = op not in SUMS_OF_PRODUCTS and op not in CANCELLING
     if f16 and single_rounding:
         one_ulp_off_fails(f"{name} output", out, ref, allow)
-    ulps = [np.max(np.abs(out.astype(np.float64) - ref) / (2 * half_ulp16(ref)))] if f16 else []
+    ulps = [ulps_off(out, ref)] if f16 else []
     for k, g in grads.items():
         reduced = ins[k].shape != out.shape and op in ("add", "sub", "mul", "div")
         r = FP16_ROUNDINGS.get((op, k), 1) if all_f16 else 1
@@ -347,7 +351,7 @@ def check_op(c, T, override=None):
         if g16 and single_rounding and r == 1 and not reduced:
             one_ulp_off_fails(f"{name} gradient {k}", g, gref[k], allow)
         if g16 and r == 1:
-            ulps.append(np.max(np.abs(g.astype(np.float64) - gref[k]) / (2 * half_ulp16(gref[k]))))
+            ulps.append(ulps_off(g, gref[k]))
     if op == "batch_norm2d" and c["training"]:
         # F.batch_norm updated xs[3] and xs[4] (the running statistics) in place.
         for key, k in (("running_mean", 3), ("running_var", 4)):
@@ -439,6 +443,7 @@ def check_optimizer(c, T, override=None):
     return f"{name:30s} {c['optimizer']:18s} worst error {use:5.2f} of the allowance after {c['steps']} steps"
 
 
+@functools.lru_cache(maxsize=None)
 def reference_models():
     """bench/pytorch/train.py's models (the ones compare_train.sh trains), by name, and a negative
     control's."""
