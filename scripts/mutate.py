@@ -11,6 +11,7 @@ survivor.
     scripts/mutate.py framework/amp.cpp --build-dir build-mut --sample 40
     scripts/mutate.py kernels/cpu/gemm_cpu.cpp --lines 150-170 --list     # only show the mutants
     scripts/mutate.py framework/ops.cpp --log new.jsonl --skip-done old.jsonl  # only what old.jsonl lacks
+    scripts/mutate.py framework/optim.cpp --since b5aea68       # only the lines written since that commit
 
 Use a CPU-only build (-DHALFLING_CUDA=OFF) of its own: the library is shared, so a mutant of a .cpp
 costs one compile and one link. A header (.h) rebuilds everything that includes it, tests too. The
@@ -127,15 +128,17 @@ def blank_strings_and_comments(line, in_block):
     return ''.join(out)[:len(line)], in_block
 
 
-def mutants(text, first=1, last=None):
-    """Every mutant of `text` whose line is in [first, last] (1-based): (line, start, end, new)."""
+def mutants(text, first=1, last=None, only=None):
+    """Every mutant of `text` whose line is in [first, last] (1-based) and, when `only` is a set of line
+    numbers, in it: (line, start, end, new)."""
     found = []
     in_block = False
     for index, line in enumerate(text.split('\n')):
         number = index + 1
         code, in_block_after = blank_strings_and_comments(line, in_block)
         in_block = in_block_after
-        if number < first or (last is not None and number > last) or SKIP_LINE.search(code):
+        if number < first or (last is not None and number > last) or (only is not None and number not in only) \
+                or SKIP_LINE.search(code):
             continue
         for pattern, replacements in OPERATORS:
             for m in re.finditer(pattern, code):
@@ -144,6 +147,32 @@ def mutants(text, first=1, last=None):
         if ASSIGNMENT.match(code) and not DECLARATION.match(code):
             found.append((number, -1, -1, DELETE))
     return found
+
+
+def lines_since(path, rev):
+    """The numbers of the lines of `path`, as it is on disk now, that are new or changed since the git
+    revision `rev`: the new side of each hunk of `git diff -U0 REV -- PATH` (uncommitted changes count,
+    as they are part of the file that will be mutated). A file that did not exist at `rev` is new
+    throughout. Exits with a message when git cannot answer (not a repository, an unknown revision, a
+    file git does not track)."""
+    folder, name = os.path.split(os.path.abspath(path))
+    def git(*argv):
+        return subprocess.run(['git', '-C', folder, *argv], capture_output=True, text=True, errors='replace')
+    r = git('rev-parse', '--verify', '--quiet', rev + '^{commit}')
+    if r.returncode != 0:
+        sys.exit(f'mutate.py: --since {rev}: not a commit of the git repository around {path}'
+                 + (f' ({r.stderr.strip()})' if r.stderr.strip() else ''))
+    r = git('ls-files', '--error-unmatch', '--', name)
+    if r.returncode != 0:
+        sys.exit(f'mutate.py: --since {rev}: git does not track {path}, so it cannot say which lines changed')
+    r = git('diff', '--no-ext-diff', '--no-color', '-U0', rev, '--', name)
+    if r.returncode != 0:
+        sys.exit(f'mutate.py: --since {rev}: git diff failed: {r.stderr.strip()}')
+    changed = set()
+    for m in re.finditer(r'^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@', r.stdout, re.M):
+        start, count = int(m.group(1)), int(m.group(2) if m.group(2) is not None else 1)
+        changed.update(range(start, start + count))  # a count of 0 (lines only removed) adds none
+    return changed
 
 
 def apply(text, mutant):
@@ -260,6 +289,8 @@ def main():
     ap.add_argument('--test', help='test command; non-zero exit kills a mutant (default: test_framework '
                     'and test_kernels, stopping at the first failure)')
     ap.add_argument('--lines', help='FIRST-LAST: only mutate these lines')
+    ap.add_argument('--since', metavar='REV', help='only mutate the lines that are new or changed since this git '
+                    'revision (uncommitted changes included); with --lines, only those of the range')
     ap.add_argument('--sample', type=int, help='run a random sample of this many mutants (default: all)')
     ap.add_argument('--seed', type=int, default=1, help='seed of the sample (default 1)')
     ap.add_argument('--timeout', type=float, default=300, help='seconds before a test run counts as '
@@ -293,7 +324,8 @@ def main():
     for log in args.skip_done:
         done |= read_done(log)
     original = read(path)
-    chosen = mutants(original, first, last)
+    only = lines_since(path, args.since) if args.since else None
+    chosen = mutants(original, first, last, only)
     if done:
         # Keyed on the text of the line before and after, not on the line number alone: a mutant
         # recorded before the file changed around it is not taken for one that was run.

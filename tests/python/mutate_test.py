@@ -214,6 +214,77 @@ with tempfile.TemporaryDirectory() as tmp:
     check(r.returncode != 0 and 'no such file' in r.stderr, f'missing file: {r.stderr}')
     check(open(src).read() == FIXTURE, 'a refusal changed the file')
 
+# --since REV: only the lines that are new or changed since a commit, uncommitted changes included. The
+# fixture is committed with line 3 and line 7 different; line 7 is then changed back on disk only.
+with tempfile.TemporaryDirectory() as tmp:
+    def git(*argv):
+        return subprocess.run(['git', '-C', tmp, '-c', 'user.name=t', '-c', 'user.email=t@t', *argv],
+                              capture_output=True, text=True, check=True)
+    src = os.path.join(tmp, 'f.cpp')
+    older = FIXTURE.replace('if (x < 0) return 0;', 'if (x <= 5) return 5;').replace('return x + 1;', 'return x;')
+    with open(src, 'w') as f:
+        f.write(older)
+    git('init', '-q')
+    git('add', 'f.cpp')
+    git('commit', '-q', '-m', 'older')
+    first = git('rev-parse', 'HEAD').stdout.strip()
+    with open(src, 'w') as f:
+        f.write(FIXTURE.replace('return x + 1;', 'return x;'))
+    git('commit', '-q', '-am', 'line 3')
+    with open(src, 'w') as f:
+        f.write(FIXTURE)  # line 7 changed, not committed
+    line3 = [f'{src}:3: if (x <= 0) return 0;', f'{src}:3: if (x < 1) return 0;', f'{src}:3: if (x < 0) return 1;']
+    line7 = [f'{src}:7: return x - 1;', f'{src}:7: return x + 0;', f'{src}:7: return x + 2;']
+    r = mutate(src, '--list', '--since', first)
+    check(r.returncode == 0 and sorted(r.stdout.split('\n')[:-1]) == sorted(line3 + line7),
+          f'--since the first commit: {r.stdout!r} {r.stderr}')
+    r = mutate(src, '--list', '--since', 'HEAD')
+    check(r.returncode == 0 and sorted(r.stdout.split('\n')[:-1]) == sorted(line7),
+          f'--since HEAD (the uncommitted change only): {r.stdout!r} {r.stderr}')
+    r = mutate(src, '--list', '--since', first, '--lines', '1-4')
+    check(r.returncode == 0 and sorted(r.stdout.split('\n')[:-1]) == sorted(line3),
+          f'--since with --lines: {r.stdout!r} {r.stderr}')
+    git('commit', '-q', '-am', 'line 7')
+    r = mutate(src, '--list', '--since', 'HEAD')
+    check(r.returncode == 0 and r.stdout == '', f'--since HEAD with nothing changed: {r.stdout!r} {r.stderr}')
+    r = mutate(src, '--test', 'true', '--since', 'HEAD')
+    check(r.returncode == 0 and '0 killed, 0 survived, 0 did not compile' in r.stdout,
+          f'a run with nothing changed since HEAD: {r.stdout!r} {r.stderr}')
+    # Hunks whose new side holds no line with a mutant, just before lines that have them: line 2 changed
+    # alone (a hunk of one line, written without its count), and a line removed after line 3 (a hunk
+    # of 0 lines, which git numbers from the line before it).
+    lines = FIXTURE.split('\n')
+    for name, text in (('line 2', '\n'.join(lines[:1] + ['int f(int x)  {'] + lines[2:])),
+                       ('a removed line', '\n'.join(lines[:3] + ['  // removed'] + lines[3:]))):
+        with open(src, 'w') as f:
+            f.write(text)
+        git('commit', '-q', '-am', name)
+        with open(src, 'w') as f:
+            f.write(FIXTURE)
+        r = mutate(src, '--list', '--since', 'HEAD')
+        check(r.returncode == 0 and r.stdout == '', f'--since HEAD after {name}: {r.stdout!r} {r.stderr}')
+        git('commit', '-q', '-am', 'back')
+    r = mutate(src, '--list', '--since', 'no-such-rev')
+    check(r.returncode != 0 and 'mutate.py: --since no-such-rev: not a commit of the git repository' in r.stderr,
+          f'an unknown revision: {r.stderr}')
+    untracked = os.path.join(tmp, 'g.cpp')
+    with open(untracked, 'w') as f:
+        f.write(FIXTURE)
+    r = mutate(untracked, '--list', '--since', 'HEAD')
+    check(r.returncode != 0 and f'git does not track {untracked}' in r.stderr, f'an untracked file: {r.stderr}')
+    outside = tempfile.mkdtemp()
+    try:
+        elsewhere = os.path.join(outside, 'h.cpp')
+        with open(elsewhere, 'w') as f:
+            f.write(FIXTURE)
+        r = mutate(elsewhere, '--list', '--since', 'HEAD')
+        check(r.returncode != 0 and 'not a commit of the git repository around' in r.stderr,
+              f'a file outside any repository: {r.stderr}')
+    finally:
+        os.remove(elsewhere)
+        os.rmdir(outside)
+    check(open(src).read() == FIXTURE, '--since changed the file')
+
 # The default commands, run by the stand-in cmake on a build folder with a space in its name, with
 # stand-ins for the two test programs. lib.cpp is in the halfling target, sched.cpp in another (as
 # tutorials/common/ is): compile_commands.json says so, and the default build then builds every target.
