@@ -288,8 +288,16 @@ Optimizer::State Optimizer::state() const {
   s.meta["steps"] = std::to_string(steps());  // reads the device counter (between steps)
   s.meta["lr"] = detail::exact(lr_);
   s.meta["master_weights"] = use_masters_ ? "1" : "0";
+  // As the parameters are now: state made before a Module::to since the last step is converted here
+  // (follow_params converts the optimizer's own copy only at the next unscale or step), so a checkpoint
+  // saved right after the move holds what the next step would use.
+  const auto as_params = [this](size_t i, const Tensor& t) {
+    NoGradGuard no_grad;
+    const Tensor on = t.device() == params_[i].device() ? t : t.to(params_[i].device());
+    return on.dtype() == state_dtype(i) ? on : on.to(state_dtype(i));
+  };
   for (size_t i = 0; i < masters_.size(); ++i)
-    if (masters_[i].defined()) s.tensors.emplace_back("master." + std::to_string(i), masters_[i]);
+    if (masters_[i].defined()) s.tensors.emplace_back("master." + std::to_string(i), as_params(i, masters_[i]));
   // A momentum buffer made for a step that was then skipped has not started (the next applied step
   // sets it to the gradient): leave it out, as before it existed.
   std::vector<int32_t> started;
@@ -298,7 +306,7 @@ Optimizer::State Optimizer::state() const {
     for (size_t i = 0; i < list.size(); ++i) {
       if (!list[i].defined()) continue;
       if (name == "momentum" && (started.empty() || started[i] == 0)) continue;
-      s.tensors.emplace_back(name + "." + std::to_string(i), list[i]);
+      s.tensors.emplace_back(name + "." + std::to_string(i), as_params(i, list[i]));
     }
   return s;
 }

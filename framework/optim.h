@@ -32,7 +32,8 @@ class Optimizer {
   // (nn::Module::to) is not such a write, so masters taken before `to(f16)` keep their FP32 values.
   // The state (masters, moments, the FP32 gradient buffers) follows the parameters when the model is
   // moved or converted after this (nn::Module::to): to their device, and to f64 for f64 parameters,
-  // f32 for the others, at the next unscale or step.
+  // f32 for the others, at the next unscale or step (state() gives it so converted at once; the
+  // accessors below show the optimizer's own copy as of the last step).
   // Every parameter must be a leaf with requires_grad, all on one device, and no two may share an
   // element (one tensor listed twice, overlapping views): each would be updated twice a step.
   Optimizer(std::vector<Tensor> params, bool master_weights);

@@ -278,6 +278,51 @@ TEST(Optim, StateFollowsTheModelToAnotherDtype) {
   }
 }
 
+TEST(Optim, StateRightAfterModuleToIsInTheNewDtype) {
+  // The optimizer converts its own state at the next step; state() taken before that (a checkpoint
+  // saved right after model.to) gives it converted already, so that the saved tensors have the dtype
+  // the next step uses, and a fresh optimizer loading them steps as the first one does.
+  for (const DType from : {DType::f32, DType::f64}) {
+    const DType to = from == DType::f32 ? DType::f64 : DType::f32;
+    SCOPED_TRACE(std::string(dtype_name(from)) + " -> " + dtype_name(to));
+    Generator g(5);
+    nn::Linear a(3, 2, g), b(3, 2, g);
+    a.to(from);
+    optim::Adam adam(a.parameters(), {.lr = 0.01, .master_weights = true});
+    const auto step = [](nn::Linear& m, optim::Optimizer& o, DType t) {
+      o.zero_grad();
+      sum(m(Tensor::from_vector(std::vector<double>{0.5, -1.0, 2.0}, {1, 3}).to(t))).backward();
+      o.step();
+    };
+    step(a, adam, from);
+    step(a, adam, from);
+    a.to(to);
+    const optim::Optimizer::State s = adam.state();
+    ASSERT_EQ(s.tensors.size(), 6u);  // master, exp_avg and exp_avg_sq of the weight and the bias
+    for (const auto& [name, t] : s.tensors) {
+      EXPECT_EQ(t.dtype(), to) << name;
+      EXPECT_EQ(t.device(), a.weight.device()) << name;
+    }
+    EXPECT_EQ(adam.state_buffers("exp_avg")[0].dtype(), from);  // its own copy waits for the step
+    const std::vector<double> m_before = adam.state_buffers("exp_avg")[0].to_double();
+    const std::vector<double> m_saved = s.tensors[2].second.to_double();
+    ASSERT_EQ(s.tensors[2].first, "exp_avg.0");
+    for (size_t i = 0; i < m_before.size(); ++i)
+      EXPECT_EQ(m_saved[i], to == DType::f32 ? static_cast<double>(static_cast<float>(m_before[i])) : m_before[i]);
+
+    b.to(to);
+    for (size_t i = 0; i < a.parameters().size(); ++i) b.parameters()[i].copy_(a.parameters()[i]);
+    optim::Adam resumed(b.parameters(), {.lr = 0.01, .master_weights = true});
+    resumed.load_state(s);
+    step(a, adam, to);
+    step(b, resumed, to);
+    for (size_t i = 0; i < a.parameters().size(); ++i) {
+      const std::vector<double> x = a.parameters()[i].to_double(), y = b.parameters()[i].to_double();
+      for (size_t j = 0; j < x.size(); ++j) EXPECT_EQ(x[j], y[j]) << "parameter " << i << " element " << j;
+    }
+  }
+}
+
 TEST(Optim, AdamsFirstStepIsTheLearningRateWhateverBeta2) {
   // At t = 1 the bias corrections give m^ = g and v^ = g^2, so each weight moves by lr (eps aside).
   // 1 - beta2 computed in f32 from f32(beta2) is off by 0.0014% at 0.999 and 0.14% at 0.99999, and the
