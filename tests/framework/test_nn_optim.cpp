@@ -652,6 +652,42 @@ TEST(Optim, AdamCountsEachParametersOwnSteps) {
   EXPECT_EQ(a2.item(), a.item());
   EXPECT_EQ(b2.item(), b.item());
   EXPECT_EQ(c2.item(), c.item());
+  // A group other than the first splits too: {b, c} leave a's group together at the first step, then b
+  // and c part. A group is split only when some of it is present and some absent, so a steady pattern
+  // of missing gradients makes no new counters (an allocation per group and step would grow forever).
+  Tensor x = Tensor::zeros({1}).requires_grad_(), y = Tensor::zeros({1}).requires_grad_();
+  Tensor z = Tensor::zeros({1}).requires_grad_();
+  optim::Adam nested({x, y, z}, {.lr = 0.1});
+  const auto nested_step = [&](std::vector<Tensor> present) {
+    nested.zero_grad();
+    Tensor loss = sum(present[0]);
+    for (size_t i = 1; i < present.size(); ++i) loss = loss + sum(present[i]);
+    loss.backward();
+    nested.step();
+  };
+  nested_step({x});
+  nested_step({x, y});
+  nested_step({x, y, z});
+  EXPECT_EQ(nested.param_steps(), (std::vector<int64_t>{3, 2, 1}));
+  nested_step({x, z});
+  const size_t bytes = memory_stats(Device::cpu).current_bytes;
+  for (int i = 0; i < 4; ++i) {
+    nested_step({x, z});
+    EXPECT_EQ(memory_stats(Device::cpu).current_bytes, bytes) << "step " << i;
+  }
+  EXPECT_EQ(nested.param_steps(), (std::vector<int64_t>{8, 2, 6}));
+  // The first parameter leaves its group as any other does.
+  Tensor u = Tensor::zeros({1}).requires_grad_(), v = Tensor::zeros({1}).requires_grad_();
+  optim::Adam first_absent({u, v}, {.lr = 0.1});
+  sum(v).backward();
+  first_absent.step();
+  EXPECT_EQ(first_absent.param_steps(), (std::vector<int64_t>{0, 1}));
+  // A count of 0 (a parameter that never had a gradient) is saved and loaded as the others.
+  Tensor u2 = Tensor::zeros({1}).requires_grad_(), v2 = Tensor::zeros({1}).requires_grad_();
+  optim::Adam reloaded({u2, v2}, {.lr = 0.1});
+  ASSERT_EQ(first_absent.state().meta.at("param_steps"), "0,1");
+  reloaded.load_state(first_absent.state());
+  EXPECT_EQ(reloaded.param_steps(), (std::vector<int64_t>{0, 1}));
   // Every parameter at every step: one group, and the state as before (no param_steps).
   Tensor d = Tensor::from_vector(std::vector<float>{0.0f}, {1}).requires_grad_();
   optim::Adam plain({d}, {.lr = 0.1});
@@ -691,6 +727,39 @@ TEST(Optim, AParameterWrittenBehindTheOptimizersBackHasItsMasterReread) {
   EXPECT_EQ(w.to_vector(), (std::vector<float>{2, 2}));
 }
 
+// A parameter written with copy_ or fill_ after a step is newer than its master: the next step re-reads
+// the master from it, for every parameter (not the first alone), and only once (the write is noted, so
+// a later step keeps the master's FP32 updates, which an FP16 parameter cannot hold).
+TEST(Optim, AWrittenParameterHasItsMasterRereadOnceAtTheNextStep) {
+  Tensor p0 = Tensor::ones({2}, DType::f16).requires_grad_(), p1 = Tensor::ones({2}, DType::f16).requires_grad_();
+  optim::SGD sgd({p0, p1}, {.lr = 1e-4, .master_weights = true});
+  const auto step = [&] {
+    sgd.zero_grad();
+    sum(p0 + p1).backward();  // every gradient 1
+    sgd.step();
+  };
+  EXPECT_FALSE(sgd.param_written_since_master(0));
+  EXPECT_FALSE(sgd.param_written_since_master(1));
+  step();  // masters 1 - 1e-4; the FP16 parameters stay 1 (half an ulp of 1 is 2.4e-4)
+  EXPECT_EQ(p1.to_vector(), (std::vector<float>{1, 1}));
+  p1.detach().fill_(2.0);
+  EXPECT_FALSE(sgd.param_written_since_master(0));
+  EXPECT_TRUE(sgd.param_written_since_master(1));
+  EXPECT_THROW(sgd.param_written_since_master(2), Error);
+  step();  // master 1 re-read: 2 - 1e-4
+  EXPECT_FALSE(sgd.param_written_since_master(1));
+  step();  // and not again: 2 - 2e-4, where a second re-read from the FP16 value 2 would give 2 - 1e-4
+  const float lr = 1e-4f;
+  for (float m : sgd.master_weights()[1].to_vector()) EXPECT_EQ(m, (2.0f - lr) - lr);
+  for (float m : sgd.master_weights()[0].to_vector()) EXPECT_EQ(m, ((1.0f - lr) - lr) - lr);
+
+  // Without masters nothing is ever stale.
+  Tensor w = Tensor::ones({2}).requires_grad_();
+  optim::SGD plain({w}, {.lr = 0.1});
+  w.detach().fill_(3.0);
+  EXPECT_FALSE(plain.param_written_since_master(0));
+}
+
 // A state whose buffers this optimizer does not keep, or with Adam's m and not its v, is refused by name
 // (it had loaded, and the missing v came back as zeros: a first resumed step far too large).
 TEST(Optim, LoadStateRefusesBuffersItDoesNotKeepAndIncompleteSets) {
@@ -709,6 +778,16 @@ TEST(Optim, LoadStateRefusesBuffersItDoesNotKeepAndIncompleteSets) {
   EXPECT_EQ(load_refusal(adam, st), "load_state: parameter 0 has 'exp_avg' but not 'exp_avg_sq' (Adam keeps "
                                     "them together)");
   EXPECT_EQ(load_refusal(adam, good), "(loaded)");
+  // Every parameter is checked, not the first alone (a loop that stopped after it passed).
+  Tensor q = Tensor::from_vector(std::vector<float>{2.0f}, {1}).requires_grad_();
+  optim::Adam two({p, q}, {.lr = 0.1});
+  sum(p + q).backward();
+  two.step();
+  st = two.state();
+  std::erase_if(st.tensors, [](const auto& e) { return e.first == "exp_avg.1"; });
+  EXPECT_EQ(load_refusal(two, st), "load_state: parameter 1 has 'exp_avg_sq' but not 'exp_avg' (Adam keeps "
+                                   "them together)");
+  p.zero_grad();
   optim::SGD plain({p}, {.lr = 0.1});
   optim::SGD with_momentum({p}, {.lr = 0.1, .momentum = 0.9});
   sum(p).backward();
@@ -782,6 +861,9 @@ TEST(Optim, ParametersSharingMemoryAreRefused) {
   EXPECT_NE(m.find(") and 2 ("), std::string::npos) << m;
   EXPECT_NE(m.find("the same elements listed twice"), std::string::npos) << m;
   EXPECT_THROW(optim::Adam({q, p, p}, {}), Error);
+  Tensor one = Tensor::zeros({1}).requires_grad_();  // a one-element parameter has elements too
+  m = message({one, q, one});
+  EXPECT_NE(m.find("Optimizer: parameters 0 ("), std::string::npos) << m;
 
   // Rows of one storage, each a leaf of its own: rows [0, 2) and [1, 3) share row 1.
   Tensor base = Tensor::zeros({4, 3});
