@@ -323,6 +323,34 @@ TEST(Optim, StateRightAfterModuleToIsInTheNewDtype) {
   }
 }
 
+TEST(Optim, StateRightAfterModuleToIsOnTheNewDevice) {
+  HL_REQUIRE_CUDA();
+  // state() between model.to(cuda) and the next step gives the state on the GPU already, and Adam's
+  // step counters of split groups (a parameter that missed a step) follow the model at that step.
+  // The gradients do not depend on the weights (the input is ones), so the GPU's steps must give the
+  // CPU's bits (CudaOptim.* compare the update kernels bit for bit).
+  Generator g1(7), g2(7);
+  nn::Linear moved(2, 2, g1), ref(2, 2, g2);
+  optim::Adam adam(moved.parameters(), {.lr = 0.1, .master_weights = true});
+  optim::Adam adam_ref(ref.parameters(), {.lr = 0.1, .master_weights = true});
+  const auto step = [](nn::Linear& m, optim::Adam& o, bool bias_only) {
+    o.zero_grad();
+    (bias_only ? sum(m.bias) : sum(m(Tensor::ones({1, 2}, DType::f32, m.weight.device())))).backward();
+    o.step();
+  };
+  for (auto [m, o] : {std::pair{&moved, &adam}, std::pair{&ref, &adam_ref}}) {
+    step(*m, *o, true);  // the weight misses the first step: a group and a counter of its own
+    step(*m, *o, false);
+  }
+  moved.to(Device::cuda);
+  for (const auto& [name, t] : adam.state().tensors) EXPECT_EQ(t.device(), Device::cuda) << name;
+  step(moved, adam, false);
+  step(ref, adam_ref, false);
+  EXPECT_EQ(adam.param_steps(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(moved.weight.to_vector(), ref.weight.to_vector());
+  EXPECT_EQ(moved.bias.to_vector(), ref.bias.to_vector());
+}
+
 TEST(Optim, AdamsFirstStepIsTheLearningRateWhateverBeta2) {
   // At t = 1 the bias corrections give m^ = g and v^ = g^2, so each weight moves by lr (eps aside).
   // 1 - beta2 computed in f32 from f32(beta2) is off by 0.0014% at 0.999 and 0.14% at 0.99999, and the
