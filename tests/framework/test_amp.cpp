@@ -620,6 +620,16 @@ TEST(Amp, TheScaleStaysWhereUnscalingIsFinite) {
     EXPECT_THROW(bounded.load_state(b), Error) << "scale " << bad;
   }
   EXPECT_EQ(bounded.get_scale(), 4.0);
+  // The edges themselves are in range: min, max, and the floor 2^-111.
+  for (const double edge : {2.0, 8.0}) {
+    std::map<std::string, std::string> b = st;
+    b["scale"] = std::to_string(edge);
+    EXPECT_NO_THROW(bounded.load_state(b)) << "scale " << edge;
+    EXPECT_EQ(bounded.get_scale(), edge);
+  }
+  LossScaler at_floor(ScalerConfig::parse("static:0x1p-111"));
+  EXPECT_NO_THROW(at_floor.load_state(at_floor.state()));
+  EXPECT_EQ(at_floor.get_scale(), amp::kSmallestScale);
 }
 
 TEST(Amp, UnscaleTwiceOrAfterAStepSaysWhichOneHappened) {

@@ -43,6 +43,25 @@ TEST(Autograd, EveryLeafOwnsItsGradient) {
   c.grad().fill_(0);
   EXPECT_EQ(mine.to_vector(), (std::vector<float>{5, 5}));
   EXPECT_EQ(c.grad().to_vector(), (std::vector<float>{0, 0}));
+  // A view of the caller's tensor (a handle nobody else holds, on a storage two hold) is copied too.
+  Tensor flat = Tensor::from_vector(std::vector<float>{6, 6}, {1, 2});
+  Tensor d = Tensor::from_vector(std::vector<float>{1, 2}, {2}).requires_grad_();
+  d.register_hook([&](const Tensor&) { return flat.reshape({2}); });
+  sum(d).backward();
+  d.grad().fill_(0);
+  EXPECT_EQ(flat.to_vector(), (std::vector<float>{6, 6}));
+
+  // And a gradient nothing else holds is kept as it is, not copied (one copy of every gradient per
+  // backward otherwise): a hook that only looks sees the buffer that becomes .grad.
+  Tensor e = Tensor::from_vector(std::vector<float>{1, 2, 3}, {3}).requires_grad_();
+  const void* seen = nullptr;
+  e.register_hook([&](const Tensor& g) {
+    seen = g.data_ptr();
+    return Tensor();
+  });
+  sum(e * 2.0).backward();
+  EXPECT_EQ(e.grad().data_ptr(), seen);
+  EXPECT_EQ(e.grad().to_vector(), (std::vector<float>{2, 2, 2}));
 }
 
 TEST(Autograd, ChainRuleByHand) {
