@@ -234,14 +234,21 @@ Tensor operator+(const Tensor& a, double s) { return add(a, s); }
 Tensor operator-(const Tensor& a, double s) { return add(a, -s); }
 Tensor operator*(const Tensor& a, double s) { return mul(a, s); }
 Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
-// A power of two's reciprocal is exact, so a * (1/s) is a / s, in one multiply. Any other s: f32 and f64
-// tensors are divided by s in their dtype (rounded once, as div() and PyTorch do; a * (1/s) differs from
-// it in the last bit for about a third of quotients); f16 ones are multiplied by 1/s in FP32 and rounded
-// once to f16 (dividing by an f16 scalar would round s first: 0.1 is 0.0999756 in f16).
+// f32 and f64 tensors are divided by s in their dtype (rounded once, as div() and PyTorch do; a * (1/s)
+// differs from it in the last bit for about a third of quotients), in one multiply when s is a power of
+// two whose reciprocal the dtype holds as well: a * (1/s) is then a / s exactly. Not at the ends of the
+// exponent range: in f64, 1 / 2^-1030 overflows where a / 2^-1030 need not, and in f32, 2^140 is inf where
+// 2^-140 is a subnormal. f16 tensors are multiplied by 1/s in FP32 and rounded once to f16 (dividing by an
+// f16 scalar would round s first: 0.1 is 0.0999756 in f16, and PyTorch's 413 / 0.1 gives 4132, where the
+// quotient 4130 rounds to 4128; docs/precision.md).
 Tensor operator/(const Tensor& a, double s) {
+  if (!a.defined() || !is_floating(a.dtype()) || a.dtype() == DType::f16) return mul(a, 1.0 / s);
   int exponent = 0;
+  const double r = 1.0 / s;
   const bool power_of_two = std::isfinite(s) && s != 0.0 && std::frexp(s, &exponent) == (s < 0 ? -0.5 : 0.5);
-  if (power_of_two || !a.defined() || !is_floating(a.dtype()) || a.dtype() == DType::f16) return mul(a, 1.0 / s);
+  const bool dtype_holds_both =
+      std::isfinite(r) && (a.dtype() == DType::f64 || (static_cast<float>(s) == s && static_cast<float>(r) == r));
+  if (power_of_two && dtype_holds_both) return mul(a, r);
   return div(a, Tensor::scalar(s, a.dtype(), a.device()));
 }
 Tensor operator-(const Tensor& a) { return neg(a); }

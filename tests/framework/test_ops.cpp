@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -381,8 +382,22 @@ TEST(Ops, DivisionByANumberRoundsTheQuotientOnce) {
     }
   }
   EXPECT_EQ((Tensor::from_vector(std::vector<double>{49}, {1}, DType::f64) / 49.0).to_double()[0], 1.0);
-  const Tensor h = Tensor::from_vector(std::vector<float>{1, 3, 100}, {3}, DType::f16) / 0.1;
-  EXPECT_EQ(h.to_vector(), (std::vector<float>{10, 30, 1000}));
+  // f16: the quotient 4130 is a tie between 4128 and 4132, and rounds to even; dividing by f16(0.1)
+  // (0.0999756, PyTorch's way) would give 4131.0, and 4132.
+  const Tensor h = Tensor::from_vector(std::vector<float>{1, 3, 100, 413}, {4}, DType::f16) / 0.1;
+  EXPECT_EQ(h.to_vector(), (std::vector<float>{10, 30, 1000, 4128}));
+
+  // Powers of two at the ends of the exponent range: the quotient is a / s in the dtype, as div() gives
+  // (a multiply by 1/s gave inf where 1/s overflows the dtype: f64's 1 / 2^-1030, f32's 2^140).
+  const auto quotient = [](double x, DType t, double s) { return (Tensor::full({1}, x, t) / s).to_double()[0]; };
+  EXPECT_EQ(quotient(0x1p-100, DType::f64, 0x1p-1030), 0x1p930);
+  EXPECT_EQ(quotient(0x1p-100, DType::f32, 0x1p-140), 0x1p40);
+  EXPECT_EQ(quotient(0x1p-100, DType::f32, 0x1p-149), 0x1p49);   // f32's smallest subnormal
+  EXPECT_EQ(quotient(0x1p100, DType::f32, 0x1p130), 0.0);        // 2^130 is inf in f32: a / inf, as div()
+  EXPECT_EQ(quotient(0x1p100, DType::f32, -0x1p127), -0x1p-27);  // f32's largest power of two
+  EXPECT_EQ(quotient(3.0, DType::f32, 0x1p-126), 0x1.8p127);     // and its smallest normal one
+  EXPECT_EQ(quotient(0x1p1000, DType::f64, 0x1p1023), 0x1p-23);   // 1 / 2^1023 is a subnormal double, exact
+  EXPECT_EQ(quotient(1.0, DType::f64, 0x1p-1074), std::numeric_limits<double>::infinity());  // 2^1074 overflows
 }
 
 // A dim named twice (1 and -1 of a 2-D tensor) is an error that names it, as in PyTorch.
