@@ -242,7 +242,8 @@ Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
 // f16 scalar would round s first: 0.1 is 0.0999756 in f16, and PyTorch's 413 / 0.1 gives 4132, where the
 // quotient 4130 rounds to 4128; docs/precision.md).
 Tensor operator/(const Tensor& a, double s) {
-  if (!a.defined() || !is_floating(a.dtype()) || a.dtype() == DType::f16) return mul(a, 1.0 / s);
+  require_floating(a, "div");  // named as the user wrote it, whichever op computes it
+  if (a.dtype() == DType::f16) return mul(a, 1.0 / s);
   int exponent = 0;
   const double r = 1.0 / s;
   const bool power_of_two = std::isfinite(s) && s != 0.0 && std::frexp(s, &exponent) == (s < 0 ? -0.5 : 0.5);

@@ -398,6 +398,11 @@ TEST(Ops, DivisionByANumberRoundsTheQuotientOnce) {
   EXPECT_EQ(quotient(3.0, DType::f32, 0x1p-126), 0x1.8p127);     // and its smallest normal one
   EXPECT_EQ(quotient(0x1p1000, DType::f64, 0x1p1023), 0x1p-23);   // 1 / 2^1023 is a subnormal double, exact
   EXPECT_EQ(quotient(1.0, DType::f64, 0x1p-1074), std::numeric_limits<double>::infinity());  // 2^1074 overflows
+  // An integer tensor is refused under the name the user wrote, for any s.
+  for (const double s : {2.0, 3.0}) {
+    const std::string e = test::error_of([&] { (void)(Tensor::zeros({2}, DType::i32) / s); });
+    EXPECT_NE(e.find("div: needs a floating tensor, got i32"), std::string::npos) << e;
+  }
 }
 
 // A dim named twice (1 and -1 of a 2-D tensor) is an error that names it, as in PyTorch.
