@@ -236,7 +236,8 @@ std::string Conv2d::name() const {
 namespace {
 // "MaxPool2d(2x2)" for the usual pool (stride = kernel, no padding), else with the stride and padding.
 std::string pool_name(const char* kind, Size2 kernel, Size2 stride, Size2 padding) {
-  const Size2 s = stride[0] == 0 && stride[1] == 0 ? kernel : stride;  // 0: the kernel (pool.h)
+  // A stride of 0 on a side is the kernel's on that side, as max_pool2d and avg_pool2d take it.
+  const Size2 s{stride[0] == 0 ? kernel[0] : stride[0], stride[1] == 0 ? kernel[1] : stride[1]};
   std::string out = std::string(kind) + "(" + size2_str(kernel);
   if (s != kernel || padding != Size2{0, 0}) out += ", stride " + size2_str(s) + ", pad " + size2_str(padding);
   return out + ")";

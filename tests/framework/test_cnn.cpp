@@ -367,6 +367,11 @@ TEST_F(Cnn, PoolNamesShowAnUnusualStrideOrPadding) {
   EXPECT_EQ(nn::MaxPool2d(Size2{2, 2}, Size2{2, 2}).name(), "MaxPool2d(2x2)");
   EXPECT_EQ(nn::MaxPool2d(Size2{3, 3}, Size2{1, 1}, Size2{1, 1}).name(), "MaxPool2d(3x3, stride 1x1, pad 1x1)");
   EXPECT_EQ(nn::AvgPool2d(Size2{2, 3}, Size2{0, 0}, Size2{1, 0}).name(), "AvgPool2d(2x3, stride 2x3, pad 1x0)");
+  // A stride of 0 on one side is the kernel's on that side (it was shown as 0).
+  EXPECT_EQ(nn::MaxPool2d(Size2{2, 2}, Size2{0, 1}).name(), "MaxPool2d(2x2, stride 2x1, pad 0x0)");
+  EXPECT_EQ(nn::MaxPool2d(Size2{2, 3}, Size2{2, 0}).name(), "MaxPool2d(2x3)");
+  EXPECT_EQ(nn::AvgPool2d(Size2{2, 3}, Size2{1, 0}).name(), "AvgPool2d(2x3, stride 1x3, pad 0x0)");
+  EXPECT_EQ(nn::MaxPool2d(Size2{2, 2}, Size2{0, 1})(Tensor::zeros({1, 1, 4, 4})).shape(), (Shape{1, 1, 2, 3}));
 }
 
 TEST_F(Cnn, Conv2dModuleChecksEveryArgumentAndNamesEachSide) {
