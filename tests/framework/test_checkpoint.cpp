@@ -825,6 +825,13 @@ TEST(Checkpoint, PyTorchsBatchNormCounterIsRefusedWithTheWayOut) {
       parse_error(make_file(R"({"steps": {"dtype":"I64","shape":[],"data_offsets":[0,8]}})", eight));
   EXPECT_EQ(other, "load_safetensors(bad.safetensors): tensor 'steps': unsupported dtype 'I64' (halfling reads F32, "
                    "F16, F64 and I32)");
+  // The counter of a BatchNorm saved alone (no module path before the name) is the same counter.
+  const std::string alone =
+      parse_error(make_file(R"({"num_batches_tracked": {"dtype":"I64","shape":[],"data_offsets":[0,8]}})", eight));
+  EXPECT_NE(alone.find("this is PyTorch's BatchNorm step counter"), std::string::npos) << alone;
+  const std::string shorter =
+      parse_error(make_file(R"({"batches_tracked": {"dtype":"I64","shape":[],"data_offsets":[0,8]}})", eight));
+  EXPECT_EQ(shorter.find("BatchNorm"), std::string::npos) << shorter;
 }
 
 // halfling.format is written as "checkpoint". A file that says it is something else is refused, naming
