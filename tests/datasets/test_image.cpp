@@ -1156,6 +1156,18 @@ TEST(Exif, ADamagedBlockGivesUprightAndSaysWhy) {
       {damaged(7, 200), "the first directory's offset 200 is outside its 38 bytes"},
       {damaged(9, 9), "the first directory claims 9 entries; 2 fit in its bytes"},
       {Bytes(good.begin(), good.begin() + 30), "the first directory claims 2 entries; 1 fit in its bytes"},
+      {Bytes(good.begin(), good.begin() + 33), "the first directory claims 2 entries; 1 fit in its bytes"},
+      {Bytes(good.begin(), good.begin() + 8), "the first directory's offset 8 is outside its 8 bytes"},
+      {damaged(1, 'I'), "no byte-order mark (II or MM)"},  // MI: each byte must match
+      {[&] {
+         Bytes t = tiff_orientation(false, 6);
+         t[1] = 'M';  // IM
+         return t;
+       }(),
+       "no byte-order mark (II or MM)"},
+      // Counts whose every byte matters, in both byte orders.
+      {tiff_orientation(true, 6, 3, 0x00020001), "the orientation entry has type 3 and count 131073"},
+      {tiff_orientation(false, 6, 3, 0x00010001), "the orientation entry has type 3 and count 65537"},
       {tiff_orientation(true, 6, 4), "the orientation entry has type 4 and count 1 (a SHORT, type 3, count 1)"},
       {tiff_orientation(true, 6, 3, 2), "the orientation entry has type 3 and count 2"},
       {tiff_orientation(true, 0), "orientation 0 (EXIF defines 1 to 8)"},
@@ -1166,6 +1178,19 @@ TEST(Exif, ADamagedBlockGivesUprightAndSaysWhy) {
     const data::ExifOrientation o = data::exif_orientation(file.data(), file.size());
     EXPECT_EQ(o.value, 1) << why;
     EXPECT_NE(o.problem.find("the Exif segment at byte 2: " + why), std::string::npos) << o.problem;
+  }
+  // Entries that end exactly at the end of the block (no next-directory offset after them) fit.
+  const Bytes exact = with_app1(jpg, exif_payload(Bytes(good.begin(), good.begin() + 34)));
+  EXPECT_EQ(data::exif_orientation(exact.data(), exact.size()).value, 6);
+  EXPECT_EQ(data::exif_orientation(exact.data(), exact.size()).problem, "");
+  // A directory far from the header: every byte of the 32-bit offset is read (264 is 0x108).
+  for (const bool big : {false, true}) {
+    Bytes far = tiff_orientation(big, 6);
+    far.insert(far.begin() + 8, 256, 0);
+    for (int i = 0; i < 4; ++i) far[4 + static_cast<size_t>(i)] = static_cast<uint8_t>(264u >> (8 * (big ? 3 - i : i)));
+    const Bytes file = with_app1(jpg, exif_payload(far));
+    const data::ExifOrientation o = data::exif_orientation(file.data(), file.size());
+    EXPECT_EQ(o.value, 6) << (big ? "MM" : "II") << ": " << o.problem;
   }
   const Bytes png = with_exif_chunk(encode(random_image(4, 4, 1, fresh_seed()), "png"), damaged(0, 'X'));
   const data::ExifOrientation p = data::exif_orientation(png.data(), png.size());
