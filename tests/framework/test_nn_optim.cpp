@@ -645,13 +645,14 @@ TEST(Optim, AdamCountsEachParametersOwnSteps) {
   Tensor b = Tensor::from_vector(std::vector<float>{0.0f}, {1}).requires_grad_();
   Tensor c = Tensor::from_vector(std::vector<float>{0.0f}, {1}).requires_grad_();
   optim::Adam adam({a, b, c}, {.lr = 0.1});
-  const auto step_with = [&](std::vector<Tensor> present) {
-    adam.zero_grad();
+  const auto step_of = [](optim::Adam& o, std::vector<Tensor> present) {  // a step with these gradients only
+    o.zero_grad();
     Tensor loss = sum(present[0]);
     for (size_t i = 1; i < present.size(); ++i) loss = loss + sum(present[i]);
     loss.backward();
-    adam.step();
+    o.step();
   };
+  const auto step_with = [&](std::vector<Tensor> present) { step_of(adam, std::move(present)); };
   for (int i = 0; i < 10; ++i) step_with({a, c});
   step_with({a, b});  // b's first gradient; c misses this one
   EXPECT_NEAR(b.item(), -0.1, 1e-6) << "b's first update is a first step";
@@ -686,13 +687,7 @@ TEST(Optim, AdamCountsEachParametersOwnSteps) {
   Tensor x = Tensor::zeros({1}).requires_grad_(), y = Tensor::zeros({1}).requires_grad_();
   Tensor z = Tensor::zeros({1}).requires_grad_();
   optim::Adam nested({x, y, z}, {.lr = 0.1});
-  const auto nested_step = [&](std::vector<Tensor> present) {
-    nested.zero_grad();
-    Tensor loss = sum(present[0]);
-    for (size_t i = 1; i < present.size(); ++i) loss = loss + sum(present[i]);
-    loss.backward();
-    nested.step();
-  };
+  const auto nested_step = [&](std::vector<Tensor> present) { step_of(nested, std::move(present)); };
   nested_step({x});
   nested_step({x, y});
   nested_step({x, y, z});
