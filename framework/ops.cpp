@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "framework/autograd.h"
 #include "kernels/elementwise.h"
@@ -244,12 +245,12 @@ Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
 Tensor operator/(const Tensor& a, double s) {
   require_floating(a, "div");  // named as the user wrote it, whichever op computes it
   if (a.dtype() == DType::f16) return mul(a, 1.0 / s);
-  int exponent = 0;
-  const double r = 1.0 / s;
-  const bool power_of_two = std::isfinite(s) && s != 0.0 && std::frexp(s, &exponent) == (s < 0 ? -0.5 : 0.5);
-  const bool dtype_holds_both =
-      std::isfinite(r) && (a.dtype() == DType::f64 || (static_cast<float>(s) == s && static_cast<float>(r) == r));
-  if (power_of_two && dtype_holds_both) return mul(a, r);
+  // s = ±2^e and 1/s = ±2^-e are both exact in the dtype when |e| <= 127 (f32: 2^-127 is a subnormal, 2^128
+  // inf) or |e| <= 1023 (f64), checked on the exponent: a double outside float's range is not cast.
+  int exponent = 0;  // s = ±0.5 * 2^exponent
+  const bool power_of_two = std::isfinite(s) && s != 0.0 && std::fabs(std::frexp(s, &exponent)) == 0.5;
+  const int e = exponent - 1, limit = a.dtype() == DType::f32 ? 127 : 1023;
+  if (power_of_two && std::abs(e) <= limit) return mul(a, 1.0 / s);
   return div(a, Tensor::scalar(s, a.dtype(), a.device()));
 }
 Tensor operator-(const Tensor& a) { return neg(a); }

@@ -393,6 +393,10 @@ TEST(Ops, DivisionByANumberRoundsTheQuotientOnce) {
   EXPECT_EQ(quotient(0x1p-100, DType::f64, 0x1p-1030), 0x1p930);
   EXPECT_EQ(quotient(0x1p-100, DType::f32, 0x1p-140), 0x1p40);
   EXPECT_EQ(quotient(0x1p-100, DType::f32, 0x1p-149), 0x1p49);   // f32's smallest subnormal
+  EXPECT_EQ(quotient(0x1p-100, DType::f32, 0x1p-128), 0x1p28);    // the first exponents past the multiply's
+  EXPECT_EQ(quotient(0x1p-100, DType::f32, 0x1p-129), 0x1p29);
+  EXPECT_EQ(quotient(0x1p100, DType::f32, 0x1p128), 0.0);
+  EXPECT_EQ(quotient(0x1p-100, DType::f64, 0x1p-1024), 0x1p924);
   EXPECT_EQ(quotient(0x1p100, DType::f32, 0x1p130), 0.0);        // 2^130 is inf in f32: a / inf, as div()
   EXPECT_EQ(quotient(0x1p100, DType::f32, -0x1p127), -0x1p-27);  // f32's largest power of two
   EXPECT_EQ(quotient(3.0, DType::f32, 0x1p-126), 0x1.8p127);     // and its smallest normal one
