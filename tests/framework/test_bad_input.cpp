@@ -153,7 +153,7 @@ TEST(BadInput, DtypeMismatchNamesTheOpAndTheDtypes) {
   EXPECT_OP_ERROR(i - 1.0, "add", si);
   EXPECT_OP_ERROR(i * 2.0, "mul", si);
   EXPECT_OP_ERROR(2.0 * i, "mul", si);
-  EXPECT_OP_ERROR(i / 2.0, "mul", si);
+  EXPECT_OP_ERROR(i / 2.0, "div", si);  // the op written, whichever computes it
   EXPECT_OP_ERROR(rsub(1.0, i), "rsub", si);
   EXPECT_OP_ERROR(rdiv(1.0, i), "rdiv", si);
   EXPECT_OP_ERROR(pow(i, 2.0), "pow", si);
