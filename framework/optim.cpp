@@ -182,16 +182,19 @@ void Optimizer::follow_params() {
   move(started_);
   move(scratch_flag_);
   for (size_t i = 0; i < params_.size(); ++i) {
-    const DType st = state_dtype(i);
     const auto follow = [&](std::vector<Tensor>& list) {
-      if (i >= list.size() || !list[i].defined()) return;
-      move(list[i]);
-      if (list[i].dtype() != st) list[i] = list[i].to(st);
+      if (i < list.size() && list[i].defined()) list[i] = as_param_state(i, list[i]);
     };
     follow(masters_);
     follow(grads_);
     for (auto& [name, list] : buffers_) follow(list);
   }
+}
+
+Tensor Optimizer::as_param_state(size_t i, const Tensor& t) const {
+  NoGradGuard no_grad;
+  const Tensor on = t.device() == params_[i].device() ? t : t.to(params_[i].device());
+  return on.dtype() == state_dtype(i) ? on : on.to(state_dtype(i));
 }
 
 void Optimizer::unscale_impl(float inv_scale, const double* scale, int32_t* found_inf) {
@@ -291,13 +294,9 @@ Optimizer::State Optimizer::state() const {
   // As the parameters are now: state made before a Module::to since the last step is converted here
   // (follow_params converts the optimizer's own copy only at the next unscale or step), so a checkpoint
   // saved right after the move holds what the next step would use.
-  const auto as_params = [this](size_t i, const Tensor& t) {
-    NoGradGuard no_grad;
-    const Tensor on = t.device() == params_[i].device() ? t : t.to(params_[i].device());
-    return on.dtype() == state_dtype(i) ? on : on.to(state_dtype(i));
-  };
   for (size_t i = 0; i < masters_.size(); ++i)
-    if (masters_[i].defined()) s.tensors.emplace_back("master." + std::to_string(i), as_params(i, masters_[i]));
+    if (masters_[i].defined())
+      s.tensors.emplace_back("master." + std::to_string(i), as_param_state(i, masters_[i]));
   // A momentum buffer made for a step that was then skipped has not started (the next applied step
   // sets it to the gradient): leave it out, as before it existed.
   std::vector<int32_t> started;
@@ -306,7 +305,7 @@ Optimizer::State Optimizer::state() const {
     for (size_t i = 0; i < list.size(); ++i) {
       if (!list[i].defined()) continue;
       if (name == "momentum" && (started.empty() || started[i] == 0)) continue;
-      s.tensors.emplace_back(name + "." + std::to_string(i), as_params(i, list[i]));
+      s.tensors.emplace_back(name + "." + std::to_string(i), as_param_state(i, list[i]));
     }
   return s;
 }

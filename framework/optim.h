@@ -134,6 +134,9 @@ class Optimizer {
   // Moves the state to the parameters' device, and converts it to their state dtype, if they moved or
   // were converted since it was made (see optim.cpp).
   void follow_params();
+  // Parameter i's state tensor t as the parameter is now: on its device, in its state dtype (t itself
+  // when it already is). Used by follow_params and by state().
+  Tensor as_param_state(size_t i, const Tensor& t) const;
   bool use_masters_;
   bool unscaled_ = false;
   Tensor scratch_flag_;  // found-inf target when nobody asked for one
