@@ -49,15 +49,16 @@ inline Bytes exif_payload(const Bytes& tiff) {
   return p;
 }
 
-// A PNG with an eXIf chunk (with its CRC) before its IEND chunk, the last 12 bytes of stb's PNG.
-inline Bytes with_exif_chunk(const Bytes& png, const Bytes& data) {
+// A PNG with a chunk of the given type (with its CRC) before its IEND chunk, the last 12 bytes of
+// stb's PNG.
+inline Bytes with_png_chunk(const Bytes& png, const char (&type)[5], const Bytes& data) {
   // length (4 bytes, big-endian), type, data, CRC of type and data (4 bytes)
   Bytes chunk(12 + data.size());
   const auto be32 = [](uint8_t* at, uint32_t v) {
     for (int i = 0; i < 4; ++i) at[i] = static_cast<uint8_t>(v >> (24 - 8 * i));
   };
   be32(chunk.data(), static_cast<uint32_t>(data.size()));
-  std::copy_n("eXIf", 4, chunk.begin() + 4);
+  std::copy_n(type, 4, chunk.begin() + 4);
   std::copy(data.begin(), data.end(), chunk.begin() + 8);
   const uLong crc = crc32(0, chunk.data() + 4, static_cast<uInt>(4 + data.size()));
   be32(chunk.data() + 8 + data.size(), static_cast<uint32_t>(crc));
@@ -66,5 +67,8 @@ inline Bytes with_exif_chunk(const Bytes& png, const Bytes& data) {
   out.insert(out.end(), png.end() - 12, png.end());
   return out;
 }
+
+// A PNG with an eXIf chunk holding `data` before its IEND chunk.
+inline Bytes with_exif_chunk(const Bytes& png, const Bytes& data) { return with_png_chunk(png, "eXIf", data); }
 
 }  // namespace hl::test

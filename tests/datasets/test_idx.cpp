@@ -72,6 +72,19 @@ TEST_P(ReadIdxFormats, EmptyDimensionHoldsNoData) {
   EXPECT_TRUE(a.data.empty());
 }
 
+// Data longer than 12 MiB: the buffer grows 4, 8, then 16 MiB, and its third read asks for more than the
+// 4 MiB a single read takes, so each read lands after the last (MNIST's training images are 47 MB).
+// Bytes that differ with their position, so a chunk put in the wrong place cannot match.
+TEST_P(ReadIdxFormats, DataOverSeveralReadsLandsInOrder) {
+  Bytes data((size_t{13} << 20) + 12345);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7 + (i >> 20));
+  const std::string path = file("long");
+  write_idx(path, idx_bytes({static_cast<uint32_t>(data.size())}, data), gz());
+  const data::IdxArray a = read_idx(path);
+  EXPECT_EQ(a.numel(), static_cast<int64_t>(data.size()));
+  EXPECT_TRUE(a.data == data) << "the data differs from what was written";  // not printed: 13 MiB
+}
+
 TEST(ReadIdx, GzipIsRecognisedByItsMagicNotItsName) {
   TempDir tmp;
   const Bytes data = {3, 1, 4, 1, 5};
@@ -263,8 +276,12 @@ TEST(ReadIdx, RejectsTrailingGarbageAfterTheGzipStream) {
     const char* what;
     Bytes tail;
   };
+  // Junk past the reader's 128 KiB input buffer is counted too, read by read (the last read here is of
+  // one byte).
+  const Case long_junk{"junk past the input buffer", Bytes(2 * (size_t{1} << 17) + 1 - member.size(), 'j')};
   for (const Case& c : {Case{"text", {'j', 'u', 'n', 'k'}}, Case{"zero padding", {0, 0, 0}},
-                        Case{"the first magic byte alone", {0x1f}}, Case{"not the second magic byte", {0x1f, 0x8c}}}) {
+                        Case{"the first magic byte alone", {0x1f}}, Case{"not the second magic byte", {0x1f, 0x8c}},
+                        long_junk}) {
     Bytes b = member;
     b.insert(b.end(), c.tail.begin(), c.tail.end());
     write_file(path, b);
@@ -272,21 +289,25 @@ TEST(ReadIdx, RejectsTrailingGarbageAfterTheGzipStream) {
     const std::string count = std::to_string(c.tail.size());
     EXPECT_HL_ERROR(read_idx(path), prefix(path), "trailing garbage: " + count + " byte(s) " + end);
   }
-  // Bytes that start like another member must be one.
+  // Bytes that start like another member must be one, even when they are its magic and no more.
   Bytes b = member;
   b.insert(b.end(), {0x1f, 0x8b, 0x08, 0, 'x'});
   write_file(path, b);
   EXPECT_HL_ERROR(read_idx(path), prefix(path), "corrupt gzip stream");
+  b.resize(member.size() + 2);
+  write_file(path, b);
+  EXPECT_HL_ERROR(read_idx(path), prefix(path), "corrupt gzip stream: unexpected end of file");
 }
 
 // A gzip file may hold several members, which decompress to their concatenation (gzip -c a b, or
-// `cat a.gz b.gz`): still one IDX file, however its bytes are split, even with an empty member.
+// `cat a.gz b.gz`): still one IDX file, however its bytes are split, even with an empty member. A member
+// that ends one byte short of a read (the magic's 4 bytes, the data) is followed into the next.
 TEST(ReadIdx, ReadsMultiMemberGzip) {
   TempDir tmp;
   const Bytes data = random_bytes(3 * 28 * 28, fresh_seed());
   const Bytes whole = idx_bytes({3, 28, 28}, data);
   const std::string part = tmp / "part.gz", path = tmp / "multi.gz";
-  for (const size_t cut : {size_t{2}, size_t{16}, size_t{1000}}) {
+  for (const size_t cut : {size_t{2}, size_t{3}, size_t{16}, size_t{1000}, whole.size() - 1}) {
     Bytes gz;
     for (const Bytes& piece : {Bytes(whole.begin(), whole.begin() + static_cast<long>(cut)), Bytes{},
                                Bytes(whole.begin() + static_cast<long>(cut), whole.end())}) {
@@ -305,6 +326,47 @@ TEST(ReadIdx, ReadsMultiMemberGzip) {
                     "trailing garbage: 1 byte(s) after the end of the gzip stream (at byte " +
                         std::to_string(gz.size() - 1));
   }
+}
+
+// A gzip member of `bytes` whose header carries a file name of `name_bytes` bytes (FLG.FNAME, a name
+// ending in a zero byte after the 10-byte header): the name sets where the member ends.
+Bytes gz_member_with_name(const std::string& path, const Bytes& bytes, size_t name_bytes) {
+  write_gz(path, bytes);
+  Bytes m = read_file(path);
+  EXPECT_EQ(m[3], 0) << "zlib wrote header flags";
+  m[3] = 0x08;
+  Bytes name(name_bytes, 'n');
+  name.push_back(0);
+  m.insert(m.begin() + 10, name.begin(), name.end());
+  return m;
+}
+
+// The reader takes the .gz file 128 KiB at a time. A member that ends one byte before the second of
+// those reads does leaves the next member's first magic byte alone in the buffer: it is kept while
+// the buffer is refilled (the refill starts in the middle of a name, so no stale byte looks like it).
+// And a read may find a single byte at the end of the file.
+TEST(ReadIdx, AMemberThatEndsAtTheInputBuffersEndIsFollowed) {
+  TempDir tmp;
+  const Bytes data = random_bytes(28 * 28, fresh_seed());
+  const Bytes whole = idx_bytes({28, 28}, data);
+  const Bytes first(whole.begin(), whole.begin() + 100), second(whole.begin() + 100, whole.end());
+  const size_t buffer = size_t{1} << 17;
+  const size_t unnamed = gz_member_with_name(tmp / "part.gz", first, 0).size() - 1;
+  Bytes gz = gz_member_with_name(tmp / "part.gz", first, 2 * buffer - 2 - unnamed);
+  ASSERT_EQ(gz.size(), 2 * buffer - 1);
+  const Bytes next = gz_member_with_name(tmp / "part.gz", second, buffer);  // the refill reads a whole buffer
+  gz.insert(gz.end(), next.begin(), next.end());
+  const std::string path = tmp / "straddle.gz";
+  write_file(path, gz);
+  const data::IdxArray a = read_idx(path);
+  EXPECT_EQ(a.dims, (std::vector<int64_t>{28, 28}));
+  EXPECT_EQ(a.data, data);
+  // A file one byte longer than two buffers: the last read finds one byte, the member's last, and that
+  // one byte is all the stream asks for.
+  const size_t unnamed_whole = gz_member_with_name(tmp / "part.gz", whole, 0).size() - 1;
+  write_file(path, gz_member_with_name(tmp / "part.gz", whole, 2 * buffer - unnamed_whole));
+  ASSERT_EQ(read_file(path).size(), 2 * buffer + 1);
+  EXPECT_EQ(read_idx(path).data, data);
 }
 
 TEST(ReadIdx, RejectsGzipCutInsideItsTrailer) {

@@ -299,6 +299,45 @@ TEST(Image, ImagesWhoseBytesDoNotMatchTheirSidesAreRefusedEverywhere) {
                   "65535 pixels");
 }
 
+// The limits hold their own values: a side of exactly 65535 pixels and exactly 2^26 pixels in all are
+// accepted by scale_nearest and make_grid (one past each is refused, above); a side of 0 is refused.
+TEST(Image, ScaleAndGridAcceptASideOf65535AndExactly2To26Pixels) {
+  const Image row{65535, 1, 1, Bytes(65535, 3)}, column{1, 65535, 1, Bytes(65535, 4)};
+  for (const Image& img : {row, column}) {
+    EXPECT_EQ(data::scale_nearest(img, 1).pixels, img.pixels);
+    const Image grid = data::make_grid({img}, 1, 0);
+    EXPECT_EQ(grid.width, img.width);
+    EXPECT_EQ(grid.height, img.height);
+    EXPECT_EQ(grid.pixels, img.pixels);
+  }
+  for (const Image& img : {Image{21845, 1, 1, Bytes(21845, 5)}, Image{1, 21845, 1, Bytes(21845, 5)}}) {
+    const Image big = data::scale_nearest(img, 3);  // 21845 * 3 = 65535
+    EXPECT_EQ(big.width * big.height, 3 * 65535);
+    EXPECT_EQ(big.pixels, Bytes(3 * 65535, 5));
+  }
+  EXPECT_HL_ERROR(data::scale_nearest(Image{1, 40000, 1, Bytes(40000)}, 2),
+                  "scale_nearest: 1x40000x1 enlarged 2 times would have a side over 65535 pixels");
+  Image quarter{4096, 4096, 1, Bytes(4096 * 4096, 0)};
+  quarter.pixels[4096 * 4096 - 1] = 9;
+  const Image scaled = data::scale_nearest(quarter, 2);  // 8192 x 8192 = 2^26
+  ASSERT_EQ(scaled.pixels.size(), size_t{1} << 26);
+  EXPECT_EQ(scaled.at(8191, 8191, 0), 9);
+  EXPECT_EQ(scaled.at(8189, 8189, 0), 0);
+  const Image half{8192, 4096, 1, Bytes(8192 * 4096, 6)};
+  const Image grid = data::make_grid({half, half}, 1, 0);  // 8192 x 8192 = 2^26
+  EXPECT_EQ(grid.width, 8192);
+  EXPECT_EQ(grid.height, 8192);
+  EXPECT_EQ(grid.pixels.size(), size_t{1} << 26);
+  // A padding of 65535 passes the padding's own limit, and the grid it makes is then too wide.
+  EXPECT_HL_ERROR(data::make_grid({Image{1, 1, 1, {7}}}, 1, 65535),
+                  "make_grid: 1 images of 1x1x1, 1 per row with padding 65535 make a 131071x131071 grid, a side "
+                  "over the 65535 pixels");
+  for (const Image& empty : {Image{0, 2, 1, {}}, Image{2, 0, 1, {}}})
+    EXPECT_HL_ERROR(data::make_grid({empty}, 1),
+                    detail::concat("make_grid: the image ", empty.width, "x", empty.height,
+                                   "x1 holds 0 bytes (or has a side of 0 or over 65535)"));
+}
+
 TEST(Image, SavePngGridTakesTheFirstImagesOfTheBatch) {
   TempDir dir;
   Generator gen(fresh_seed());
@@ -567,9 +606,11 @@ TEST(Image, RefusesSidesOver65535) {
                     detail::concat("decode_image(long.png): the header claims ", w, "x", h,
                                    " pixels; halfling accepts at most 65535 per side and 67108864 in all"));
   }
-  const Bytes side = png_header_only(1, 65535);
-  const std::string msg = error_of([&] { data::decode_image(side.data(), side.size(), "side.png"); });
-  EXPECT_NE(msg.find("decode_image(side.png): cannot decode"), std::string::npos) << msg;
+  for (const auto& [w, h] : {std::pair<uint32_t, uint32_t>{1, 65535}, {65535, 1}}) {
+    const Bytes side = png_header_only(w, h);
+    const std::string msg = error_of([&] { data::decode_image(side.data(), side.size(), "side.png"); });
+    EXPECT_NE(msg.find("decode_image(side.png): cannot decode"), std::string::npos) << w << "x" << h << ": " << msg;
+  }
   const Image column{1, 65536, 1, Bytes(65536, 5)};
   EXPECT_HL_ERROR(data::resize_image(column, 8, 8),
                   "resize_image: the image 1x65536x1 has a side over 65535 pixels (stb_image_resize's scratch "
@@ -896,6 +937,11 @@ TEST(Image, JpegSegmentLengthBounds) {
   over[scan.size() + 3] = 5;
   EXPECT_HL_ERROR(decode_jpeg(over), detail::concat("decode_image(t.jpg): truncated JPEG: the segment at byte ",
                                                     scan.size(), " claims 5 bytes, past the end of the file"));
+  // A file that ends right after a segment's two length bytes: the length is read, and names the cut.
+  const Bytes cut_after_length(over.begin(), over.begin() + static_cast<std::ptrdiff_t>(scan.size() + 4));
+  EXPECT_HL_ERROR(decode_jpeg(cut_after_length),
+                  detail::concat("decode_image(t.jpg): truncated JPEG: the segment at byte ", scan.size(),
+                                 " claims 5 bytes, past the end of the file"));
 }
 
 // Fill bytes (FF before a marker) are skipped, and so is a first segment whose data holds an FF
@@ -1036,6 +1082,12 @@ TEST(Image, FlattenAlphaOntoABackground) {
     for (int64_t x = 0; x < 6; ++x) EXPECT_EQ(seen.at(y, x, 0), y == 2 && x >= 1 && x < 5 ? 0 : 255) << x << "," << y;
   EXPECT_HL_ERROR(data::flatten_alpha(Image{2, 2, 4, Bytes(15)}), "flatten_alpha: the image 2x2x4 holds 15 bytes");
   EXPECT_HL_ERROR(data::flatten_alpha(Image{2, 2, 5, Bytes(20)}), "flatten_alpha: the image 2x2x5 holds 20 bytes");
+  // An image with no pixels is refused, as resize_image and make_grid refuse it; one pixel wide or high is
+  // an image.
+  EXPECT_HL_ERROR(data::flatten_alpha(Image{0, 2, 4, {}}), "flatten_alpha: the image 0x2x4 holds 0 bytes");
+  EXPECT_HL_ERROR(data::flatten_alpha(Image{2, 0, 4, {}}), "flatten_alpha: the image 2x0x4 holds 0 bytes");
+  EXPECT_EQ(data::flatten_alpha(Image{1, 2, 2, {10, 255, 20, 0}}, 0).pixels, (Bytes{10, 0}));
+  EXPECT_EQ(data::flatten_alpha(Image{2, 1, 2, {10, 0, 20, 255}}, 9).pixels, (Bytes{9, 20}));
 }
 
 // resize_image's source is held to what decode_image accepts, 2^26 pixels, as its target is: a
@@ -1128,8 +1180,8 @@ TEST(Exif, TheTagIsReadFromJpegAndPngInBothByteOrders) {
 TEST(Exif, FillBytesAndMarkersWithoutALengthArePassedOver) {
   const Bytes jpg = encode(random_image(8, 4, 3, fresh_seed()), "jpg");
   const Bytes exif = with_app1(jpg, exif_payload(tiff_orientation(false, 6)));
-  for (const Bytes& extra : {Bytes{0xFF}, Bytes{0xFF, 0xFF, 0xFF}, Bytes{0xFF, 0x01}, Bytes{0xFF, 0xD3},
-                             Bytes{0xFF, 0xFF, 0x01, 0xFF, 0xD7, 0xFF}}) {
+  for (const Bytes& extra : {Bytes{0xFF}, Bytes{0xFF, 0xFF, 0xFF}, Bytes{0xFF, 0x01}, Bytes{0xFF, 0xD0},
+                             Bytes{0xFF, 0xD3}, Bytes{0xFF, 0xFF, 0x01, 0xFF, 0xD7, 0xFF}}) {
     Bytes file(exif.begin(), exif.begin() + 2);  // SOI, then the extra bytes, then the APP1 segment
     file.insert(file.end(), extra.begin(), extra.end());
     file.insert(file.end(), exif.begin() + 2, exif.end());
@@ -1158,6 +1210,18 @@ TEST(Exif, ADamagedBlockGivesUprightAndSaysWhy) {
       {Bytes(good.begin(), good.begin() + 30), "the first directory claims 2 entries; 1 fit in its bytes"},
       {Bytes(good.begin(), good.begin() + 33), "the first directory claims 2 entries; 1 fit in its bytes"},
       {Bytes(good.begin(), good.begin() + 8), "the first directory's offset 8 is outside its 8 bytes"},
+      {[&] {  // 34 bytes: room for exactly 2 entries
+         Bytes t(good.begin(), good.begin() + 34);
+         t[9] = 3;
+         return t;
+       }(),
+       "the first directory claims 3 entries; 2 fit in its bytes"},
+      {[&] {  // the count's 2 bytes would start at the block's last byte
+         Bytes t(good.begin(), good.begin() + 10);
+         t[7] = 9;
+         return t;
+       }(),
+       "the first directory's offset 9 is outside its 10 bytes"},
       {damaged(1, 'I'), "no byte-order mark (II or MM)"},  // MI: each byte must match
       {[&] {
          Bytes t = tiff_orientation(false, 6);
@@ -1196,6 +1260,133 @@ TEST(Exif, ADamagedBlockGivesUprightAndSaysWhy) {
   const data::ExifOrientation p = data::exif_orientation(png.data(), png.size());
   EXPECT_EQ(p.value, 1);
   EXPECT_NE(p.problem.find("the eXIf chunk at byte"), std::string::npos) << p.problem;
+}
+
+// The Exif block is looked for only after a JPEG's or a PNG's signature, each of its bytes checked: data
+// that starts otherwise is upright, even when an Exif segment or chunk follows.
+TEST(Exif, OnlyJpegAndPngSignaturesLeadToTheBlock) {
+  const Bytes tiff = tiff_orientation(false, 6);
+  const Bytes jpg = with_app1(encode(random_image(8, 4, 3, fresh_seed()), "jpg"), exif_payload(tiff));
+  const Bytes png = with_exif_chunk(encode(random_image(8, 4, 3, fresh_seed()), "png"), tiff);
+  for (const auto& [file, bytes] : {std::pair<const Bytes&, size_t>{jpg, 2}, {png, 4}}) {
+    ASSERT_EQ(data::exif_orientation(file.data(), file.size()).value, 6);
+    for (size_t i = 0; i < bytes; ++i) {
+      Bytes other = file;
+      other[i] = 'x';
+      const data::ExifOrientation o = data::exif_orientation(other.data(), other.size());
+      EXPECT_EQ(o.value, 1) << (&file == &jpg ? "JPEG" : "PNG") << " with byte " << i << " changed";
+      EXPECT_EQ(o.problem, "");
+    }
+  }
+  EXPECT_EQ(data::exif_orientation(nullptr, 10).value, 1);
+}
+
+// The words messages use for each orientation.
+TEST(Exif, EachOrientationHasItsName) {
+  const std::vector<std::string> names = {
+      "not an EXIF orientation", "upright as stored", "mirrored left to right", "turned 180 degrees",
+      "mirrored top to bottom", "mirrored along the main diagonal (transposed)", "turned 90 degrees clockwise",
+      "mirrored along the other diagonal", "turned 90 degrees counter-clockwise", "not an EXIF orientation"};
+  for (size_t o = 0; o < names.size(); ++o) EXPECT_EQ(data::exif_orientation_name(static_cast<int>(o)), names[o]);
+  EXPECT_EQ(std::string(data::exif_orientation_name(-1)), "not an EXIF orientation");
+}
+
+// The first directory to its edges: its `count` entries are read, the first of them included, and no
+// more; an empty directory may take the block's last two bytes.
+TEST(Exif, TheFirstDirectoryIsReadToItsEdges) {
+  const Bytes jpg = encode(random_image(8, 4, 3, fresh_seed()), "jpg");
+  const auto read = [&](const Bytes& tiff) {
+    const Bytes file = with_app1(jpg, exif_payload(tiff));
+    return data::exif_orientation(file.data(), file.size());
+  };
+  for (const bool big : {false, true}) {
+    const char* order = big ? "MM" : "II";
+    const Bytes good = tiff_orientation(big, 6);
+    Bytes first = good;
+    std::rotate(first.begin() + 10, first.begin() + 22, first.begin() + 34);  // the orientation entry first
+    EXPECT_EQ(read(first).value, 6) << order;
+    Bytes one = good;
+    one[big ? 9 : 8] = 1;  // a count of 1: the orientation entry after the first is outside the directory
+    EXPECT_EQ(read(one).value, 1) << order;
+    EXPECT_EQ(read(one).problem, "") << order;
+    Bytes empty(good.begin(), good.begin() + 10);  // the header, then a count of 0 at 8
+    empty[8] = empty[9] = 0;
+    EXPECT_EQ(read(empty).value, 1) << order;
+    EXPECT_EQ(read(empty).problem, "") << order;
+  }
+}
+
+// The walk to the Exif segment at the segments' edges: a length counts its own two bytes (2 is an empty
+// segment, under 2 is damage), a segment may end exactly at the end of the data but not past it, the
+// six signature bytes must lie inside the segment, and the walk stops at the scan (SOS), at the end of
+// the image (EOI) and at a byte that is not a marker. What it stops at is decode_image's to report:
+// upright, no problem. The sizes passed leave bytes after the end, there to be misread.
+TEST(Exif, TheJpegWalkHoldsToEachSegmentsBytes) {
+  const auto read = [](const Bytes& f, size_t n) { return data::exif_orientation(f.data(), n); };
+  const Bytes exif = with_app1(Bytes{0xFF, 0xD8}, exif_payload(tiff_orientation(false, 6)));  // SOI, APP1
+  EXPECT_EQ(read(exif, exif.size()).value, 6) << "a segment that ends where the data does";
+  EXPECT_EQ(read(exif, exif.size() - 1).value, 1) << "a segment one byte longer than the data";
+  EXPECT_EQ(read(exif, exif.size() - 1).problem, "");
+  const auto before_exif = [&](const Bytes& segment) {  // SOI, `segment`, then the Exif segment
+    Bytes f = {0xFF, 0xD8};
+    f.insert(f.end(), segment.begin(), segment.end());
+    f.insert(f.end(), exif.begin() + 2, exif.end());
+    return f;
+  };
+  const Bytes app0 = before_exif({0xFF, 0xE0, 0x00, 0x02});
+  EXPECT_EQ(read(app0, app0.size()).value, 6) << "an empty APP0 segment before it";
+  // (The byte that is not a marker comes after a segment: right after SOI it would end the signature.)
+  for (const Bytes& stop : {Bytes{0xFF, 0xDA, 0x00, 0x02}, Bytes{0xFF, 0xD9, 0x00, 0x02},
+                            Bytes{0xFF, 0xE0, 0x00, 0x02, 0x00}}) {
+    const Bytes f = before_exif(stop);
+    EXPECT_EQ(read(f, f.size()).value, 1) << "after " << int{stop[1]} << ", " << stop.size() << " bytes";
+    EXPECT_EQ(read(f, f.size()).problem, "");
+  }
+  Bytes one = {0xFF, 0xD8, 0xFF, 0xE1, 0x00, 0x01};  // a length of 1, the signature and a TIFF block after it
+  const Bytes payload = exif_payload(tiff_orientation(false, 6));
+  one.insert(one.end(), payload.begin(), payload.end());
+  EXPECT_EQ(read(one, one.size()).value, 1);
+  EXPECT_EQ(read(one, one.size()).problem, "");
+  // A segment of exactly "Exif\0\0" holds an empty TIFF block; one of "Exif\0" holds no signature,
+  // whatever byte follows it.
+  const Bytes bare = with_app1(Bytes{0xFF, 0xD8}, exif_payload(Bytes{}));
+  EXPECT_NE(read(bare, bare.size()).problem.find("the Exif segment at byte 2: only 0 bytes"), std::string::npos)
+      << read(bare, bare.size()).problem;
+  Bytes five = with_app1(Bytes{0xFF, 0xD8}, Bytes{'E', 'x', 'i', 'f', 0});
+  five.push_back(0);
+  EXPECT_EQ(read(five, five.size()).value, 1);
+  EXPECT_EQ(read(five, five.size()).problem, "");
+}
+
+// The PNG walk at the chunks' edges, again with bytes after the size passed: a chunk may end exactly at
+// the end of the data (a file cut after it), not past it; nothing after IEND is read; a chunk over
+// 65535 bytes is stepped over whole (each byte of its length read); the "Exif\0\0" prefix is taken off.
+TEST(Exif, ThePngWalkHoldsToEachChunksBytes) {
+  const auto read = [](const Bytes& f, size_t n) { return data::exif_orientation(f.data(), n); };
+  const auto problem = [&](const Bytes& f, size_t n) { return read(f, n).problem; };
+  const Bytes png = encode(random_image(4, 4, 1, fresh_seed()), "png");
+  const Bytes tiff = tiff_orientation(true, 6);
+  const Bytes file = with_exif_chunk(png, tiff);  // the PNG's chunks, eXIf, IEND
+  const size_t exif_at = png.size() - 12, iend_at = file.size() - 12;
+  EXPECT_EQ(read(file, iend_at).value, 6) << "an eXIf chunk that ends where the data does";
+  EXPECT_EQ(read(file, iend_at - 1).value, 1) << "an eXIf chunk one byte longer than the data";
+  EXPECT_EQ(problem(file, iend_at - 1), "");
+  EXPECT_EQ(read(file, exif_at).value, 1) << "the data ends where the eXIf chunk starts";
+  const Bytes empty = with_exif_chunk(png, Bytes{});  // an empty eXIf chunk as the data's last 12 bytes
+  EXPECT_NE(problem(empty, empty.size() - 12).find("only 0 bytes"), std::string::npos)
+      << problem(empty, empty.size() - 12);
+  Bytes after_iend = png;
+  after_iend.insert(after_iend.end(), file.begin() + static_cast<std::ptrdiff_t>(exif_at),
+                    file.begin() + static_cast<std::ptrdiff_t>(iend_at));
+  EXPECT_EQ(read(after_iend, after_iend.size()).value, 1) << "an eXIf chunk after IEND";
+  EXPECT_EQ(problem(after_iend, after_iend.size()), "");
+  const Bytes big = with_exif_chunk(with_png_chunk(png, "hlPd", Bytes(70000, 7)), tiff);  // 70000 is 0x11170
+  EXPECT_EQ(read(big, big.size()).value, 6) << problem(big, big.size());
+  EXPECT_EQ(data::decode_image(big.data(), big.size(), "big").width, 4);
+  const Bytes prefix = with_exif_chunk(png, exif_payload(Bytes{}));
+  EXPECT_NE(problem(prefix, prefix.size()).find("only 0 bytes"), std::string::npos) << problem(prefix, prefix.size());
+  const Bytes seven = with_exif_chunk(png, exif_payload(Bytes(tiff.begin(), tiff.begin() + 7)));
+  EXPECT_NE(problem(seven, seven.size()).find("only 7 bytes"), std::string::npos) << problem(seven, seven.size());
 }
 
 // read_image_upright is read_image turned by the file's orientation; read_image stays as stored.
