@@ -46,6 +46,8 @@ void reduce_sum(DeviceType dev, const ReduceIndex& ix, const void* x, DType tx, 
 // The answers are i32 (the labels' dtype): an index or a count past 2^31 - 1 is refused, not wrapped.
 void argmax_rows(DeviceType dev, int64_t rows, int64_t cols, const void* x, DType tx, int32_t* out) {
   HL_CHECK(rows >= 0 && cols >= 0, "argmax_rows: rows and cols must be >= 0, got rows=", rows, " cols=", cols);
+  // Checked here for every device: the CPU loop would otherwise read the first element of an empty row.
+  HL_CHECK(rows == 0 || cols >= 1, "argmax_rows: a row of 0 columns has no maximum (", rows, " rows)");
   HL_CHECK(cols <= INT32_MAX, "argmax_rows: ", cols, " columns, but the indices are i32 (at most ", INT32_MAX, ")");
   HL_DISPATCH(argmax_rows, rows, cols, x, tx, out);
 }

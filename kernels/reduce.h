@@ -63,7 +63,8 @@ void reduce_sum(DeviceType dev, const ReduceIndex& ix, const void* x, DType tx, 
                 double scale);
 
 // out[r] = index of the largest element of row r of a [rows, cols] matrix (first one on ties). Rows of
-// more than 2^31 - 1 columns are refused: the index is an i32.
+// more than 2^31 - 1 columns are refused: the index is an i32. So are rows of 0 columns (no maximum),
+// unless there are no rows.
 void argmax_rows(DeviceType dev, int64_t rows, int64_t cols, const void* x, DType tx, int32_t* out);
 
 // count[0] = number of i with a[i] == b[i] (i32 inputs), written as an i32 on the device of the data;

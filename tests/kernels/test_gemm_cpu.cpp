@@ -569,8 +569,10 @@ TEST(GemmCpuArgs, RowSlabsOutsideTheProblemAreRefused) {
       (void)gemm_rows(g, first, count);
       ADD_FAILURE() << "rows [" << first << ", " << first + count << ") accepted";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("are not inside the M=10 rows of gemm NN M=10"), std::string::npos)
-          << e.what();
+      // The rows named are the slab asked for, [first, first + count).
+      const std::string want = "gemm_rows: rows [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                               ") are not inside the M=10 rows of gemm NN M=10";
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
     }
   }
 }

@@ -233,5 +233,15 @@ TEST(OptimCpu, SumOfSquaresIsTheSameForAnyThreadCount) {
   omp_set_num_threads(saved_threads);
 }
 
+// Multi-tensor launches are the default (kernels/optim.h), and the switch holds what it is given. Only the
+// CUDA passes read it, so this checks the setting, not a launch count (test_cuda_kernels.cpp counts those).
+TEST(OptimCpu, MultiTensorLaunchesAreTheDefault) {
+  EXPECT_TRUE(multi_tensor());
+  set_multi_tensor(false);
+  EXPECT_FALSE(multi_tensor());
+  set_multi_tensor(true);
+  EXPECT_TRUE(multi_tensor());
+}
+
 }  // namespace
 }  // namespace hl::kernels

@@ -148,6 +148,14 @@ TEST(ReduceCpu, AnI32AnswerThatCouldNotHoldTheResultIsRefused) {
             "argmax_rows: rows and cols must be >= 0, got rows=-1 cols=3");
   EXPECT_EQ(test::error_of([&] { count_equal(DeviceType::cpu, -1, nullptr, nullptr, nullptr); }),
             "count_equal: n must be >= 0, got -1");
+  // A row of 0 columns has no maximum (the CPU loop would read the first element of the empty row); with
+  // no rows nothing is read, whatever the width, up to the largest an i32 index can hold.
+  EXPECT_EQ(test::error_of([&] { argmax_rows(DeviceType::cpu, 2, 0, nullptr, DType::f32, nullptr); }),
+            "argmax_rows: a row of 0 columns has no maximum (2 rows)");
+  for (int64_t cols : {int64_t{0}, int64_t{INT32_MAX}})
+    EXPECT_EQ(test::error_of([&] { argmax_rows(DeviceType::cpu, 0, cols, nullptr, DType::f32, nullptr); }),
+              "(no error)")
+        << cols << " columns";
   const std::vector<int32_t> a = {1, 2, 3}, b = {1, 0, 3};
   int32_t count = -1;
   count_equal(DeviceType::cpu, 3, a.data(), b.data(), &count);
@@ -164,8 +172,9 @@ TEST(ReduceCpu, ArgmaxRowsTakesTheFirstMaximumAndTheFirstNaN) {
       {nan, 9, nan},      // 0
       {-inf, -inf, -inf}, // 0
       {-4, -inf, -0.5},   // 2: the last
+      {7},                // 0: a row of one column
   };
-  const std::vector<int32_t> want = {1, 1, 0, 1, 0, 0, 2};
+  const std::vector<int32_t> want = {1, 1, 0, 1, 0, 0, 2, 0};
   for (DType t : {DType::f32, DType::f16, DType::f64}) {
     SCOPED_TRACE(dtype_name(t));
     for (size_t r = 0; r < rows.size(); ++r) {

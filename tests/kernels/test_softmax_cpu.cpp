@@ -424,21 +424,30 @@ TEST_F(SoftmaxCpu, NllKernelsCheckTheirArguments) {
 // fused_xent's loss reads the label's logit after the row's gradient may have been written, so its
 // gradient may not overlap the logits, in whole or in part; xent_backward's may.
 TEST_F(SoftmaxCpu, XentFusedRefusesAGradientOverTheLogits) {
-  std::vector<float> x(12, 0.5f), stats(8), loss(4);
+  // The logits sit in the middle of a larger buffer, so that a gradient may start before them.
+  std::vector<float> buffer(36, 0.5f), stats(8), loss(4);
+  float* x = buffer.data() + 12;
   std::vector<int32_t> labels = {0, 1, 2, 0};
   k::SoftmaxArgs a;
   a.op = k::SoftmaxOp::xent_fused;
   a.rows = 4;
   a.cols = 3;
-  a.x = x.data();
+  a.x = x;
   a.labels = labels.data();
   a.loss = loss.data();
-  for (void* y : {static_cast<void*>(x.data()), static_cast<void*>(x.data() + 11)}) {
+  // The same buffer, its last logit, and a gradient that starts 11 floats before the logits and ends on
+  // their first: every overlap, whole or in part, at either end.
+  for (float* y : {x, x + 11, x - 11}) {
     a.y = y;
     const std::string e = test::error_of([&] { k::softmax(a); });
     EXPECT_NE(e.find("xent_fused cannot write the gradient over the logits it reads (y overlaps x)"),
               std::string::npos)
         << e;
+  }
+  // Gradients that end where the logits start, or start where they end, touch them without overlapping.
+  for (float* y : {x - 12, x + 12}) {
+    a.y = y;
+    EXPECT_NO_THROW(k::softmax(a)) << "y at x" << (y < x ? "-" : "+") << "12 floats";
   }
   std::vector<float> dx(12);
   a.y = dx.data();
@@ -447,7 +456,7 @@ TEST_F(SoftmaxCpu, XentFusedRefusesAGradientOverTheLogits) {
   a.op = k::SoftmaxOp::xent_forward;
   k::softmax(a);
   a.op = k::SoftmaxOp::xent_backward;
-  a.y = x.data();
+  a.y = x;
   EXPECT_NO_THROW(k::softmax(a));
   for (size_t i = 0; i < 12; ++i) EXPECT_NEAR(x[i], dx[i], 1e-6) << i;  // in place, the same gradient
 }

@@ -151,6 +151,8 @@ TEST(CommonFlags, NumbersAreReadWholeInDecimalAndRefusedByName) {
   EXPECT_EQ(parse("--seed -0", f), "") << "-0 is 0";
   EXPECT_EQ(f.seed, 0u);
   EXPECT_EQ(parse("--seed abc"), "--seed: 'abc' is not a number");
+  EXPECT_EQ(parse("--seed=-"), "--seed: '-' is not a number") << "a sign needs a digit after it";
+  EXPECT_EQ(parse("--epochs=+"), "--epochs: '+' is not a number");
   EXPECT_EQ(parse("--seed 1.5"), "--seed: '1.5' is not an integer (decimal digits only)");
   EXPECT_EQ(parse("--epochs abc"), "--epochs: 'abc' is not a number");
   EXPECT_EQ(parse("--epochs 2.5"), "--epochs: '2.5' is not an integer (decimal digits only)");

@@ -158,4 +158,30 @@ TEST(Tutorial07, BalancedSubsetTakesEveryClassOfAClassSortedSet) {
   EXPECT_EQ(b.num_classes, 4);
 }
 
+// A set of one image is a subset like any other (named as one, its image's shape kept, height and width
+// apart), none per class takes nothing, and labels outside [0, num_classes) are counted nowhere.
+TEST(Tutorial07, BalancedSubsetAndClassCountsOfTinySets) {
+  hl::data::Dataset one;
+  one.images = hl::Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {1, 1, 2, 3});
+  one.labels = hl::Tensor::from_vector(std::vector<int32_t>{2}, {1});
+  one.num_classes = 3;
+  one.name = "one";
+  EXPECT_EQ(hl::tutorial::class_counts(one), (std::vector<int64_t>{0, 0, 1}));
+  const hl::data::Dataset b1 = hl::tutorial::balanced_subset(one, 3);
+  EXPECT_EQ(b1.name, "one[balanced 1]");
+  EXPECT_EQ(b1.images.shape(), (hl::Shape{1, 1, 2, 3}));
+  EXPECT_EQ(b1.images.to_double(), (std::vector<double>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(b1.labels.to_int(), (std::vector<int32_t>{2}));
+  const hl::data::Dataset b0 = hl::tutorial::balanced_subset(one, 0);
+  EXPECT_EQ(b0.size(), 0);
+  EXPECT_EQ(b0.name, "one[balanced 0]");
+
+  EXPECT_EQ(hl::tutorial::class_counts(hl::data::Dataset()), std::vector<int64_t>()) << "no classes, no counts";
+  hl::data::Dataset odd = one;
+  odd.images = hl::Tensor::zeros({4, 1, 1, 1});
+  odd.labels = hl::Tensor::from_vector(std::vector<int32_t>{-1, 3, 0, 2}, {4});
+  EXPECT_EQ(hl::tutorial::class_counts(odd), (std::vector<int64_t>{1, 0, 1}));
+  EXPECT_EQ(hl::tutorial::balanced_subset(odd, 1).labels.to_int(), (std::vector<int32_t>{0, 2})) << "nor taken";
+}
+
 }  // namespace

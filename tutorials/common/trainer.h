@@ -71,11 +71,13 @@ struct TrainOptions {
 void keep_on_device(data::Dataset& train, data::Dataset& test, Device dev);
 
 // The first `per_class` images of every class (fewer where a class has fewer), in class order, on the
-// host. The CIFAR-10 image folder stores the classes one after the other, so a plain subset(0, n) of
-// it is all airplanes: the smoke runs of 07 (--model vgg_small) and 09 take this one instead.
+// host; an image whose label is outside [0, num_classes) is not taken. The CIFAR-10 image folder stores
+// the classes one after the other, so a plain subset(0, n) of it is all airplanes: the smoke runs of 07
+// (--model vgg_small) and 09 take this one instead.
 data::Dataset balanced_subset(const data::Dataset& ds, int64_t per_class);
 
-// How many images of each class `ds` holds (num_classes entries): to say what a subset covers.
+// How many images of each class `ds` holds (num_classes entries): to say what a subset covers. A label
+// outside [0, num_classes) is counted nowhere.
 std::vector<int64_t> class_counts(const data::Dataset& ds);
 
 // The optimizer steps train_epoch runs per epoch on `loader`: its batches, or options.max_steps when fewer.
