@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <future>
 #include <limits>
 #include <utility>
 #include <set>
@@ -54,6 +55,19 @@ void counting_free(void* p) {
 
 struct PoolFixture : ::testing::Test {
   void SetUp() override { g_allocs = g_frees = 0; }
+  // The freed block x of 4096 bytes, now pool `last`'s alone, is not handed to an ordinary tensor
+  // while that pool lives, and serves everyone once it is released. Empties the cache.
+  void expect_reserved_until_released(int last, void* x) {
+    void* y = a.allocate(4096);
+    EXPECT_NE(y, x) << "x went to an ordinary tensor while pool " << last << "'s graph addresses it";
+    a.release_pool(last);
+    void* z = a.allocate(4096);
+    EXPECT_EQ(z, x) << "with pool " << last << " gone, x serves everyone";
+    a.deallocate(y);
+    a.deallocate(z);
+    a.release_cached();
+    EXPECT_EQ(g_frees, g_allocs) << "every block went back to the backend";
+  }
   CachingAllocator a{counting_alloc, counting_free};
 };
 
@@ -150,14 +164,19 @@ TEST_F(PoolFixture, LiveBlocksOfAReleasedPoolBecomeOrdinary) {
 
 // Two graphs alive: a block of graph P that graph Q's recording frees (Q may have read it) stays P's,
 // and is not handed to an ordinary tensor while either graph may still address it: releasing P hands
-// it to Q, and only releasing Q too makes it ordinary. Either order of release.
+// it to Q, and only releasing Q too makes it ordinary. Either order of release, and either order of
+// creation (the first round's Q is pool 1, the first of the allocator).
 TEST_F(PoolFixture, ABlockOfOneGraphFreedWhileAnotherRecordsStaysReservedForBoth) {
+  for (const bool p_made_first : {false, true})
   for (const bool p_first : {true, false}) {
-    const int P = a.create_pool();
+    const int first_made = a.create_pool(), second_made = a.create_pool();
+    const int P = p_made_first ? first_made : second_made, Q = p_made_first ? second_made : first_made;
+    if (!p_made_first && p_first) {
+      ASSERT_EQ(Q, 1);
+    }
     a.begin_pool_capture(P);
     void* x = a.allocate(4096);  // made by P's recording (an output tensor kept outside the step)
     a.end_pool_capture();
-    const int Q = a.create_pool();
     a.begin_pool_capture(Q);
     a.deallocate(x);  // Q's recording reads x, and its last reference dies inside it
     a.end_pool_capture();
@@ -176,6 +195,149 @@ TEST_F(PoolFixture, ABlockOfOneGraphFreedWhileAnotherRecordsStaysReservedForBoth
   }
   EXPECT_EQ(a.stats().current_bytes, 0u);
   EXPECT_EQ(g_frees, g_allocs) << "every block went back to the backend";
+}
+
+// Releasing P leaves Q's blocks Q's, live and cached alike, and makes P's live block ordinary.
+TEST_F(PoolFixture, ReleasingOnePoolLeavesAnothersBlocksAlone) {
+  const int P = a.create_pool(), Q = a.create_pool();
+  a.begin_pool_capture(P);
+  void* p = a.allocate(1000);
+  a.end_pool_capture();
+  a.begin_pool_capture(Q);
+  void* q = a.allocate(2000);
+  a.deallocate(a.allocate(3000));  // a temporary of Q's recording: cached in Q
+  a.end_pool_capture();
+  const size_t r2000 = CachingAllocator::round_size(2000), r3000 = CachingAllocator::round_size(3000);
+  a.release_pool(P);
+  EXPECT_EQ(a.pool_live_bytes(Q), r2000);
+  EXPECT_EQ(a.pool_cached_bytes(Q), r3000);
+  a.deallocate(q);
+  EXPECT_EQ(a.pool_live_bytes(Q), 0u);
+  EXPECT_EQ(a.pool_cached_bytes(Q), r2000 + r3000) << "q went back to Q's cache";
+  void* ordinary = a.allocate(2000);
+  EXPECT_NE(ordinary, q);
+  a.deallocate(p);
+  void* again = a.allocate(1000);
+  EXPECT_EQ(again, p) << "P's live block became ordinary";
+  a.deallocate(again);
+  a.deallocate(ordinary);
+  a.release_pool(Q);
+  a.release_cached();
+  EXPECT_EQ(g_frees, g_allocs);
+}
+
+// Blocks of P that Q's recording freed, taken again by P's next recording and live when P is
+// released: Q's graph still addresses them, so they pass to Q (here pool 1) live, and go back to Q's
+// cache when they are freed. Three of them, so that the release's walk over the pool's blocks must
+// go past the first one it hands over.
+TEST_F(PoolFixture, ALiveBlockSharedWithAnotherPoolPassesToItWhenItsOwnerIsReleased) {
+  const int Q = a.create_pool(), P = a.create_pool();
+  ASSERT_EQ(Q, 1);
+  const std::vector<size_t> sizes = {4096, 8192, 12288};
+  std::vector<void*> xs;
+  size_t total = 0;
+  a.begin_pool_capture(P);
+  for (size_t n : sizes) {
+    xs.push_back(a.allocate(n));
+    total += CachingAllocator::round_size(n);
+  }
+  a.end_pool_capture();
+  a.begin_pool_capture(Q);
+  for (void* x : xs) a.deallocate(x);
+  a.end_pool_capture();
+  a.begin_pool_capture(P);
+  for (size_t i = 0; i < sizes.size(); ++i)
+    EXPECT_EQ(a.allocate(sizes[i]), xs[i]) << "P's recording takes its own cached block first";
+  a.end_pool_capture();
+  a.release_pool(P);
+  EXPECT_EQ(a.pool_live_bytes(Q), total) << "every x is Q's now";
+  for (void* x : xs) a.deallocate(x);
+  EXPECT_EQ(a.pool_cached_bytes(Q), total);
+  std::vector<void*> ordinary;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    ordinary.push_back(a.allocate(sizes[i]));
+    EXPECT_NE(ordinary.back(), xs[i]) << "an x went to an ordinary tensor while Q's graph addresses it";
+  }
+  a.release_pool(Q);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    void* z = a.allocate(sizes[i]);
+    EXPECT_EQ(z, xs[i]);
+    a.deallocate(z);
+    a.deallocate(ordinary[i]);
+  }
+  a.release_cached();
+  EXPECT_EQ(g_frees, g_allocs);
+}
+
+// A block of P shared with two other graphs, Q and R (each recording freed it once): releasing Q
+// forgets Q alone, so R still keeps it from ordinary use after P is released too.
+TEST_F(PoolFixture, ABlockSharedWithTwoPoolsStaysReservedUntilAllAreReleased) {
+  const int P = a.create_pool(), Q = a.create_pool(), R = a.create_pool();
+  a.begin_pool_capture(P);
+  void* x = a.allocate(4096);
+  a.end_pool_capture();
+  for (const int sharer : {Q, R}) {
+    a.begin_pool_capture(sharer);
+    a.deallocate(x);
+    a.end_pool_capture();
+    a.begin_pool_capture(P);  // P's next recording takes x again
+    ASSERT_EQ(a.allocate(4096), x);
+    a.end_pool_capture();
+  }
+  a.release_pool(Q);
+  a.release_pool(P);
+  EXPECT_EQ(a.pool_live_bytes(R), CachingAllocator::round_size(4096)) << "x is R's now";
+  a.deallocate(x);
+  expect_reserved_until_released(R, x);
+}
+
+// A block of P freed by ordinary code goes back to P's cache, and P's next recording takes it again.
+// Shared after that with Q's recording, it still passes to Q when P is released: the free outside any
+// recording made nobody a sharer.
+TEST_F(PoolFixture, ABlockFreedOutsideARecordingThenSharedPassesToTheSharer) {
+  const int P = a.create_pool();
+  a.begin_pool_capture(P);
+  void* x = a.allocate(4096);
+  a.end_pool_capture();
+  a.deallocate(x);  // the output tensor dies in ordinary code
+  EXPECT_EQ(a.pool_cached_bytes(P), CachingAllocator::round_size(4096));
+  a.begin_pool_capture(P);  // P recorded again: its own block first
+  EXPECT_EQ(a.allocate(4096), x);
+  a.end_pool_capture();
+  const int Q = a.create_pool();
+  a.begin_pool_capture(Q);
+  a.deallocate(x);
+  a.end_pool_capture();
+  a.release_pool(P);
+  EXPECT_EQ(a.pool_cached_bytes(Q), CachingAllocator::round_size(4096)) << "x is Q's now";
+  expect_reserved_until_released(Q, x);
+}
+
+// A pool released by one thread while another still records into it (a misuse that release_pool can
+// only refuse on the recording thread itself): a block the recording frees afterwards goes to the
+// common cache, not to a pool that no longer exists (or to another).
+TEST_F(PoolFixture, ABlockFreedIntoAPoolReleasedMeanwhileBecomesOrdinary) {
+  const int pool = a.create_pool();  // pool 1: the first of this allocator
+  ASSERT_EQ(pool, 1);
+  void* x = a.allocate(4096);  // allocated before the recording
+  std::promise<void> recording, released;
+  std::thread recorder([&] {
+    a.begin_pool_capture(pool);
+    recording.set_value();
+    released.get_future().wait();
+    a.deallocate(x);
+    a.end_pool_capture();
+  });
+  recording.get_future().wait();
+  a.release_pool(pool);
+  released.set_value();
+  recorder.join();
+  EXPECT_EQ(a.pool_cached_bytes(pool), 0u) << "the released pool came back";
+  void* y = a.allocate(4096);
+  EXPECT_EQ(y, x) << "x went to the common cache";
+  a.deallocate(y);
+  a.release_cached();
+  EXPECT_EQ(g_frees, g_allocs);
 }
 
 // Out of memory while recording: the backend's free is refused during a recording (runtime::cuda_free

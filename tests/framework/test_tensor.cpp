@@ -590,6 +590,13 @@ TEST(Allocator, OutOfMemoryNamesTheRequestAndTheBlock) {
   const std::string exact = hl::test::error_of([&] { a.allocate(4096); });
   EXPECT_NE(exact.find("out of memory for 4096 bytes, with every cached block given back"), std::string::npos)
       << exact;
+  // From 1 MiB on, the request is also given in MiB; below, it is not.
+  EXPECT_NE(message.find("out of memory for 3145729 bytes (3 MiB), a block of 3670016 bytes"), std::string::npos)
+      << message;
+  const std::string one_mib = hl::test::error_of([&] { a.allocate(size_t(1) << 20); });
+  EXPECT_NE(one_mib.find("out of memory for 1048576 bytes (1 MiB), with every"), std::string::npos) << one_mib;
+  const std::string below = hl::test::error_of([&] { a.allocate((size_t(1) << 20) - 1); });
+  EXPECT_NE(below.find("out of memory for 1048575 bytes, a block of 1048576 bytes"), std::string::npos) << below;
   EXPECT_EQ(a.stats().reserved_bytes, 0u);
   EXPECT_EQ(a.stats().backend_allocs, 0u);
 }

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -166,6 +168,8 @@ TEST(CommonFlags, NumbersAreReadWholeInDecimalAndRefusedByName) {
   EXPECT_EQ(parse("--lr 1e400"), "--lr: '1e400' is out of range (0 to 100)") << "too large, not 'not finite'";
   EXPECT_EQ(parse("--momentum 1.5"), "--momentum: '1.5' is out of range (0 to 1)");
   EXPECT_EQ(parse("--warmup-epochs nan"), "--warmup-epochs: must be a finite number, got 'nan'");
+  errno = ERANGE;  // left by some earlier call: not read as this value's overflow
+  EXPECT_EQ(parse("--lr inf"), "--lr: must be a finite number, got 'inf'");
   // Underflow is a number (strtod rounds it to 0 or a subnormal): accepted, as parse_double does.
   ASSERT_EQ(parse("--lr 1e-400 --momentum 4.9406564584124654e-324", f), "");
   EXPECT_EQ(f.lr, 0.0);
@@ -174,6 +178,39 @@ TEST(CommonFlags, NumbersAreReadWholeInDecimalAndRefusedByName) {
   ASSERT_EQ(parse("--lr 0.1 --momentum 0.30000000000000004", f), "");
   EXPECT_EQ(f.lr, 0.1);
   EXPECT_EQ(f.momentum, 0.30000000000000004);
+  // Just above the midpoint of 1 and the next double: strtod rounds up, while strtold lands on the
+  // midpoint exactly (it has 64 bits), and the double of that rounds to even, down to 1.
+  ASSERT_EQ(parse("--lr 1.000000000000000111022302462515654042363166809082031251", f), "");
+  EXPECT_EQ(f.lr, std::nextafter(1.0, 2.0));
+}
+
+// integer_in with a lower bound below zero (no shared flag has one, a program's own flag may): each
+// bound accepted, one past it refused, down to INT64_MIN, whose magnitude int64_t cannot hold.
+TEST(CommonFlags, IntegerInTakesNegativeLowerBounds) {
+  const auto parse_in = [](int64_t lo, uint64_t hi, const std::string& value, int64_t& n) -> std::string {
+    CLI::App app("test");
+    app.add_option("--n", n)->transform(hl::tutorial::integer_in("INT", lo, hi));
+    try {
+      app.parse("--n=" + value, false);
+      return "";
+    } catch (const CLI::ParseError& e) {
+      return e.what();
+    }
+  };
+  int64_t n = 99;
+  for (const auto& [value, want] : std::vector<std::pair<std::string, int64_t>>{
+           {"-5", -5}, {"-1", -1}, {"-0", 0}, {"0", 0}, {"5", 5}}) {
+    EXPECT_EQ(parse_in(-5, 5, value, n), "") << value;
+    EXPECT_EQ(n, want) << value;
+  }
+  for (const char* bad : {"-6", "6", "-18446744073709551615"})
+    EXPECT_EQ(parse_in(-5, 5, bad, n), std::string("--n: '") + bad + "' is out of range (-5 to 5)") << bad;
+  const int64_t min = std::numeric_limits<int64_t>::min();
+  ASSERT_EQ(parse_in(min, 0, "-9223372036854775808", n), "");
+  EXPECT_EQ(n, min);
+  EXPECT_EQ(parse_in(min, 0, "-9223372036854775809", n),
+            "--n: '-9223372036854775809' is out of range (-9223372036854775808 to 0)");
+  EXPECT_EQ(parse_in(min, 0, "1", n), "--n: '1' is out of range (-9223372036854775808 to 0)");
 }
 
 // --loss-scale exists only on tutorials with more than one precision, and its value is checked by
@@ -273,6 +310,20 @@ TEST(CliCheckWritable, RefusesWhatCannotBeWrittenAndLeavesNothingBehind) {
   }
   // Written in place, an existing file need only be writable itself (--csv /dev/stdout works for anyone).
   EXPECT_EQ(check("--csv", "/dev/null", WrittenBy::stream), "(no error)");
+  // A file system where no file can be made, which even root cannot write to: an existing file there
+  // can still be written in place, but not replaced through a temporary file beside it.
+  ASSERT_TRUE(fs::exists("/proc/self/comm"));
+  EXPECT_EQ(check("--csv", "/proc/self/comm", WrittenBy::stream), "(no error)");
+  EXPECT_TRUE(check("--save", "/proc/self/comm", WrittenBy::atomic_replace)
+                  .starts_with("--save: cannot write /proc/self/comm: cannot create a file in /proc/self: "));
+  // Started with stdin closed, the temporary file gets descriptor 0: a file like any other.
+  const int saved_stdin = ::dup(0);
+  ASSERT_GE(saved_stdin, 0);
+  ::close(0);
+  const std::string with_stdin_closed = check("--save", dir / "new.safetensors", WrittenBy::atomic_replace);
+  ASSERT_EQ(::dup2(saved_stdin, 0), 0);
+  ::close(saved_stdin);
+  EXPECT_EQ(with_stdin_closed, "(no error)");
   // Permissions (root writes anywhere: not checked then).
   if (geteuid() != 0) {
     fs::create_directories(dir / "locked");
