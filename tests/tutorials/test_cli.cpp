@@ -178,8 +178,8 @@ TEST(CommonFlags, NumbersAreReadWholeInDecimalAndRefusedByName) {
   ASSERT_EQ(parse("--lr 0.1 --momentum 0.30000000000000004", f), "");
   EXPECT_EQ(f.lr, 0.1);
   EXPECT_EQ(f.momentum, 0.30000000000000004);
-  // Just above the midpoint of 1 and the next double: strtod rounds up, while strtold lands on the
-  // midpoint exactly (it has 64 bits), and the double of that rounds to even, down to 1.
+  // Just above the midpoint of 1 and the next double: strtod rounds up, while x86's strtold lands on
+  // the midpoint exactly (its long double has 64 bits), and the double of that rounds to even, to 1.
   ASSERT_EQ(parse("--lr 1.000000000000000111022302462515654042363166809082031251", f), "");
   EXPECT_EQ(f.lr, std::nextafter(1.0, 2.0));
 }
@@ -310,19 +310,20 @@ TEST(CliCheckWritable, RefusesWhatCannotBeWrittenAndLeavesNothingBehind) {
   }
   // Written in place, an existing file need only be writable itself (--csv /dev/stdout works for anyone).
   EXPECT_EQ(check("--csv", "/dev/null", WrittenBy::stream), "(no error)");
-  // A file system where no file can be made, which even root cannot write to: an existing file there
-  // can still be written in place, but not replaced through a temporary file beside it.
+  // A folder where no file can be made, not even by root (/proc): an existing file there can still be
+  // written in place, but not replaced through a temporary file beside it.
   ASSERT_TRUE(fs::exists("/proc/self/comm"));
   EXPECT_EQ(check("--csv", "/proc/self/comm", WrittenBy::stream), "(no error)");
   EXPECT_TRUE(check("--save", "/proc/self/comm", WrittenBy::atomic_replace)
                   .starts_with("--save: cannot write /proc/self/comm: cannot create a file in /proc/self: "));
   // Started with stdin closed, the temporary file gets descriptor 0: a file like any other.
-  const int saved_stdin = ::dup(0);
-  ASSERT_GE(saved_stdin, 0);
-  ::close(0);
+  const int saved_stdin = ::dup(0);  // -1 when this process was started with stdin closed already
+  if (saved_stdin >= 0) ::close(0);
   const std::string with_stdin_closed = check("--save", dir / "new.safetensors", WrittenBy::atomic_replace);
-  ASSERT_EQ(::dup2(saved_stdin, 0), 0);
-  ::close(saved_stdin);
+  if (saved_stdin >= 0) {
+    ASSERT_EQ(::dup2(saved_stdin, 0), 0);
+    ::close(saved_stdin);
+  }
   EXPECT_EQ(with_stdin_closed, "(no error)");
   // Permissions (root writes anywhere: not checked then).
   if (geteuid() != 0) {
