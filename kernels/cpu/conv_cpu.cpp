@@ -17,6 +17,7 @@
 #include <omp.h>
 
 #include "kernels/conv.h"
+#include "kernels/cpu/conv_cpu_plan.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/gemm.h"
 
@@ -158,13 +159,8 @@ HL_REGISTER_VARIANT(ConvArgs, {"reference", DeviceType::cpu, 0, "direct loops, f
 //   backward_data    dX_col     = W[k, crs]^T * dY[k, npq], col2im        gemm TN
 //   backward_weight  dW[k, crs] += dY[k, npq] * X_col[crs, npq]^T         gemm NT, beta 1 across chunks
 // X_col costs C*R*S*P*Q values per image (25x the input for a 5x5 kernel): that memory traffic is what
-// the implicit-GEMM rung on the GPU avoids. Chunks keep it to a few MiB here.
-
-// Chunks are small on purpose: X_col of one chunk and the GEMM's packed copy of it (kernels/cpu/
-// gemm_cpu.cpp packs B before use) should both stay in the core's L2 cache (1-2 MiB on current x86).
-// With 16 MiB chunks (the first version) every im2col write, packing read and packing write went to
-// L3 or DRAM: a third of LeNet's CPU time (docs/performance.md, "CPU path").
-constexpr int64_t kColBudget = int64_t{1} << 17;  // elements of X_col per chunk (512 KiB in f32)
+// the implicit-GEMM rung on the GPU avoids. Chunks keep it small here (conv_plan::kColBudget, in
+// kernels/cpu/conv_cpu_plan.h).
 
 // The output positions q in [q0, q1) whose tap s reads inside the row, i.e. 0 <= q*stride - pad + s < W;
 // the others read the zero padding. Computing the range once per row replaces a bounds test per element
@@ -318,21 +314,8 @@ T* conv_scratch(int64_t count) {
 // Im2colGivesTheSameBitsAtEveryThreadCount): forward and backward-data chunks write disjoint parts of
 // the output; the weight gradient, which sums over every chunk, sums in groups fixed by the shapes
 // alone. Group g adds its chunks in order (the GEMM's beta = 1 adds one chunk's complete product to
-// the running sum), then the groups are added in order.
-constexpr int64_t kGroupBudget = int64_t{1} << 20;  // elements of all groups' partial dW (4 MiB in f32)
-constexpr int64_t kMaxGroups = 64;
-
-// How many groups the weight gradient's sum over n_chunks chunks uses: as many as chunks (up to 64),
-// within the memory budget for the partial sums. One group is the plain running sum.
-int64_t weight_groups(int64_t n_chunks, int64_t dw_size) {
-  return std::clamp<int64_t>(kGroupBudget / std::max<int64_t>(dw_size, 1), 1, std::min(n_chunks, kMaxGroups));
-}
-
-// Work shared out chunk by chunk only when every thread gets at least two units (for balance).
-bool share_by_chunk(int64_t units) {
-  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  return threads > 1 && units >= 2 * threads;
-}
+// the running sum), then the groups are added in order. The budgets and the rule for sharing are in
+// kernels/cpu/conv_cpu_plan.h.
 
 // One thread's working buffers for one chunk (kept across calls, see conv_scratch).
 template <class S, class A>
@@ -366,7 +349,7 @@ struct ChunkBuffers {
 // threads, each with its own buffers, when there are enough units; else in turn on this thread.
 template <class S, class A, class F>
 void for_each_unit(const ConvArgs& a, int64_t nb_max, int64_t units, const F& work) {
-  if (share_by_chunk(units)) {
+  if (conv_plan::share_by_chunk(units, omp_in_parallel() ? 1 : omp_get_max_threads())) {
 #pragma omp parallel
     {
       const ChunkBuffers<S, A> b(a, nb_max);
@@ -386,7 +369,7 @@ void im2col_typed(const ConvArgs& a) {
   constexpr DType acc_type = std::is_same_v<A, double> ? DType::f64 : DType::f32;
   const int64_t N = a.N, C = a.C, H = a.H, W = a.W, K = a.K, CRS = a.C * a.R * a.S, PQ = a.P() * a.Q();
   const int64_t CHW = C * H * W;
-  const int64_t nb_max = std::clamp<int64_t>(kColBudget / std::max<int64_t>(CRS * PQ, 1), 1, N);
+  const int64_t nb_max = conv_plan::chunk_images(N, CRS * PQ);
   const int64_t n_chunks = (N + nb_max - 1) / nb_max;
 
   const A beta = static_cast<A>(a.beta);
@@ -445,7 +428,7 @@ void im2col_typed(const ConvArgs& a) {
   }
 
   // Backward weight: group g sums chunks [first(g), first(g + 1)) into its own K x CRS block.
-  const int64_t KCRS = K * CRS, groups = weight_groups(n_chunks, KCRS);
+  const int64_t KCRS = K * CRS, groups = conv_plan::weight_groups(n_chunks, KCRS);
   const auto first = [&](int64_t g) { return g * n_chunks / groups; };
   A* sums = conv_scratch<A, 4>(groups * KCRS);
   const auto run_group = [&](const ChunkBuffers<S, A>& b, int64_t group) {

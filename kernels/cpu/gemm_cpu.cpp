@@ -22,6 +22,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/gemm_cpu_plan.h"
 #include "kernels/gemm.h"
 #include "kernels/half.h"
 
@@ -326,26 +327,9 @@ bool cpu_has_avx512() {
 #endif
 
 // ---- cache blocking ------------------------------------------------------------------------------
-// kc: depth of one packed block; a kc x NR sliver of B (32 KiB at kc = 256 with NR = 32) stays in L1
-//     while every sliver of A passes by. K is split into equal blocks so none is a thin tail.
-// mc: rows of A per task (mc x kc floats = 96 KiB: in L2 next to the B slivers).
-// nt: columns of C per task; with mc it sets the task size (enough tasks to balance two threads on
-//     the training shapes; big enough that re-packing A once per task is cheap).
-// nc: columns of B packed at once, all of K: as many as fit in kMaxPackedB values (16 MiB of f32),
-//     but at least one task's worth. The packed copy is kept for the next call (see scratch()).
-constexpr int64_t kMaxKC = 256;
-constexpr int64_t kMaxMC = 96;   // rounded to a multiple of MR
-constexpr int64_t kMaxNT = 256;  // rounded to a multiple of NR
-constexpr int64_t kMaxPackedB = int64_t{1} << 22;
-// Below this many multiply-adds, starting threads costs more than it saves.
-constexpr int64_t kMinParallelWork = int64_t{1} << 20;
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
-// Split n into equal blocks of at most max_block, each a multiple of unit (the last may be shorter).
-int64_t even_block(int64_t n, int64_t max_block, int64_t unit) {
-  return round_up(ceil_div(n, ceil_div(n, max_block)), unit);
-}
+// The block sizes and the budgets behind them are in kernels/cpu/gemm_cpu_plan.h (gemm_plan::blocking).
+namespace gemm_plan = cpu::gemm_plan;
+using gemm_plan::ceil_div;
 
 // Scratch memory that grows and is kept, so a training loop does not page-fault fresh buffers on
 // every step. One set per thread (the OpenMP workers live as long as the program); 64-byte aligned
@@ -472,18 +456,15 @@ void blocked_typed(const GemmArgs& g) {
   constexpr int NR = Kernel::NR;
   const int64_t M = g.M, N = g.N, K = g.K;
 
-  const int64_t kc_step = even_block(K, kMaxKC, 1);
-  const int64_t k_blocks = ceil_div(K, kc_step);
-  const int64_t mc_step = even_block(M, kMaxMC, MR);
-  const int64_t nt_step = even_block(N, kMaxNT, NR);
-  const int64_t nc_step = std::min(round_up(N, nt_step), std::max<int64_t>(1, kMaxPackedB / K / nt_step) * nt_step);
-  const int64_t m_tasks = ceil_div(M, mc_step);
+  const gemm_plan::Blocking plan = gemm_plan::blocking(M, N, K, MR, NR);
+  const int64_t kc_step = plan.kc_step, k_blocks = plan.k_blocks, mc_step = plan.mc_step, m_tasks = plan.m_tasks;
+  const int64_t nt_step = plan.nt_step, nc_step = plan.nc_step;
 
   // The packed panel of op(B): for each kc block, nc / NR slivers of kc x NR, one after another.
-  T* b_pack = scratch<T>(kPackedB, K * round_up(std::min(nc_step, N), NR));
+  T* b_pack = scratch<T>(kPackedB, plan.packed_b);
   const Epilogue<T> epilogue(g);
 
-#pragma omp parallel if (M * N * K >= kMinParallelWork && !omp_in_parallel())  // a conv may run one GEMM per thread
+#pragma omp parallel if (plan.parallel && !omp_in_parallel())  // a conv may run one GEMM per thread
   {
     T* a_pack = scratch<T>(kPackedA, mc_step * kc_step);
     T* partial = k_blocks > 1 ? scratch<T>(kPartialC, mc_step * nt_step) : nullptr;

@@ -475,6 +475,14 @@ TEST(GemmCpuRegistry, VariantsAreListedInPriorityOrderWithTheReferenceLast) {
   for (const std::string& name : GemmRegistry::instance().names(DeviceType::cpu))
     if (std::find(ladder.begin(), ladder.end(), name) != ladder.end()) listed.push_back(name);
   EXPECT_EQ(listed, ladder);
+  // Strictly: two rungs of one priority would be listed, and chosen, in the order their static
+  // initializers happened to register them.
+  for (size_t i = 0; i + 1 < ladder.size(); ++i) {
+    const auto* higher = GemmRegistry::instance().find(ladder[i], DeviceType::cpu);
+    const auto* lower = GemmRegistry::instance().find(ladder[i + 1], DeviceType::cpu);
+    ASSERT_TRUE(higher != nullptr && lower != nullptr) << ladder[i] << ", " << ladder[i + 1];
+    EXPECT_GT(higher->priority, lower->priority) << ladder[i] << " over " << ladder[i + 1];
+  }
 }
 
 TEST(GemmCpuRegistry, ListsReferenceAndBlockedAndPicksBlocked) {
