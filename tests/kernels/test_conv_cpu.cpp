@@ -144,6 +144,30 @@ TEST(ConvCpuRegistry, ReferenceAndIm2colAreRegisteredAndIm2colIsTheDefault) {
   EXPECT_EQ(ConvRegistry::instance().select(a).name, "im2col");
 }
 
+// Each CPU variant declines an integer type on either side alone, and takes every float pair. conv()
+// refuses i32 before it asks (kernels/conv.cpp), so only the variants' own answers can show this.
+TEST(ConvCpuRegistry, VariantsDeclineAnIntegerOnEitherSide) {
+  ConvArgs a = ConvShape{1, 1, 5, 5, 2, 3, 3, 1, 1, 0, 0}.args();
+  for (const std::string& name : cpu_variants()) {
+    const auto* v = ConvRegistry::instance().find(name, DeviceType::cpu);
+    ASSERT_NE(v, nullptr) << name;
+    ASSERT_NE(v->unsupported, nullptr) << name;
+    for (const DtypeCase& dt : kDtypes) {
+      a.in_type = dt.in;
+      a.out_type = dt.out;
+      EXPECT_EQ(v->unsupported(a), nullptr) << name;
+    }
+    for (const DtypeCase& dt : {DtypeCase{DType::f16, DType::i32}, DtypeCase{DType::i32, DType::f32},
+                                DtypeCase{DType::i32, DType::i32}}) {
+      a.in_type = dt.in;
+      a.out_type = dt.out;
+      const char* why = v->unsupported(a);
+      ASSERT_NE(why, nullptr) << name << " " << dtype_name(dt.in) << " -> " << dtype_name(dt.out);
+      EXPECT_STREQ(why, "the CPU computes f16, f32 and f64 only") << name;
+    }
+  }
+}
+
 // im2col and col2im copy the valid interior of each row as one run and fill only the padding with
 // zeros, from a column range [q0, q1) computed per tap (kernels/cpu/conv_cpu.cpp, valid_q). These
 // shapes put that range at its edges: padding as wide as the kernel (whole rows and columns of

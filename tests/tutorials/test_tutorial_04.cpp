@@ -52,9 +52,20 @@ TEST(Tutorial04, SmokeRunChecksEveryCpuVariant) {
       ASSERT_GE(f.size(), 4u) << shape << " / " << v << "\n" << out;
       EXPECT_EQ(f[1], "yes") << shape << " / " << v << "\n" << out;
       EXPECT_LE(std::stod(f[0]), 1e-4) << shape << " / " << v;
+      // FP32 accumulation is never exact against float64 on random data: an error of 0 would mean the
+      // comparison compared nothing.
+      EXPECT_GT(std::stod(f[0]), 0.0) << shape << " / " << v;
       EXPECT_GT(std::stod(f[3]), 0.0) << shape << " / " << v << ": TFLOP/s";
+      // TFLOP/s = 2MNK / time, from the row's own M, N, K and ms: within the rounding of the printed ms
+      // (4 decimals) and TFLOP/s (3 digits).
+      const auto w = row(out, shape, v);
+      const auto at = static_cast<size_t>(std::find(w.begin(), w.end(), v) - w.begin());
+      const double flops = 2 * std::stod(w[at - 3]) * std::stod(w[at - 2]) * std::stod(w[at - 1]);
+      const double ms = std::stod(f[2]), tflops = std::stod(f[3]);
+      EXPECT_NEAR(tflops, flops / (ms * 1e-3) / 1e12, tflops * (0.006 + 0.00006 / ms)) << shape << " / " << v;
     }
   }
+  EXPECT_NE(out.find("\ninputs f16, C f32, FP32 accumulation"), std::string::npos) << out;  // the default
   // The reference and the default blocked GEMM always run.
   EXPECT_EQ(after(row(out, "MLP fc1 forward", "reference"), "reference").at(1), "yes") << out;
   EXPECT_EQ(after(row(out, "MLP fc1 forward", "blocked"), "blocked").at(1), "yes") << out;
@@ -69,6 +80,48 @@ TEST(Tutorial04, GemmFlagPicksOneVariantAndRefusesUnknownNames) {
   EXPECT_NE(bad_status, 0);
   EXPECT_NE(bad.find("--gemm: no variant 'no_such_gemm'"), std::string::npos) << bad;
   EXPECT_NE(bad.find("reference"), std::string::npos) << bad;  // the known names are listed
+}
+
+// --f32-inputs hands the variants f32 A and B (the same FP16-rounded values, so the same checks pass);
+// every CPU variant takes them.
+TEST(Tutorial04, F32InputsFlagChangesTheInputType) {
+  const auto [status, out] = run04("--smoke --device cpu --f32-inputs");
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("\ninputs f32, C f32, FP32 accumulation"), std::string::npos) << out;
+  for (const std::string& v : hl::kernels::GemmRegistry::instance().names(hl::DeviceType::cpu)) {
+    const auto f = after(row(out, "MLP fc1 forward", v), v);
+    ASSERT_FALSE(f.empty()) << v << " missing:\n" << out;
+    if (f[0] == "declines:") continue;  // an instruction set this CPU lacks
+    ASSERT_GE(f.size(), 4u) << v << "\n" << out;
+    EXPECT_EQ(f[1], "yes") << v << "\n" << out;
+  }
+}
+
+// Without --smoke the CPU runs two more shapes, among them the weight gradient's A^T * B (the only
+// transposed A, so the float64 reference's transposed indexing is checked only here). One variant
+// keeps it short.
+TEST(Tutorial04, FullRunChecksTheWeightGradientLayout) {
+  const auto [status, out] = run04("--device cpu --gemm blocked");
+  ASSERT_EQ(status, 0) << out;
+  for (const std::string shape : {"square 64", "MLP fc1 forward", "MLP fc1 weight grad", "square 512"}) {
+    const auto f = after(row(out, shape, "blocked"), "blocked");
+    ASSERT_GE(f.size(), 4u) << shape << "\n" << out;
+    EXPECT_EQ(f[1], "yes") << shape << "\n" << out;
+    EXPECT_LE(std::stod(f[0]), 1e-4) << shape;
+  }
+  EXPECT_EQ(row(out, "MLP fc1 weight grad", "blocked").at(4), "TN") << out;  // after the 4 words of the name
+}
+
+// A CUDA name given with --device cuda on a machine without a GPU is dropped with a notice (not
+// refused), and every CPU variant runs instead.
+TEST(Tutorial04, CudaNameAfterAFallbackRunsTheCpuVariants) {
+  if (hl::runtime::cuda_available()) GTEST_SKIP() << "a GPU is present: --device cuda does not fall back";
+  const auto [status, out] = run04("--smoke --device cuda --gemm wmma");
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("--gemm wmma is a CUDA variant, and this run is on the CPU: ignored"), std::string::npos)
+      << out;
+  for (const std::string& v : hl::kernels::GemmRegistry::instance().names(hl::DeviceType::cpu))
+    EXPECT_FALSE(row(out, "square 64", v).empty()) << v << " missing:\n" << out;
 }
 
 // The chapter's list of flags: the program trains nothing, so --precision takes only fp16 (FP32 inputs

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,31 @@ TEST(Tutorial05, SmokeRunPrintsTheComparisonTable) {
   const double ratio = std::stod(out.substr(at + key.size()));
   EXPECT_GE(ratio, 0.49) << out;
   EXPECT_LE(ratio, 0.55) << out;
+  // The table's numbers, row by row: every run took time; fp32's activations are MLP-512's four hidden
+  // outputs and its logits for 128 images, 128 x (4 x 512 + 10) floats = 1.005 MiB (plus the loss's few
+  // bytes and the allocator's rounding); its peak holds at least the 669,706 f32 weights, their gradients
+  // and SGD's momentum, 3 x 2.55 MiB (12.7 MiB measured with the activations and the batch).
+  std::istringstream table(out.substr(out.find("| run |")));
+  std::string line;
+  std::getline(table, line);  // the header
+  std::getline(table, line);  // |---|
+  int table_rows = 0;
+  while (std::getline(table, line) && line.rfind("| ", 0) == 0) {
+    std::vector<std::string> cells;
+    std::istringstream cols(line);
+    for (std::string c; std::getline(cols, c, '|');) cells.push_back(c);
+    ASSERT_EQ(cells.size(), 10u) << line;  // "" before the first '|', then 9 columns
+    ++table_rows;
+    EXPECT_GT(std::stod(cells[6]), 0.0) << "s/epoch: " << line;
+    EXPECT_GT(std::stod(cells[7]), 0.0) << "peak memory: " << line;
+    if (cells[1] == " fp32 ") {
+      EXPECT_GE(std::stod(cells[8]), 1.0) << "activations: " << line;
+      EXPECT_LE(std::stod(cells[8]), 1.1) << "activations: " << line;
+      EXPECT_GE(std::stod(cells[7]), 7.6) << "peak memory: " << line;
+      EXPECT_LE(std::stod(cells[7]), 32.0) << "peak memory: " << line;
+    }
+  }
+  EXPECT_EQ(table_rows, 4) << out;
 }
 
 TEST(Tutorial05, LenetSmokeRunPrintsTheSameTable) {
@@ -214,9 +240,22 @@ TEST(Tutorial05, SingleConfigurationAndBadFlags) {
   auto [s4, o4] = run05("--warmup-epochs -1");
   EXPECT_NE(s4, 0);
   EXPECT_NE(o4.find("--warmup-epochs"), std::string::npos) << o4;
-  // --max-steps counts steps: 0 would train nothing and -7 used to mean the whole epoch, both silently.
-  for (const char* bad : {"0", "-7"}) {
-    auto [s5, o5] = run05(std::string("--max-steps ") + bad);
+  // --max-steps counts steps: 0 would train nothing and -7 used to mean the whole epoch, both silently;
+  // 2^40 + 1 is past the cap (far above any run, far below int64's end). A missing --data folder makes
+  // an accepted value fail fast, and without naming the flag.
+  // Five epochs unless --epochs says otherwise (the chapter's table).
+  auto [s6, o6] = run05("--help");
+  EXPECT_EQ(s6, 0) << o6;
+  const size_t epochs = o6.find("--epochs");
+  ASSERT_NE(epochs, std::string::npos) << o6;
+  const std::string epochs_line = o6.substr(epochs, o6.find('\n', epochs) - epochs);
+  EXPECT_TRUE(epochs_line.size() >= 2 && epochs_line.substr(epochs_line.size() - 2) == "=5") << epochs_line;
+  // An error after the flags (here: no data) is reported and exits non-zero.
+  auto [s7, o7] = run05("--smoke --device cpu --data /nonexistent/halfling");
+  EXPECT_NE(s7, 0) << o7;
+  EXPECT_NE(o7.find("/nonexistent/halfling"), std::string::npos) << o7;
+  for (const char* bad : {"0", "-7", "1099511627777"}) {
+    auto [s5, o5] = run05(std::string("--data /nonexistent/halfling --max-steps ") + bad);
     EXPECT_NE(s5, 0) << bad;
     EXPECT_NE(o5.find("--max-steps"), std::string::npos) << o5;
   }

@@ -57,6 +57,8 @@ class Tutorial06 : public ::testing::Test {
   void exact_and_binned_fractions_agree();
   void injected_overflow_is_skipped();
   void top_binades_are_empty();
+  void histogram_table_adds_up();
+  void scale_table_shows_the_changes();
   static std::string data_, out_dir_;
   static std::pair<int, std::string> result_;
 };
@@ -114,7 +116,7 @@ void Tutorial06::exact_and_binned_fractions_agree() {
 
 void Tutorial06::injected_overflow_is_skipped() {
   const std::string st = line_with(out(), "static (static:1024):");
-  EXPECT_TRUE(contains(st, "1 of 16 steps skipped")) << out();
+  EXPECT_TRUE(contains(st, "static (static:1024): 1 of 16 steps skipped")) << out();
   EXPECT_TRUE(contains(out(), "step 5: inf in the gradient -> step skipped, weights and master weights unchanged, "
                               "scale 1024 (2^10) -> 1024 (2^10)"))
       << out();
@@ -171,6 +173,79 @@ void Tutorial06::top_binades_are_empty() {
   EXPECT_EQ(15 - top_all, 23) << "empty binades from 2^" << top_all + 1 << " to 2^16";
 }
 
+// Section 1's table, printed as "  %-16s %7.2f%%  %-41s %-10s %s" (label, percent, bar, fate at S=1,
+// fate at the static S): the percentages add up to 100, each bar is as long as its share of the tallest
+// bin (40 '#'), a share too small for one '#' shows '.', and the folded tail below 2^-25 is "-> 0" at S=1
+// (everything under half the smallest subnormal is flushed).
+void Tutorial06::histogram_table_adds_up() {
+  struct Row {
+    std::string label, bar, fate1, fate_s;
+    double pct;
+  };
+  std::vector<Row> rows;
+  std::istringstream in(out().substr(out().find("  |gradient|")));
+  std::string line;
+  std::getline(in, line);  // the header
+  while (std::getline(in, line) && !line.empty()) {
+    if (line.rfind("  -------------", 0) == 0) continue;  // FP16's limits, marked between the rows
+    if (line.rfind("  inf or NaN", 0) == 0) {  // a share, no bar and no fate
+      rows.push_back({"inf or NaN", "", "", "", std::stod(line.substr(19, 7))});
+      continue;
+    }
+    ASSERT_GE(line.size(), 72u) << line;
+    ASSERT_EQ(line[26], '%') << line;
+    const auto trim = [](std::string t) { return t.erase(t.find_last_not_of(' ') + 1); };
+    rows.push_back({trim(line.substr(2, 16)), trim(line.substr(29, 41)), trim(line.substr(71, 10)), line.substr(82),
+                    std::stod(line.substr(19, 7))});
+  }
+  ASSERT_GE(rows.size(), 10u) << out();
+  double sum = 0, peak = 0;
+  for (const Row& r : rows) {
+    sum += r.pct;
+    if (r.label.rfind("[2^", 0) == 0) peak = std::max(peak, r.pct);
+  }
+  EXPECT_NEAR(sum, 100.0, 0.005 * static_cast<double>(rows.size())) << out();  // each rounded to 0.01
+  bool tail_row = false;
+  for (const Row& r : rows) {
+    if (r.label == "inf or NaN") continue;
+    const auto hashes = static_cast<double>(std::count(r.bar.begin(), r.bar.end(), '#'));
+    if (r.pct > peak) {
+      EXPECT_EQ(r.bar, std::string(40, '#') + ">") << r.label;  // the zero bin, taller than the scale
+    } else if (r.pct > 0 && 40 * r.pct / peak < 0.5) {
+      EXPECT_EQ(r.bar, ".") << r.label;
+    } else {
+      EXPECT_NEAR(hashes, 40 * r.pct / peak, 0.6) << r.label << " " << r.bar;  // rounded, from rounded shares
+    }
+    if (r.label.rfind("< 2^", 0) == 0) {
+      tail_row = true;
+      EXPECT_EQ(r.fate1, "-> 0") << r.label;
+    }
+  }
+  EXPECT_TRUE(tail_row) << "the smoke run's smallest gradients are folded into one row:\n" << out();
+  EXPECT_EQ(rows[0].label, "exactly 0");
+}
+
+// Section 2's table of the scale in force: the first and the last step, and every step where a scale
+// changed or a step was skipped, each with its event.
+void Tutorial06::scale_table_shows_the_changes() {
+  const size_t begin = out().find("The scale in force at each step");
+  ASSERT_NE(begin, std::string::npos) << out();
+  const std::string table = out().substr(begin, out().find("\n\n", begin) - begin);
+  std::vector<std::string> lines;
+  std::istringstream in(table);
+  for (std::string line; std::getline(in, line);) lines.push_back(line.erase(line.find_last_not_of(' ') + 1));
+  const std::vector<std::string> want = {
+      "The scale in force at each step (rows where something changed):",
+      "      step  static             dynamic            event",
+      "         1  1024 (2^10)        65536 (2^16)",
+      "         5  1024 (2^10)        131072 (2^17)      skipped: static dynamic (injected inf)",
+      "         6  1024 (2^10)        65536 (2^16)       dynamic backed off after the overflow",
+      "        10  1024 (2^10)        131072 (2^17)      dynamic grew after a run of clean steps",
+      "        14  1024 (2^10)        262144 (2^18)      dynamic grew after a run of clean steps",
+      "        16  1024 (2^10)        262144 (2^18)"};
+  EXPECT_EQ(lines, want) << out();
+}
+
 // One test over one smoke run (CTest runs each test in its own process: three tests would train three
 // times).
 TEST_F(Tutorial06, SmokeRun) {
@@ -190,6 +265,14 @@ TEST_F(Tutorial06, SmokeRun) {
     SCOPED_TRACE("the top of FP16's range is empty");
     top_binades_are_empty();
   }
+  {
+    SCOPED_TRACE("the histogram's table adds up");
+    histogram_table_adds_up();
+  }
+  {
+    SCOPED_TRACE("the scale table shows every change");
+    scale_table_shows_the_changes();
+  }
 }
 
 TEST(Tutorial06Flags, MixedHistogramRunAndBadFlags) {
@@ -201,6 +284,7 @@ TEST(Tutorial06Flags, MixedHistogramRunAndBadFlags) {
   // Without --csv the log is <--out>/training.csv. The mixed histogram run's label holds a comma: quoted, it
   // stays one field (unquoted, it shifted the row and scripts/plot.py refused the file).
   const auto training = read_csv(fs::path(out_dir) / "training.csv");
+  const auto histogram = read_csv(fs::path(out_dir) / "histogram.csv");
   fs::remove_all(out_dir);
   ASSERT_EQ(status, 0) << out;
   ASSERT_EQ(training.size(), 4u) << out;
@@ -210,6 +294,17 @@ TEST(Tutorial06Flags, MixedHistogramRunAndBadFlags) {
   EXPECT_TRUE(contains(out, "Activation gradients of a mixed-precision training run")) << out;
   EXPECT_TRUE(contains(out, "from 4 training steps")) << out;  // steps 1, 5, 9, 13
   EXPECT_TRUE(contains(out, "static (static:1024): 0 of 16 steps skipped")) << out;
+  // The hooks see gradients multiplied by the scale, 1024; the histogram holds them divided by it again.
+  // Then the largest are the logits' below 1/128 = 2^-7, as in the fp32 run (top_binades_are_empty):
+  // bin -8, or -7 if FP16 rounded one up to 2^-7 exactly. Multiplied twice they would reach 2^12.
+  int top = -1000;
+  for (size_t i = 1; i < histogram.size(); ++i) {
+    ASSERT_EQ(histogram[i].size(), 6u);
+    if (histogram[i][0] == "all" && histogram[i][1] != "zero" && std::stoll(histogram[i][2]) > 0)
+      top = std::max(top, std::stoi(histogram[i][1]));
+  }
+  EXPECT_GE(top, -8) << out;
+  EXPECT_LE(top, -7) << out;
 
   auto [s1, o1] = run06("--loss-scale dynamic");
   EXPECT_NE(s1, 0);
@@ -223,6 +318,15 @@ TEST(Tutorial06Flags, MixedHistogramRunAndBadFlags) {
   auto [s4, o4] = run06("--precision fp16");
   EXPECT_NE(s4, 0);
   EXPECT_TRUE(contains(o4, "--precision")) << o4;
+  // The shared flags are applied: a variant that does not exist is refused before any data loads.
+  auto [s5, o5] = run06("--gemm no_such_gemm");
+  EXPECT_NE(s5, 0);
+  EXPECT_TRUE(contains(o5, "--gemm: no variant 'no_such_gemm'")) << o5;
+  // One epoch per run unless --epochs says otherwise.
+  auto [s6, o6] = run06("--help");
+  EXPECT_EQ(s6, 0) << o6;
+  const std::string epochs = line_with(o6, "--epochs");
+  EXPECT_TRUE(epochs.size() >= 2 && epochs.substr(epochs.size() - 2) == "=1") << epochs;
 }
 
 }  // namespace

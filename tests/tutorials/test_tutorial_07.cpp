@@ -30,7 +30,8 @@ TEST(Tutorial07, LenetSmokeRunInMixedPrecision) {
   if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
   const hl::test::TempDir tmp;
   const std::string csv = (std::filesystem::path(tmp.str()) / "07.csv").string();
-  const auto [status, out] = run07("--smoke --device cpu --precision mixed --csv " + csv + " --data " + dir);
+  // No --precision: mixed with dynamic scaling is the chapter's default (asserted below).
+  const auto [status, out] = run07("--smoke --device cpu --csv " + csv + " --data " + dir);
   ASSERT_EQ(status, 0) << out;
   // --csv: one row per epoch, with the steps the scaler skipped and its scale at the epoch's end.
   const auto rows = hl::test::read_csv_file(csv);
@@ -54,6 +55,15 @@ TEST(Tutorial07, LenetSmokeRunInMixedPrecision) {
   // DESIGN.md section 4's constant rate unless --schedule says otherwise (512 smoke images: 4 steps).
   EXPECT_NE(out.find("learning rate: constant, peak 0.05, warm-up 0 steps, 4 steps in all"), std::string::npos) << out;
   EXPECT_NE(out.find("final test accuracy"), std::string::npos) << out;
+  // The test set was evaluated: a model that has trained 4 steps gets some of 500 digits right (0.00%
+  // would mean nothing was evaluated), and the log, the epoch line and the last line agree.
+  const double test_acc = std::stod(rows[1][3]);
+  EXPECT_GT(test_acc, 0.0) << out;
+  char acc[64];
+  std::snprintf(acc, sizeof acc, "test acc %.2f%%", 100 * test_acc);
+  EXPECT_NE(out.find(acc), std::string::npos) << acc << " in\n" << out;
+  std::snprintf(acc, sizeof acc, "final test accuracy %.2f%% after 1 epoch(s)", 100 * test_acc);
+  EXPECT_NE(out.find(acc), std::string::npos) << acc << " in\n" << out;
 }
 
 // DESIGN.md §3: fp32 has no loss scaling. An explicit --loss-scale is not used then, and a note says so.
@@ -67,6 +77,11 @@ TEST(Tutorial07, Fp32TrainsWithoutLossScaling) {
   EXPECT_NE(out.find("note: --loss-scale static:8 is not used: fp32 trains without loss scaling"), std::string::npos)
       << out;
   EXPECT_NE(out.find("scale 1\n"), std::string::npos) << out;
+  // Without the flag there is nothing to note.
+  const auto [plain_status, plain] = run07("--smoke --max-steps 1 --device cpu --precision fp32 --data " + dir);
+  ASSERT_EQ(plain_status, 0) << plain;
+  EXPECT_NE(plain.find("precision fp32, loss scale none"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("note: --loss-scale"), std::string::npos) << plain;
 }
 
 TEST(Tutorial07, MaxStepsBelowOneIsRefused) {

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "tests/test_util.h"
 
@@ -37,6 +38,9 @@ TEST_F(Tutorial08, Fp16OverflowLesson) {
   // exp(12 - 12) / (1 + e^-11 + e^-12 + e^-13) and so on, in FP32.
   EXPECT_TRUE(contains(out(), "max-subtracted, FP32 math -> [0.999975, 1.67013e-05, 6.14406e-06, 2.26027e-06]"))
       << out();
+  // The largest of the four errors against the float64 softmax, not the last one. The CPU computes in
+  // double and rounds once to f32, so the value is the same on every machine.
+  EXPECT_TRUE(contains(out(), "2.26027e-06]  max error 1.2e-08: OK\n")) << out();
 }
 
 TEST_F(Tutorial08, RungsAndCrossEntropyChecked) {
@@ -46,11 +50,37 @@ TEST_F(Tutorial08, RungsAndCrossEntropyChecked) {
     if (line.rfind("reference ", 0) == 0) {
       ++rung_rows;
       EXPECT_TRUE(line.size() >= 2 && line.substr(line.size() - 2) == "OK") << line;
+      // The worst relative error of the FP16 output is one rounding, 2^-11 = 4.88e-04 (at most 2^-10
+      // passes). The logits come from a fixed seed, so the value is exact on every machine.
+      std::istringstream fields(line);
+      std::string rung, shape, err;
+      fields >> rung >> shape >> err;
+      EXPECT_EQ(err, "4.88e-04") << line;
     }
   }
   EXPECT_EQ(rung_rows, 2) << out();  // the two smoke shapes
   EXPECT_TRUE(contains(out(), "cross_entropy on cpu runs: reference (fused)")) << out();
   EXPECT_TRUE(contains(out(), "|diff| 0.0e+00: OK")) << out();  // both paths compute in double on the CPU
+  // Every element of the gradient compared; the largest is S / batch = 1024 / 128 (|p - onehot| <= 1).
+  EXPECT_TRUE(contains(out(), "max |fused - unfused| 0.0e+00 of max |grad| 8: OK\n")) << out();
+  EXPECT_TRUE(contains(out(), "nothing [128, 10] kept but the logits\n")) << out();
+}
+
+// Without --smoke the CPU runs shapes of its own (the GPU's would take minutes here), still within
+// tolerance, and the loss section takes the larger batch. About 5 s on 2 cores.
+TEST(Tutorial08Flags, FullCpuRunTakesTheCpuShapes) {
+  const auto [status, out] = run_command(kProgram + " --device cpu");
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_TRUE(contains(out, "\nall checks passed")) << out;
+  std::istringstream in(out);
+  std::vector<std::string> shapes;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::string rung, shape;
+    if (fields >> rung >> shape && rung == "reference") shapes.push_back(shape);
+  }
+  EXPECT_EQ(shapes, (std::vector<std::string>{"1024x10", "256x1024", "8x32768"})) << out;
+  EXPECT_TRUE(contains(out, "nothing [1024, 10] kept but the logits\n")) << out;
 }
 
 TEST(Tutorial08Flags, SoftmaxFlagIsCheckedAndListed) {

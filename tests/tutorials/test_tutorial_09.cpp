@@ -3,7 +3,9 @@
 // CIFAR-10 give clear errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -62,12 +64,14 @@ TEST_F(Tutorial09, SmokeRunInMixedPrecision) {
   std::getline(in, header);
   EXPECT_EQ(header, "epoch,lr,train_loss,train_acc,test_acc,seconds,images_per_second,skipped_steps,loss_scale,peak_mib");
   int rows = 0;
+  double best = 0, seconds = 0, last_peak = 0, last_acc = 0;
   while (std::getline(in, line)) {
     ++rows;
     std::stringstream ss(line);
     std::vector<double> v;
     for (std::string cell; std::getline(ss, cell, ',');) v.push_back(std::stod(cell));
     ASSERT_EQ(v.size(), 10u) << line;
+    best = std::max(best, v[4]), seconds += v[5], last_peak = v[9], last_acc = v[4];
     EXPECT_EQ(v[0], rows);
     EXPECT_TRUE(std::isfinite(v[2])) << line;
     EXPECT_GE(v[4], 0.0);
@@ -75,6 +79,25 @@ TEST_F(Tutorial09, SmokeRunInMixedPrecision) {
     EXPECT_GT(v[9], 0.0) << "peak memory";
   }
   EXPECT_EQ(rows, 2);
+  // The last line sums the epochs up: the last and the best test accuracy, the mean epoch time, the
+  // training steps' peak (the running peak the last epoch reports), the skipped steps.
+  const size_t last = out.find("final test accuracy ");
+  ASSERT_NE(last, std::string::npos) << out;
+  double acc = 0, best_shown = 0, img_s = 0, s_per_epoch = 0, peak = 0;
+  long long epochs = 0, skipped = 0, steps = 0;
+  ASSERT_EQ(std::sscanf(out.c_str() + last,
+                        "final test accuracy %lf%% (best %lf%%) after %lld epoch(s); %lf img/s, "
+                        "%lf s per epoch on cpu; peak memory %lf MiB; skipped steps %lld / %lld",
+                        &acc, &best_shown, &epochs, &img_s, &s_per_epoch, &peak, &skipped, &steps),
+            8)
+      << out;
+  EXPECT_NEAR(acc, 100 * last_acc, 0.006);
+  EXPECT_NEAR(best_shown, 100 * best, 0.006);
+  EXPECT_EQ(epochs, 2);
+  EXPECT_NEAR(s_per_epoch, seconds / 2, 0.051);
+  EXPECT_NEAR(peak, last_peak, 0.051);
+  EXPECT_EQ(skipped, 0);
+  EXPECT_EQ(steps, 6);
 
   // The augmentation grid: 4 rows of 8 tiles, each a 32x32 image enlarged 3x.
   const hl::data::Image grid = hl::data::read_image(png);
@@ -118,14 +141,17 @@ TEST_F(Tutorial09, Fp32KeepsEverythingFp32WithoutMastersAndSavesAModelCard) {
 
 // --smoke trains 2 epochs of 3 steps unless told otherwise: an explicit --epochs wins, as an explicit
 // --max-steps does (once, --smoke --epochs 1 ran 2 epochs).
-TEST_F(Tutorial09, SmokeKeepsAnExplicitEpochCount) {
+TEST_F(Tutorial09, SmokeKeepsAnExplicitEpochCountAndCountsSkippedSteps) {
   if (data_.empty()) GTEST_SKIP() << "CIFAR-10 not found: see datasets/fetch.sh cifar10";
-  const auto [status, out] =
-      run09("--smoke --epochs 1 --max-steps 1 --device cpu --precision fp32 --samples '' --data " + data_);
+  // A static scale of 2^24 overflows FP16 in every backward pass (the logits' gradient alone reaches
+  // 2^24 / 16 x |p - 1|), so the step is skipped and counted.
+  const auto [status, out] = run09("--smoke --epochs 1 --max-steps 1 --device cpu --precision mixed "
+                                   "--loss-scale static:16777216 --samples '' --data " + data_);
   ASSERT_EQ(status, 0) << out;
   EXPECT_TRUE(contains(out, "520 train / 100 test images, 1 epoch(s), batch 16")) << out;
   EXPECT_TRUE(contains(out, "epoch 1/1 ")) << out;
   EXPECT_FALSE(contains(out, "epoch 2/")) << out;
+  EXPECT_TRUE(contains(out, "skipped steps 1 / 1\n")) << out;
 }
 
 TEST_F(Tutorial09, BadFlagsAndMissingData) {
@@ -140,12 +166,22 @@ TEST_F(Tutorial09, BadFlagsAndMissingData) {
   expect_refused(run09("--device tpu"), "--device");
   expect_refused(run09("--max-steps 0"), "--max-steps");  // 0 trained nothing, -7 meant the whole epoch
   expect_refused(run09("--max-steps -7"), "--max-steps");
+  // Past the cap, 2^40 (far above any run, far below int64's end). The empty --data folder makes an
+  // accepted value fail fast, and without naming the flag.
+  expect_refused(run09("--data " + dir_.string() + " --max-steps 1099511627777"), "--max-steps");
   // An empty folder: neither the binary batches nor an image folder, and the message says how to get them.
   const auto r = run09("--smoke --device cpu --data " + dir_.string());
   EXPECT_EQ(r.first, 1) << r.second;
   EXPECT_TRUE(contains(r.second, "09_cifar10_vgg: load_cifar10(" + dir_.string() + "): found neither the binary batches"))
       << r.second;
   EXPECT_TRUE(contains(r.second, "datasets/fetch.sh cifar10")) << r.second;
+  // The chapter's run: 30 epochs unless --epochs says otherwise.
+  const auto help = run09("--help");
+  EXPECT_EQ(help.first, 0) << help.second;
+  const size_t epochs = help.second.find("--epochs");
+  ASSERT_NE(epochs, std::string::npos) << help.second;
+  const std::string line = help.second.substr(epochs, help.second.find('\n', epochs) - epochs);
+  EXPECT_TRUE(line.size() >= 3 && line.substr(line.size() - 3) == "=30") << line;
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -131,6 +132,14 @@ class Tutorial10 : public ::testing::Test {
     tutorial::save_model(ckpt_, *model_, card_);
   }
   void TearDown() override { fs::remove_all(dir_); }
+  // The same weights under a card that names Fashion-MNIST (whose recipe the program then follows).
+  std::string save_fashion_checkpoint() {
+    tutorial::ModelCard fashion = card_;
+    fashion.dataset = "fashion-mnist";
+    const std::string ckpt = (dir_ / "fashion.safetensors").string();
+    tutorial::save_model(ckpt, *model_, fashion);
+    return ckpt;
+  }
   fs::path dir_;
   std::shared_ptr<nn::Module> model_;
   tutorial::ModelCard card_;
@@ -407,6 +416,60 @@ TEST_F(Tutorial10, ElongatedImageIsScaledWithoutPaddingToASquare) {
   for (int64_t y = 0; y < 28; ++y)
     for (int64_t x = 0; x < 28; ++x)
       ASSERT_NEAR(small.at(y, x, 0), y == 14 && x >= 4 && x < 24 ? 255 : 0, 1) << x << "," << y;  // float weights
+}
+
+// A stroke 2 pixels wide and 400 tall is 0.1 pixel wide at the 20-pixel scale: it stays 1 pixel wide
+// (a scaled side is at least 1), not 2, and keeps its 20 rows.
+TEST_F(Tutorial10, ThinVerticalStrokeStaysOnePixelWide) {
+  data::Image paper{4, 400, 1, std::vector<uint8_t>(4 * 400, 255)};
+  for (size_t y = 0; y < 400; ++y) paper.pixels[y * 4 + 1] = paper.pixels[y * 4 + 2] = 0;  // columns 1 and 2
+  const std::string png = (dir_ / "stroke.png").string(), seen = (dir_ / "seen.png").string();
+  data::write_png(png, paper);
+  const auto [status, out] = run10("--checkpoint " + ckpt_ + " --image " + png + " --save-input " + seen);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_TRUE(contains(out, "the ink's bounding box (2x400 at x=1, y=0) scaled into 20x20")) << out;
+  const data::Image small = saved_input(seen, 1, 28);
+  std::set<int64_t> columns, rows;
+  for (int64_t y = 0; y < 28; ++y)
+    for (int64_t x = 0; x < 28; ++x)
+      if (small.at(y, x, 0) > 1) columns.insert(x), rows.insert(y);
+  EXPECT_EQ(columns.size(), 1u) << out;
+  EXPECT_EQ(rows.size(), 20u) << out;
+}
+
+// Fashion-MNIST's recipe takes the background from the border's median: an item that fills most of
+// the photo (180x140 of 200x160, 79%) is still found, though the median of all pixels is the item's.
+TEST_F(Tutorial10, ItemFillingMostOfThePhotoIsFound) {
+  const std::string ckpt = save_fashion_checkpoint();
+  data::Image paper{200, 160, 1, std::vector<uint8_t>(200 * 160, 250)};
+  for (int64_t y = 10; y < 150; ++y)
+    for (int64_t x = 10; x < 190; ++x) paper.pixels[static_cast<size_t>(y * 200 + x)] = 20;
+  const std::string png = (dir_ / "big_item.png").string();
+  data::write_png(png, paper);
+  const auto [status, out] = run10("--checkpoint " + ckpt + " --image " + png);
+  ASSERT_EQ(status, 0) << out;
+  // 140 * 28 / 180 = 21.8 rows.
+  EXPECT_TRUE(contains(out, "the item's bounding box (180x140 at x=10, y=10) scaled to 28x22")) << out;
+}
+
+// Nothing to center: an all-black image for a digit model, and an all-white one for a Fashion model
+// with --invert no (the border's median, 255, plus 13 is above any pixel). Each is only resized, says
+// why, and is still classified.
+TEST_F(Tutorial10, BlankImagesAreOnlyResized) {
+  const std::string black = (dir_ / "black.png").string(), white = (dir_ / "white.png").string();
+  data::write_png(black, data::Image{28, 28, 1, std::vector<uint8_t>(28 * 28, 0)});
+  data::write_png(white, data::Image{100, 100, 1, std::vector<uint8_t>(100 * 100, 255)});
+  const auto [s1, o1] = run10("--checkpoint " + ckpt_ + " --image " + black);
+  ASSERT_EQ(s1, 0) << o1;
+  EXPECT_TRUE(contains(o1, "resized 28x28 -> 28x28 (no ink found to center)")) << o1;
+  EXPECT_EQ(top_lines(o1).size(), 3u) << o1;
+
+  const std::string ckpt = save_fashion_checkpoint();
+  const auto [s2, o2] = run10("--checkpoint " + ckpt + " --invert no --image " + white);
+  ASSERT_EQ(s2, 0) << o2;
+  EXPECT_TRUE(contains(o2, "not inverted (--invert no; border mean 255)")) << o2;
+  EXPECT_TRUE(contains(o2, "resized 100x100 -> 28x28 (no item found)")) << o2;
+  EXPECT_EQ(top_lines(o2).size(), 3u) << o2;
 }
 
 TEST_F(Tutorial10, ClearErrors) {

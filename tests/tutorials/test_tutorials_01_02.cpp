@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -82,6 +83,9 @@ TEST_F(Fp16NumbersTutorial, RangeAndPrecision) {
   const std::string eps = line_starting(out(), "machine epsilon");
   EXPECT_TRUE(contains(eps, "0.0009765625 (2^-10)") && contains(eps, "(2^-23)") && contains(eps, "(2^-52)")) << eps;
   EXPECT_EQ(fields(line_starting(out(), "significant bits")), (std::vector<std::string>{"significant", "bits", "11", "24", "53"}));
+  // bits x log10(2), each column its own format's bits.
+  EXPECT_EQ(fields(line_starting(out(), "decimal digits")),
+            (std::vector<std::string>{"decimal", "digits", "(bits", "x", "0.301)", "3.31", "7.22", "15.95"}));
   const auto prints = fields(line_starting(out(), "0.123456789 prints as"));
   ASSERT_EQ(prints.size(), 6u) << out();
   EXPECT_EQ(prints[3], "0.1235");
@@ -93,6 +97,13 @@ TEST_F(Fp16NumbersTutorial, RangeAndPrecision) {
 TEST_F(Fp16NumbersTutorial, SubnormalsLoseOneBitPerHalving) {
   const std::string subnormals = section(out(), "== 4.");
   EXPECT_TRUE(contains(line_starting(subnormals, "2^-14 "), "0x0400") && contains(line_starting(subnormals, "2^-14 "), "normal"));
+  // The normal rows keep all 11 bits (implicit 1 + 10), the smallest normal included.
+  for (const char* normal : {"2^-13 ", "2^-14 "}) {
+    const auto row = fields(line_starting(subnormals, normal));
+    ASSERT_GE(row.size(), 5u) << out();
+    EXPECT_EQ(row[3], "normal") << normal;
+    EXPECT_EQ(row[4], "11") << normal;
+  }
   const auto sub15 = fields(line_starting(subnormals, "2^-15 "));
   ASSERT_GE(sub15.size(), 5u) << out();
   EXPECT_EQ(sub15[1], "0x0200");
@@ -103,9 +114,10 @@ TEST_F(Fp16NumbersTutorial, SubnormalsLoseOneBitPerHalving) {
   EXPECT_EQ(sub24[1], "0x0001");
   EXPECT_EQ(sub24[4], "1");
   const auto sub26 = fields(line_starting(subnormals, "2^-26 "));
-  ASSERT_GE(sub26.size(), 4u) << out();
+  ASSERT_GE(sub26.size(), 5u) << out();
   EXPECT_EQ(sub26[2], "0");
   EXPECT_EQ(sub26[3], "zero");
+  EXPECT_EQ(sub26[4], "0");  // no significant bit left
 }
 
 TEST_F(Fp16NumbersTutorial, RoundsToNearestEven) {
@@ -117,6 +129,9 @@ TEST_F(Fp16NumbersTutorial, RoundsToNearestEven) {
   EXPECT_TRUE(ends_with(line_starting(rounding, "2^-25 "), "tie -> even (0)        0")) << out();
   EXPECT_TRUE(ends_with(line_starting(rounding, "1.5 x 2^-25 "), "(2^-24)")) << out();
   EXPECT_TRUE(ends_with(line_starting(rounding, "1 + 2^-11 "), " 1")) << out();
+  // A value fp16 holds exactly is marked so, between the two copies of itself.
+  const std::vector<std::string> exact{"65504", "65504", "65504", "exact", "65504"};
+  EXPECT_EQ(fields(line_starting(rounding, "65504 ")), exact) << out();
 }
 
 TEST_F(Fp16NumbersTutorial, SwampingCutOffIs2048) {
@@ -142,6 +157,12 @@ TEST_F(Fp16NumbersTutorial, Fp16AccumulationStallsAt2048) {
   const std::string accumulation = section(out(), "== 8.");
   EXPECT_EQ(fields(line_starting(accumulation, "2048 ")), (std::vector<std::string>{"2048", "2048", "2048"})) << out();
   EXPECT_EQ(fields(line_starting(accumulation, "4096 ")), (std::vector<std::string>{"4096", "2048", "4096"})) << out();
+  // Those five sums and no others: the table is short on purpose.
+  std::vector<std::string> counts;
+  std::istringstream rows(accumulation);
+  for (std::string row; std::getline(rows, row);)
+    if (!row.empty() && std::isdigit(static_cast<unsigned char>(row[0]))) counts.push_back(fields(row)[0]);
+  EXPECT_EQ(counts, (std::vector<std::string>{"1024", "2048", "2049", "3000", "4096"})) << out();
   EXPECT_TRUE(contains(out(), "the fp16 sum stalls at 2048: from addition 2049 on")) << out();
   EXPECT_TRUE(contains(out(), "halfling: sum(f16[4096] on cpu of ones) = 4096, returned as f32")) << out();
 }
@@ -155,24 +176,44 @@ TEST_F(Fp16NumbersTutorial, ExpOverflowsAndSoftmaxNeedsFp32) {
 }
 
 TEST(Fp16NumbersFlags, ValueAndBits) {
-  const auto [s1, o1] = run_command(kFp16Numbers + " --value 0.123456789");
-  EXPECT_EQ(s1, 0) << o1;
-  EXPECT_TRUE(contains(o1, "fp16  prints as 0.1235\n      stored value 0.12347412109375")) << o1;
-  EXPECT_TRUE(contains(o1, "bits 0 01011 1111100111  = +2^(11-15) x 1.1111100111b")) << o1;
-  EXPECT_TRUE(contains(o1, "fp32  prints as 0.12345679\n")) << o1;
-  EXPECT_TRUE(contains(o1, "fp64  prints as 0.123456789\n")) << o1;
+  struct Case {
+    const char* args;
+    std::vector<const char*> parts;  // each must appear in the output
+  };
+  const Case cases[] = {
+      {"--value 0.123456789",
+       {"fp16  prints as 0.1235\n      stored value 0.12347412109375",
+        "bits 0 01011 1111100111  = +2^(11-15) x 1.1111100111b", "fp32  prints as 0.12345679\n",
+        "fp64  prints as 0.123456789\n"}},
+      {"--value 65520", {"overflow: too large for fp16"}},
+      {"--bits 0x7BFF", {"value     65504 (exactly 65504)"}},
+      {"--bits 0001", {"+2^-14 x 0.0000000001b  (subnormal)", "exactly 5.9604644775390625e-08"}},
+      // A negative number: the sign bit is read apart from the exponent.
+      {"--bits 0xBC00", {"fp16 bits 1 01111 0000000000  = -2^(15-15) x 1.0000000000b\n", "value     -1 (exactly -1)"}},
+      // The shortest decimal is tried from 1 digit on: 2^-23 reads back from "1e-07" (1.68 x 2^-24
+      // rounds to 2 x 2^-24), so 2 digits ("1.2e-07") are not needed.
+      {"--bits 0x0002", {"value     1e-07 (exactly 1.1920928955078125e-07)"}},
+      // At 65504 the next value up is inf: the spacing shown is the binade's, 32. Elsewhere it is the
+      // spacing to the next value up: 2^-10 above 1.
+      {"--value 65504", {"spacing of fp16 numbers here: 32\n"}},
+      {"--value 1", {"spacing of fp16 numbers here: 0.0009765625\n"}},
+      {"--bits 0X3C00", {"value     1 (exactly 1)"}},  // the prefix may be 0X
+  };
+  for (const Case& c : cases) {
+    const auto [status, out] = run_command(kFp16Numbers + " " + c.args);
+    EXPECT_EQ(status, 0) << c.args << ": " << out;
+    for (const char* part : c.parts) EXPECT_TRUE(contains(out, part)) << c.args << ": '" << part << "' in\n" << out;
+  }
+}
 
-  const auto [s2, o2] = run_command(kFp16Numbers + " --value 65520");
-  EXPECT_EQ(s2, 0) << o2;
-  EXPECT_TRUE(contains(o2, "overflow: too large for fp16")) << o2;
-
-  const auto [s3, o3] = run_command(kFp16Numbers + " --bits 0x7BFF");
-  EXPECT_EQ(s3, 0) << o3;
-  EXPECT_TRUE(contains(o3, "value     65504 (exactly 65504)")) << o3;
-  const auto [s4, o4] = run_command(kFp16Numbers + " --bits 0001");
-  EXPECT_EQ(s4, 0) << o4;
-  EXPECT_TRUE(contains(o4, "+2^-14 x 0.0000000001b  (subnormal)")) << o4;
-  EXPECT_TRUE(contains(o4, "exactly 5.9604644775390625e-08")) << o4;
+TEST(Fp16NumbersFlags, SectionShowsThatSectionAlone) {
+  const auto [status, out] = run_command(kFp16Numbers + " --section rounding");
+  EXPECT_EQ(status, 0) << out;
+  std::vector<std::string> headings;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("== ", 0) == 0) headings.push_back(line.substr(0, 5));
+  EXPECT_EQ(headings, std::vector<std::string>{"== 5."}) << out;
 }
 
 TEST(Fp16NumbersFlags, RejectsInvalidFlagsClearly) {
@@ -352,10 +393,22 @@ TEST_F(AutogradTutorial, ForwardValuesAndHandDerivedGradients) {
 }
 
 TEST_F(AutogradTutorial, GraphAccumulationReleaseAndNoGrad) {
-  EXPECT_TRUE(contains(out(), "        |  |- a  (leaf, requires grad)")) << out();
+  // The whole graph, every input of every node, `a` twice (it is used twice), the last child of each
+  // node drawn with a corner.
+  EXPECT_TRUE(contains(out(), "  y = sum(...)\n"
+                              "  `- e = pow(...)\n"
+                              "     `- d = add(...)\n"
+                              "        |- c = mul(...)\n"
+                              "        |  |- a  (leaf, requires grad)\n"
+                              "        |  `- b  (leaf, requires grad)\n"
+                              "        `- a  (leaf, requires grad)\n"))
+      << out();
   EXPECT_TRUE(contains(out(), "a.grad = [9, 2, -108]")) << out();
   EXPECT_TRUE(contains(out(), "the graph through 'sum' was already freed by an earlier backward()")) << out();
-  EXPECT_TRUE(contains(out(), "z.requires_grad() = false, node recorded: no")) << out();
+  // sum(a*b) = 0.5 - 3 - 6: NoGradGuard changes what is recorded, not the value.
+  EXPECT_TRUE(contains(out(), "under NoGradGuard: z = sum(a*b) = -8.5, z.requires_grad() = false, node recorded: no"))
+      << out();
+  EXPECT_TRUE(contains(out(), "a.detach() shares a's storage (same pointer) and requires_grad = false")) << out();
   EXPECT_TRUE(contains(out(), "does not require grad")) << out();
   EXPECT_TRUE(contains(out(), "p = sum(a*b); b.fill_(1); p.backward() -> hl::Error:\n  backward: 'mul' needs its "
                               "operand b ('b', f32[3] on cpu) as it was in the forward pass, but it has been "
@@ -379,6 +432,8 @@ TEST_F(AutogradTutorial, GradcheckPassesCorrectOpsAndFailsTheWrongOne) {
   EXPECT_EQ(passes, 13);
   EXPECT_TRUE(ends_with(line_starting(out(), "square(a), backward without the 2"), "FAIL")) << out();
   EXPECT_TRUE(contains(out(), "input 0 element 0: analytic")) << out();
+  // gradcheck's report, every line of it indented whole.
+  EXPECT_TRUE(contains(out(), "\n  input 0 f64[4] on cpu: worst element 0 |analytic - numeric| = ")) << out();
 }
 
 TEST(AutogradTutorialFlags, OtherSeedsPassToo) {

@@ -39,7 +39,6 @@ struct RunResult {
   double peak_mib = 0.0;
   double activation_mib = 0.0;  // what one batch's forward pass keeps for the backward pass
   int64_t skipped = 0, steps = 0;
-  double final_scale = 1.0;
 };
 
 // Activation memory (paper §3: storing activations in FP16 roughly halves it): the bytes that one
@@ -111,7 +110,6 @@ RunResult train_one(const RunConfig& rc, const data::Dataset& train, const data:
   r.seconds_per_epoch = seconds / static_cast<double>(epochs);
   r.peak_mib = static_cast<double>(peak - baseline) / (1 << 20);
   r.activation_mib = activation_mib(*model, train, dev, dt, f.batch);
-  r.final_scale = scaler.get_scale();
   return r;
 }
 

@@ -42,12 +42,12 @@ const char* verdict(bool ok) {
   return ok ? "OK" : "FAIL";
 }
 
-// y = softmax(x) (or log_softmax) with one named rung ("" = the registry's choice).
-Tensor run_softmax(const Tensor& x, DType out_t, const std::string& rung, bool log = false) {
+// y = softmax(x) with one named rung ("" = the registry's choice).
+Tensor run_softmax(const Tensor& x, DType out_t, const std::string& rung) {
   Tensor y = Tensor::full(x.shape(), std::nan(""), out_t, x.device());  // poisoned: a skipped write shows
   k::SoftmaxArgs a;
   a.device = x.device();
-  a.op = log ? k::SoftmaxOp::log_softmax : k::SoftmaxOp::softmax;
+  a.op = k::SoftmaxOp::softmax;
   a.rows = x.size(0);
   a.cols = x.size(1);
   a.x = x.data_ptr();
