@@ -35,14 +35,22 @@ import os
 import sys
 import time
 
-try:
-    import numpy as np
-    import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
-except ImportError as e:  # a clear message instead of a traceback
-    sys.exit(f"bench/pytorch/train.py: {e}. Install PyTorch (Debian: apt-get install python3-torch "
-             f"libopenblas0) or run on the GPU machine, where it is installed.")
+# numpy and torch are imported by import_torch(): by main() after the flags are read (importing torch takes
+# about 2.3 s with Debian's 1.13 on a 2-core CPU, which --help and a refused flag need not wait for), or at
+# once when another script imports this file for its models (the end of the file).
+np = torch = nn = F = None
+
+
+def import_torch():
+    global np, torch, nn, F
+    try:
+        import numpy as np
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+    except ImportError as e:  # a clear message instead of a traceback
+        sys.exit(f"bench/pytorch/train.py: {e}. Install PyTorch (Debian: apt-get install python3-torch "
+                 f"libopenblas0) or run on the GPU machine, where it is installed.")
 
 # Same constants as halfling's tutorials/common/cli.h defaults and bench/train.cpp.
 WEIGHT_DECAY = {"mlp512": 0.0, "lenet": 0.0, "vgg_small": 5e-4}
@@ -176,7 +184,8 @@ def main():
     ap.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                     help="float64: weights, data and arithmetic in double, a reference for the float32 runs "
                          "of both frameworks (CPU, --precision fp32 only; never timed against halfling)")
-    ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                    help="default: cuda when PyTorch sees a GPU, else cpu")
     ap.add_argument("--epochs", type=at_least(1), default=3)
     ap.add_argument("--batch", type=at_least(1), default=128)
     ap.add_argument("--lr", type=float, default=0.05)
@@ -207,6 +216,10 @@ def main():
 
     if not (math.isfinite(a.warmup_epochs) and a.warmup_epochs >= 0):
         sys.exit(f"bench/pytorch/train.py: --warmup-epochs must be a finite number >= 0, got {a.warmup_epochs}")
+
+    import_torch()
+    if a.device is None:
+        a.device = "cuda" if torch.cuda.is_available() else "cpu"
     if a.device == "cuda" and not torch.cuda.is_available():
         sys.exit("bench/pytorch/train.py: --device cuda but torch.cuda.is_available() is False")
     if a.device == "cpu" and a.precision == "mixed":
@@ -346,3 +359,5 @@ def main():
 
 if __name__ == "__main__":
     main()
+else:  # imported for its models (tests/python/pytorch_parity.py): they need torch at once
+    import_torch()

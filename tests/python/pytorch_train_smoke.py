@@ -9,6 +9,7 @@ and counts that would train nothing. Exits 77 (CTest's "skipped") without torch 
 Usage: pytorch_train_smoke.py --train <build>/bench/train --script bench/pytorch/train.py --mnist DIR
 """
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -59,4 +60,18 @@ with tempfile.TemporaryDirectory() as d:
     missing = subprocess.run([sys.executable, a.script, "--data", d + "/nowhere", "--device", "cpu"],
                              capture_output=True, text=True)
     assert missing.returncode != 0 and "is missing" in missing.stderr, missing.stderr
+    # The flags are read before PyTorch is imported (about 2 s): --help and a refused flag never import it.
+    # A stand-in torch module that stops the script shows whether it was imported; the last run shows that
+    # the stand-in is the one a real run finds.
+    with tempfile.TemporaryDirectory() as fake:
+        with open(os.path.join(fake, "torch.py"), "w") as f:
+            f.write("raise SystemExit('bench/pytorch/train.py imported torch')\n")
+        env = {**os.environ, "PYTHONPATH": fake}
+        for args in (["--help"], ["--data", d, "--epochs", "0"], ["--data", d, "--warmup-epochs", "-1"]):
+            r = subprocess.run([sys.executable, a.script, *args], capture_output=True, text=True, env=env)
+            assert "imported torch" not in r.stdout + r.stderr, (args, r.stdout, r.stderr)
+            assert (r.returncode == 0) == (args == ["--help"]), (args, r.returncode, r.stderr)
+        r = subprocess.run([sys.executable, a.script, "--data", d, "--device", "cpu"], capture_output=True, text=True,
+                           env=env)
+        assert r.returncode != 0 and "imported torch" in r.stderr, (r.returncode, r.stderr)
 print("ok")
