@@ -83,6 +83,14 @@ std::string tutorial_program(const std::string& name) {
   return (std::filesystem::path(HALFLING_BINARY_DIR) / "tutorials" / name).string();
 }
 
+std::string help_default(const std::string& help, const std::string& flag) {
+  const size_t at = help.find(flag + " ");
+  if (at == std::string::npos) return "";
+  const std::string line = help.substr(at, help.find('\n', at) - at);
+  const size_t eq = line.rfind('=');
+  return eq == std::string::npos ? "" : line.substr(eq + 1);
+}
+
 namespace {
 
 // $HALFLING_DATA/<name> or <repo>/data/<name>, whether it is there or not.

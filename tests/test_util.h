@@ -33,6 +33,10 @@ std::pair<int, std::string> run_command(const std::string& cmd, bool* signaled =
 // The path of a built tutorial program, e.g. tutorial_program("03_mlp_mnist").
 std::string tutorial_program(const std::string& name);
 
+// The default a program's --help (CLI11) shows for a flag: "5" for the line
+// "  --epochs INT:INT in [1 - 100000]=5"; "" when no line names the flag or the line shows no default.
+std::string help_default(const std::string& help, const std::string& flag);
+
 // Path of a data set fetched by datasets/fetch.sh ($HALFLING_DATA/<name> or <repo>/data/<name>); "" if
 // absent, not a folder, or empty (nothing in it but hidden entries, such as a staging folder left by
 // an interrupted fetch): an empty folder holds no data set, and the tests that need one skip.

@@ -359,10 +359,7 @@ TEST_F(Tutorial10, PhotoStoredOnItsSideIsTurnedUpright) {
 // test images (the chapter: 42 of the first 100, against 85 with Fashion-MNIST's recipe). --prepare
 // overrides.
 TEST_F(Tutorial10, FashionModelGetsFashionMnistsPreparation) {
-  tutorial::ModelCard fashion = card_;
-  fashion.dataset = "fashion-mnist";
-  const std::string ckpt = (dir_ / "fashion.safetensors").string();
-  tutorial::save_model(ckpt, *model_, fashion);
+  const std::string ckpt = save_fashion_checkpoint();
   // A dark item, 100 wide and 60 tall, on white paper, off-center.
   data::Image paper{200, 160, 1, std::vector<uint8_t>(200 * 160, 250)};
   for (int64_t y = 80; y < 140; ++y)
@@ -380,7 +377,7 @@ TEST_F(Tutorial10, FashionModelGetsFashionMnistsPreparation) {
   for (int64_t y = 0; y < 28; ++y)
     for (int64_t x = 0; x < 28; ++x) ASSERT_NEAR(small.at(y, x, 0), y >= 5 && y < 22 ? 235 : 0, 1) << x << "," << y;
   const auto got = top_lines(out);
-  const auto want = expected_top3(*model_, small, fashion.norm);
+  const auto want = expected_top3(*model_, small, card_.norm);
   ASSERT_EQ(got.size(), 3u) << out;
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(got[i].first, card_.class_names[want[i].first]) << out;
   // The digit recipe on request, and for an MNIST model.
