@@ -5,14 +5,16 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "datasets/dataloader.h"
 #include "datasets/mnist.h"
 #include "framework/nn.h"
 #include "framework/optim.h"
-#include "tests/datasets/data_files.h"  // TempDir
+#include "tests/datasets/data_files.h"  // TempDir, idx_bytes, write_idx
 #include "tests/test_util.h"
 #include "tests/tutorials/csv_reader.h"
 #include "tutorials/common/trainer.h"
@@ -99,6 +101,80 @@ TEST(MlpMnist, TutorialSmokeRun) {
                                     hl::test::data_dir("mnist"));
   EXPECT_EQ(s2, 0) << o2;
   EXPECT_NE(o2.find("learning rate: step, peak 0.05, warm-up 8 steps, 16 steps in all"), std::string::npos) << o2;
+}
+
+// What the smoke run prints is the chapter's recipe, computed again here with the library: the first
+// 2048 training and 1000 test images, MLP-512 from the seed, SGD (lr 0.05, momentum 0.9), batches of
+// 128 in a shuffled order. Two epochs, so that the last line's seconds per epoch is a mean.
+TEST(MlpMnist, SmokeRunIsTheChaptersRecipe) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const hl::test::TempDir tmp;
+  const std::string csv = tmp / "03.csv";
+  const auto [status, out] = run_command(kProgram + " --smoke --epochs 2 --device cpu --csv " + csv + " --data " + dir);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("halfling 03_mlp_mnist: mnist, 2048 train / 1000 test images, device cpu"), std::string::npos)
+      << out;
+  const auto rows = hl::test::read_csv_file(csv);
+  ASSERT_EQ(rows.size(), 3u) << out;
+
+  const data::Dataset train = data::load_mnist(dir, data::Split::train).subset(0, 2048);
+  const data::Dataset test = data::load_mnist(dir, data::Split::test).subset(0, 1000);
+  Generator gen(0);
+  auto model = nn::mlp512(gen);
+  optim::SGD sgd(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+  data::DataLoader train_loader(train, {.batch_size = 128, .shuffle = true, .seed = 0});
+  data::DataLoader test_loader(test, {.batch_size = 1000, .shuffle = false});
+  tutorial::TrainOptions quiet;
+  quiet.progress = false;
+  double seconds = 0.0;
+  for (int epoch = 1; epoch <= 2; ++epoch) {
+    const tutorial::EpochResult r = tutorial::train_epoch(*model, sgd, train_loader, epoch, quiet);
+    const double test_acc = tutorial::evaluate(*model, test_loader);
+    const auto& row = rows[static_cast<size_t>(epoch)];
+    ASSERT_EQ(row.size(), 6u);
+    // The file keeps 6 significant digits: the loss to a relative 1e-5, accuracies (k/2048, k/1000) to 1e-6.
+    EXPECT_NEAR(std::stod(row[1]), r.loss, 1e-5 * r.loss) << "epoch " << epoch;
+    EXPECT_NEAR(std::stod(row[2]), r.accuracy, 1e-6) << "epoch " << epoch;
+    EXPECT_NEAR(std::stod(row[3]), test_acc, 1e-6) << "epoch " << epoch;
+    seconds += std::stod(row[4]);
+  }
+  // The last line: the mean of the epochs' seconds, printed with one decimal.
+  double per_epoch = -1;
+  const size_t at = out.find("final test accuracy ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const char* format = "final test accuracy %*f%% after 2 epoch(s), %lf s per epoch on cpu";
+  ASSERT_EQ(std::sscanf(out.c_str() + at, format, &per_epoch), 1) << out.substr(at);
+  EXPECT_NEAR(per_epoch, seconds / 2, 0.05 + 1e-6) << out.substr(at);
+}
+
+// --train-subset N trains on the first N images, 0 (the default) on all of them; checked on a small
+// MNIST-shaped set written here (300 training and 100 test images of noise).
+TEST(MlpMnist, TrainSubsetTakesTheFirstImages) {
+  const hl::test::TempDir dir;
+  std::mt19937 rng(7);
+  for (const auto& [split, n] : {std::pair<std::string, uint32_t>{"train", 300}, {"t10k", 100}}) {
+    hl::test::Bytes pixels(size_t{n} * 28 * 28), labels(n);
+    for (auto& p : pixels) p = static_cast<uint8_t>(rng() % 256);
+    for (uint32_t i = 0; i < n; ++i) labels[i] = static_cast<uint8_t>(i % 10);
+    hl::test::write_idx(dir / (split + "-images-idx3-ubyte"), hl::test::idx_bytes({n, 28, 28}, pixels), false);
+    hl::test::write_idx(dir / (split + "-labels-idx1-ubyte"), hl::test::idx_bytes({n}, labels), false);
+  }
+  const std::string run = kProgram + " --epochs 1 --device cpu --data " + dir.str();
+  // (flags, training images): the default, 0, 1, a part, and exactly all (the last image is taken).
+  for (const auto& [flags, images] : std::vector<std::pair<std::string, int>>{
+           {"", 300}, {" --train-subset 0", 300}, {" --train-subset 1", 1}, {" --train-subset 120", 120},
+           {" --train-subset 300", 300}}) {
+    const auto [status, out] = run_command(run + flags);
+    ASSERT_EQ(status, 0) << flags << "\n" << out;
+    EXPECT_NE(out.find("mnist, " + std::to_string(images) + " train / 100 test images"), std::string::npos)
+        << flags << "\n" << out;
+  }
+  for (const char* bad : {"-1", "60001"}) {
+    const auto [status, out] = run_command(run + " --train-subset " + bad);
+    EXPECT_NE(status, 0) << bad;
+    EXPECT_NE(out.find("--train-subset"), std::string::npos) << out;
+  }
 }
 
 TEST(MlpMnist, TutorialRejectsBadInputClearly) {
