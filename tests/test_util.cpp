@@ -86,9 +86,12 @@ std::string tutorial_program(const std::string& name) {
 std::string help_default(const std::string& help, const std::string& flag) {
   const size_t at = help.find(flag + " ");
   if (at == std::string::npos) return "";
-  const std::string line = help.substr(at, help.find('\n', at) - at);
-  const size_t eq = line.rfind('=');
-  return eq == std::string::npos ? "" : line.substr(eq + 1);
+  // The flag's column ends at two spaces, where a description on the same line starts:
+  // "--loss-scale TEXT=dynamic   none, static:S or dynamic[:init=,...]".
+  std::string column = help.substr(at, help.find('\n', at) - at);
+  column = column.substr(0, column.find("  "));
+  const size_t eq = column.rfind('=');
+  return eq == std::string::npos ? "" : column.substr(eq + 1);
 }
 
 namespace {

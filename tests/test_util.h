@@ -34,7 +34,8 @@ std::pair<int, std::string> run_command(const std::string& cmd, bool* signaled =
 std::string tutorial_program(const std::string& name);
 
 // The default a program's --help (CLI11) shows for a flag: "5" for the line
-// "  --epochs INT:INT in [1 - 100000]=5"; "" when no line names the flag or the line shows no default.
+// "  --epochs INT:INT in [1 - 100000]=5", "dynamic" for "  --loss-scale TEXT=dynamic   none, ..."; ""
+// when no line names the flag or the line shows no default.
 std::string help_default(const std::string& help, const std::string& flag);
 
 // Path of a data set fetched by datasets/fetch.sh ($HALFLING_DATA/<name> or <repo>/data/<name>); "" if

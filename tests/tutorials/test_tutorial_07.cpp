@@ -2,19 +2,25 @@
 // accuracy; the VGG-small smoke run makes its mixed-precision steps on CIFAR-10 with augmentation, on
 // subsets that hold every class (an explicit --max-steps wins over the smoke run's 2); fp32 trains
 // without loss scaling; --conv pins a convolution variant and refuses an unknown one; --max-steps below
-// 1 is refused.
+// 1 or past 2^40 is refused; --help shows the chapter's defaults.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "datasets/dataloader.h"
 #include "datasets/dataset.h"
+#include "datasets/mnist.h"
+#include "framework/nn.h"
+#include "framework/optim.h"
 #include "framework/tensor.h"
-#include "tests/datasets/data_files.h"  // TempDir
+#include "tests/datasets/data_files.h"  // TempDir, write_file
 #include "tests/test_util.h"
 #include "tests/tutorials/csv_reader.h"
 #include "tutorials/common/trainer.h"
@@ -66,6 +72,77 @@ TEST(Tutorial07, LenetSmokeRunInMixedPrecision) {
   EXPECT_NE(out.find(acc), std::string::npos) << acc << " in\n" << out;
 }
 
+// What the LeNet smoke run prints in fp32 is the chapter's recipe, computed again here with the library:
+// the first 512 training and 500 test images, LeNet from the seed with fused Conv2d/Linear + ReLU, SGD
+// (lr 0.05, momentum 0.9), batches of 128 in a shuffled order. Two epochs of 2 steps, so that the last
+// line's seconds per epoch is a mean.
+TEST(Tutorial07, LenetFp32SmokeRunIsTheChaptersRecipe) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const hl::test::TempDir tmp;
+  const std::string csv = tmp / "07.csv";
+  const auto [status, out] =
+      run07("--smoke --epochs 2 --max-steps 2 --device cpu --precision fp32 --csv " + csv + " --data " + dir);
+  ASSERT_EQ(status, 0) << out;
+  const auto rows = hl::test::read_csv_file(csv);
+  ASSERT_EQ(rows.size(), 3u) << out;
+
+  using namespace hl;
+  const data::Dataset train = data::load_mnist(dir, data::Split::train).subset(0, 512);
+  const data::Dataset test = data::load_mnist(dir, data::Split::test).subset(0, 500);
+  Generator gen(0);
+  auto model = nn::lenet(gen);
+  model->fuse_linear_relu(true);
+  optim::SGD sgd(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+  data::DataLoader train_loader(train, {.batch_size = 128, .shuffle = true, .seed = 0});
+  data::DataLoader test_loader(test, {.batch_size = 500, .shuffle = false});
+  tutorial::TrainOptions quiet;
+  quiet.progress = false;
+  quiet.max_steps = 2;
+  double seconds = 0.0;
+  for (int epoch = 1; epoch <= 2; ++epoch) {
+    const tutorial::EpochResult r = tutorial::train_epoch(*model, sgd, train_loader, epoch, quiet);
+    const double test_acc = tutorial::evaluate(*model, test_loader);
+    const auto& row = rows[static_cast<size_t>(epoch)];
+    ASSERT_EQ(row.size(), 8u);
+    // The file keeps 6 significant digits: the loss to a relative 1e-5, accuracies (k/256, k/500) to 1e-6.
+    EXPECT_NEAR(std::stod(row[1]), r.loss, 1e-5 * r.loss) << "epoch " << epoch << "\n" << out;
+    EXPECT_NEAR(std::stod(row[2]), r.accuracy, 1e-6) << "epoch " << epoch << "\n" << out;
+    EXPECT_NEAR(std::stod(row[3]), test_acc, 1e-6) << "epoch " << epoch << "\n" << out;
+    // The epoch line shows the same accuracies, in % with two decimals.
+    char accuracies[64];
+    std::snprintf(accuracies, sizeof accuracies, "train acc %.2f%%  test acc %.2f%%", 100 * r.accuracy,
+                  100 * test_acc);
+    EXPECT_NE(out.find(accuracies), std::string::npos) << accuracies << " in\n" << out;
+    seconds += std::stod(row[4]);
+  }
+  // The last line: the mean of the epochs' seconds, printed with one decimal.
+  double per_epoch = -1;
+  const size_t at = out.find("final test accuracy ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const char* format = "final test accuracy %*f%% after 2 epoch(s), %lf s per epoch on cpu";
+  ASSERT_EQ(std::sscanf(out.c_str() + at, format, &per_epoch), 1) << out.substr(at);
+  EXPECT_NEAR(per_epoch, seconds / 2, 0.05 + 1e-6) << out.substr(at);
+}
+
+// The loss scaler is in the loop: from a scale of 2^30, the first step's FP16 gradients overflow
+// (softmax minus one-hot over 128 is about 1e-3, times 2^30), the step is skipped and the scale halved.
+TEST(Tutorial07, MixedSmokeRunSkipsAnOverflowingStep) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const hl::test::TempDir tmp;
+  const std::string csv = tmp / "07.csv";
+  const auto [status, out] =
+      run07("--smoke --max-steps 2 --device cpu --loss-scale dynamic:init=1073741824 --csv " + csv + " --data " + dir);
+  ASSERT_EQ(status, 0) << out;
+  const auto rows = hl::test::read_csv_file(csv);
+  ASSERT_EQ(rows.size(), 2u) << out;
+  ASSERT_EQ(rows[1].size(), 8u);
+  EXPECT_GE(std::stoi(rows[1][6]), 1) << out;
+  const double scale = std::ldexp(1.0, 30 - std::stoi(rows[1][6]));  // halved once per skipped step
+  EXPECT_NEAR(std::stod(rows[1][7]), scale, 1e-5 * scale) << out;     // the file keeps 6 significant digits
+}
+
 // DESIGN.md §3: fp32 has no loss scaling. An explicit --loss-scale is not used then, and a note says so.
 TEST(Tutorial07, Fp32TrainsWithoutLossScaling) {
   const std::string dir = hl::test::data_dir("mnist");
@@ -84,9 +161,20 @@ TEST(Tutorial07, Fp32TrainsWithoutLossScaling) {
   EXPECT_EQ(plain.find("note: --loss-scale"), std::string::npos) << plain;
 }
 
-TEST(Tutorial07, MaxStepsBelowOneIsRefused) {
-  for (const char* bad : {"0", "-7"}) {
-    const auto [status, out] = run07(std::string("--device cpu --max-steps ") + bad);
+// The chapter's defaults (README: "`--epochs` (5 here)", mixed precision), as --help shows them.
+TEST(Tutorial07, HelpShowsTheChaptersDefaults) {
+  const auto [status, out] = run07("--help");
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_EQ(hl::test::help_default(out, "--epochs"), "5") << out;
+  EXPECT_EQ(hl::test::help_default(out, "--precision"), "mixed") << out;
+  EXPECT_EQ(hl::test::help_default(out, "--loss-scale"), "dynamic") << out;
+}
+
+// Below 1, and past 2^40 (far above any run, far below int64's end). A missing --data folder makes an
+// accepted value fail fast, and without naming the flag.
+TEST(Tutorial07, MaxStepsOutOfRangeIsRefused) {
+  for (const char* bad : {"0", "-7", "1099511627777"}) {
+    const auto [status, out] = run07(std::string("--device cpu --data /nonexistent/halfling --max-steps ") + bad);
     EXPECT_NE(status, 0) << bad;
     EXPECT_NE(out.find("--max-steps"), std::string::npos) << out;
   }
@@ -136,6 +224,41 @@ TEST(Tutorial07, VggSmallSmokeStepsInMixedPrecision) {
   EXPECT_NE(out.find("learning rate: constant, peak 0.05, warm-up 0 steps, 1 steps in all"), std::string::npos) << out;
   EXPECT_NE(out.find("BatchNorm2d(256)"), std::string::npos) << out;
   EXPECT_NE(out.find("final test accuracy"), std::string::npos) << out;
+}
+
+// A VGG-small smoke run on a small binary CIFAR-10 set written here: 50 training records (1 airplane, 4
+// automobiles, then 15 birds and 10 each of cats, deer and dogs) and 2 test records (birds). The
+// balanced subsets take the first 10 of each class, 45 images; the smoke note counts the classes that
+// have images (6, and 1), not every class (10) nor those of two or more (5); batches of 16, and 2 steps
+// of the 3 batches unless --max-steps says otherwise.
+TEST(Tutorial07, VggSmallSmokeOnASmallSet) {
+  const hl::test::TempDir dir;
+  std::vector<uint8_t> labels = {0, 1, 1, 1, 1};
+  for (const auto& [label, n] : {std::pair<uint8_t, int>{2, 15}, {3, 10}, {4, 10}, {5, 10}})
+    labels.insert(labels.end(), static_cast<size_t>(n), label);
+  std::mt19937 rng(7);
+  const auto records = [&](size_t first, size_t count) {
+    hl::test::Bytes bytes;
+    for (size_t i = first; i < first + count; ++i) {
+      bytes.push_back(labels[i]);
+      for (int p = 0; p < 3 * 32 * 32; ++p) bytes.push_back(static_cast<uint8_t>(rng() % 256));
+    }
+    return bytes;
+  };
+  for (size_t b = 0; b < 5; ++b)  // 10 records in each of the five training batches
+    hl::test::write_file(dir / ("data_batch_" + std::to_string(b + 1) + ".bin"), records(10 * b, 10));
+  labels = {2, 2};
+  hl::test::write_file(dir / "test_batch.bin", records(0, 2));
+  const auto [status, out] = run07("--smoke --device cpu --model vgg_small --precision fp32 --data " + dir.str());
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("vgg_small on CIFAR-10, 45 train / 2 test images, 1 epoch(s), batch 16, device cpu"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("smoke subsets (the first 10 images of each class): 45 train images in 6 classes, "
+                     "2 test images in 1 classes\n"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("learning rate: constant, peak 0.05, warm-up 0 steps, 2 steps in all"), std::string::npos) << out;
 }
 
 // The helper behind it (tutorials/common/trainer.h), on a set sorted by class as the image folder is:
