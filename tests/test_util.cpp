@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <iostream>
 #include <random>
+#include <sstream>
+#include <string>
 
 #include "kernels/half.h"
 
@@ -84,14 +86,21 @@ std::string tutorial_program(const std::string& name) {
 }
 
 std::string help_default(const std::string& help, const std::string& flag) {
-  const size_t at = help.find(flag + " ");
-  if (at == std::string::npos) return "";
-  // The flag's column ends at two spaces, where a description on the same line starts:
-  // "--loss-scale TEXT=dynamic   none, static:S or dynamic[:init=,...]".
-  std::string column = help.substr(at, help.find('\n', at) - at);
-  column = column.substr(0, column.find("  "));
-  const size_t eq = column.rfind('=');
-  return eq == std::string::npos ? "" : column.substr(eq + 1);
+  std::istringstream lines(help);
+  for (std::string line; std::getline(lines, line);) {
+    // The flag's column: from the line's first character that is not a space to two spaces, where a
+    // description on the same line starts ("--loss-scale TEXT=dynamic   none, static:S or ..."). A
+    // description that names the flag ("unless --epochs says otherwise") is not its column.
+    const size_t start = line.find_first_not_of(' ');
+    if (start == std::string::npos) continue;
+    const std::string column = line.substr(start, line.find("  ", start) - start);
+    const bool first = column.rfind(flag + " ", 0) == 0;                     // "--epochs INT..."
+    const bool after_short = column.find("," + flag + " ") != std::string::npos;  // "-e,--epochs INT..."
+    if (!first && !after_short) continue;
+    const size_t eq = column.rfind('=');
+    return eq == std::string::npos ? "" : column.substr(eq + 1);
+  }
+  return "";
 }
 
 namespace {
