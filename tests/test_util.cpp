@@ -103,6 +103,17 @@ std::string help_default(const std::string& help, const std::string& flag) {
   return "";
 }
 
+double shown_seconds_per_epoch(const std::string& out, int epochs, const std::string& device) {
+  const size_t at = out.find("final test accuracy ");
+  if (at == std::string::npos) return -1;
+  const std::string format =
+      "final test accuracy %*f%% after " + std::to_string(epochs) + " epoch(s), %lf s per epoch on %63s";
+  double seconds = -1;
+  char shown_device[64] = {};
+  if (std::sscanf(out.c_str() + at, format.c_str(), &seconds, shown_device) != 2 || device != shown_device) return -1;
+  return seconds;
+}
+
 namespace {
 
 // $HALFLING_DATA/<name> or <repo>/data/<name>, whether it is there or not.

@@ -117,12 +117,7 @@ TEST(Tutorial07, LenetFp32SmokeRunIsTheChaptersRecipe) {
     seconds += std::stod(row[4]);
   }
   // The last line: the mean of the epochs' seconds, printed with one decimal.
-  double per_epoch = -1;
-  const size_t at = out.find("final test accuracy ");
-  ASSERT_NE(at, std::string::npos) << out;
-  const char* format = "final test accuracy %*f%% after 2 epoch(s), %lf s per epoch on cpu";
-  ASSERT_EQ(std::sscanf(out.c_str() + at, format, &per_epoch), 1) << out.substr(at);
-  EXPECT_NEAR(per_epoch, seconds / 2, 0.05 + 1e-6) << out.substr(at);
+  EXPECT_NEAR(hl::test::shown_seconds_per_epoch(out, 2, "cpu"), seconds / 2, 0.05 + 1e-6) << out;
 }
 
 // The loss scaler is in the loop: from a scale of 2^30, the first step's FP16 gradients overflow
