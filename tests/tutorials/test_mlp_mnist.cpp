@@ -16,6 +16,7 @@
 #include "framework/optim.h"
 #include "tests/datasets/data_files.h"  // TempDir, idx_bytes, write_idx
 #include "tests/test_util.h"
+#include "tests/tutorials/mlp_smoke_recipe.h"
 #include "tests/tutorials/csv_reader.h"
 #include "tutorials/common/trainer.h"
 
@@ -118,19 +119,13 @@ TEST(MlpMnist, SmokeRunIsTheChaptersRecipe) {
   const auto rows = hl::test::read_csv_file(csv);
   ASSERT_EQ(rows.size(), 3u) << out;
 
-  const data::Dataset train = data::load_mnist(dir, data::Split::train).subset(0, 2048);
-  const data::Dataset test = data::load_mnist(dir, data::Split::test).subset(0, 1000);
-  Generator gen(0);
-  auto model = nn::mlp512(gen);
-  optim::SGD sgd(model->parameters(), {.lr = 0.05, .momentum = 0.9});
-  data::DataLoader train_loader(train, {.batch_size = 128, .shuffle = true, .seed = 0});
-  data::DataLoader test_loader(test, {.batch_size = 1000, .shuffle = false});
+  hl::test::MlpSmokeRecipe recipe(dir);
   tutorial::TrainOptions quiet;
   quiet.progress = false;
   double seconds = 0.0;
   for (int epoch = 1; epoch <= 2; ++epoch) {
-    const tutorial::EpochResult r = tutorial::train_epoch(*model, sgd, train_loader, epoch, quiet);
-    const double test_acc = tutorial::evaluate(*model, test_loader);
+    const tutorial::EpochResult r = tutorial::train_epoch(*recipe.model, recipe.sgd, recipe.train_loader, epoch, quiet);
+    const double test_acc = tutorial::evaluate(*recipe.model, recipe.test_loader);
     const auto& row = rows[static_cast<size_t>(epoch)];
     ASSERT_EQ(row.size(), 6u);
     // The file keeps 6 significant digits: the loss to a relative 1e-5, accuracies (k/2048, k/1000) to 1e-6.

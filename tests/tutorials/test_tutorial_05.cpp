@@ -1,6 +1,8 @@
 // Tutorial 05 (mixed precision): the smoke run prints the four-way table for MLP-512 and for LeNet
-// and writes a valid CSV (labels with commas quoted); the peak-memory column is the training steps'
-// (the test set does not move it); fp32 trains without loss scaling; bad flags are refused.
+// and writes a valid CSV (labels with commas quoted); an fp32 run is the chapter's recipe, computed again
+// through the library; the loss scaler is in the loop (a step overflowing at 2^30 is skipped); the
+// peak-memory column is the training steps' (the test set does not move it); fp32 trains without loss
+// scaling; bad flags are refused.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -11,12 +13,18 @@
 #include <string>
 #include <vector>
 
+#include "framework/amp.h"
 #include "tests/test_util.h"
 #include "tests/tutorials/csv_reader.h"
+#include "tests/tutorials/mlp_smoke_recipe.h"
+#include "tutorials/common/cli.h"
+#include "tutorials/common/schedule.h"
+#include "tutorials/common/trainer.h"
 
 namespace {
 
 namespace fs = std::filesystem;
+using namespace hl;
 
 std::pair<int, std::string> run05(const std::string& args) {
   return hl::test::run_command(hl::test::tutorial_program("05_mixed_precision") + " " + args);
@@ -129,7 +137,9 @@ TEST(Tutorial05, SmokeRunPrintsTheComparisonTable) {
     ++table_rows;
     EXPECT_GT(std::stod(cells[6]), 0.0) << "s/epoch: " << line;
     EXPECT_GT(std::stod(cells[7]), 0.0) << "peak memory: " << line;
+    EXPECT_EQ(cells[9].substr(cells[9].find(" / ")), " / 16 ") << "skipped / steps: " << line;
     if (cells[1] == " fp32 ") {
+      EXPECT_EQ(cells[9], " 0 / 16 ") << "fp32 never skips a step: " << line;
       EXPECT_GE(std::stod(cells[8]), 1.0) << "activations: " << line;
       EXPECT_LE(std::stod(cells[8]), 1.1) << "activations: " << line;
       EXPECT_GE(std::stod(cells[7]), 7.6) << "peak memory: " << line;
@@ -137,6 +147,102 @@ TEST(Tutorial05, SmokeRunPrintsTheComparisonTable) {
     }
   }
   EXPECT_EQ(table_rows, 4) << out;
+}
+
+// What a run prints is the chapter's recipe, computed again here with the library: the first 2048
+// training and 1000 test images, MLP-512 from the seed, SGD (momentum 0.9) at DESIGN.md's rate 0.05 as the
+// peak of a cosine decay over the run, batches of 128 in a shuffled order; fp32 without loss scaling.
+// Two epochs, so that the decay spans both and s/epoch is a mean.
+TEST(Tutorial05, SmokeRunIsTheChaptersRecipe) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const TempDir tmp;
+  const auto [status, out] =
+      run05("--smoke --single --precision fp32 --epochs 2 --device cpu --csv " + (tmp / "05.csv") + " --data " + dir);
+  ASSERT_EQ(status, 0) << out;
+  const auto rows = hl::test::read_csv_file(tmp / "05.csv");
+  ASSERT_EQ(rows.size(), 3u) << out;
+
+  hl::test::MlpSmokeRecipe recipe(dir);
+  amp::LossScaler none(amp::ScalerConfig::parse("none"));
+  tutorial::TrainOptions opts;
+  opts.progress = false;
+  opts.scaler = &none;
+  tutorial::CommonFlags cosine;
+  cosine.schedule = "cosine";
+  tutorial::follow_schedule_flags(opts, recipe.sgd, cosine, recipe.train_loader, 2);
+  double seconds = 0.0, test_acc = 0.0;
+  for (int epoch = 1; epoch <= 2; ++epoch) {
+    const tutorial::EpochResult r = tutorial::train_epoch(*recipe.model, recipe.sgd, recipe.train_loader, epoch, opts);
+    test_acc = tutorial::evaluate(*recipe.model, recipe.test_loader);
+    const auto& row = rows[static_cast<size_t>(epoch)];
+    ASSERT_EQ(row.size(), 7u);
+    EXPECT_EQ(row[0], "fp32");
+    EXPECT_EQ(row[1], std::to_string(epoch));
+    // The file keeps 6 significant digits: the loss to a relative 1e-5, the accuracy (k/1000) to 1e-6.
+    EXPECT_NEAR(std::stod(row[2]), r.loss, 1e-5 * r.loss) << "epoch " << epoch;
+    EXPECT_NEAR(std::stod(row[3]), test_acc, 1e-6) << "epoch " << epoch;
+    EXPECT_EQ(row[5], "0") << "skipped steps";
+    EXPECT_EQ(row[6], "1") << "loss scale";
+    seconds += std::stod(row[4]);
+    char line[96];
+    std::snprintf(line, sizeof line, "  [fp32] epoch %d/2  loss %.4f  test acc %.2f%%  ", epoch, r.loss,
+                  100 * test_acc);
+    EXPECT_TRUE(contains(out, line)) << line << "\n" << out;
+  }
+  // The table: the last epoch's test accuracy, the mean seconds per epoch, no step skipped of 2 x 16.
+  const auto cells = table_row(out, "fp32");
+  ASSERT_EQ(cells.size(), 9u) << out;
+  char acc[32];
+  std::snprintf(acc, sizeof acc, "%.2f%%", 100 * test_acc);
+  EXPECT_EQ(cells[4], acc) << out;
+  EXPECT_NEAR(std::stod(cells[5]), seconds / 2, 0.005 + 1e-6) << out;
+  EXPECT_EQ(cells[8], "0 / 32") << out;
+  // No --loss-scale was given, so there is nothing to say about one not being used.
+  EXPECT_FALSE(contains(out, "note: --loss-scale")) << out;
+}
+
+// The loss scaler is in the training loop: from a scale of 2^30 the first step's FP16 gradients
+// overflow (the logits' gradient alone is about 2^30 / 128), so that step, the only one of
+// --max-steps 1 (the flag's smallest value), is skipped and the scale halved; the table counts it.
+TEST(Tutorial05, MixedRunSkipsAnOverflowingStep) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const TempDir tmp;
+  const auto [status, out] = run05("--smoke --single --precision mixed --max-steps 1 --device cpu --loss-scale "
+                                   "dynamic:init=1073741824 --csv " + (tmp / "05.csv") + " --data " + dir);
+  ASSERT_EQ(status, 0) << out;
+  const auto rows = hl::test::read_csv_file(tmp / "05.csv");
+  ASSERT_EQ(rows.size(), 2u) << out;
+  ASSERT_EQ(rows[1].size(), 7u);
+  EXPECT_EQ(rows[1][5], "1") << out;
+  EXPECT_EQ(rows[1][6], "5.36871e+08") << "2^29, to the file's 6 significant digits\n" << out;
+  const auto cells = table_row(out, "mixed dynamic:init=1073741824");
+  ASSERT_EQ(cells.size(), 9u) << out;
+  EXPECT_EQ(cells[8], "1 / 1") << out;
+  // Without an fp32 run there is no activation-memory ratio to print.
+  EXPECT_FALSE(contains(out, "activation memory, ")) << out;
+}
+
+// The activation ratio is mixed's activations over fp32's, both as the table shows them, also when
+// fp32's are below 1 MiB: at batch 16, MLP-512 keeps 16 x (4 x 512 + 10) floats, 0.13 MiB.
+TEST(Tutorial05, ActivationRatioIsMixedOverFp32) {
+  const std::string dir = hl::test::data_dir("mnist");
+  if (dir.empty()) GTEST_SKIP() << "MNIST not found: run datasets/fetch.sh mnist";
+  const auto [status, out] = run05("--smoke --batch 16 --max-steps 1 --device cpu --data " + dir);
+  ASSERT_EQ(status, 0) << out;
+  const auto fp32 = table_row(out, "fp32"), mixed = table_row(out, "mixed + dynamic");
+  ASSERT_EQ(fp32.size(), 9u) << out;
+  ASSERT_EQ(mixed.size(), 9u) << out;
+  EXPECT_GT(std::stod(fp32[7]), 0.12) << out;
+  EXPECT_LT(std::stod(fp32[7]), 0.2) << out;
+  const std::string key = "activation memory, mixed + dynamic / fp32: ";
+  const size_t at = out.find(key);
+  ASSERT_NE(at, std::string::npos) << out;
+  // The table rounds each to 0.01 MiB: their quotient is the ratio only to about 0.05 here.
+  EXPECT_NEAR(std::stod(out.substr(at + key.size())), std::stod(mixed[7]) / std::stod(fp32[7]), 0.05) << out;
+  EXPECT_GE(std::stod(out.substr(at + key.size())), 0.49) << out;
+  EXPECT_LE(std::stod(out.substr(at + key.size())), 0.55) << out;
 }
 
 TEST(Tutorial05, LenetSmokeRunPrintsTheSameTable) {

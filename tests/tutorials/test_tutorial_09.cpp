@@ -8,13 +8,18 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "datasets/cifar10.h"
+#include "datasets/dataloader.h"
 #include "datasets/image.h"
+#include "tests/datasets/data_files.h"  // TempDir, write_file
 #include "tests/test_util.h"
 #include "tutorials/common/models.h"
+#include "tutorials/common/trainer.h"
 
 namespace {
 
@@ -24,6 +29,54 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 
 std::pair<int, std::string> run09(const std::string& args) {
   return hl::test::run_command(hl::test::tutorial_program("09_cifar10_vgg") + " " + args);
+}
+
+// The augmentation grid (--samples): row 1 holds the first training image of each class, in class
+// order, as stored; rows 2-4 what the loader's crop (pad 4) + flip made of the same image, so each of
+// those tiles is the stored image shifted by at most 4 pixels each way, mirrored or not (the padding's
+// pixels are not compared). Tiles are 32x32 images enlarged 3x, 2 pixels apart.
+void check_augmentation_grid(const hl::data::Image& grid, const std::string& cifar_dir) {
+  const hl::data::Dataset train = hl::data::load_cifar10(cifar_dir, hl::data::Split::train);
+  const std::vector<int32_t> labels = train.labels.to_int();
+  const auto at = [&grid](int row, int col, int64_t x, int64_t y, int ch) {
+    return grid.pixels[static_cast<size_t>(((2 + row * 98 + y * 3) * grid.width + 2 + col * 98 + x * 3) * 3 + ch)];
+  };
+  int moved = 0;
+  for (int c = 0; c < 8; ++c) {
+    const auto first = std::find(labels.begin(), labels.end(), c);
+    ASSERT_NE(first, labels.end()) << "class " << c;
+    const int64_t i = first - labels.begin();
+    const hl::data::Image src =
+        hl::data::tensor_to_image(train.images.slice_rows(i, i + 1).reshape({3, 32, 32}), train.norm);
+    const auto px = [&src](int64_t x, int64_t y, int ch) {
+      return src.pixels[static_cast<size_t>((y * 32 + x) * 3 + ch)];
+    };
+    // Whether the tile at (row, col) is src mirrored (or not) and shifted by (dx, dy).
+    const auto shows = [&](int row, bool flip, int dx, int dy) {
+      for (int64_t y = 0; y < 32; ++y)
+        for (int64_t x = 0; x < 32; ++x) {
+          const int64_t sx = (flip ? 31 - x : x) + dx, sy = y + dy;
+          if (sx < 0 || sx >= 32 || sy < 0 || sy >= 32) continue;
+          for (int ch = 0; ch < 3; ++ch)
+            if (at(row, c, x, y, ch) != px(sx, sy, ch)) return false;
+        }
+      return true;
+    };
+    EXPECT_TRUE(shows(0, false, 0, 0)) << "row 1, tile " << c + 1 << ": not the first image of class " << c;
+    for (int row = 1; row <= 3; ++row) {
+      bool found = false;
+      for (int flip = 0; flip <= 1 && !found; ++flip)
+        for (int dy = -4; dy <= 4 && !found; ++dy)
+          for (int dx = -4; dx <= 4 && !found; ++dx)
+            if (shows(row, flip == 1, dx, dy)) {
+              found = true;
+              moved += flip == 1 || dx != 0 || dy != 0;
+            }
+      EXPECT_TRUE(found) << "row " << row + 1 << ", tile " << c + 1 << ": not a crop + flip of class " << c
+                         << "'s image";
+    }
+  }
+  EXPECT_GT(moved, 0) << "none of the 24 augmented tiles was moved or mirrored";
 }
 
 class Tutorial09 : public ::testing::Test {
@@ -71,6 +124,18 @@ TEST_F(Tutorial09, SmokeRunInMixedPrecision) {
     std::vector<double> v;
     for (std::string cell; std::getline(ss, cell, ',');) v.push_back(std::stod(cell));
     ASSERT_EQ(v.size(), 10u) << line;
+    // The epoch's line shows the row's accuracies (in percent) and images per second.
+    const size_t at = out.find("epoch " + std::to_string(rows) + "/2  lr ");
+    ASSERT_NE(at, std::string::npos) << out;
+    double lr = 0, loss = 0, train_acc = 0, test_acc = 0, epoch_s = 0, epoch_img_s = 0;
+    ASSERT_EQ(std::sscanf(out.c_str() + at,
+                          "epoch %*d/2  lr %lf  loss %lf  train acc %lf%%  test acc %lf%%  %lf s  (%lf img/s)", &lr,
+                          &loss, &train_acc, &test_acc, &epoch_s, &epoch_img_s),
+              6)
+        << out;
+    EXPECT_NEAR(train_acc, 100 * v[3], 0.006) << line;
+    EXPECT_NEAR(test_acc, 100 * v[4], 0.006) << line;
+    EXPECT_NEAR(epoch_img_s, v[6], 0.5 + 1e-5 * v[6]) << line;
     best = std::max(best, v[4]), seconds += v[5], last_peak = v[9], last_acc = v[4];
     EXPECT_EQ(v[0], rows);
     EXPECT_TRUE(std::isfinite(v[2])) << line;
@@ -98,14 +163,17 @@ TEST_F(Tutorial09, SmokeRunInMixedPrecision) {
   EXPECT_NEAR(peak, last_peak, 0.051);
   EXPECT_EQ(skipped, 0);
   EXPECT_EQ(steps, 6);
+  // Images per second over the run: 2 epochs x 3 steps x 16 images over the epochs' seconds.
+  EXPECT_NEAR(img_s, 96 / seconds, 0.5 + 1e-3 * img_s) << out;
 
   // The augmentation grid: 4 rows of 8 tiles, each a 32x32 image enlarged 3x.
   const hl::data::Image grid = hl::data::read_image(png);
   const hl::data::Image expect =
       hl::data::make_grid(std::vector<hl::data::Image>(32, hl::data::Image{96, 96, 3, std::vector<uint8_t>(96 * 96 * 3)}), 8);
-  EXPECT_EQ(grid.width, expect.width);
-  EXPECT_EQ(grid.height, expect.height);
-  EXPECT_EQ(grid.channels, 3);
+  ASSERT_EQ(grid.width, expect.width);
+  ASSERT_EQ(grid.height, expect.height);
+  ASSERT_EQ(grid.channels, 3);
+  check_augmentation_grid(grid, data_);
 }
 
 TEST_F(Tutorial09, Fp32KeepsEverythingFp32WithoutMastersAndSavesAModelCard) {
@@ -137,6 +205,40 @@ TEST_F(Tutorial09, Fp32KeepsEverythingFp32WithoutMastersAndSavesAModelCard) {
     if (name == "1.running_mean")
       for (float v : t.to_vector()) moved = moved || v != 0.0f;
   EXPECT_TRUE(moved) << "BatchNorm2d's running statistics were not saved and loaded";
+  // The final test accuracy is the model's on the smoke test set (the first 10 images of each class),
+  // evaluated again here on the saved model: fp32 keeps no other copy of the weights.
+  const size_t at = out.find("final test accuracy ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const hl::data::Dataset test =
+      hl::tutorial::balanced_subset(hl::data::load_cifar10(data_, hl::data::Split::test), 10);
+  hl::data::DataLoader loader(test, {.batch_size = 500, .shuffle = false});
+  char shown[64];
+  std::snprintf(shown, sizeof shown, "final test accuracy %.2f%%", 100 * hl::tutorial::evaluate(*lm.model, loader));
+  EXPECT_EQ(out.substr(at, std::string(shown).size()), shown) << out;
+}
+
+// fp32 without --loss-scale: nothing was given, so no note about a scale not being used. On a CIFAR-10
+// set written here in the binary format (20 training images of noise, five each of classes 0-3, and 2
+// test images), so that the run takes a second, not a VGG-small run on the real subsets.
+TEST(Tutorial09Small, Fp32WithoutLossScaleHasNoNote) {
+  const hl::test::TempDir dir;
+  std::mt19937 rng(9);
+  const auto records = [&rng](size_t count) {
+    hl::test::Bytes bytes;
+    for (size_t i = 0; i < count; ++i) {
+      bytes.push_back(static_cast<uint8_t>(i % 10));
+      for (int p = 0; p < 3 * 32 * 32; ++p) bytes.push_back(static_cast<uint8_t>(rng() % 256));
+    }
+    return bytes;
+  };
+  for (int b = 1; b <= 5; ++b) hl::test::write_file(dir / ("data_batch_" + std::to_string(b) + ".bin"), records(4));
+  hl::test::write_file(dir / "test_batch.bin", records(2));
+  const auto [status, out] =
+      run09("--smoke --max-steps 1 --epochs 1 --device cpu --precision fp32 --samples '' --data " + dir.str());
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_TRUE(contains(out, "20 train / 2 test images")) << out;
+  EXPECT_TRUE(contains(out, "precision fp32, loss scale none")) << out;
+  EXPECT_FALSE(contains(out, "note: --loss-scale")) << out;
 }
 
 // --smoke trains 2 epochs of 3 steps unless told otherwise: an explicit --epochs wins, as an explicit
@@ -179,6 +281,12 @@ TEST_F(Tutorial09, BadFlagsAndMissingData) {
   const auto help = run09("--help");
   EXPECT_EQ(help.first, 0) << help.second;
   EXPECT_EQ(hl::test::help_default(help.second, "--epochs"), "30") << help.second;
+  // And the rest of the chapter's recipe: mixed precision, a cosine decay from 0.1 after a warm-up of
+  // 2 epochs (a smoke run caps the warm-up at half its steps, so only --help shows the 2).
+  EXPECT_EQ(hl::test::help_default(help.second, "--warmup-epochs"), "2") << help.second;
+  EXPECT_EQ(hl::test::help_default(help.second, "--schedule"), "cosine") << help.second;
+  EXPECT_EQ(hl::test::help_default(help.second, "--lr"), "0.1") << help.second;
+  EXPECT_EQ(hl::test::help_default(help.second, "--precision"), "mixed") << help.second;
 }
 
 }  // namespace

@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "framework/gradcheck.h"
+#include "framework/ops.h"
 #include "framework/tensor.h"
 #include "kernels/half.h"
 #include "tests/test_util.h"
@@ -78,7 +80,10 @@ TEST_F(Fp16NumbersTutorial, RangeAndPrecision) {
   EXPECT_TRUE(contains(line_starting(out(), "smallest subnormal"), "(2^-24)")) << out();
   EXPECT_TRUE(contains(line_starting(out(), "smallest subnormal"), "(2^-149)")) << out();
   EXPECT_TRUE(contains(out(), "fp16 largest finite = (2 - 2^-10) x 2^15 = 65504 (bits 0x7BFF)")) << out();
-  EXPECT_TRUE(contains(out(), "61440 normal, 2046 subnormal, 2 zeros, 2 infinities, 2046 NaN; 0 fail")) << out();
+  // The whole line: "61440 normal" alone would also be found in "-61440 normal".
+  EXPECT_TRUE(contains(out(), "\nall 65536 fp16 bit patterns: 61440 normal, 2046 subnormal, 2 zeros, 2 infinities, "
+                              "2046 NaN; 0 fail the round trip through float\n"))
+      << out();
 
   const std::string eps = line_starting(out(), "machine epsilon");
   EXPECT_TRUE(contains(eps, "0.0009765625 (2^-10)") && contains(eps, "(2^-23)") && contains(eps, "(2^-52)")) << eps;
@@ -92,6 +97,14 @@ TEST_F(Fp16NumbersTutorial, RangeAndPrecision) {
   EXPECT_EQ(prints[4], "0.12345679");
   EXPECT_EQ(prints[5], "0.123456789");
   EXPECT_TRUE(contains(line_starting(out(), "stored value (20 digits)"), "0.12347412109375")) << out();
+}
+
+// Section 1's table: each format's width is 1 sign bit + its exponent and mantissa bits.
+TEST_F(Fp16NumbersTutorial, FormatsTableAddsUpTheBits) {
+  const std::string formats = section(out(), "== 1.");
+  EXPECT_EQ(fields(line_starting(formats, "fp16 ")), (std::vector<std::string>{"fp16", "16", "5", "10", "15"}));
+  EXPECT_EQ(fields(line_starting(formats, "fp32 ")), (std::vector<std::string>{"fp32", "32", "8", "23", "127"}));
+  EXPECT_EQ(fields(line_starting(formats, "fp64 ")), (std::vector<std::string>{"fp64", "64", "11", "52", "1023"}));
 }
 
 TEST_F(Fp16NumbersTutorial, SubnormalsLoseOneBitPerHalving) {
@@ -118,20 +131,60 @@ TEST_F(Fp16NumbersTutorial, SubnormalsLoseOneBitPerHalving) {
   EXPECT_EQ(sub26[2], "0");
   EXPECT_EQ(sub26[3], "zero");
   EXPECT_EQ(sub26[4], "0");  // no significant bit left
+  // The error columns: b significant bits bound the relative error of rounding to 2^-b, and the error
+  // of fp16(y), y = x * pi/2, stays within it; with no bit left the bound is 100%, and at 2^-26, y
+  // rounds to 0, an error of 1.
+  for (int k = 13; k <= 24; ++k) {
+    const auto row = fields(line_starting(subnormals, "2^-" + std::to_string(k) + " "));
+    ASSERT_EQ(row.size(), 8u) << out();
+    EXPECT_EQ(row[5] + " " + row[6], "<= 2^-" + row[4]) << "2^-" << k;
+    EXPECT_LE(std::stod(row[7]), std::ldexp(1.0, -std::stoi(row[4]))) << "2^-" << k;
+  }
+  EXPECT_TRUE(ends_with(line_starting(subnormals, "2^-13 "), " 3.1e-04")) << out();
+  EXPECT_TRUE(ends_with(line_starting(subnormals, "2^-24 "), " <= 2^-1          2.7e-01")) << out();
+  EXPECT_TRUE(ends_with(line_starting(subnormals, "2^-25 "), " up to 100%       2.7e-01")) << out();
+  EXPECT_TRUE(ends_with(line_starting(subnormals, "2^-26 "), " up to 100%       1.0e+00")) << out();
 }
 
 TEST_F(Fp16NumbersTutorial, RoundsToNearestEven) {
   const std::string rounding = section(out(), "== 5.");
   EXPECT_TRUE(ends_with(line_starting(rounding, "2049 "), "tie -> even (2048)     2048 (2^11)")) << out();
   EXPECT_TRUE(ends_with(line_starting(rounding, "2051 "), "tie -> even (2052)     2052")) << out();
-  EXPECT_TRUE(ends_with(line_starting(rounding, "65519 "), "65504")) << out();
-  EXPECT_TRUE(ends_with(line_starting(rounding, "65520 "), "inf")) << out();
+  // Whole rows: the input, its value, the two fp16 neighbours, where it falls and what is stored. Above
+  // 65504 there is no next fp16 number; the neighbour shown is where the spacing below (32) leads.
+  using Row = std::vector<std::string>;
+  EXPECT_EQ(fields(line_starting(rounding, "2049 ")),
+            (Row{"2049", "2049", "2048", "..", "2050", "tie", "->", "even", "(2048)", "2048", "(2^11)"})) << out();
+  EXPECT_EQ(fields(line_starting(rounding, "65519 ")),
+            (Row{"65519", "65519", "65504", "..", "65536", "nearer", "the", "lower", "65504"})) << out();
+  EXPECT_EQ(fields(line_starting(rounding, "65520 ")),
+            (Row{"65520", "65520", "65504", "..", "65536", "tie", "->", "even", "(65536)", "inf"})) << out();
   EXPECT_TRUE(ends_with(line_starting(rounding, "2^-25 "), "tie -> even (0)        0")) << out();
   EXPECT_TRUE(ends_with(line_starting(rounding, "1.5 x 2^-25 "), "(2^-24)")) << out();
   EXPECT_TRUE(ends_with(line_starting(rounding, "1 + 2^-11 "), " 1")) << out();
   // A value fp16 holds exactly is marked so, between the two copies of itself.
   const std::vector<std::string> exact{"65504", "65504", "65504", "exact", "65504"};
   EXPECT_EQ(fields(line_starting(rounding, "65504 ")), exact) << out();
+}
+
+// Section 7 (b): the table shows steps 1, 4, 8, 12 and 16; the fp16 weight never moves, the fp32
+// master takes every update (16 x 2^-12 = 2^-8), and from step 4 on its fp16 copy shows it.
+TEST_F(Fp16NumbersTutorial, MasterWeightKeepsTheUpdatesFp16Loses) {
+  const std::string updates = section(out(), "== 7.");
+  using Row = std::vector<std::string>;
+  std::vector<Row> rows;
+  std::istringstream in(updates);
+  for (std::string line; std::getline(in, line);) {
+    const Row f = fields(line);
+    if (f.size() == 4 && !f[0].empty() && std::isdigit(static_cast<unsigned char>(f[0][0]))) rows.push_back(f);
+  }
+  EXPECT_EQ(rows, (std::vector<Row>{{"1", "1", "1.000244140625", "1"},
+                                    {"4", "1", "1.0009765625", "1.0009765625"},
+                                    {"8", "1", "1.001953125", "1.001953125"},
+                                    {"12", "1", "1.0029296875", "1.0029296875"},
+                                    {"16", "1", "1.00390625", "1.00390625"}}))
+      << out();
+  EXPECT_TRUE(contains(updates, "after 16 updates: fp16 weight 1, fp32 master 1.00390625 (= 1 + 2^-8)")) << out();
 }
 
 TEST_F(Fp16NumbersTutorial, SwampingCutOffIs2048) {
@@ -142,6 +195,12 @@ TEST_F(Fp16NumbersTutorial, SwampingCutOffIs2048) {
     return f.size() == 7 ? std::make_pair(f[3], f[6]) : std::make_pair(std::string("?"), std::string("?"));
   };
   EXPECT_EQ(verdicts("1024"), std::make_pair(std::string("kept"), std::string("kept"))) << out();
+  // Whole rows: each sum w + u rounded to fp16, for w = 1 and for w = fp16(1.9) = 1.900390625.
+  using Row = std::vector<std::string>;
+  EXPECT_EQ(fields(line_starting(swamping, "256 ")),
+            (Row{"256", "0.00390625", "1.00390625", "kept", "|", "1.908203125", "kept"})) << out();
+  EXPECT_EQ(fields(line_starting(swamping, "4096 ")),
+            (Row{"4096", "0.000244140625", "1", "LOST", "|", "1.900390625", "LOST"})) << out();
   EXPECT_EQ(verdicts("2047"), std::make_pair(std::string("kept"), std::string("kept"))) << out();
   EXPECT_EQ(verdicts("2048"), std::make_pair(std::string("LOST"), std::string("kept"))) << out();
   EXPECT_EQ(verdicts("3000"), std::make_pair(std::string("LOST"), std::string("kept"))) << out();
@@ -186,7 +245,16 @@ TEST(Fp16NumbersFlags, ValueAndBits) {
         "bits 0 01011 1111100111  = +2^(11-15) x 1.1111100111b", "fp32  prints as 0.12345679\n",
         "fp64  prints as 0.123456789\n"}},
       {"--value 65520", {"overflow: too large for fp16"}},
-      {"--bits 0x7BFF", {"value     65504 (exactly 65504)"}},
+      // The largest finite number: an exponent of 30, one below all ones, and every mantissa bit set.
+      {"--bits 0x7BFF",
+       {"fp16 bits 0 11110 1111111111  = +2^(30-15) x 1.1111111111b\n", "value     65504 (exactly 65504)"}},
+      // The special patterns: an exponent of all ones (inf, NaN by the mantissa), of 0 with a mantissa
+      // of 0 (the zeros), and the smallest normal (an exponent of 1, a mantissa of 0).
+      {"--bits 0x7C00", {"fp16 bits 0 11111 0000000000  = +inf (exponent all ones)\nvalue     inf\n"}},
+      {"--bits 0xFC00", {"fp16 bits 1 11111 0000000000  = -inf (exponent all ones)\nvalue     -inf\n"}},
+      {"--bits 0x7E00", {"fp16 bits 0 11111 1000000000  = NaN (exponent all ones, mantissa != 0)\nvalue     nan\n"}},
+      {"--bits 0x8000", {"fp16 bits 1 00000 0000000000  = -0\nvalue     -0 (exactly -0)\n"}},
+      {"--bits 0x0400", {"fp16 bits 0 00001 0000000000  = +2^(1-15) x 1.0000000000b\n"}},
       {"--bits 0001", {"+2^-14 x 0.0000000001b  (subnormal)", "exactly 5.9604644775390625e-08"}},
       // A negative number: the sign bit is read apart from the exponent.
       {"--bits 0xBC00", {"fp16 bits 1 01111 0000000000  = -2^(15-15) x 1.0000000000b\n", "value     -1 (exactly -1)"}},
@@ -196,7 +264,16 @@ TEST(Fp16NumbersFlags, ValueAndBits) {
       // At 65504 the next value up is inf: the spacing shown is the binade's, 32. Elsewhere it is the
       // spacing to the next value up: 2^-10 above 1.
       {"--value 65504", {"spacing of fp16 numbers here: 32\n"}},
-      {"--value 1", {"spacing of fp16 numbers here: 0.0009765625\n"}},
+      {"--value 1",
+       {"spacing of fp16 numbers here: 0.0009765625\n", "spacing of fp32 numbers here: 1.1920928955078125e-07\n",
+        "spacing of fp64 numbers here: 2.220446049250313e-16\n"}},
+      // The rounding error is stored minus exact, signed, and relative to the exact value.
+      {"--value 0.1",
+       {"rounding error -2.44e-05 (relative -2.44e-04); spacing of fp16 numbers here: 6.103515625e-05\n",
+        "rounding error +1.49e-09 (relative +1.49e-08); spacing of fp32",
+        "rounding error +5.55e-18 (relative +5.55e-17); spacing of fp64"}},
+      // The last pattern is a valid one (a NaN).
+      {"--bits 0xFFFF", {"fp16 bits 1 11111 1111111111  = NaN (exponent all ones, mantissa != 0)\nvalue     nan\n"}},
       {"--bits 0X3C00", {"value     1 (exactly 1)"}},  // the prefix may be 0X
   };
   for (const Case& c : cases) {
@@ -204,6 +281,12 @@ TEST(Fp16NumbersFlags, ValueAndBits) {
     EXPECT_EQ(status, 0) << c.args << ": " << out;
     for (const char* part : c.parts) EXPECT_TRUE(contains(out, part)) << c.args << ": '" << part << "' in\n" << out;
   }
+  // Infinity itself is no overflow, and has no rounding error to show.
+  const auto [status, out] = run_command(kFp16Numbers + " --value inf");
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_TRUE(contains(out, "fp16  prints as inf\n")) << out;
+  EXPECT_FALSE(contains(out, "overflow")) << out;
+  EXPECT_FALSE(contains(out, "rounding error")) << out;
 }
 
 TEST(Fp16NumbersFlags, SectionShowsThatSectionAlone) {
@@ -217,7 +300,9 @@ TEST(Fp16NumbersFlags, SectionShowsThatSectionAlone) {
 }
 
 TEST(Fp16NumbersFlags, RejectsInvalidFlagsClearly) {
-  for (const char* flags : {"--bits 0x10000", "--bits 0xZZ", "--value abc", "--value 1.5x", "--section nope"}) {
+  // 0x100000000 overflows the parser's unsigned: refused as well, not read as 0.
+  for (const char* flags : {"--bits 0x10000", "--bits 0x100000000", "--bits 0xZZ", "--value abc", "--value 1.5x",
+                            "--section nope"}) {
     const std::string args = flags;
     const auto [status, out] = run_command(kFp16Numbers + " " + args);
     EXPECT_NE(status, 0) << args;
@@ -482,6 +567,75 @@ TEST(AutogradTutorialFlags, CorrectOpsFailingAtAnExtremeEpsAreReportedApart) {
   };
   EXPECT_EQ(reports(out.substr(wrong, apart - wrong)), 1u) << out;
   EXPECT_GE(reports(out.substr(apart)), 1u) << out;
+}
+
+// One correct op failing alone is enough to exit 2: at --eps 1.5e-3, pow(a, 3) is the only one whose
+// central difference is off (by eps^2 / 6 times a^3's third derivative, 6: eps^2; the other ops', on
+// seed 0's inputs, stay inside the tolerance).
+TEST(AutogradTutorialFlags, OneSurpriseIsEnoughToFail) {
+  const auto [status, out] = run_command(kAutograd + " --eps 1.5e-3");
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_TRUE(ends_with(line_starting(out, "pow(a, 3)"), "FAIL")) << out;
+  EXPECT_TRUE(contains(out, "\n1 gradient check(s) did not give the expected verdict (try the default --eps 1e-6)\n"))
+      << out;
+}
+
+// The table's numbers are gradcheck's own on the chapter's inputs, computed again here: each row checks
+// the op it names, on inputs drawn in the table's order from Generator(--seed) (first relu's 12 values,
+// kept 0.1 away from its kink, with alternating signs), and gradcheck's projection is seeded with --seed
+// too. The last two rows, the hand-written square, are the program's own op (checked above).
+TEST(AutogradTutorialFlags, GradcheckTableIsTheLibrarysOnTheChaptersInputs) {
+  using namespace hl;
+  for (const uint64_t seed : {uint64_t{0}, uint64_t{12345}}) {
+    const auto [status, out] = run_command(kAutograd + " --seed " + std::to_string(seed));
+    ASSERT_EQ(status, 0) << out;
+    Generator gen(seed);
+    auto rnd = [&gen](const Shape& s, double lo = -1.0, double hi = 1.0) {
+      return Tensor::uniform(s, gen, lo, hi, DType::f64);
+    };
+    std::vector<double> away(12);
+    for (size_t i = 0; i < away.size(); ++i) away[i] = (i % 2 ? 1.0 : -1.0) * (0.1 + gen.uniform());
+    GradcheckOptions opt;
+    opt.eps = 1e-6;
+    opt.seed = seed;
+    GradcheckOptions skip_labels = opt;
+    skip_labels.skip = {1};
+    const auto row = [&](const std::string& name, const GradcheckFn& f, const std::vector<Tensor>& inputs,
+                         const GradcheckOptions& o) {
+      const GradcheckResult r = gradcheck(f, inputs, o);
+      char err[32];
+      std::snprintf(err, sizeof err, "%.2e", r.max_abs_error);
+      const std::string line = line_starting(out, name);
+      EXPECT_EQ(fields(line.substr(std::min(name.size(), line.size()))), (std::vector<std::string>{err, "PASS"}))
+          << name << ", seed " << seed << "\n" << out;
+    };
+    {
+      const Tensor a = rnd({3, 4}), b = rnd({4});
+      row("a*b (broadcast [3,4]*[4])", [](const auto& v) { return mul(v[0], v[1]); }, {a, b}, opt);
+    }
+    {
+      const Tensor a = rnd({3, 4}), b = rnd({3, 4}, 0.5, 2.0);
+      row("a/b", [](const auto& v) { return div(v[0], v[1]); }, {a, b}, opt);
+    }
+    row("exp(a)", [](const auto& v) { return exp(v[0]); }, {rnd({2, 5})}, opt);
+    row("log(a), a > 0", [](const auto& v) { return log(v[0]); }, {rnd({2, 5}, 0.5, 2.0)}, opt);
+    row("pow(a, 3)", [](const auto& v) { return pow(v[0], 3.0); }, {rnd({2, 5})}, opt);
+    row("relu(a)", [](const auto& v) { return relu(v[0]); }, {Tensor::from_vector(away, {3, 4})}, opt);
+    row("sum(a, dim 1)", [](const auto& v) { return sum(v[0], {1}); }, {rnd({2, 3, 4})}, opt);
+    row("mean(a)", [](const auto& v) { return mean(v[0]); }, {rnd({2, 3, 4})}, opt);
+    {
+      const Tensor a = rnd({3, 5}), b = rnd({5, 4});
+      row("matmul(a, b)", [](const auto& v) { return matmul(v[0], v[1]); }, {a, b}, opt);
+    }
+    {
+      const Tensor x = rnd({4, 6}), w = rnd({3, 6}), b = rnd({3});
+      row("linear(x, W, b)", [](const auto& v) { return linear(v[0], v[1], v[2]); }, {x, w, b}, opt);
+    }
+    row("log_softmax(z)", [](const auto& v) { return log_softmax(v[0]); }, {rnd({3, 5}, -3.0, 3.0)}, opt);
+    const Tensor labels = Tensor::from_vector(std::vector<int32_t>{0, 4, 2}, {3});
+    row("cross_entropy(z, labels)", [](const auto& v) { return cross_entropy(v[0], v[1]); },
+        {rnd({3, 5}, -3.0, 3.0), labels}, skip_labels);
+  }
 }
 
 // A misspelt HALFLING_GEMM is refused before the walk-through, naming the variable, and without the
