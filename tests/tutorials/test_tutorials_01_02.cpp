@@ -587,8 +587,10 @@ TEST(AutogradTutorialFlags, OneSurpriseIsEnoughToFail) {
 TEST(AutogradTutorialFlags, GradcheckTableIsTheLibrarysOnTheChaptersInputs) {
   using namespace hl;
   for (const uint64_t seed : {uint64_t{0}, uint64_t{12345}}) {
-    const auto [status, out] = run_command(kAutograd + " --seed " + std::to_string(seed));
-    ASSERT_EQ(status, 0) << out;
+    // A plain reference, not a structured binding: clang 14 cannot capture those in the lambda below.
+    const std::pair<int, std::string> run = run_command(kAutograd + " --seed " + std::to_string(seed));
+    const std::string& out = run.second;
+    ASSERT_EQ(run.first, 0) << out;
     Generator gen(seed);
     auto rnd = [&gen](const Shape& s, double lo = -1.0, double hi = 1.0) {
       return Tensor::uniform(s, gen, lo, hi, DType::f64);
