@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -69,6 +70,17 @@ inline void write_gz(const std::string& path, const Bytes& bytes) {
   const int n = bytes.empty() ? 0 : gzwrite(gz, bytes.data(), static_cast<unsigned>(bytes.size()));
   if (gzclose(gz) != Z_OK || n != static_cast<int>(bytes.size()))
     throw std::runtime_error("write_gz: cannot write " + path);
+}
+
+// Records in CIFAR-10's binary format, one for each label: the label's byte, then 3x32x32 pixel bytes of
+// noise drawn from `rng` (the tutorials' smoke tests train on them; only the labels matter).
+inline Bytes cifar10_records(const Bytes& labels, std::mt19937& rng) {
+  Bytes bytes;
+  for (const uint8_t label : labels) {
+    bytes.push_back(label);
+    for (int p = 0; p < 3 * 32 * 32; ++p) bytes.push_back(static_cast<uint8_t>(rng() % 256));
+  }
+  return bytes;
 }
 
 // Write raw or gzipped.

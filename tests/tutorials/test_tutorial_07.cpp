@@ -232,18 +232,12 @@ TEST(Tutorial07, VggSmallSmokeOnASmallSet) {
   for (const auto& [label, n] : {std::pair<uint8_t, int>{2, 15}, {3, 10}, {4, 10}, {5, 10}})
     labels.insert(labels.end(), static_cast<size_t>(n), label);
   std::mt19937 rng(7);
-  const auto records = [&](size_t first, size_t count) {
-    hl::test::Bytes bytes;
-    for (size_t i = first; i < first + count; ++i) {
-      bytes.push_back(labels[i]);
-      for (int p = 0; p < 3 * 32 * 32; ++p) bytes.push_back(static_cast<uint8_t>(rng() % 256));
-    }
-    return bytes;
-  };
-  for (size_t b = 0; b < 5; ++b)  // 10 records in each of the five training batches
-    hl::test::write_file(dir / ("data_batch_" + std::to_string(b + 1) + ".bin"), records(10 * b, 10));
-  labels = {2, 2};
-  hl::test::write_file(dir / "test_batch.bin", records(0, 2));
+  for (size_t b = 0; b < 5; ++b) {  // 10 records in each of the five training batches
+    const hl::test::Bytes batch(labels.begin() + static_cast<std::ptrdiff_t>(10 * b),
+                                labels.begin() + static_cast<std::ptrdiff_t>(10 * b + 10));
+    hl::test::write_file(dir / ("data_batch_" + std::to_string(b + 1) + ".bin"), hl::test::cifar10_records(batch, rng));
+  }
+  hl::test::write_file(dir / "test_batch.bin", hl::test::cifar10_records({2, 2}, rng));
   const auto [status, out] = run07("--smoke --device cpu --model vgg_small --precision fp32 --data " + dir.str());
   ASSERT_EQ(status, 0) << out;
   EXPECT_NE(out.find("vgg_small on CIFAR-10, 45 train / 2 test images, 1 epoch(s), batch 16, device cpu"),

@@ -127,11 +127,11 @@ TEST_F(Tutorial09, SmokeRunInMixedPrecision) {
     // The epoch's line shows the row's accuracies (in percent) and images per second.
     const size_t at = out.find("epoch " + std::to_string(rows) + "/2  lr ");
     ASSERT_NE(at, std::string::npos) << out;
-    double lr = 0, loss = 0, train_acc = 0, test_acc = 0, epoch_s = 0, epoch_img_s = 0;
+    double train_acc = 0, test_acc = 0, epoch_img_s = 0;
     ASSERT_EQ(std::sscanf(out.c_str() + at,
-                          "epoch %*d/2  lr %lf  loss %lf  train acc %lf%%  test acc %lf%%  %lf s  (%lf img/s)", &lr,
-                          &loss, &train_acc, &test_acc, &epoch_s, &epoch_img_s),
-              6)
+                          "epoch %*d/2  lr %*f  loss %*f  train acc %lf%%  test acc %lf%%  %*f s  (%lf img/s)",
+                          &train_acc, &test_acc, &epoch_img_s),
+              3)
         << out;
     EXPECT_NEAR(train_acc, 100 * v[3], 0.006) << line;
     EXPECT_NEAR(test_acc, 100 * v[4], 0.006) << line;
@@ -223,16 +223,11 @@ TEST_F(Tutorial09, Fp32KeepsEverythingFp32WithoutMastersAndSavesAModelCard) {
 TEST(Tutorial09Small, Fp32WithoutLossScaleHasNoNote) {
   const hl::test::TempDir dir;
   std::mt19937 rng(9);
-  const auto records = [&rng](size_t count) {
-    hl::test::Bytes bytes;
-    for (size_t i = 0; i < count; ++i) {
-      bytes.push_back(static_cast<uint8_t>(i % 10));
-      for (int p = 0; p < 3 * 32 * 32; ++p) bytes.push_back(static_cast<uint8_t>(rng() % 256));
-    }
-    return bytes;
-  };
-  for (int b = 1; b <= 5; ++b) hl::test::write_file(dir / ("data_batch_" + std::to_string(b) + ".bin"), records(4));
-  hl::test::write_file(dir / "test_batch.bin", records(2));
+  for (int b = 1; b <= 5; ++b) {
+    const std::string batch = dir / ("data_batch_" + std::to_string(b) + ".bin");
+    hl::test::write_file(batch, hl::test::cifar10_records({0, 1, 2, 3}, rng));
+  }
+  hl::test::write_file(dir / "test_batch.bin", hl::test::cifar10_records({0, 1}, rng));
   const auto [status, out] =
       run09("--smoke --max-steps 1 --epochs 1 --device cpu --precision fp32 --samples '' --data " + dir.str());
   ASSERT_EQ(status, 0) << out;
