@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -63,9 +64,15 @@ TEST(Tutorial04, SmokeRunChecksEveryCpuVariant) {
       const double flops = 2 * std::stod(w[at - 3]) * std::stod(w[at - 2]) * std::stod(w[at - 1]);
       const double ms = std::stod(f[2]), tflops = std::stod(f[3]);
       EXPECT_NEAR(tflops, flops / (ms * 1e-3) / 1e12, tflops * (0.006 + 0.00006 / ms)) << shape << " / " << v;
+      // A timed call takes time: at 0.0000 ms (no call timed) the TFLOP/s would be infinite, and the check
+      // above would pass with an infinite tolerance.
+      EXPECT_GT(ms, 0.0) << shape << " / " << v << "\n" << out;
     }
   }
   EXPECT_NE(out.find("\ninputs f16, C f32, FP32 accumulation"), std::string::npos) << out;  // the default
+  // The op column, after the name's words: A * B, and the forward pass's A * B^T.
+  EXPECT_EQ(row(out, "square 64", "blocked").at(2), "NN") << out;
+  EXPECT_EQ(row(out, "MLP fc1 forward", "blocked").at(3), "NT") << out;
   // The reference and the default blocked GEMM always run.
   EXPECT_EQ(after(row(out, "MLP fc1 forward", "reference"), "reference").at(1), "yes") << out;
   EXPECT_EQ(after(row(out, "MLP fc1 forward", "blocked"), "blocked").at(1), "yes") << out;
@@ -77,7 +84,7 @@ TEST(Tutorial04, GemmFlagPicksOneVariantAndRefusesUnknownNames) {
   EXPECT_FALSE(row(out, "square 64", "reference").empty()) << out;
   EXPECT_TRUE(row(out, "square 64", "blocked").empty()) << out;
   const auto [bad_status, bad] = run04("--smoke --device cpu --gemm no_such_gemm");
-  EXPECT_NE(bad_status, 0);
+  EXPECT_EQ(bad_status, 1) << bad;
   EXPECT_NE(bad.find("--gemm: no variant 'no_such_gemm'"), std::string::npos) << bad;
   EXPECT_NE(bad.find("reference"), std::string::npos) << bad;  // the known names are listed
 }
@@ -110,6 +117,50 @@ TEST(Tutorial04, FullRunChecksTheWeightGradientLayout) {
     EXPECT_LE(std::stod(f[0]), 1e-4) << shape;
   }
   EXPECT_EQ(row(out, "MLP fc1 weight grad", "blocked").at(4), "TN") << out;  // after the 4 words of the name
+  // The times are per call: the run times 200 calls of the small square and 3 of the large one (the
+  // repetitions aim at 1e9 flops a batch), and a 512^3 GEMM takes hundreds of times longer than a 64^3
+  // one. A time per batch, or one multiplied by the repetitions, would put the small square above.
+  const double small_ms = std::stod(after(row(out, "square 64", "blocked"), "blocked").at(2));
+  const double large_ms = std::stod(after(row(out, "square 512", "blocked"), "blocked").at(2));
+  EXPECT_GT(large_ms, 10 * small_ms) << out;
+}
+
+// The ladder's point: a wrong rung is caught. tests/preload/wrong_rungs.cpp, loaded with LD_PRELOAD, adds the
+// CPU rung "wrong_row", which leaves one row of C unwritten (the last, or HALFLING_WRONG_ROW's first, second
+// or middle). It runs last, after the reference rung has left the right answer in C, so only the poison the
+// program writes into C before each rung shows the row it missed: its error is NaN and its check fails, the
+// program says so and exits 1, and the right rungs still pass. Shapes of up to 256 rows are checked in
+// every row (the smoke run's two); the larger ones of the full run in a sample of rows that takes the
+// first, the middle and the last.
+TEST(Tutorial04, AWrongRungIsCaught) {
+  const std::string program =
+      std::string("LD_PRELOAD=") + HALFLING_WRONG_RUNGS_LIBRARY + " " + hl::test::tutorial_program("04_gemm_ladder");
+  const auto wrong_row_fails = [](const std::string& out, const std::string& shape) {
+    const auto f = after(row(out, shape, "wrong_row"), "wrong_row");
+    ASSERT_GE(f.size(), 2u) << shape << "\n" << out;
+    EXPECT_TRUE(std::isnan(std::stod(f[0]))) << shape << "\n" << out;
+    EXPECT_EQ(f[1], "NO") << shape << "\n" << out;
+  };
+  for (const std::string which : {"last", "second"}) {
+    SCOPED_TRACE("HALFLING_WRONG_ROW=" + which);
+    const auto [status, out] =
+        hl::test::run_command("HALFLING_WRONG_ROW=" + which + " " + program + " --smoke --device cpu");
+    EXPECT_EQ(status, 1) << out;
+    EXPECT_NE(out.find("\nSOME VARIANT IS WRONG\n"), std::string::npos) << out;
+    for (const std::string shape : {"square 64", "MLP fc1 forward"}) {
+      wrong_row_fails(out, shape);
+      EXPECT_EQ(after(row(out, shape, "reference"), "reference").at(1), "yes") << shape << "\n" << out;
+      EXPECT_EQ(after(row(out, shape, "blocked"), "blocked").at(1), "yes") << shape << "\n" << out;
+    }
+  }
+  for (const std::string which : {"first", "middle", "last"}) {
+    SCOPED_TRACE("HALFLING_WRONG_ROW=" + which);
+    const auto [status, out] =
+        hl::test::run_command("HALFLING_WRONG_ROW=" + which + " " + program + " --device cpu --gemm wrong_row");
+    EXPECT_EQ(status, 1) << out;
+    for (const std::string shape : {"square 64", "MLP fc1 forward", "MLP fc1 weight grad", "square 512"})
+      wrong_row_fails(out, shape);
+  }
 }
 
 // A CUDA name given with --device cuda on a machine without a GPU is dropped with a notice (not
@@ -128,6 +179,7 @@ TEST(Tutorial04, CudaNameAfterAFallbackRunsTheCpuVariants) {
 // are --f32-inputs), and --loss-scale, --schedule and --warmup-epochs are not flags of it; the other
 // training flags it shares with the tutorials are accepted and do nothing (no --csv file is written).
 TEST(Tutorial04, TakesTheFlagsTheChapterLists) {
+  EXPECT_EQ(hl::test::help_default(run04("--help").second, "--precision"), "fp16");
   const auto [ps, po] = run04("--precision fp32");
   EXPECT_EQ(ps, 105) << po;  // CLI11's validation error
   EXPECT_NE(po.find("--precision: fp32 not in {fp16}"), std::string::npos) << po;

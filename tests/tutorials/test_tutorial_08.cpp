@@ -59,6 +59,8 @@ TEST_F(Tutorial08, RungsAndCrossEntropyChecked) {
     }
   }
   EXPECT_EQ(rung_rows, 2) << out();  // the two smoke shapes
+  // On the CPU the section names the rungs a GPU would time.
+  EXPECT_TRUE(contains(out(), "\n(on a GPU this section times naive, block_row, warp_row, register_warp")) << out();
   EXPECT_TRUE(contains(out(), "cross_entropy on cpu runs: reference (fused)")) << out();
   EXPECT_TRUE(contains(out(), "|diff| 0.0e+00: OK")) << out();  // both paths compute in double on the CPU
   // Every element of the gradient compared; the largest is S / batch = 1024 / 128 (|p - onehot| <= 1).
@@ -85,7 +87,7 @@ TEST(Tutorial08Flags, FullCpuRunTakesTheCpuShapes) {
 
 TEST(Tutorial08Flags, SoftmaxFlagIsCheckedAndListed) {
   const auto bad = run_command(kProgram + " --smoke --device cpu --softmax no_such_rung");
-  EXPECT_NE(bad.first, 0);
+  EXPECT_EQ(bad.first, 1) << bad.second;  // the status of an error, not of a crash
   EXPECT_TRUE(contains(bad.second, "--softmax: no variant 'no_such_rung' on cpu (known: reference, naive_fp16_nomax)"))
       << bad.second;
   const auto list = run_command(kProgram + " --list-variants");
@@ -96,6 +98,38 @@ TEST(Tutorial08Flags, SoftmaxFlagIsCheckedAndListed) {
   const auto pinned = run_command(kProgram + " --smoke --device cpu --softmax naive_fp16_nomax");
   EXPECT_EQ(pinned.first, 0) << pinned.second;
   EXPECT_TRUE(contains(pinned.second, "cross-entropy with --softmax naive_fp16_nomax")) << pinned.second;
+}
+
+// The ladder catches a wrong rung. tests/preload/wrong_rungs.cpp, loaded with LD_PRELOAD, adds the CPU
+// softmax rung "wrong_row", which leaves one row of its output unwritten: the first, the middle or the last
+// (HALFLING_WRONG_ROW). The output is poisoned with NaN before each rung, and the largest error keeps a NaN
+// wherever it comes, so the rung's error is NaN and its check fails on both shapes; the program says so and
+// exits 1. The reference rung still passes.
+TEST(Tutorial08Flags, AWrongRungIsCaught) {
+  for (const std::string which : {"first", "middle", "last"}) {
+    const auto [status, out] = run_command("HALFLING_WRONG_ROW=" + which + " LD_PRELOAD=" +
+                                           HALFLING_WRONG_RUNGS_LIBRARY + " " + kProgram + " --smoke --device cpu");
+    EXPECT_EQ(status, 1) << which << "\n" << out;
+    EXPECT_TRUE(contains(out, "\nSOME CHECKS FAILED\n")) << which << "\n" << out;
+    std::istringstream in(out);
+    int wrong_rows = 0, reference_rows = 0;
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream fields(line);
+      std::string rung, shape, err;
+      if (!(fields >> rung >> shape >> err) || (rung != "wrong_row" && rung != "reference")) continue;
+      const std::string check = line.substr(line.find_last_of(' ') + 1);
+      if (rung == "wrong_row") {
+        ++wrong_rows;
+        EXPECT_EQ(err, "nan") << which << ": " << line;
+        EXPECT_EQ(check, "FAIL") << which << ": " << line;
+      } else {
+        ++reference_rows;
+        EXPECT_EQ(check, "OK") << which << ": " << line;
+      }
+    }
+    EXPECT_EQ(wrong_rows, 2) << which << "\n" << out;  // the two smoke shapes
+    EXPECT_EQ(reference_rows, 2) << which << "\n" << out;
+  }
 }
 
 }  // namespace

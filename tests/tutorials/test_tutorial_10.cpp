@@ -369,6 +369,9 @@ TEST_F(Tutorial10, FashionModelGetsFashionMnistsPreparation) {
   const auto [status, out] = run10("--checkpoint " + ckpt + " --image " + png + " --save-input " + seen);
   ASSERT_EQ(status, 0) << out;
   EXPECT_TRUE(contains(out, "using Fashion-MNIST's preparation (the model card's data set is fashion-mnist)")) << out;
+  EXPECT_TRUE(contains(out, "inverted (light background; border mean 250): Fashion-MNIST items are light on a black "
+                            "background\n"))
+      << out;
   EXPECT_TRUE(contains(out, "the item's bounding box (100x60 at x=20, y=80) scaled to 28x17")) << out;
   EXPECT_FALSE(contains(out, "20x20")) << out;
   // The item (255 - 20 = 235 once inverted) fills the width, 17 rows tall (60 * 28 / 100 = 16.8), in
@@ -449,6 +452,39 @@ TEST_F(Tutorial10, ItemFillingMostOfThePhotoIsFound) {
   EXPECT_TRUE(contains(out, "the item's bounding box (180x140 at x=10, y=10) scaled to 28x22")) << out;
 }
 
+// Fashion-MNIST's background is the median of the border's 108 pixels (28x28), all four sides of it. Each
+// image here paints two sides (54 pixels, the corners going with the top and bottom rows) 100 and the other
+// two 140: the median, the 55th smallest, is 140, so the item is what is brighter than 153, the 8x8 block of
+// 255 at x, y = 10, and not the 18x18 halo of 125 around it. Leave out a side of 140, or count an inner row
+// or column (0) as border, and the median is 100: the halo would count as the item. The three pairings
+// between them reach every side.
+TEST_F(Tutorial10, ItemBackgroundIsTheMedianOfTheWholeBorder) {
+  const std::string ckpt = save_fashion_checkpoint();
+  struct Sides {
+    uint8_t top, left, bottom, right;
+  };
+  for (const Sides& sides : {Sides{100, 100, 140, 140}, Sides{140, 140, 100, 100}, Sides{100, 140, 140, 100}}) {
+    data::Image img{28, 28, 1, std::vector<uint8_t>(28 * 28, 0)};
+    for (int64_t y = 0; y < 28; ++y)
+      for (int64_t x = 0; x < 28; ++x) {
+        uint8_t& v = img.pixels[static_cast<size_t>(y * 28 + x)];
+        if (y == 0) v = sides.top;
+        else if (y == 27) v = sides.bottom;
+        else if (x == 0) v = sides.left;
+        else if (x == 27) v = sides.right;
+        else if (x >= 10 && x < 18 && y >= 10 && y < 18) v = 255;
+        else if (x >= 5 && x < 23 && y >= 5 && y < 23) v = 125;
+      }
+    const std::string name = std::to_string(sides.top) + "_" + std::to_string(sides.left) + "_" +
+                             std::to_string(sides.bottom) + "_" + std::to_string(sides.right);
+    const std::string png = (dir_ / (name + ".png")).string();
+    data::write_png(png, img);
+    const auto [status, out] = run10("--checkpoint " + ckpt + " --invert no --image " + png);
+    ASSERT_EQ(status, 0) << out;
+    EXPECT_TRUE(contains(out, "the item's bounding box (8x8 at x=10, y=10) scaled to 28x28")) << name << "\n" << out;
+  }
+}
+
 // Nothing to center: an all-black image for a digit model, and an all-white one for a Fashion model
 // with --invert no (the border's median, 255, plus 13 is above any pixel). Each is only resized, says
 // why, and is still classified.
@@ -467,6 +503,134 @@ TEST_F(Tutorial10, BlankImagesAreOnlyResized) {
   EXPECT_TRUE(contains(o2, "not inverted (--invert no; border mean 255)")) << o2;
   EXPECT_TRUE(contains(o2, "resized 100x100 -> 28x28 (no item found)")) << o2;
   EXPECT_EQ(top_lines(o2).size(), 3u) << o2;
+}
+
+// The border is all four sides: for each side in turn, its 26 pixels between the corners at 255 and the other
+// 82 border pixels at 100 make a mean of 137.3, above 127.5, where any side left out would give 100.
+// A 1x1 image is all border: white, its mean is 255, and inverted it has no ink left to center.
+TEST_F(Tutorial10, BorderMeanTakesEverySide) {
+  for (const std::string side : {"top", "bottom", "left", "right"}) {
+    data::Image img = drawn_seven(28);
+    for (int64_t y = 0; y < 28; ++y)
+      for (int64_t x = 0; x < 28; ++x) {
+        const bool corner = (y == 0 || y == 27) && (x == 0 || x == 27);
+        const bool on_side = !corner && ((side == "top" && y == 0) || (side == "bottom" && y == 27) ||
+                                         (side == "left" && x == 0) || (side == "right" && x == 27));
+        if (y == 0 || x == 0 || y == 27 || x == 27) img.pixels[static_cast<size_t>(y * 28 + x)] = on_side ? 255 : 100;
+      }
+    const std::string png = (dir_ / (side + ".png")).string();
+    data::write_png(png, img);
+    const auto [status, out] = run10("--checkpoint " + ckpt_ + " --image " + png + " --no-center");
+    ASSERT_EQ(status, 0) << out;
+    EXPECT_TRUE(contains(out, "inverted (light background; border mean 137): MNIST digits are light on a black "
+                              "background\n"))
+        << side << "\n" << out;
+  }
+  const std::string dot = (dir_ / "dot.png").string();
+  data::write_png(dot, data::Image{1, 1, 1, {255}});
+  const auto [status, out] = run10("--checkpoint " + ckpt_ + " --image " + dot);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_TRUE(contains(out, "inverted (light background; border mean 255)")) << out;
+  EXPECT_TRUE(contains(out, "resized 1x1 -> 28x28 (no ink found to center)")) << out;
+}
+
+// What counts as a digit's ink: every pixel at least a quarter of the brightest (255 / 4 = 63 in integers),
+// and at least 1. A block of 255 (x and y 10 to 17) with one pixel of 63 at x = 2, y = 25 has a box of
+// 16x16 from x = 2, y = 10; a pixel of 62 at x = 25, y = 2 is not ink. A faint drawing (a block of 3, so a
+// quarter is 0, or of 1, the faintest there is) with a pixel of 1 at the same place: every pixel above 0 is
+// ink, and the black background is not. Ink in the first column alone (x = 0, y 5 to 20) is found, in a box
+// 1 pixel wide.
+TEST_F(Tutorial10, InkIsAQuarterOfThePeakOrMore) {
+  const auto run_on = [&](const data::Image& img, const std::string& name) {
+    const std::string png = (dir_ / name).string();
+    data::write_png(png, img);
+    return run10("--checkpoint " + ckpt_ + " --image " + png);
+  };
+  for (const int peak : {255, 3, 1}) {
+    data::Image img{28, 28, 1, std::vector<uint8_t>(28 * 28, 0)};
+    for (int64_t y = 10; y < 18; ++y)
+      for (int64_t x = 10; x < 18; ++x) img.pixels[static_cast<size_t>(y * 28 + x)] = static_cast<uint8_t>(peak);
+    img.pixels[25 * 28 + 2] = peak == 255 ? 63 : 1;
+    if (peak == 255) img.pixels[2 * 28 + 25] = 62;
+    const auto [status, out] = run_on(img, "peak" + std::to_string(peak) + ".png");
+    ASSERT_EQ(status, 0) << out;
+    EXPECT_TRUE(contains(out, "not inverted (dark background; border mean 0)")) << peak << "\n" << out;
+    EXPECT_TRUE(contains(out, "the ink's bounding box (16x16 at x=2, y=10) scaled into 20x20")) << peak << "\n" << out;
+  }
+  data::Image edge{28, 28, 1, std::vector<uint8_t>(28 * 28, 0)};
+  for (int64_t y = 5; y <= 20; ++y) edge.pixels[static_cast<size_t>(y * 28)] = 255;
+  const auto [status, out] = run_on(edge, "edge.png");
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_TRUE(contains(out, "the ink's bounding box (1x16 at x=0, y=5) scaled into 20x20")) << out;
+}
+
+// An item is what is at least 13 brighter than the background (the border's median), for a Fashion model
+// with --invert no. A block of 105 on a gray photo (100) is no item, though the image is not blank: it is
+// only resized. A block of 255 on 242 is one: the threshold is 255 itself, which a pixel can reach.
+TEST_F(Tutorial10, ItemIsTheBackgroundPlus13) {
+  const std::string ckpt = save_fashion_checkpoint();
+  for (const uint8_t background : {100, 242}) {
+    const uint8_t item = background == 100 ? 105 : 255;
+    data::Image photo{100, 100, 1, std::vector<uint8_t>(100 * 100, background)};
+    for (int64_t y = 30; y < 70; ++y)
+      for (int64_t x = 30; x < 60; ++x) photo.pixels[static_cast<size_t>(y * 100 + x)] = item;
+    const std::string png = (dir_ / ("item_on_" + std::to_string(background) + ".png")).string();
+    data::write_png(png, photo);
+    const std::string seen = (dir_ / "seen.png").string();
+    const auto [status, out] = run10("--checkpoint " + ckpt + " --invert no --image " + png + " --save-input " + seen);
+    ASSERT_EQ(status, 0) << out;
+    EXPECT_TRUE(contains(out, background == 100 ? "resized 100x100 -> 28x28 (no item found)"
+                                                : "the item's bounding box (30x40 at x=30, y=30) scaled to 21x28"))
+        << out;
+    EXPECT_EQ(top_lines(out).size(), 3u) << out;
+    if (background == 242) {  // the 21 columns in the middle: from (28 - 21) / 2 = 3, on black
+      const data::Image small = saved_input(seen, 1, 28);
+      for (int64_t y = 0; y < 28; ++y)
+        for (int64_t x = 0; x < 28; ++x) ASSERT_NEAR(small.at(y, x, 0), x >= 3 && x < 24 ? 255 : 0, 1) << x << "," << y;
+    }
+  }
+}
+
+// MNIST's recipe puts the digit's center of mass at the center of the 28x28 image, (13.5, 13.5), to within
+// the half pixel of a whole-pixel shift, and drops what then falls outside. Two drawings with a 20x20 box
+// (so not scaled), each with its mass far from its box's middle, on black:
+// - an "L", a bar 4 wide and 20 tall and a foot 16 long and 4 tall: its center of mass (5.94, 13.06) in the
+//   box moves it 8 right and 0 down, so the bar's top lands on row 0;
+// - a "flag", the same bar and a staff 1 pixel tall along its top: (3.17, 7.92) moves it 10 right and 6
+//   down, so the staff's last 2 pixels fall past the right edge and are dropped.
+TEST_F(Tutorial10, DigitIsCenteredByItsCenterOfMass) {
+  struct Drawing {
+    std::string name;
+    bool (*ink)(int64_t x, int64_t y);  // in the 20x20 box
+    int64_t dx, dy;                     // where the box goes in the 28x28 input
+  };
+  const Drawing drawings[] = {{"ell", [](int64_t x, int64_t y) { return x < 4 || y >= 16; }, 8, 0},
+                              {"flag", [](int64_t x, int64_t y) { return x < 4 || y == 0; }, 10, 6}};
+  for (const Drawing& d : drawings) {
+    data::Image img{28, 28, 1, std::vector<uint8_t>(28 * 28, 0)};
+    for (int64_t y = 0; y < 20; ++y)
+      for (int64_t x = 0; x < 20; ++x)
+        if (d.ink(x, y)) img.pixels[static_cast<size_t>((y + 4) * 28 + x + 4)] = 255;
+    const std::string png = (dir_ / (d.name + ".png")).string(), seen = (dir_ / "seen.png").string();
+    data::write_png(png, img);
+    const auto [status, out] = run10("--checkpoint " + ckpt_ + " --image " + png + " --save-input " + seen);
+    ASSERT_EQ(status, 0) << out;
+    EXPECT_TRUE(contains(out, "the ink's bounding box (20x20 at x=4, y=4) scaled into 20x20")) << d.name << "\n" << out;
+    const data::Image small = saved_input(seen, 1, 28);
+    double m = 0, mx = 0, my = 0;
+    for (int64_t y = 0; y < 28; ++y)
+      for (int64_t x = 0; x < 28; ++x) {
+        const int64_t bx = x - d.dx, by = y - d.dy;
+        const bool ink = bx >= 0 && by >= 0 && bx < 20 && by < 20 && d.ink(bx, by);
+        ASSERT_NEAR(small.at(y, x, 0), ink ? 255 : 0, 1) << d.name << " at " << x << "," << y;
+        const double v = small.at(y, x, 0);
+        m += v, mx += v * static_cast<double>(x), my += v * static_cast<double>(y);
+      }
+    if (d.name == "ell") {  // nothing dropped
+      EXPECT_LE(std::fabs(mx / m - 13.5), 0.5) << "center of mass x " << mx / m;
+      EXPECT_LE(std::fabs(my / m - 13.5), 0.5) << "center of mass y " << my / m;
+    }
+  }
 }
 
 TEST_F(Tutorial10, ClearErrors) {

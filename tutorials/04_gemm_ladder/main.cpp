@@ -196,11 +196,13 @@ int main(int argc, char** argv) {
       for (auto& x : a) x = half_bits_to_float(double_to_half_bits(dist(rng)));
       for (auto& x : b) x = half_bits_to_float(double_to_half_bits(dist(rng)));
 
-      // float64 reference for a sample of rows (every row up to 256; 64 spread-out rows beyond that,
-      // where the full reference would cost minutes of CPU time).
+      // float64 reference for a sample of rows (every row up to 256; beyond that, where the full reference
+      // would cost minutes of CPU time, 64 evenly spaced rows from the first, and the last: a kernel with no
+      // tile for a partial last block of rows gets that one wrong).
       std::vector<int64_t> rows;
       const int64_t step = s.M <= 256 ? 1 : s.M / 64;
       for (int64_t m = 0; m < s.M; m += step) rows.push_back(m);
+      if (rows.back() != s.M - 1) rows.push_back(s.M - 1);
       std::vector<double> ref(rows.size() * static_cast<size_t>(s.N));
 #pragma omp parallel for
       for (int64_t ri = 0; ri < static_cast<int64_t>(rows.size()); ++ri) {
