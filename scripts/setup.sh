@@ -26,6 +26,7 @@ packages=(
   # libgomp is not on clang's include path. clang itself pulls in neither.
   clang libclang-rt-dev libomp-dev
   shellcheck                    # tests/bench: the project's shell scripts are linted
+  time                          # tests/tutorials: GNU time measures a program's peak memory
 )
 
 # The CMake that scripts/build.sh will run (the first on the PATH) must be at least the version
