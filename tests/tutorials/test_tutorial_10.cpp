@@ -147,6 +147,14 @@ class Tutorial10 : public ::testing::Test {
     tutorial::save_model(ckpt_, *model_, card_);
   }
   void TearDown() override { fs::remove_all(dir_); }
+  // Writes `img` as the PNG `name` in the test's folder and classifies it with `ckpt` (the MNIST model's
+  // when empty), followed by `flags`.
+  std::pair<int, std::string> classify(const data::Image& img, const std::string& name, const std::string& flags = "",
+                                       const std::string& ckpt = "") const {
+    const std::string png = (dir_ / name).string();
+    data::write_png(png, img);
+    return run10("--checkpoint " + (ckpt.empty() ? ckpt_ : ckpt) + " --image " + png + " " + flags);
+  }
   // The same weights under a card that names Fashion-MNIST (whose recipe the program then follows).
   std::string save_fashion_checkpoint() {
     tutorial::ModelCard fashion = card_;
@@ -493,9 +501,7 @@ TEST_F(Tutorial10, ItemBackgroundIsTheMedianOfTheWholeBorder) {
       }
     const std::string name = std::to_string(sides.top) + "_" + std::to_string(sides.left) + "_" +
                              std::to_string(sides.bottom) + "_" + std::to_string(sides.right);
-    const std::string png = (dir_ / (name + ".png")).string();
-    data::write_png(png, img);
-    const auto [status, out] = run10("--checkpoint " + ckpt + " --invert no --image " + png);
+    const auto [status, out] = classify(img, name + ".png", "--invert no", ckpt);
     ASSERT_EQ(status, 0) << out;
     EXPECT_TRUE(contains(out, "the item's bounding box (8x8 at x=10, y=10) scaled to 28x28")) << name << "\n" << out;
   }
@@ -534,17 +540,13 @@ TEST_F(Tutorial10, BorderMeanTakesEverySide) {
                                          (side == "left" && x == 0) || (side == "right" && x == 27));
         if (y == 0 || x == 0 || y == 27 || x == 27) img.pixels[static_cast<size_t>(y * 28 + x)] = on_side ? 255 : 100;
       }
-    const std::string png = (dir_ / (side + ".png")).string();
-    data::write_png(png, img);
-    const auto [status, out] = run10("--checkpoint " + ckpt_ + " --image " + png + " --no-center");
+    const auto [status, out] = classify(img, side + ".png", "--no-center");
     ASSERT_EQ(status, 0) << out;
     EXPECT_TRUE(contains(out, "inverted (light background; border mean 137): MNIST digits are light on a black "
                               "background\n"))
         << side << "\n" << out;
   }
-  const std::string dot = (dir_ / "dot.png").string();
-  data::write_png(dot, data::Image{1, 1, 1, {255}});
-  const auto [status, out] = run10("--checkpoint " + ckpt_ + " --image " + dot);
+  const auto [status, out] = classify(data::Image{1, 1, 1, {255}}, "dot.png");
   ASSERT_EQ(status, 0) << out;
   EXPECT_TRUE(contains(out, "inverted (light background; border mean 255)")) << out;
   EXPECT_TRUE(contains(out, "resized 1x1 -> 28x28 (no ink found to center)")) << out;
@@ -557,25 +559,20 @@ TEST_F(Tutorial10, BorderMeanTakesEverySide) {
 // ink, and the black background is not. Ink in the first column alone (x = 0, y 5 to 20) is found, in a box
 // 1 pixel wide.
 TEST_F(Tutorial10, InkIsAQuarterOfThePeakOrMore) {
-  const auto run_on = [&](const data::Image& img, const std::string& name) {
-    const std::string png = (dir_ / name).string();
-    data::write_png(png, img);
-    return run10("--checkpoint " + ckpt_ + " --image " + png);
-  };
   for (const int peak : {255, 3, 1}) {
     data::Image img{28, 28, 1, std::vector<uint8_t>(28 * 28, 0)};
     for (int64_t y = 10; y < 18; ++y)
       for (int64_t x = 10; x < 18; ++x) img.pixels[static_cast<size_t>(y * 28 + x)] = static_cast<uint8_t>(peak);
     img.pixels[25 * 28 + 2] = peak == 255 ? 63 : 1;
     if (peak == 255) img.pixels[2 * 28 + 25] = 62;
-    const auto [status, out] = run_on(img, "peak" + std::to_string(peak) + ".png");
+    const auto [status, out] = classify(img, "peak" + std::to_string(peak) + ".png");
     ASSERT_EQ(status, 0) << out;
     EXPECT_TRUE(contains(out, "not inverted (dark background; border mean 0)")) << peak << "\n" << out;
     EXPECT_TRUE(contains(out, "the ink's bounding box (16x16 at x=2, y=10) scaled into 20x20")) << peak << "\n" << out;
   }
   data::Image edge{28, 28, 1, std::vector<uint8_t>(28 * 28, 0)};
   for (int64_t y = 5; y <= 20; ++y) edge.pixels[static_cast<size_t>(y * 28)] = 255;
-  const auto [status, out] = run_on(edge, "edge.png");
+  const auto [status, out] = classify(edge, "edge.png");
   ASSERT_EQ(status, 0) << out;
   EXPECT_TRUE(contains(out, "the ink's bounding box (1x16 at x=0, y=5) scaled into 20x20")) << out;
 }
@@ -590,10 +587,9 @@ TEST_F(Tutorial10, ItemIsTheBackgroundPlus13) {
     data::Image photo{100, 100, 1, std::vector<uint8_t>(100 * 100, background)};
     for (int64_t y = 30; y < 70; ++y)
       for (int64_t x = 30; x < 60; ++x) photo.pixels[static_cast<size_t>(y * 100 + x)] = item;
-    const std::string png = (dir_ / ("item_on_" + std::to_string(background) + ".png")).string();
-    data::write_png(png, photo);
     const std::string seen = (dir_ / "seen.png").string();
-    const auto [status, out] = run10("--checkpoint " + ckpt + " --invert no --image " + png + " --save-input " + seen);
+    const auto [status, out] =
+        classify(photo, "item_on_" + std::to_string(background) + ".png", "--invert no --save-input " + seen, ckpt);
     ASSERT_EQ(status, 0) << out;
     EXPECT_TRUE(contains(out, background == 100 ? "resized 100x100 -> 28x28 (no item found)"
                                                 : "the item's bounding box (30x40 at x=30, y=30) scaled to 21x28"))
@@ -627,9 +623,8 @@ TEST_F(Tutorial10, DigitIsCenteredByItsCenterOfMass) {
     for (int64_t y = 0; y < 20; ++y)
       for (int64_t x = 0; x < 20; ++x)
         if (d.ink(x, y)) img.pixels[static_cast<size_t>((y + 4) * 28 + x + 4)] = 255;
-    const std::string png = (dir_ / (d.name + ".png")).string(), seen = (dir_ / "seen.png").string();
-    data::write_png(png, img);
-    const auto [status, out] = run10("--checkpoint " + ckpt_ + " --image " + png + " --save-input " + seen);
+    const std::string seen = (dir_ / "seen.png").string();
+    const auto [status, out] = classify(img, d.name + ".png", "--save-input " + seen);
     ASSERT_EQ(status, 0) << out;
     EXPECT_TRUE(contains(out, "the ink's bounding box (20x20 at x=4, y=4) scaled into 20x20")) << d.name << "\n" << out;
     const data::Image small = saved_input(seen, 1, 28);
