@@ -365,6 +365,33 @@ TEST(Trainer, CsvFieldQuotesAsRfc4180) {
   EXPECT_EQ(tut::csv_field("cr\r"), "\"cr\r\"");
 }
 
+// Numbers in the CSV files read back exactly, in as few digits as that takes: a loss scale of 2^21 is
+// 2097152 (six digits wrote 2.09715e+06), a test accuracy of 743/1000 is 0.743.
+TEST(Trainer, CsvNumberReadsBackExactly) {
+  EXPECT_EQ(tut::csv_number(2097152.0), "2097152");
+  EXPECT_EQ(tut::csv_number(16773120.0), "16773120");
+  EXPECT_EQ(tut::csv_number(743.0 / 1000), "0.743");
+  EXPECT_EQ(tut::csv_number(0.1 + 0.2), "0.30000000000000004");
+  EXPECT_EQ(tut::csv_number(0.0), "0");
+  EXPECT_EQ(tut::csv_number(-2.5), "-2.5");
+  EXPECT_EQ(tut::csv_number(1e300), "1e+300");
+  EXPECT_EQ(tut::csv_number(std::numeric_limits<double>::infinity()), "inf");
+  EXPECT_EQ(tut::csv_number(-std::numeric_limits<double>::infinity()), "-inf");
+  EXPECT_EQ(tut::csv_number(std::numeric_limits<double>::quiet_NaN()), "nan");
+  const std::vector<double> edge = {std::numeric_limits<double>::denorm_min(), std::numeric_limits<double>::min(),
+                                    -std::numeric_limits<double>::min(), std::numeric_limits<double>::max(),
+                                    -std::numeric_limits<double>::max(), std::nextafter(1.0, 2.0)};
+  for (const double x : edge) EXPECT_EQ(std::strtod(tut::csv_number(x).c_str(), nullptr), x) << tut::csv_number(x);
+  // Fresh random doubles of every magnitude: the bits of each come back.
+  hl::Generator gen(hl::test::fresh_seed());
+  for (int i = 0; i < 2000; ++i) {
+    const double x = std::ldexp(gen.uniform() * 2 - 1, static_cast<int>(gen.below(2001)) - 1000);
+    const std::string text = tut::csv_number(x);
+    EXPECT_EQ(std::strtod(text.c_str(), nullptr), x) << text;
+    EXPECT_LE(text.size(), 24u) << text;
+  }
+}
+
 TEST(Trainer, ProgressLine) {
   EXPECT_EQ(tut::progress_line(2, 3, 10, 384, 1.5, 0.125),
             "epoch 2 [#########                     ] 3/10  loss 0.1250  256 img/s  ETA 3.5 s   ");

@@ -93,8 +93,9 @@ int main(int argc, char** argv) {
                   static_cast<long long>(e), static_cast<long long>(epochs), r.loss, 100 * r.accuracy, 100 * test_acc,
                   r.seconds, r.images_per_second);
       if (csv.is_open()) {
-        csv << e << "," << r.loss << "," << r.accuracy << "," << test_acc << "," << r.seconds << ","
-            << r.images_per_second << "\n";
+        csv << e << "," << tutorial::csv_number(r.loss) << "," << tutorial::csv_number(r.accuracy) << ","
+            << tutorial::csv_number(test_acc) << "," << tutorial::csv_number(r.seconds) << ","
+            << tutorial::csv_number(r.images_per_second) << "\n";
       }
     }
     std::printf("final test accuracy %.2f%% after %lld epoch(s), %.1f s per epoch on %s\n", 100 * test_acc,

@@ -99,12 +99,13 @@ RunResult train_one(const RunConfig& rc, const data::Dataset& train, const data:
     seconds += er.seconds;
     r.skipped += er.skipped_steps;
     r.steps += er.steps;
-    std::printf("  [%s] epoch %lld/%lld  loss %.4f  test acc %.2f%%  %.1f s  skipped %lld  scale %g\n",
+    std::printf("  [%s] epoch %lld/%lld  loss %.4f  test acc %.2f%%  %.1f s  skipped %lld  scale %.15g\n",
                 rc.label.c_str(), static_cast<long long>(e), static_cast<long long>(epochs), er.loss,
                 100 * r.test_accuracy, er.seconds, static_cast<long long>(er.skipped_steps), scaler.get_scale());
     if (csv.is_open()) {
-      csv << tutorial::csv_field(rc.label) << "," << e << "," << er.loss << "," << r.test_accuracy << ","
-          << er.seconds << "," << er.skipped_steps << "," << scaler.get_scale() << "\n";
+      csv << tutorial::csv_field(rc.label) << "," << e << "," << tutorial::csv_number(er.loss) << ","
+          << tutorial::csv_number(r.test_accuracy) << "," << tutorial::csv_number(er.seconds) << ","
+          << er.skipped_steps << "," << tutorial::csv_number(scaler.get_scale()) << "\n";
     }
   }
   r.seconds_per_epoch = seconds / static_cast<double>(epochs);

@@ -144,13 +144,15 @@ int main(int argc, char** argv) {
       test_acc = tutorial::evaluate(*model, test_loader);
       total_seconds += r.seconds;
       std::printf("epoch %lld/%lld  loss %.4f  train acc %.2f%%  test acc %.2f%%  %.1f s  (%.0f img/s)  skipped %lld  "
-                  "scale %g\n",
+                  "scale %.15g\n",
                   static_cast<long long>(e), static_cast<long long>(epochs), r.loss, 100 * r.accuracy, 100 * test_acc,
                   r.seconds, r.images_per_second, static_cast<long long>(r.skipped_steps), scaler.get_scale());
       std::fflush(stdout);
       if (csv.is_open()) {
-        csv << e << "," << r.loss << "," << r.accuracy << "," << test_acc << "," << r.seconds << ","
-            << r.images_per_second << "," << r.skipped_steps << "," << scaler.get_scale() << "\n";
+        csv << e << "," << tutorial::csv_number(r.loss) << "," << tutorial::csv_number(r.accuracy) << ","
+            << tutorial::csv_number(test_acc) << "," << tutorial::csv_number(r.seconds) << ","
+            << tutorial::csv_number(r.images_per_second) << "," << r.skipped_steps << ","
+            << tutorial::csv_number(scaler.get_scale()) << "\n";
       }
     }
     std::printf("final test accuracy %.2f%% after %lld epoch(s), %.1f s per epoch on %s\n", 100 * test_acc,

@@ -210,14 +210,17 @@ int main(int argc, char** argv) {
       total_skipped += r.skipped_steps;
       total_steps += r.steps;
       std::printf("epoch %lld/%lld  lr %.4f  loss %.4f  train acc %.2f%%  test acc %.2f%%  %.1f s  (%.0f img/s)  "
-                  "skipped %lld  scale %g  peak %.1f MiB\n",
+                  "skipped %lld  scale %.15g  peak %.1f MiB\n",
                   static_cast<long long>(e), static_cast<long long>(epochs), lr_start, r.loss, 100 * r.accuracy,
                   100 * test_acc, r.seconds, r.images_per_second, static_cast<long long>(r.skipped_steps),
                   scaler.get_scale(), peak_mib);
       std::fflush(stdout);
       if (csv.is_open()) {
-        csv << e << "," << lr_start << "," << r.loss << "," << r.accuracy << "," << test_acc << "," << r.seconds << ","
-            << r.images_per_second << "," << r.skipped_steps << "," << scaler.get_scale() << "," << peak_mib << "\n";
+        csv << e << "," << tutorial::csv_number(lr_start) << "," << tutorial::csv_number(r.loss) << ","
+            << tutorial::csv_number(r.accuracy) << "," << tutorial::csv_number(test_acc) << ","
+            << tutorial::csv_number(r.seconds) << "," << tutorial::csv_number(r.images_per_second) << ","
+            << r.skipped_steps << ","
+            << tutorial::csv_number(scaler.get_scale()) << "," << tutorial::csv_number(peak_mib) << "\n";
       }
     }
     const double peak_mib = static_cast<double>(peak - baseline) / (1 << 20);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -290,6 +291,13 @@ std::string csv_field(const std::string& text) {
     out += c;
   }
   return out + "\"";
+}
+
+std::string csv_number(double x) {
+  char buf[32];  // the longest shortest form, "-2.2250738585072014e-308", has 24 characters
+  const std::to_chars_result r = std::to_chars(buf, buf + sizeof buf, x);
+  HL_CHECK(r.ec == std::errc(), "csv_number: cannot format ", x);
+  return std::string(buf, r.ptr);
 }
 
 }  // namespace hl::tutorial

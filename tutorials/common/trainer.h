@@ -106,6 +106,12 @@ std::string loss_scale_for(amp::Precision precision, const std::string& spec, bo
 // after them (Python's csv module, which scripts/plot.py uses, reads the quoted form).
 std::string csv_field(const std::string& text);
 
+// A number as a CSV field: the shortest decimal that reads back as the same double (std::to_chars).
+// An ostream's default six significant digits wrote a loss scale of 2^21 as 2.09715e+06, which reads
+// back as 2097150; every tutorial's CSV numbers go through this instead. inf, -inf and nan are
+// written so, as Python's float() reads them.
+std::string csv_number(double x);
+
 // The progress bar's text after `step` of `steps` steps (`images` images in `elapsed` seconds, a mean
 // loss of `loss` so far): "epoch 2 [#########                     ] 3/10  loss 0.1250  256 img/s  ETA 3.5 s   ".
 // train_epoch redraws it in place on a terminal, at most four times a second.
