@@ -112,8 +112,9 @@ BinSummary summarize_bins(const Histogram& h, double scale) {
 std::string scale_str(double s) {
   const int e = std::ilogb(s);
   char buf[48];
-  if (std::ldexp(1.0, e) == s) std::snprintf(buf, sizeof buf, "%.0f (2^%d)", s, e);
-  else std::snprintf(buf, sizeof buf, "%g", s);
+  // Every digit: %g's six wrote a static scale of 16773120 as 1.67731e+07.
+  if (std::ldexp(1.0, e) == s) std::snprintf(buf, sizeof buf, "%.15g (2^%d)", s, e);
+  else std::snprintf(buf, sizeof buf, "%.15g", s);
   return buf;
 }
 
@@ -194,8 +195,11 @@ void print_histogram(const Histogram& h, double static_scale) {
   // is folded into one row, so the table stays a screen high.
   const auto tail = static_cast<int64_t>(1e-4 * n);
   int lo = kMinBin, hi = kMaxBin;
-  for (int64_t below = 0; lo < kMaxBin && below + count(lo) <= tail; ++lo) below += count(lo);
+  for (int64_t below = 0; lo <= kMaxBin && below + count(lo) <= tail; ++lo) below += count(lo);
   for (int64_t above = 0; hi > lo && above + count(hi) <= tail; --hi) above += count(hi);
+  // No bin matters (every value zero, inf or NaN, as when the scale overflows everything): FP16's range
+  // alone. (The table once showed all 46 empty bins from 2^-25 up.)
+  if (lo > kMaxBin) lo = hi = -25;
   lo = std::min(lo, -25);  // always show where FP16 ends
   hi = std::max(hi, -14);
   int64_t below = 0, above = 0;
@@ -205,7 +209,8 @@ void print_histogram(const Histogram& h, double static_scale) {
   for (int e = lo; e <= hi; ++e) peak = std::max(peak, 100.0 * static_cast<double>(count(e)) / n);
   const int width = 40;
   auto bar = [&](double pct) {
-    const int len = peak > 0 ? static_cast<int>(std::lround(width * std::min(pct, peak) / peak)) : 0;
+    if (peak == 0) return std::string();  // no bin holds a value: no scale to draw against
+    const int len = static_cast<int>(std::lround(width * std::min(pct, peak) / peak));
     std::string b(static_cast<size_t>(len), '#');
     if (pct > 0 && len == 0) b = ".";
     if (pct > peak) b += '>';  // the zero bin can be taller than the scale
@@ -244,12 +249,13 @@ void write_histogram_csv(const std::string& path, const GradientRecorder& rec, c
   out << "layer,log2_bin,count,percent,static_scale,dynamic_scale\n";
   auto rows = [&](const std::string& name, const Histogram& h) {
     const double n = static_cast<double>(std::max<int64_t>(h.total, 1));
-    out << tutorial::csv_field(name) << ",zero," << h.zeros << "," << 100.0 * static_cast<double>(h.zeros) / n
-        << "," << static_scale << "," << dynamic_scale << "\n";
+    const std::string scales = "," + tutorial::csv_number(static_scale) + "," + tutorial::csv_number(dynamic_scale);
+    out << tutorial::csv_field(name) << ",zero," << h.zeros << ","
+        << tutorial::csv_number(100.0 * static_cast<double>(h.zeros) / n) << scales << "\n";
     for (int e = kMinBin; e <= kMaxBin; ++e) {
       const int64_t c = h.bins[static_cast<size_t>(e - kMinBin)];
-      out << tutorial::csv_field(name) << "," << e << "," << c << "," << 100.0 * static_cast<double>(c) / n << ","
-          << static_scale << "," << dynamic_scale << "\n";
+      out << tutorial::csv_field(name) << "," << e << "," << c << ","
+          << tutorial::csv_number(100.0 * static_cast<double>(c) / n) << scales << "\n";
     }
   };
   rows("all", all);
@@ -263,17 +269,21 @@ struct Setup {
   Device dev = Device::cpu;
   tutorial::CommonFlags flags;
   int64_t epochs = 1;
+  int64_t max_steps = -1;  // per epoch, in every run (< 0: the whole epoch)
   std::ofstream* csv = nullptr;  // run,epoch,train_loss,train_acc,test_acc,seconds,images_per_second,skipped_steps,loss_scale
 };
 
 void log_epoch(const Setup& s, const std::string& run, int64_t e, const tutorial::EpochResult& r, double test_acc,
                double scale) {
-  std::printf("  [%s] epoch %lld/%lld  loss %.4f  train acc %.2f%%  test acc %.2f%%  %.1f s (%.0f img/s)  skipped %lld  scale %g\n",
+  std::printf("  [%s] epoch %lld/%lld  loss %.4f  train acc %.2f%%  test acc %.2f%%  %.1f s (%.0f img/s)  "
+              "skipped %lld  scale %.15g\n",
               run.c_str(), static_cast<long long>(e), static_cast<long long>(s.epochs), r.loss, 100 * r.accuracy,
               100 * test_acc, r.seconds, r.images_per_second, static_cast<long long>(r.skipped_steps), scale);
   if (s.csv != nullptr) {
-    *s.csv << tutorial::csv_field(run) << "," << e << "," << r.loss << "," << r.accuracy << "," << test_acc << ","
-           << r.seconds << "," << r.images_per_second << "," << r.skipped_steps << "," << scale << "\n";
+    *s.csv << tutorial::csv_field(run) << "," << e << "," << tutorial::csv_number(r.loss) << ","
+           << tutorial::csv_number(r.accuracy) << "," << tutorial::csv_number(test_acc) << ","
+           << tutorial::csv_number(r.seconds) << "," << tutorial::csv_number(r.images_per_second) << ","
+           << r.skipped_steps << "," << tutorial::csv_number(scale) << "\n";
   }
 }
 
@@ -318,6 +328,7 @@ ScaledRun train_scaled(const Setup& s, const std::string& label, const std::stri
   std::vector<std::vector<double>> before;
   tutorial::TrainOptions opts;
   opts.scaler = &scaler;
+  opts.max_steps = s.max_steps;
   opts.after_backward = [&](int64_t step) {
     if (base + step + 1 != inject) return;
     before = snapshot(*model, sgd);
@@ -354,12 +365,15 @@ int main(int argc, char** argv) {
   f.loss_scale = "static:1024";
   tutorial::add_common_flags(app, f, {"fp32", "mixed"});
   std::string dynamic_spec;
-  int64_t inject = -1, record_every = 1;
+  int64_t inject = -1, record_every = 1, max_steps = -1;
   std::string out_dir = "loss_scaling_logs";
   app.add_option("--dynamic", dynamic_spec,
                  "the dynamic scaler to compare (default dynamic:interval=100, or interval=4 with --smoke)");
   app.add_option("--inject-overflow-at", inject, "write an inf into one gradient at this step (1-based; 0: never; default 50, 5 with --smoke)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  app.add_option("--max-steps", max_steps, "stop each epoch of every run after this many steps, at least 1 (default: "
+                                           "the whole epoch)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("--record-every", record_every, "record the activation gradients of every N-th step")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
       ->capture_default_str();
@@ -394,6 +408,7 @@ int main(int argc, char** argv) {
     s.train = data::load_mnist(dir, data::Split::train);
     s.test = data::load_mnist(dir, data::Split::test);
     s.epochs = f.epochs;
+    s.max_steps = max_steps;
     if (f.smoke) {
       s.train = s.train.subset(0, 2048);
       s.test = s.test.subset(0, 1000);
@@ -426,6 +441,7 @@ int main(int argc, char** argv) {
     probed->to(dt);
     amp::LossScaler hist_scaler(static_cfg);
     tutorial::TrainOptions hist_opts;
+    hist_opts.max_steps = max_steps;
     if (mixed) {
       hist_opts.scaler = &hist_scaler;
       rec.scaler = &hist_scaler;  // the hooks see S * g: divide it out
@@ -499,8 +515,8 @@ int main(int argc, char** argv) {
     hist << "step,run,scale,skipped\n";
     for (const ScaledRun& r : runs)
       for (size_t i = 0; i < r.scales.size(); ++i)
-        hist << i + 1 << "," << tutorial::csv_field(r.label) << "," << r.scales[i] << "," << (r.skipped[i] ? 1 : 0)
-             << "\n";
+        hist << i + 1 << "," << tutorial::csv_field(r.label) << "," << tutorial::csv_number(r.scales[i]) << ","
+             << (r.skipped[i] ? 1 : 0) << "\n";
 
     // ---- 3. the injected overflow ----
     std::printf("\n== 3. The injected overflow\n");
