@@ -4,7 +4,7 @@
 // checked on that image, Fashion-MNIST's on a Fashion model's, and so are the flattening of a
 // transparent canvas onto white and the bounded memory of a 65535x4 image; tutorial 03 --save and
 // tutorial 07 --save (LeNet, trained in mixed precision, saved from its FP32 master weights) hand
-// their models over; bad inputs give clear errors.
+// their models over; --smoke draws its own test set's first image; --top; bad inputs give clear errors.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -644,6 +645,104 @@ TEST_F(Tutorial10, DigitIsCenteredByItsCenterOfMass) {
   }
 }
 
+// --smoke draws test image 0 of the card's data set the way a person would: dark on white (255 - v), each
+// pixel a 4x4 block, and names its true label. The test set is the test's own, two images of noise with
+// the labels 0 and 5 (label 0 is the one a "was there a smoke label" check of > 0 would miss). The PNG goes
+// into the temporary folder: $TMPDIR, here the test's own, so that runs in parallel do not share it.
+TEST_F(Tutorial10, SmokeDrawsTestImage0DarkOnWhiteAt4x) {
+  const fs::path data = dir_ / "mnist";
+  fs::create_directories(data);
+  std::mt19937 rng(static_cast<uint32_t>(test::fresh_seed()));
+  test::Bytes pixels(2 * 28 * 28);
+  for (uint8_t& v : pixels) v = static_cast<uint8_t>(rng() % 256);
+  pixels[0] = 0;  // both ends of the range
+  pixels[1] = 255;
+  test::write_idx((data / "t10k-images-idx3-ubyte").string(), test::idx_bytes({2, 28, 28}, pixels), false);
+  test::write_idx((data / "t10k-labels-idx1-ubyte").string(), test::idx_bytes({2}, {0, 5}), false);
+  const auto [status, out] = test::run_command("TMPDIR=" + dir_.string() + " " +
+                                               test::tutorial_program("10_your_image") + " --checkpoint " + ckpt_ +
+                                               " --smoke --data " + data.string());
+  ASSERT_EQ(status, 0) << out;
+  const std::string png = (dir_ / "halfling_10_smoke_digit.png").string();
+  EXPECT_TRUE(contains(out, "--smoke: wrote test image 0 of mnist (label digit0), dark on white and 4x larger, to " +
+                                png))
+      << out;
+  EXPECT_TRUE(contains(out, "the true label is digit0: ")) << out;
+  const data::Image drawn = data::read_image(png, 0);
+  ASSERT_EQ(drawn.width, 112);
+  ASSERT_EQ(drawn.height, 112);
+  ASSERT_EQ(drawn.channels, 1);
+  int mismatches = 0;
+  for (int64_t y = 0; y < 112; ++y)
+    for (int64_t x = 0; x < 112; ++x) {
+      const int v = pixels[static_cast<size_t>((y / 4) * 28 + x / 4)];
+      if (drawn.at(y, x, 0) != 255 - v && mismatches++ < 5)
+        ADD_FAILURE() << "pixel (" << x << ", " << y << "): " << int{drawn.at(y, x, 0)} << ", want 255 - " << v;
+    }
+  EXPECT_EQ(mismatches, 0);
+}
+
+// --smoke needs the card's own test set: each data set's loader is asked, so that a missing one is named
+// with the fetch.sh command for it; a data set without test images here (CIFAR-10's card) is refused.
+TEST_F(Tutorial10, SmokeNamesTheDataSetItNeeds) {
+  const std::string empty = (dir_ / "no_data").string();
+  fs::create_directories(empty);
+  const auto [s1, o1] = run10("--checkpoint " + ckpt_ + " --smoke --data " + empty);
+  EXPECT_EQ(s1, 1) << o1;
+  EXPECT_TRUE(contains(o1, "10_your_image: load_mnist(" + empty + "): neither ")) << o1;
+  EXPECT_TRUE(contains(o1, "run datasets/fetch.sh mnist to download")) << o1;
+  const auto [s2, o2] = run10("--checkpoint " + save_fashion_checkpoint() + " --smoke --data " + empty);
+  EXPECT_EQ(s2, 1) << o2;
+  EXPECT_TRUE(contains(o2, "10_your_image: load_fashion_mnist(" + empty + "): neither ")) << o2;
+  EXPECT_TRUE(contains(o2, "run datasets/fetch.sh fashion-mnist to download")) << o2;
+  tutorial::ModelCard cifar = card_;
+  cifar.dataset = "cifar10";
+  const std::string ckpt = (dir_ / "cifar.safetensors").string();
+  tutorial::save_model(ckpt, *model_, cifar);
+  const auto [s3, o3] = run10("--checkpoint " + ckpt + " --smoke --data " + empty);
+  EXPECT_EQ(s3, 1) << o3;
+  EXPECT_TRUE(contains(o3, "10_your_image: --smoke: no test images for data set 'cifar10' (give --image)")) << o3;
+}
+
+// --top k lists the k likeliest classes, at most as many as the model has, at least 1; without --smoke
+// there is no true label to name.
+TEST_F(Tutorial10, TopListsThatManyClasses) {
+  const data::Image seven = drawn_seven(28);
+  for (const auto& [k, listed] : std::vector<std::pair<int, size_t>>{{1, 1}, {3, 3}, {12, 10}}) {
+    const auto [status, out] = classify(seven, "seven.png", "--top " + std::to_string(k));
+    ASSERT_EQ(status, 0) << out;
+    EXPECT_TRUE(contains(out, "\ntop " + std::to_string(listed) + ":\n")) << out;
+    EXPECT_EQ(top_lines(out).size(), listed) << out;
+    EXPECT_FALSE(contains(out, "true label")) << out;
+  }
+  const auto [status, out] = classify(seven, "seven.png", "--top 0");
+  EXPECT_NE(status, 0) << out;
+  EXPECT_TRUE(contains(out, "--top")) << out;
+  EXPECT_FALSE(contains(out, "\ntop ")) << out;
+}
+
+// For a gray model, a color photo without alpha is converted to gray, with nothing to flatten (only 2 and 4
+// channels carry alpha); a gray image with alpha is already gray, and its alpha is flattened.
+TEST_F(Tutorial10, ColorAndAlphaAreNamedForWhatTheImageHas) {
+  data::Image rgb{28, 28, 3, std::vector<uint8_t>(28 * 28 * 3)};
+  const data::Image seven = drawn_seven(28);
+  for (size_t i = 0; i < seven.pixels.size(); ++i)
+    for (size_t c = 0; c < 3; ++c) rgb.pixels[3 * i + c] = seven.pixels[i];
+  const auto [status, out] = classify(rgb, "seven_rgb.png");
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_TRUE(contains(out, "28x28, 3 channel(s)")) << out;
+  EXPECT_TRUE(contains(out, "  - converted to gray\n")) << out;
+  EXPECT_FALSE(contains(out, "alpha")) << out;
+  // Gray with alpha (2 channels): already gray, and the alpha channel is flattened.
+  data::Image gray_alpha{28, 28, 2, std::vector<uint8_t>(28 * 28 * 2, 255)};
+  for (size_t i = 0; i < seven.pixels.size(); ++i) gray_alpha.pixels[2 * i] = seven.pixels[i];
+  const auto [s2, o2] = classify(gray_alpha, "seven_gray_alpha.png");
+  ASSERT_EQ(s2, 0) << o2;
+  EXPECT_TRUE(contains(o2, "28x28, 2 channel(s)")) << o2;
+  EXPECT_TRUE(contains(o2, "  - already gray\n")) << o2;
+  EXPECT_TRUE(contains(o2, "  - flattened the alpha channel onto white\n")) << o2;
+}
+
 TEST_F(Tutorial10, ClearErrors) {
   const std::string png = (dir_ / "seven.png").string();
   data::write_png(png, drawn_seven(28));
@@ -725,8 +824,10 @@ TEST(Tutorial10Handoff, Tutorial03SaveThen10Smoke) {
   EXPECT_EQ(lm.card.norm.mean, data::mnist_normalization().mean);
   EXPECT_GT(lm.card.test_accuracy, 0.5);  // 03's smoke run reaches ~74%
 
-  // 10 --smoke: test image 0 of MNIST (a 7), drawn dark on white at 4x; a 74% model gets it right.
-  const auto [s10, o10] = run10("--checkpoint " + ckpt + " --smoke --data " + data);
+  // 10 --smoke: test image 0 of MNIST (a 7), drawn dark on white at 4x; a 74% model gets it right. The
+  // drawing goes into $TMPDIR: the test's folder, removed with it.
+  const auto [s10, o10] = test::run_command("TMPDIR=" + dir.string() + " " + test::tutorial_program("10_your_image") +
+                                            " --checkpoint " + ckpt + " --smoke --data " + data);
   fs::remove_all(dir);
   ASSERT_EQ(s10, 0) << o10;
   EXPECT_TRUE(contains(o10, "test image 0 of mnist (label 7)")) << o10;
