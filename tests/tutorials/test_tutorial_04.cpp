@@ -127,11 +127,11 @@ TEST(Tutorial04, FullRunChecksTheWeightGradientLayout) {
 
 // The ladder's point: a wrong rung is caught. tests/preload/wrong_rungs.cpp, loaded with LD_PRELOAD, adds the
 // CPU rung "wrong_row", which leaves one row of C unwritten (the last, or HALFLING_WRONG_ROW's first, second
-// or middle). It runs last, after the reference rung has left the right answer in C, so only the poison the
-// program writes into C before each rung shows the row it missed: its error is NaN and its check fails, the
-// program says so and exits 1, and the right rungs still pass. Shapes of up to 256 rows are checked in
-// every row (the smoke run's two); the larger ones of the full run in a sample of rows that takes the
-// first, the middle and the last.
+// or middle), or only C's first element (first_element). It runs last, after the reference rung has left the
+// right answer in C, so only the poison the program writes into C before each rung shows the row it missed:
+// its error is NaN and its check fails, the program says so and exits 1, and the right rungs still pass.
+// Shapes of up to 256 rows are checked in every row (the smoke run's two); the larger ones of the full run
+// in a sample of rows that takes the first, the middle and the last.
 TEST(Tutorial04, AWrongRungIsCaught) {
   const std::string program =
       std::string("LD_PRELOAD=") + HALFLING_WRONG_RUNGS_LIBRARY + " " + hl::test::tutorial_program("04_gemm_ladder");
@@ -153,7 +153,7 @@ TEST(Tutorial04, AWrongRungIsCaught) {
       EXPECT_EQ(after(row(out, shape, "blocked"), "blocked").at(1), "yes") << shape << "\n" << out;
     }
   }
-  for (const std::string which : {"first", "middle", "last"}) {
+  for (const std::string which : {"first", "middle", "last", "first_element"}) {
     SCOPED_TRACE("HALFLING_WRONG_ROW=" + which);
     const auto [status, out] =
         hl::test::run_command("HALFLING_WRONG_ROW=" + which + " " + program + " --device cpu --gemm wrong_row");
