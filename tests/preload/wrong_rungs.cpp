@@ -24,6 +24,8 @@ namespace {
 using hl::kernels::GemmArgs;
 using hl::kernels::SoftmaxArgs;
 
+// What a wrong rung leaves out, from HALFLING_WRONG_ROW (checked, so that a misspelt value is not taken
+// for the default): first, second, middle, last (a row) or first_element.
 std::string which_part() {
   const char* env = std::getenv("HALFLING_WRONG_ROW");
   const std::string which = env != nullptr ? env : "last";
