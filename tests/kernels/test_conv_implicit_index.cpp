@@ -281,6 +281,38 @@ TEST(ConvImplicitIndex, ForwardAndBackwardDataTilesMatchTheReference) {
   }
 }
 
+// Where the epilogue writes, at the GEMM's edges: the last row and column are written, a row or a column
+// one past them is -1 (the kernels test for it), whichever of the two is past.
+TEST(ConvImplicitIndex, OutputIndexAtTheEdgesOfTheGemm) {
+  for (const ConvPass pass : {ConvPass::forward, ConvPass::backward_data}) {
+    const ig::Geometry g = ig::make_geometry(args_for(kShapes[6], pass));  // 2 images: 5 x 8 out, 9 x 8 back
+    const int64_t last = g.cols - 1;
+    EXPECT_EQ(ig::output_column(g, g.cols), -1);
+    EXPECT_EQ(ig::output_column(g, g.cols + ig::kBN - 1), -1);  // the last tile's padding
+    EXPECT_EQ(ig::output_column(g, last), g.out_img + (last - g.col_hw));  // image 1's last position
+    EXPECT_EQ(ig::output_index(g, g.M - 1, last), g.out_img + (last - g.col_hw) + (g.M - 1) * int64_t{g.col_hw});
+    EXPECT_EQ(ig::output_index(g, g.M, 0), -1);
+    EXPECT_EQ(ig::output_index(g, 0, g.cols), -1);
+    EXPECT_EQ(ig::output_index(g, g.M, g.cols), -1);
+    EXPECT_EQ(ig::output_index(g, 0, 0), 0);
+  }
+}
+
+// tap_table_fits at its limit, 2^31 - 1, both ways. backward_data: only the taps' reach, (R - 1) rows of
+// the width and (S - 1) columns; forward: also the planes before the last, (C - 1) x H x W.
+TEST(ConvImplicitIndex, TapTableFitsUpToTwoToTheThirtyOneMinusOne) {
+  const int64_t w = int64_t{1} << 30;
+  EXPECT_TRUE(ig::tap_table_fits(1000, 1, w, 2, w, true));  // 2^30 + 2^30 - 1
+  EXPECT_FALSE(ig::tap_table_fits(1000, 1, w, 2, w + 1, true));
+  EXPECT_TRUE(ig::tap_table_fits(1, 7, 5, 3, 3, true));
+  // Forward: 2 x 1024 x 1024 + 2095103 x 1024 + 1023 = 2^31 - 1.
+  EXPECT_TRUE(ig::tap_table_fits(3, 1024, 1024, 2095104, 1024, false));
+  EXPECT_FALSE(ig::tap_table_fits(3, 1024, 1024, 2095104, 1025, false));
+  EXPECT_FALSE(ig::tap_table_fits(4, 1024, 1024, 2095104, 1024, false));
+  // The same reach backward fits with room to spare: the planes do not count there.
+  EXPECT_TRUE(ig::tap_table_fits(4, 1024, 1024, 2095104, 1024, true));
+}
+
 TEST(ConvImplicitIndex, BackwardWeightSlicesMatchTheReference) {
   uint64_t seed = test::fresh_seed();
   for (const Shape& s : kShapes) {

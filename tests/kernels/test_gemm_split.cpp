@@ -58,6 +58,79 @@ TEST(GemmSplitK, GemmsThatFillTheGpuOrHaveShortReductionsAreLeftAlone) {
   }
 }
 
+// Each bound of the decision, on both sides: no tiles; K at kMinSplitK and one below; a GEMM whose tiles
+// are exactly half the SMs (split) and one tile more (not); the blocks wanted per tile, ceil(2 x SMs /
+// tiles), where the division is exact and where it leaves 1.
+TEST(GemmSplitK, EachBoundOfTheDecisionOnBothSides) {
+  const auto expect_plan = [](int64_t t, int64_t K, int64_t sms, int64_t step, int64_t slices, int64_t k_len) {
+    const SplitKPlan p = plan_split_k(t, K, sms, step);
+    EXPECT_EQ(p.slices, slices) << t << " tiles, K = " << K << ", " << sms << " SMs, step " << step;
+    EXPECT_EQ(p.k_len, k_len) << t << " tiles, K = " << K << ", " << sms << " SMs, step " << step;
+  };
+  expect_plan(0, 1 << 20, 132, 32, 1, 1 << 20);
+  expect_plan(1, kMinSplitK, 132, 32, 4, 256);      // K / kMinSliceK = 4 slices of 256
+  expect_plan(1, kMinSplitK - 1, 132, 32, 1, kMinSplitK - 1);
+  expect_plan(66, 1 << 20, 132, 32, 4, 1 << 18);    // 66 x 2 = 132 SMs: 4 slices (ceil(264 / 66))
+  expect_plan(67, 1 << 20, 132, 32, 1, 1 << 20);
+  expect_plan(45, 1 << 20, 132, 32, 6, 174784);     // ceil(264 / 45) = 6: 1048576 / 6 = 174762.7 -> 174784
+  expect_plan(2, 65536, 132, 8, 131, 504);          // 264 / 2 = 132 exactly, not 133: 65536 / 132 -> 504,
+                                                    // which covers K in 131 (133 would give 133 of 496)
+  expect_plan(5, 1 << 20, 133, 8, 54, 19424);       // 266 / 5 = 53.2: 54, not 53 (1048576 / 54 -> 19424)
+}
+
+// How the slice length is rounded: up to whole K steps from ceil(K / slices), and the count of non-empty
+// slices from ceil(K / length). Each case has a remainder of 1 where a floor would differ.
+TEST(GemmSplitK, SliceLengthAndCountRoundUp) {
+  // K = 1025, 4 slices: ceil(1025 / 4) = 257 -> 264 in steps of 8 (a floor, 256, would need a fifth slice).
+  SplitKPlan p = plan_split_k(1, 1025, 132, 8);
+  EXPECT_EQ(p.slices, 4);
+  EXPECT_EQ(p.k_len, 264);
+  // Steps of 256: 257 -> 512, and 1025 = 2 x 512 + 1 needs a third slice of one value.
+  p = plan_split_k(1, 1025, 132, 256);
+  EXPECT_EQ(p.slices, 3);
+  EXPECT_EQ(p.k_len, 512);
+  // Steps of 512 over K = 1024: two slices of 512 (the rounding left two of the four wanted).
+  p = plan_split_k(1, 1024, 132, 512);
+  EXPECT_EQ(p.slices, 2);
+  EXPECT_EQ(p.k_len, 512);
+  // A step longer than K: the rounding leaves one slice, which is no split at all: K whole, not a step.
+  p = plan_split_k(1, 1025, 132, 2048);
+  EXPECT_EQ(p.slices, 1);
+  EXPECT_EQ(p.k_len, 1025);
+}
+
+// split_slice on FP16 operands (2 bytes a value; the CUDA rungs' case) and into an output that is neither
+// FP32 nor dense: the slice's A and B move by k0 values in bytes of their dtype, and its partial matrix is
+// always dense FP32, whatever C was.
+TEST(GemmSplitK, SliceOfFp16OperandsIntoAnFp16Output) {
+  kernels::GemmArgs g;
+  g.device = DeviceType::cpu;
+  g.M = 5, g.N = 3, g.K = 1000;
+  g.ab_type = DType::f16;
+  g.c_type = DType::f16;
+  g.ldc = 11;
+  static const char a = 0, b = 0;
+  g.A = &a;
+  g.B = &b;
+  for (const auto& [op_a, op_b] : std::vector<std::pair<kernels::Op, kernels::Op>>{
+           {kernels::Op::N, kernels::Op::N}, {kernels::Op::T, kernels::Op::T}}) {
+    g.op_a = op_a;
+    g.op_b = op_b;
+    g.lda = 1009, g.ldb = 1013;
+    std::vector<float> partial(3 * 5 * 3);
+    const kernels::GemmArgs s = kernels::split_slice(g, 400, 2, partial.data());
+    const int64_t a_step = op_a == kernels::Op::N ? 800 : 800 * g.lda;
+    const int64_t b_step = op_b == kernels::Op::N ? 800 * g.ldb : 800;
+    EXPECT_EQ(static_cast<const char*>(s.A) - &a, 2 * a_step);
+    EXPECT_EQ(static_cast<const char*>(s.B) - &b, 2 * b_step);
+    EXPECT_EQ(s.K, 200);  // the last slice: 1000 - 800
+    EXPECT_EQ(s.C, partial.data() + 2 * 5 * 3);
+    EXPECT_EQ(s.ldc, 3);
+    EXPECT_EQ(s.c_type, DType::f32);
+    EXPECT_EQ(s.ab_type, DType::f16);
+  }
+}
+
 TEST(GemmSplitK, EveryPlanCoversKWithNoEmptySlice) {
   // The invariants the kernels rely on, over a grid of problems: slices start on a K step (the 16-byte
   // alignment of the operands' rows holds in every slice), cover K exactly once, none is empty, and

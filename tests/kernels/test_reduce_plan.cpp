@@ -112,6 +112,42 @@ TEST(ReducePlan, ChannelPathTakesOnlyTheAcbShape) {
   }
 }
 
+// The channel path's two limits, each at its edge: the channels are the grid's x dimension, so C = 2^31 - 1
+// is taken and 2^31 is not; an element of 0 bytes is refused, and one of 1 byte (any 1-byte dtype) reads 16
+// at a time. Plans only: no tensor of that size is made.
+TEST(ReducePlan, ChannelPathAtItsLimitsOfChannelsAndElementSize) {
+  const int64_t most = (int64_t{1} << 31) - 1;
+  const ChannelSum widest = plan_channel_sum(ReduceIndex::of({most, 2}, {1}), 2, 16, 132, 256);
+  EXPECT_TRUE(widest.applies);
+  EXPECT_EQ(widest.C, most);
+  EXPECT_FALSE(plan_channel_sum(ReduceIndex::of({most + 1, 2}, {1}), 2, 16, 132, 256).applies);
+  EXPECT_FALSE(plan_channel_sum(ReduceIndex::of({4, 32}, {1}), 0, 16, 132, 256).applies);
+  const ChannelSum bytes = plan_channel_sum(ReduceIndex::of({4, 32}, {1}), 1, 16, 132, 256);
+  EXPECT_TRUE(bytes.applies);
+  EXPECT_EQ(bytes.vec, 16);
+}
+
+// reduce_sum's own choice is the channel path (since its H100 run, reduce_plan.h), and the hook forces either
+// path for one scope and gives the choice back after it, also nested. Both paths give correct sums, so no
+// GPU test of the sums would notice a default flipped back to CUB.
+TEST(ReducePlan, ChannelPathIsTheDefaultAndTheHookForcesEitherForOneScope) {
+  ASSERT_LT(channel_path_for_tuning().load(), 0);  // no test left it set
+  EXPECT_TRUE(channel_path_chosen());
+  {
+    const ScopedChannelPath cub(false);
+    EXPECT_EQ(channel_path_for_tuning().load(), 0);
+    EXPECT_FALSE(channel_path_chosen());
+    {
+      const ScopedChannelPath channel(true);
+      EXPECT_EQ(channel_path_for_tuning().load(), 1);
+      EXPECT_TRUE(channel_path_chosen());
+    }
+    EXPECT_FALSE(channel_path_chosen());
+  }
+  EXPECT_LT(channel_path_for_tuning().load(), 0);
+  EXPECT_TRUE(channel_path_chosen());
+}
+
 TEST(ReducePlan, LenetBiasGradientsFillTheGpu) {
   // An H100 (132 SMs), 256 threads, f16, batch 128, 16-byte aligned.
   const ChannelSum c1 = plan_channel_sum(ReduceIndex::of({128, 32, 28, 28}, {0, 2, 3}), 2, 16, 132, 256);

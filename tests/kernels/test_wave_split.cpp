@@ -102,4 +102,65 @@ TEST(WaveSplit, MostSplitsKeepsSlicesAtLeastTheMinimumLong) {
   EXPECT_EQ(ig::wgrad_most_splits(int64_t{1} << 40), ig::kWgradMaxSplits);
 }
 
+// The model's pieces on their own. wave_cost counts a slice's steps rounded up (a slice one position past
+// a whole step walks one step more) and its blocks' waves rounded up; partial_tile_steps is a tile's FP32
+// bytes over one step's FP16 operand bytes.
+TEST(WaveSplit, TheModelsCostsAreThoseWrittenAtTheTop) {
+  using hl::kernels::partial_tile_steps;
+  EXPECT_DOUBLE_EQ(partial_tile_steps(64, 128, 32), kEpilogue);
+  EXPECT_DOUBLE_EQ(kEpilogue, 8.0 / 3.0);
+  EXPECT_DOUBLE_EQ(partial_tile_steps(128, 128, 64), 2.0);  // 64 KiB against 2 x 128 rows of 128 bytes
+  EXPECT_DOUBLE_EQ(partial_tile_steps(16, 48, 8), 3.0);  // 3 KiB against 64 rows of 16 bytes
+  // One tile on one slot: a wave of ceil(33 / 32) = 2 steps, plus the epilogue.
+  EXPECT_DOUBLE_EQ(wave_cost(1, 1, SplitCut{1, 33}, 32, 0.5), 2.5);
+  EXPECT_DOUBLE_EQ(wave_cost(1, 1, SplitCut{1, 32}, 32, 0.5), 1.5);
+  // 5 tiles x 3 slices on 4 slots: 15 blocks in 4 waves of 2 steps and the epilogue.
+  EXPECT_DOUBLE_EQ(wave_cost(5, 4, SplitCut{3, 64}, 32, 1.0), 4 * 3.0);
+}
+
+// choose_by_waves's ties and clamps: between cuts the model rates equal, the fewer slices (2 tiles on 3
+// slots, no epilogue: one wave of 64 steps, or two of 32); no tiles are counted as one, which a single
+// slot runs one block at a time.
+TEST(WaveSplit, TiesGoToFewerSlicesAndNoTilesCountAsOne) {
+  EXPECT_DOUBLE_EQ(wave_cost(2, 3, cut_reduction(2048, 1, 32), 32, 0.0),
+                   wave_cost(2, 3, cut_reduction(2048, 2, 32), 32, 0.0));
+  EXPECT_EQ(choose_by_waves(2, 3, 2048, 32, 2, 0.0).splits, 1);
+  EXPECT_EQ(choose_by_waves(0, 264, 8192, 32, 32, kEpilogue).splits,
+            choose_by_waves(1, 264, 8192, 32, 32, kEpilogue).splits);
+  EXPECT_EQ(choose_by_waves(0, 264, 8192, 32, 32, kEpilogue).splits, 32);
+  EXPECT_EQ(choose_by_waves(1, 0, 8192, 32, 32, kEpilogue).splits, 1);  // no slots: one, as on one slot
+}
+
+// The tuning hook of bench/conv_bench --sweep-splits: a count of 1 forces one slice (not the model's
+// choice), a count above the limit is held to it, and 0 (the default) leaves the model's.
+TEST(WaveSplit, TheTuningHookForcesItsCountUpToTheLimit) {
+  using hl::kernels::wgrad_cut_by_waves;
+  using hl::kernels::wgrad_splits_for_tuning;
+  ASSERT_EQ(wgrad_splits_for_tuning().load(), 0);
+  const SplitCut model = wgrad_cut_by_waves(1, 264, 100352, 64, 128, 32, 256);
+  EXPECT_EQ(model.splits, 242);  // the finest cut that fits in a wave, as in OneTileTakesTheFinestCut...
+  wgrad_splits_for_tuning() = 1;
+  const SplitCut one = wgrad_cut_by_waves(1, 264, 100352, 64, 128, 32, 256);
+  wgrad_splits_for_tuning() = 100;
+  const SplitCut capped = wgrad_cut_by_waves(1, 264, 100352, 64, 128, 32, 4);
+  wgrad_splits_for_tuning() = 0;
+  EXPECT_EQ(one.splits, 1);
+  EXPECT_EQ(one.slice, 100352);
+  EXPECT_EQ(capped.splits, 4);
+  EXPECT_EQ(capped.slice, 25088);
+}
+
+// most_slices on its own, at the ends of its arguments: a cap of one slice, or none (0 or below, which
+// no rung passes), still allows one slice and no more; a cap above what the minimum slice allows is not
+// reached.
+TEST(WaveSplit, MostSlicesIsAtLeastOneAndAtMostTheCap) {
+  using hl::kernels::most_slices;
+  EXPECT_EQ(most_slices(10000, 10, 1), 1);
+  EXPECT_EQ(most_slices(10000, 10, 0), 1);
+  EXPECT_EQ(most_slices(10000, 10, -3), 1);
+  EXPECT_EQ(most_slices(10000, 10, 2), 2);
+  EXPECT_EQ(most_slices(10000, 10, 5000), 1000);
+  EXPECT_EQ(most_slices(9, 10, 8), 1);
+}
+
 }  // namespace
