@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/conv/implicit_gemm_index.h"
+#include "kernels/tuning_hook.h"
 #include "kernels/wave_split.h"
 
 namespace {
@@ -139,11 +140,18 @@ TEST(WaveSplit, TheTuningHookForcesItsCountUpToTheLimit) {
   ASSERT_EQ(wgrad_splits_for_tuning().load(), 0);
   const SplitCut model = wgrad_cut_by_waves(1, 264, 100352, 64, 128, 32, 256);
   EXPECT_EQ(model.splits, 242);  // the finest cut that fits in a wave, as in OneTileTakesTheFinestCut...
-  wgrad_splits_for_tuning() = 1;
-  const SplitCut one = wgrad_cut_by_waves(1, 264, 100352, 64, 128, 32, 256);
-  wgrad_splits_for_tuning() = 100;
-  const SplitCut capped = wgrad_cut_by_waves(1, 264, 100352, 64, 128, 32, 4);
-  wgrad_splits_for_tuning() = 0;
+  SplitCut one{};
+  SplitCut capped{};
+  {
+    // Scoped, so that a failure inside cannot leave the hook set for the tests that follow.
+    const hl::kernels::ScopedHook<int> forced(wgrad_splits_for_tuning(), 1);
+    one = wgrad_cut_by_waves(1, 264, 100352, 64, 128, 32, 256);
+  }
+  {
+    const hl::kernels::ScopedHook<int> forced(wgrad_splits_for_tuning(), 100);
+    capped = wgrad_cut_by_waves(1, 264, 100352, 64, 128, 32, 4);
+  }
+  EXPECT_EQ(wgrad_splits_for_tuning().load(), 0);
   EXPECT_EQ(one.splits, 1);
   EXPECT_EQ(one.slice, 100352);
   EXPECT_EQ(capped.splits, 4);
