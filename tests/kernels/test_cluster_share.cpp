@@ -11,7 +11,8 @@
 //    any order at any time, under a seeded random scheduler. No block may wait forever; a block must
 //    find round kt in every part of its stage when its full barrier lets it through; nothing may
 //    land in a stage a block still reads, or that holds a round it has not used yet; a block sends
-//    only what has landed; no barrier's transaction count goes below zero. The same model must catch
+//    only what has landed; no barrier's transaction count goes below zero; at the end every barrier
+//    has completed exactly the phases waited for, with nothing left over. The same model must catch
 //    a schedule with a step moved or left out.
 // What this cannot check: the hardware's reading of the PTX (mapa, st.async, the cluster barrier): the
 // GPU tests of the tiles (tests/kernels/test_gemm_cuda.cpp, CudaGemm.WmmaPipelined*).
@@ -358,6 +359,28 @@ std::vector<std::string> play_cluster(int cm, int cn, int S, int64_t k_tiles, ui
       fail(name(b) + " stopped at round " + std::to_string(b.kt) + ", step " + std::to_string(b.step) +
            ": a wait that never ends");
   if (!messages.empty()) fail("messages never landed");
+  // The kernel exits with its barriers as they stand, so each must end between phases, having completed
+  // exactly the phases some block waited for: full[s] once per round of stage s, empty[s] once per round
+  // sent into stage s after its first (a refill). An arrival or announced bytes past those are left for a
+  // barrier nobody waits on (why released_at hands back only stages a peer refills).
+  for (const Block& b : blocks)
+    for (int s = 0; s < S; ++s) {
+      int64_t rounds = 0, refills = 0;
+      for (int64_t r = s; r < k_tiles; r += S) {
+        ++rounds;
+        if (r >= S) ++refills;
+      }
+      const MBarrier& f = b.full[static_cast<size_t>(s)];
+      const MBarrier& e = b.empty[static_cast<size_t>(s)];
+      if (f.completed != rounds || f.pending != f.arrivals || f.tx != 0)
+        fail(name(b) + "'s full[" + std::to_string(s) + "] completed " + std::to_string(f.completed) + " phases for " +
+             std::to_string(rounds) + " rounds, with " + std::to_string(f.arrivals - f.pending) + " arrivals and " +
+             std::to_string(f.tx) + " announced bytes left over");
+      if (e.completed != refills || e.pending != e.arrivals)
+        fail(name(b) + "'s empty[" + std::to_string(s) + "] completed " + std::to_string(e.completed) +
+             " phases for " + std::to_string(refills) + " refills, with " + std::to_string(e.arrivals - e.pending) +
+             " arrivals left over");
+    }
   return problems;
 }
 
@@ -414,6 +437,17 @@ TEST(ClusterShare, TheModelNoticesABrokenSchedule) {
     ScheduleFns late_announce;  // announcing the wrong round's bytes: some arrive before their announcement
     late_announce.expected_at = [](int64_t kt, int s) { return kt + s + 1; };
     EXPECT_TRUE(caught(late_announce));
+    ScheduleFns announce_past_k;  // announcing bytes for rounds past K, which never come
+    announce_past_k.expected_at = [](int64_t kt, int s) { return kt - s; };
+    EXPECT_TRUE(caught(announce_past_k));
+    ScheduleFns release_all;  // handing back stages no peer refills: arrivals on barriers nobody waits on
+    release_all.released_at = [](int64_t kt, int64_t, int) { return kt - 1; };
+    EXPECT_TRUE(caught(release_all));
+    ScheduleFns release_one_more;  // ... or only the last of them, round K - S
+    release_one_more.released_at = [](int64_t kt, int64_t k_tiles, int s) {
+      return kt >= 1 && kt - 1 + s <= k_tiles ? kt - 1 : -1;
+    };
+    EXPECT_TRUE(caught(release_one_more));
     ScheduleFns two_ahead;  // sending two rounds ahead with the same wait
     two_ahead.pushed_at = [](int64_t kt) { return kt + 2; };
     EXPECT_TRUE(caught(two_ahead));

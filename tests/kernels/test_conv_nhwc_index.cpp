@@ -210,6 +210,99 @@ TEST(ConvNhwcIndex, HandsOnExactlyWhatItDoesNotCompute) {
   EXPECT_NE(std::string(why).find("256 MiB"), std::string::npos) << why;
 }
 
+// hand_off_reason's bounds, each on both sides and each by the reason it gives (so that a later check
+// cannot stand in for the one meant): why() is "" where the rung computes the call itself.
+std::string why(const ConvShape& s, ConvPass pass = ConvPass::forward, int cc = 90, int loaded_arch = 90) {
+  const char* reason = nh::hand_off_reason(args_for(s, pass), cc, loaded_arch);
+  return reason == nullptr ? std::string() : std::string(reason);
+}
+bool says(const std::string& reason, const char* part) { return reason.find(part) != std::string::npos; }
+
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+
+// backward_data's stride, padding and channels, and the GPU: a stride above 1 in either direction alone,
+// a padding of R - 1 (S - 1) and one past it, in a filter of 3 x 5 so that R and S cannot stand in for
+// each other; the gathered channel count is C forward and K backward_data, the other may be anything;
+// compute capability and loaded code at 79 and 80.
+TEST(ConvNhwcIndex, HandOffAtTheStridePaddingChannelAndGpuBounds) {
+  const auto bwd = ConvPass::backward_data;
+  EXPECT_TRUE(says(why({2, 32, 13, 13, 64, 3, 3, 2, 1, 1, 1}, bwd), "stride"));
+  EXPECT_TRUE(says(why({2, 32, 13, 13, 64, 3, 3, 1, 2, 1, 1}, bwd), "stride"));
+  EXPECT_EQ(why({2, 32, 9, 9, 64, 3, 5, 1, 1, 2, 4}, bwd), "");
+  EXPECT_TRUE(says(why({2, 32, 9, 9, 64, 3, 5, 1, 1, 3, 4}, bwd), "padding"));
+  EXPECT_TRUE(says(why({2, 32, 9, 9, 64, 3, 5, 1, 1, 2, 5}, bwd), "padding"));
+  EXPECT_EQ(why({2, 32, 9, 9, 64, 3, 5, 1, 1, 3, 5}), "") << "forward takes any padding";
+
+  EXPECT_TRUE(says(why({2, 48, 8, 8, 64, 3, 3, 1, 1, 1, 1}), "multiple of 32"));
+  EXPECT_EQ(why({2, 64, 8, 8, 48, 3, 3, 1, 1, 1, 1}), "");
+  EXPECT_TRUE(says(why({2, 64, 8, 8, 48, 3, 3, 1, 1, 1, 1}, bwd), "multiple of 32"));
+  EXPECT_EQ(why({2, 48, 8, 8, 64, 3, 3, 1, 1, 1, 1}, bwd), "");
+
+  const ConvShape vgg{2, 64, 8, 8, 64, 3, 3, 1, 1, 1, 1};
+  EXPECT_TRUE(says(why(vgg, ConvPass::forward, 79, 0), "compute capability 8.0"));
+  EXPECT_TRUE(says(why(vgg, ConvPass::forward, 0, 79), "a build without code"));
+  EXPECT_TRUE(says(why(vgg, ConvPass::forward, 90, 79), "a build without code"));
+  EXPECT_EQ(why(vgg, ConvPass::forward, 80, 0), "");
+  EXPECT_EQ(why(vgg, ConvPass::forward, 0, 80), "");
+}
+
+// The 32-bit bounds (Problem's fields are ints), one past and at each: the batch, a stride (which no
+// product holds), K*C*R*S, C*H*W (with a stride of 2, so that K*P*Q stays small) and K*P*Q. At the bound
+// the call goes on to the later checks, which hand these large calls on for their workspace instead.
+TEST(ConvNhwcIndex, HandOffAtTheThirtyTwoBitBounds) {
+  const int64_t over = kIntMax + 1;
+  const char* bits = "32-bit";
+  EXPECT_TRUE(says(why({over, 32, 1, 1, 32, 1, 1, 1, 1, 0, 0}), bits));
+  EXPECT_TRUE(says(why({kIntMax, 32, 1, 1, 32, 1, 1, 1, 1, 0, 0}), "256 MiB"));
+  EXPECT_TRUE(says(why({1, 32, 1, 1, 32, 1, 1, over, 1, 0, 0}), bits));
+  EXPECT_TRUE(says(why({1, 32, 1, 1, 32, 1, 1, 1, over, 0, 0}), bits));
+  EXPECT_EQ(why({1, 32, 1, 1, 32, 1, 1, kIntMax, kIntMax, 0, 0}), "");
+  // K*C*R*S: 32 * 32 * 1449^2 = 2,149,785,600 and 32 * 32 * 1448^2 = 2,147,024,896 (P = Q = 1).
+  EXPECT_TRUE(says(why({1, 32, 1449, 1449, 32, 1449, 1449, 1, 1, 0, 0}), bits));
+  EXPECT_TRUE(says(why({1, 32, 1448, 1448, 32, 1448, 1448, 1, 1, 0, 0}), "256 MiB"));
+  // C*H*W: 32 * 8192 * 8193 = 2,147,745,792 and 32 * 8192 * 8191 = 2,147,221,504.
+  EXPECT_TRUE(says(why({1, 32, 8192, 8193, 32, 1, 1, 2, 2, 0, 0}), bits));
+  EXPECT_TRUE(says(why({1, 32, 8192, 8191, 32, 1, 1, 2, 2, 0, 0}), "256 MiB"));
+  // K*P*Q: 128 * 4097^2 = 2,148,532,352 and 128 * 4096 * 4095 = 2,146,959,360 (C*H*W a quarter of it).
+  EXPECT_TRUE(says(why({1, 32, 4097, 4097, 128, 1, 1, 1, 1, 0, 0}), bits));
+  EXPECT_TRUE(says(why({1, 32, 4096, 4095, 128, 1, 1, 1, 1, 0, 0}), "256 MiB"));
+  // K*P*Q at exactly 2^31 - 1 (a prime, so K = 1 and a padding that makes P = 2^31 - 1 from H = 1): the
+  // rung computes it, all else being small; the next padding (two rows more) is past the bound.
+  EXPECT_EQ(why({1, 32, 1, 1, 1, 1, 1, 1, 1, (kIntMax - 1) / 2, 0}), "");
+  EXPECT_TRUE(says(why({1, 32, 1, 1, 1, 1, 1, 1, 1, (kIntMax + 1) / 2, 0}), bits));
+}
+
+// The grid's bounds: 65535 row tiles of 128 (K or C, whichever is larger: 65535 * 128 = 8,388,480), and
+// 2^31 - 1 column tiles of 128 over N times the larger of P*Q and H*W (each larger in one case: a stride
+// of 13 shrinks P*Q, a padding grows it). At each bound the workspace check takes over.
+TEST(ConvNhwcIndex, HandOffAtTheGridBounds) {
+  EXPECT_TRUE(says(why({1, 32, 1, 1, 8388481, 1, 1, 1, 1, 0, 0}), "row tiles"));
+  EXPECT_TRUE(says(why({1, 32, 1, 1, 8388480, 1, 1, 1, 1, 0, 0}), "256 MiB"));
+  EXPECT_TRUE(says(why({1, 8388512, 1, 1, 32, 1, 1, 1, 1, 0, 0}), "row tiles"));
+  EXPECT_TRUE(says(why({1, 8388480, 1, 1, 32, 1, 1, 1, 1, 0, 0}), "256 MiB"));
+
+  const char* cols = "column tiles";
+  EXPECT_TRUE(says(why({kIntMax, 32, 3, 43, 32, 1, 1, 1, 1, 0, 0}), cols));   // H*W = 129
+  EXPECT_TRUE(says(why({kIntMax, 32, 8, 16, 32, 1, 1, 1, 1, 0, 0}), "256 MiB"));  // 128: kIntMax tiles
+  // One column past 2^31 - 1 whole tiles: 128 * (2^31 - 1) + 1 = 516223 * (3 * 177493).
+  EXPECT_TRUE(says(why({516223, 32, 3, 177493, 32, 1, 1, 1, 1, 0, 0}), cols));
+  EXPECT_TRUE(says(why({kIntMax, 32, 13, 13, 32, 1, 1, 13, 13, 0, 0}), cols));  // H*W 169, P*Q 1
+  EXPECT_TRUE(says(why({kIntMax, 32, 1, 1, 32, 1, 1, 1, 1, 1, 21}), cols));     // P*Q 3 * 43, H*W 1
+  EXPECT_TRUE(says(why({kIntMax, 32, 1, 1, 32, 2, 2, 1, 1, 4, 8}), "256 MiB"));  // P*Q 8 * 16
+}
+
+// The workspace: 2 bytes per element of the NHWC copies, the gathered tensor (x forward, dy backward_data)
+// and the weights, up to 256 MiB = 134,217,728 elements and not one more (32 elements more here: the
+// copies come in multiples of 32). Forward: 3 * 32 * 1 * 1398101 + K * 32 for K = 1 and 2. backward_data
+// gathers dy, N * K * P * Q with P < H (a 3 x 3 filter, no padding): 5 * 32 * 1 * 838859 + 32 * 1 * 9,
+// and 2 * 32 * 4 * 524287 + 288 past it; x's own size (C = 1) is far below.
+TEST(ConvNhwcIndex, HandOffAtTheWorkspaceBound) {
+  EXPECT_EQ(why({3, 32, 1, 1398101, 1, 1, 1, 1, 1, 0, 0}), "");
+  EXPECT_TRUE(says(why({3, 32, 1, 1398101, 2, 1, 1, 1, 1, 0, 0}), "256 MiB"));
+  EXPECT_EQ(why({5, 1, 3, 838861, 32, 3, 3, 1, 1, 0, 0}, ConvPass::backward_data), "");
+  EXPECT_TRUE(says(why({2, 1, 6, 524289, 32, 3, 3, 1, 1, 0, 0}, ConvPass::backward_data), "256 MiB"));
+}
+
 // The tile map: every (row, vector) of a stage is copied by exactly one (thread, copy).
 TEST(ConvNhwcIndex, EveryTileVectorIsCopiedOnce) {
   std::vector<int> seen(nh::kBM * nh::kVecsPerRow, 0);
@@ -307,6 +400,35 @@ TEST(ConvNhwcIndex, TiledLayoutChangeDeclinesGridsThatDoNotFit) {
   EXPECT_GT(nh::layout_grid(1, 65535 * 32, 1).x, 0);
   EXPECT_EQ(nh::layout_grid(1, 1, int64_t{2147483648} * 32).x, 0);  // 2^31 pixel tiles
   EXPECT_EQ(nh::layout_grid(70000, 8, 1).z, 65535);              // the images beyond loop
+  const nh::LayoutGrid widest = nh::layout_grid(1, 1, kIntMax * 32);  // 2^31 - 1 pixel tiles still fit
+  EXPECT_EQ(widest.x, kIntMax);
+  EXPECT_EQ(widest.y, 1);
+  const nh::LayoutGrid some = nh::layout_grid(7, 33, 65);  // partial tiles round up; fewer images than the cap
+  EXPECT_EQ(some.x, 3);
+  EXPECT_EQ(some.y, 2);
+  EXPECT_EQ(some.z, 7);
+}
+
+// The tiled layout change is opt-in until a GPU has run it (kTiledLayoutChangeIsDefault, and
+// kernels/cuda/conv/README.md): the rungs' own choice is the per-element copy, and the hook forces either
+// for one scope and gives the choice back after it, also nested. Both copies give the same tensor, so no
+// GPU test of the results would notice a default flipped by mistake.
+TEST(ConvNhwcIndex, TiledLayoutChangeIsOptInAndTheHookForcesEitherForOneScope) {
+  ASSERT_LT(nh::tiled_layout_change_for_tuning().load(), 0);  // no test left it set
+  EXPECT_FALSE(nh::tiled_layout_change_chosen());
+  {
+    const nh::ScopedTiledLayoutChange tiled(true);
+    EXPECT_EQ(nh::tiled_layout_change_for_tuning().load(), 1);
+    EXPECT_TRUE(nh::tiled_layout_change_chosen());
+    {
+      const nh::ScopedTiledLayoutChange per_element(false);
+      EXPECT_EQ(nh::tiled_layout_change_for_tuning().load(), 0);
+      EXPECT_FALSE(nh::tiled_layout_change_chosen());
+    }
+    EXPECT_TRUE(nh::tiled_layout_change_chosen());
+  }
+  EXPECT_LT(nh::tiled_layout_change_for_tuning().load(), 0);
+  EXPECT_FALSE(nh::tiled_layout_change_chosen());
 }
 
 }  // namespace
