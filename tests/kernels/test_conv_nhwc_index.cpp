@@ -13,6 +13,7 @@
 // fragments and the barriers: tests/kernels/test_conv_cuda.cpp does that on a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -301,6 +302,22 @@ TEST(ConvNhwcIndex, HandOffAtTheWorkspaceBound) {
   EXPECT_TRUE(says(why({3, 32, 1, 1398101, 2, 1, 1, 1, 1, 0, 0}), "256 MiB"));
   EXPECT_EQ(why({5, 1, 3, 838861, 32, 3, 3, 1, 1, 0, 0}, ConvPass::backward_data), "");
   EXPECT_TRUE(says(why({2, 1, 6, 524289, 32, 3, 3, 1, 1, 0, 0}, ConvPass::backward_data), "256 MiB"));
+}
+
+// The shared memory the kernel asks for holds what it puts there: the weights' [kBM][kLdA] and the
+// gathered inputs' [kBN][kLdB] per stage, K contiguous, and the staging tile [kBM][kLdC]
+// (test::expect_smem_holds); 8 warps of 64 x 32 over the 128 x 128 tile; every vector of a stage copied.
+TEST(ConvNhwcIndex, SharedMemoryHoldsTheRingAndTheStagingTile) {
+  EXPECT_EQ(nh::kWarpsM * nh::kWarpsN * 32, nh::kThreads);
+  EXPECT_EQ(nh::kBM, nh::kWarpsM * 64);
+  EXPECT_EQ(nh::kBN, nh::kWarpsN * 32);
+  test::expect_smem_holds({.stages = nh::kStages, .a_rows = nh::kBM, .a_cols = nh::kBK, .a_ld = nh::kLdA,
+                           .b_rows = nh::kBN, .b_cols = nh::kBK, .b_ld = nh::kLdB, .c_rows = nh::kBM,
+                           .c_cols = nh::kBN, .c_ld = nh::kLdC, .stage_elems = nh::kStageElems,
+                           .ring_bytes = nh::kRingBytes, .c_bytes = nh::kCBytes, .smem_bytes = nh::kSmemBytes});
+  EXPECT_LE(nh::kSmemBytes, 80 * 1024) << "the hand-off names 80 KiB for sm_80";
+  EXPECT_EQ(nh::kAVecs * nh::kThreads, nh::kBM * nh::kVecsPerRow);
+  EXPECT_EQ(nh::kBVecs * nh::kThreads, nh::kBN * nh::kVecsPerRow);
 }
 
 // The tile map: every (row, vector) of a stage is copied by exactly one (thread, copy).

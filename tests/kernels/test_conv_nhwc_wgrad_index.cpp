@@ -14,6 +14,7 @@
 // and the barriers: tests/kernels/test_conv_cuda.cpp does that on a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -309,6 +310,106 @@ TEST(ConvNhwcWgradIndex, HandsOnExactlyWhatItDoesNotCompute) {
   first64.pass = ConvPass::backward_weight;
   const wg::Problem g = wg::problem_for(first64);
   EXPECT_LT(wg::workspace_bytes(g, wg::split_for(g, kSlots)), int64_t{42} << 20);
+}
+
+// hand_off_reason's bounds, each on both sides and each by the reason it gives (so that a later check
+// cannot stand in for the one meant): "" where rung 4b computes the call itself.
+std::string wgrad_why(const ConvShape& s, int cc = 90, int loaded_arch = 90, int64_t slots = kSlots) {
+  ConvArgs a = s.args();
+  a.pass = ConvPass::backward_weight;
+  const char* reason = wg::hand_off_reason(a, cc, loaded_arch, slots);
+  return reason == nullptr ? std::string() : std::string(reason);
+}
+bool says(const std::string& reason, const char* part) { return reason.find(part) != std::string::npos; }
+
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+
+// The 32-bit bounds, each product alone past 2^31 - 1 (a padding or a stride keeps the others small)
+// and, where a product of multiples of 8 can reach it, just below: there the call goes on to the
+// workspace check, which hands such large calls on for their size instead. K*C*R*S, C*H*W and K*P*Q
+// hold K or C, multiples of 8, so they never equal 2^31 - 1 itself.
+TEST(ConvNhwcWgradIndex, HandOffAtTheThirtyTwoBitBounds) {
+  const char* bits = "32-bit";
+  const char* big = "256 MiB";
+  // K*C*R*S: 64 x 16384^2 = 2^34 and 64 x 5792^2 = 2,147,024,896 (a padding makes P = Q = 2).
+  EXPECT_TRUE(says(wgrad_why({1, 8, 1, 1, 8, 16384, 16384, 1, 1, 8192, 8192}), bits));
+  EXPECT_TRUE(says(wgrad_why({1, 8, 1, 1, 8, 5792, 5792, 1, 1, 2896, 2896}), big));
+  // C*H*W: 8 x 16384^2 = 2^31 and 8 x 16384 x 16383 (a stride of 16384 makes P = Q = 1).
+  EXPECT_TRUE(says(wgrad_why({1, 8, 16384, 16384, 8, 1, 1, 16384, 16384, 0, 0}), bits));
+  EXPECT_TRUE(says(wgrad_why({1, 8, 16384, 16383, 8, 1, 1, 16384, 16384, 0, 0}), big));
+  // K*P*Q: 8 x 16385^2 = 2,147,745,800 and 8 x 16385 x 16383 = 2,147,483,640 (from H = W = 1 by padding).
+  EXPECT_TRUE(says(wgrad_why({1, 8, 1, 1, 8, 1, 1, 1, 1, 8192, 8192}), bits));
+  EXPECT_TRUE(says(wgrad_why({1, 8, 1, 1, 8, 1, 1, 1, 1, 8192, 8191}), big));
+  // N*P*Q, the reduction, up to 2^31 - 1 - 64 (a row cursor runs up to 2 x kBK past its end).
+  EXPECT_TRUE(says(wgrad_why({kIntMax - 63, 8, 1, 1, 8, 1, 1, 1, 1, 0, 0}), bits));
+  EXPECT_TRUE(says(wgrad_why({kIntMax - 64, 8, 1, 1, 8, 1, 1, 1, 1, 0, 0}), big));
+  // A row's offsets, P x stride + R (and Q x stride + S): 2 x (2^30 - 1) + 2 = 2^31 is past, + 1 is at
+  // the bound, where the call is small enough to compute (P = 2 through a padding of 2^29).
+  const int64_t s30 = (int64_t{1} << 30) - 1, p29 = int64_t{1} << 29;
+  EXPECT_TRUE(says(wgrad_why({1, 8, 1, 1, 8, 2, 1, s30, 1, p29, 0}), bits));
+  EXPECT_EQ(wgrad_why({1, 8, 1, 1, 8, 1, 1, s30, 1, p29, 0}), "");
+  EXPECT_TRUE(says(wgrad_why({1, 8, 1, 1, 8, 1, 2, 1, s30, 0, p29}), bits));
+  EXPECT_EQ(wgrad_why({1, 8, 1, 1, 8, 1, 1, 1, s30, 0, p29}), "");
+  // A batch so large that N*P*Q would wrap in 64 bits (2^40 x 4096^2 = 2^64): the bound on each size
+  // comes first and refuses it before any product is formed.
+  EXPECT_TRUE(says(wgrad_why({int64_t{1} << 40, 8, 4096, 4096, 8, 1, 1, 1, 1, 0, 0}), bits));
+  EXPECT_TRUE(says(wgrad_why({kIntMax + 1, 8, 1, 1, 8, 1, 1, 1, 1, 0, 0}), bits));
+}
+
+// 65535 row tiles of 128 output channels (K = 8,388,480) and the next multiple of 8 past them; the
+// channel counts and the GPU, each on both sides.
+TEST(ConvNhwcWgradIndex, HandOffAtTheRowTileChannelAndGpuBounds) {
+  EXPECT_TRUE(says(wgrad_why({1, 8, 1, 1, 8388488, 1, 1, 1, 1, 0, 0}), "row tiles"));
+  EXPECT_TRUE(says(wgrad_why({1, 8, 1, 1, 8388480, 1, 1, 1, 1, 0, 0}), "256 MiB"));
+
+  EXPECT_TRUE(says(wgrad_why({2, 12, 8, 8, 16, 3, 3, 1, 1, 1, 1}), "input channel"));
+  EXPECT_TRUE(says(wgrad_why({2, 16, 8, 8, 12, 3, 3, 1, 1, 1, 1}), "output channel"));
+  const ConvShape small{2, 8, 8, 8, 8, 3, 3, 1, 1, 1, 1};
+  EXPECT_EQ(wgrad_why(small), "");
+  EXPECT_TRUE(says(wgrad_why(small, 79, 0), "compute capability 8.0"));
+  EXPECT_TRUE(says(wgrad_why(small, 0, 79), "a build without code"));
+  EXPECT_EQ(wgrad_why(small, 80, 0), "");
+  EXPECT_EQ(wgrad_why(small, 0, 80), "");
+}
+
+// The workspace, in bytes: the NHWC copies of x and dY (2 bytes a value, ending on a 16-byte boundary),
+// then one FP32 partial tile of K x R*S*C per slice. A shape with every size different: N = 2, C = 8,
+// H = 3, W = 5, K = 16, a 3 x 3 filter with strides 2 and 1 and paddings 1 and 0: P = 2, Q = 3.
+TEST(ConvNhwcWgradIndex, WorkspaceHoldsTheCopiesAndThePartialTiles) {
+  ConvArgs a = ConvShape{2, 8, 3, 5, 16, 3, 3, 2, 1, 1, 0}.args();
+  a.pass = ConvPass::backward_weight;
+  const wg::Problem g = wg::problem_for(a);
+  ASSERT_EQ(g.P, 2);
+  ASSERT_EQ(g.Q, 3);
+  // x: 2 x 3 x 5 x 8 = 240 values, dY: 2 x 2 x 3 x 16 = 192: 864 bytes, a multiple of 16 (C and K are
+  // multiples of 8, so the copies always are).
+  EXPECT_EQ(wg::copies_bytes(g), 864);
+  // 3 slices of 16 x 72 floats: 13,824 bytes more.
+  EXPECT_EQ(wg::workspace_bytes(g, wg::Split{3, 32}), 864 + 13824);
+  EXPECT_EQ(wg::workspace_bytes(g, wg::Split{1, 32}), 864 + 4608);
+  // At the cap of 256 MiB exactly, the call is computed, and 8 channels more are handed on: one image
+  // of 1 x 1 (one reduction step, so one slice) with C = 7,895,160 and K = 8 takes 2 x (C + K) bytes of
+  // copies and 4 x K x C of partial tile, 15,790,336 + 252,645,120 = 2^28.
+  ConvArgs cap = ConvShape{1, 7895160, 1, 1, 8, 1, 1, 1, 1, 0, 0}.args();
+  cap.pass = ConvPass::backward_weight;
+  const wg::Problem at = wg::problem_for(cap);
+  EXPECT_EQ(wg::workspace_bytes(at, wg::split_for(at, kSlots)), int64_t{1} << 28);
+  EXPECT_EQ(wgrad_why({1, 7895160, 1, 1, 8, 1, 1, 1, 1, 0, 0}), "");
+  EXPECT_TRUE(says(wgrad_why({1, 7895168, 1, 1, 8, 1, 1, 1, 1, 0, 0}), "256 MiB"));
+}
+
+// The shared memory the kernel asks for holds what it puts there: dY's [kBK][kLdA] and x's [kBK][kLdB]
+// per stage, channels contiguous, and the staging tile [kBM][kLdC] (test::expect_smem_holds); 8 warps
+// of 64 x 32 over the 128 x 128 tile.
+TEST(ConvNhwcWgradIndex, SharedMemoryHoldsTheRingAndTheStagingTile) {
+  EXPECT_EQ(wg::kWarpsM * wg::kWarpsN * 32, wg::kThreads);
+  EXPECT_EQ(wg::kBM, wg::kWarpsM * 64);
+  EXPECT_EQ(wg::kBN, wg::kWarpsN * 32);
+  test::expect_smem_holds({.stages = wg::kStages, .a_rows = wg::kBK, .a_cols = wg::kBM, .a_ld = wg::kLdA,
+                           .b_rows = wg::kBK, .b_cols = wg::kBN, .b_ld = wg::kLdB, .c_rows = wg::kBM,
+                           .c_cols = wg::kBN, .c_ld = wg::kLdC, .stage_elems = wg::kStageElems,
+                           .ring_bytes = wg::kRingBytes, .c_bytes = wg::kCBytes, .smem_bytes = wg::kSmemBytes});
+  EXPECT_LE(wg::kSmemBytes, 68 * 1024) << "the hand-off names 68 KiB for sm_80";
 }
 
 // The emulation can fail: the weight gradient written in the GEMM's [k][r][s][c] order, without

@@ -225,5 +225,47 @@ TEST(CopyPlan, SharesAreEqualAndSpacedAsDocumented) {
   EXPECT_EQ(q.k_step, 32 * 1000);  // K runs down the columns: the next step is 32 rows down
 }
 
+// The hooks through which the GPU tests and `bench/gemm_bench --sweep` run both copies of wmma_smem and
+// of mma_sync, and wmma_smem's other K step: each forces what it is asked to for one scope, also nested,
+// and gives the rung's own choice back after it. Both copies give the same product, so a hook that
+// forced the wrong copy would pass every GPU test, which would then check one copy twice.
+TEST(CopyPlan, TheCopyHooksForceEitherCopyForOneScope) {
+  namespace ws = kernels::wmma_smem;
+  namespace ms = kernels::mma_sync;
+  using kernels::chosen_by_hook;
+  ASSERT_LT(ws::batched_copy_for_tuning().load(), 0) << "the rung's own copy unless a scope forces one";
+  ASSERT_LT(ms::lean_copy_for_tuning().load(), 0);
+  ASSERT_EQ(ws::k_step_for_tuning().load(), 0) << "the rung's own K step unless a scope forces one";
+  for (const bool own : {false, true}) {
+    EXPECT_EQ(chosen_by_hook(ws::batched_copy_for_tuning(), own), own);
+    EXPECT_EQ(chosen_by_hook(ms::lean_copy_for_tuning(), own), own);
+  }
+  {
+    const ws::ScopedBatchedCopy batched;  // the batched copy unless told otherwise
+    const ms::ScopedLeanCopy lean;
+    EXPECT_TRUE(chosen_by_hook(ws::batched_copy_for_tuning(), false));
+    EXPECT_TRUE(chosen_by_hook(ms::lean_copy_for_tuning(), false));
+    {
+      const ws::ScopedBatchedCopy general(false);
+      const ms::ScopedLeanCopy general_too(false);
+      EXPECT_FALSE(chosen_by_hook(ws::batched_copy_for_tuning(), true));
+      EXPECT_FALSE(chosen_by_hook(ms::lean_copy_for_tuning(), true));
+    }
+    EXPECT_TRUE(chosen_by_hook(ws::batched_copy_for_tuning(), false));
+    EXPECT_TRUE(chosen_by_hook(ms::lean_copy_for_tuning(), false));
+    const ws::ScopedBatchedCopy batched_again(true);
+    const ms::ScopedLeanCopy lean_again(true);
+    EXPECT_EQ(ws::batched_copy_for_tuning().load(), 1);  // the values tuning_hook.h documents
+    EXPECT_EQ(ms::lean_copy_for_tuning().load(), 1);
+  }
+  EXPECT_LT(ws::batched_copy_for_tuning().load(), 0);
+  EXPECT_LT(ms::lean_copy_for_tuning().load(), 0);
+  {
+    const ws::ScopedKStep step(32);
+    EXPECT_EQ(ws::k_step_for_tuning().load(), 32);
+  }
+  EXPECT_EQ(ws::k_step_for_tuning().load(), 0);
+}
+
 }  // namespace
 }  // namespace hl

@@ -28,6 +28,13 @@ TEST(KeptFrames, SharedMemoryOfABlock) {
   EXPECT_EQ(kf::shared_bytes(512, 8), 112 * 1024);   // 32768 columns: two blocks on an H100's SM
   EXPECT_EQ(kf::shared_bytes(300, 8), kf::shared_bytes(512, 8)) << "the stride rounds 300 threads up to 512";
   EXPECT_EQ(kf::shared_bytes(1024, 1), 0) << "one pack: recomputed, nothing kept";
+  // The stride's steps on both sides (256 threads still take 256, 257 take 512), and two packs, of which
+  // the first is kept: a stride of 256 x 2 float4s (values 0-3, 4-7) x 1 pack x 16 bytes.
+  EXPECT_EQ(kf::shared_bytes(256, 8), 256 * 2 * 7 * 16);
+  EXPECT_EQ(kf::shared_bytes(1, 8), 256 * 2 * 7 * 16);
+  EXPECT_EQ(kf::shared_bytes(257, 8), 512 * 2 * 7 * 16);
+  EXPECT_EQ(kf::shared_bytes(513, 8), 1024 * 2 * 7 * 16);
+  EXPECT_EQ(kf::shared_bytes(256, 2), 256 * 2 * 1 * 16);
   EXPECT_EQ(kf::kMergeBytes, 256);
   EXPECT_EQ(kf::block_shared_bytes(1024, 8), 224 * 1024 + 256);
   EXPECT_LE(kf::block_shared_bytes(1024, 8), 227 * 1024) << "an H100's limit per block holds the largest block";
@@ -120,6 +127,41 @@ TEST(KeptFrames, ANaNAmongMinusInfinityStaysInTheSum) {
   f.enter(1, 3.0f);
   f.s += 1.0f;
   EXPECT_TRUE(std::isnan(f.s));
+}
+
+TEST(KeptFrames, AFirstFiniteMaximumRescalesNothing) {
+  // From -inf the packs so far hold only zeros, so a first finite maximum sets the frame and rescales
+  // nothing: not even by a factor past exp2_int's range. -88.75 has frame -128, where a rescale of the
+  // zero sum by 2^128 would make it inf x 0 = NaN.
+  kf::Fold f;
+  f.enter(0, -kInf);
+  f.enter(1, -88.75f);
+  EXPECT_EQ(f.h, -128.0f);
+  EXPECT_EQ(f.s, 0.0f);
+  EXPECT_EQ(f.lags.of(0), 0.0f);
+  EXPECT_EQ(f.lags.of(1), 0.0f);
+}
+
+TEST(KeptFrames, PairAndFactorOfAFold) {
+  // A thread that has seen only -inf gives the merge the pair (-inf, 0); one with a finite maximum gives
+  // its frame and sum.
+  kf::Fold none;
+  none.enter(0, -kInf);
+  EXPECT_EQ(none.pair().h, -kInf);
+  EXPECT_EQ(none.pair().s, 0.0f);
+  kf::Fold f;
+  f.enter(0, 2.0f);  // frame ceil(2 log2e) = 3
+  f.s = 5.0f;
+  f.enter(1, 4.0f);  // frame 6: pack 0 lies 3 frames behind
+  EXPECT_EQ(f.pair().h, 6.0f);
+  EXPECT_EQ(f.pair().s, 5.0f / 8.0f);
+  // The factor of pack i: 2^(h - row_h - lag(i)) times 1 / S. In a row whose frame is 8, with S = 4:
+  EXPECT_EQ(f.factor(1, 8.0f, 0.25f), 0.25f * 0.25f);        // 2^(6 - 8) / 4
+  EXPECT_EQ(f.factor(0, 8.0f, 0.25f), 0.25f * 0.25f / 8.0f);  // and 3 frames further behind
+  // A thread without a finite value keeps frame 0 and exponentials 0: its factor stays finite in a row
+  // of a negative frame (min(0 + 20, 0) = 0, not 2^20).
+  EXPECT_EQ(none.factor(0, -20.0f, 0.25f), 0.25f);
+  EXPECT_EQ(none.factor(0, 8.0f, 0.25f), 0.25f / 256.0f);
 }
 
 TEST(KeptFrames, FoldRescalesItsSumExactly) {

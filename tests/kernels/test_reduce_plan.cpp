@@ -169,6 +169,29 @@ TEST(ReducePlan, LenetBiasGradientsFillTheGpu) {
   EXPECT_EQ(plan_channel_sum(ReduceIndex::of({128, 32, 28, 28}, {0, 2, 3}), 8, 8, 132, 256).vec, 1);
 }
 
+// slice_channels (channel_slices.h, shared with batch norm's `split`) aims at ceil(4 x SMs / channels)
+// blocks per channel when the channel is long enough: at exact quotients and one past them, with one
+// channel, and with what a caller without a GPU or a tensor might pass (0 SMs, 0 channels).
+TEST(ReducePlan, SliceChannelsRoundsFourBlocksPerSmUp) {
+  const int64_t long_channel = int64_t{1} << 30;  // never the limit: 2^30 / (8 x 256) = 524,288 blocks
+  EXPECT_EQ(slice_channels(long_channel, 33, 132, 256).count, 16);   // 528 / 33 = 16 exactly
+  EXPECT_EQ(slice_channels(long_channel, 32, 132, 256).count, 17);   // 16.5 up to 17
+  EXPECT_EQ(slice_channels(long_channel, 527, 132, 256).count, 2);   // 528 = 527 + 1: just past one
+  EXPECT_EQ(slice_channels(long_channel, 528, 132, 256).count, 1);
+  EXPECT_EQ(slice_channels(long_channel, 1, 132, 256).count, 528);
+  EXPECT_EQ(slice_channels(long_channel, 4096, 132, 256).count, 1);  // more channels than blocks wanted
+  // The slices' length: 2^30 / 17 rounded up, and every slice non-empty.
+  const ChannelSlices s = slice_channels(long_channel, 32, 132, 256);
+  EXPECT_EQ(s.chunk, (long_channel + 16) / 17);
+  // 0 SMs (none known): one block per channel, not a division by zero.
+  EXPECT_EQ(slice_channels(1000, 4, 0, 256).count, 1);
+  EXPECT_EQ(slice_channels(1000, 4, 0, 256).chunk, 1000);
+  // No channels, no vectors: one empty slice, nothing divided by zero.
+  const ChannelSlices none = slice_channels(0, 0, 132, 256);
+  EXPECT_EQ(none.count, 1);
+  EXPECT_EQ(none.chunk, 0);
+}
+
 TEST(ReducePlan, OutputOfEveryElement) {
   // [2, 3, 4] summed over dimension 1: element (a, b, c) goes to output (a, c).
   const ReduceIndex ix = ReduceIndex::of({2, 3, 4}, {1});

@@ -1,9 +1,11 @@
 // Helpers of the CPU emulations of the NHWC convolution rungs' tile loaders
 // (tests/kernels/test_conv_nhwc_index.cpp, tests/kernels/test_conv_nhwc_wgrad_index.cpp): inputs whose
-// products and sums are exact in float64, and one 16-byte copy checked as the kernel would need it.
+// products and sums are exact in float64, one 16-byte copy checked as the kernel would need it, and the
+// shared memory a block asks for checked against what it puts there.
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -30,6 +32,28 @@ inline void copy8(double* dst, const std::vector<double>& src, int64_t idx, cons
   }
   EXPECT_EQ(idx % 8, 0) << what << ": a 16-byte copy from element " << idx << " is misaligned";
   for (int e = 0; e < 8; ++e) dst[e] = src.at(static_cast<size_t>(idx + e));
+}
+
+// The shared memory of an NHWC rung's block, as its header's constants lay it out: a ring of `stages`
+// stages, each an FP16 A tile of a_rows rows a_ld halves apart then a B tile of b_rows x b_ld (the
+// kernel's a_stage and b_stage pointers), and after the K loop an FP32 staging tile of c_rows x c_ld in
+// the same, dead, ring. The *_cols are the widths of data in a row, which the padded rows must hold in
+// whole 16-byte vectors. Only a GPU run would otherwise see a stage that overlaps the next.
+struct SmemPlan {
+  int stages, a_rows, a_cols, a_ld, b_rows, b_cols, b_ld, c_rows, c_cols, c_ld;
+  int stage_elems, ring_bytes, c_bytes, smem_bytes;  // the header's
+};
+inline void expect_smem_holds(const SmemPlan& p) {
+  EXPECT_GE(p.a_ld, p.a_cols);
+  EXPECT_GE(p.b_ld, p.b_cols);
+  EXPECT_GE(p.c_ld, p.c_cols);
+  EXPECT_EQ(p.a_ld % 8, 0) << "16-byte rows of halves";
+  EXPECT_EQ(p.b_ld % 8, 0);
+  EXPECT_EQ(p.c_ld % 4, 0) << "16-byte rows of floats";
+  EXPECT_EQ(p.stage_elems, p.a_rows * p.a_ld + p.b_rows * p.b_ld);
+  EXPECT_EQ(p.ring_bytes, p.stages * p.stage_elems * 2);
+  EXPECT_EQ(p.c_bytes, p.c_rows * p.c_ld * 4);
+  EXPECT_EQ(p.smem_bytes, std::max(p.ring_bytes, p.c_bytes));
 }
 
 }  // namespace hl::test
