@@ -275,6 +275,21 @@ TEST(WgmmaLayout, EveryTileFitsTheRingAndTheEpilogue) {
   EXPECT_EQ((wl::Tile<128, 4>::kBlocksPerSm), 1);
   EXPECT_LE((wl::Tile<64, 4>::kSmemBytes), 227 * 1024);
   EXPECT_EQ((wl::Tile<64, 4>::kBlocksPerSm), 2);
+  // The ring and its 1 KiB of slack, as the table's comments give them: 97, 193, 129 and 97 KiB.
+  EXPECT_EQ((wl::Tile<128, 3>::kSmemBytes), 97 * 1024);
+  EXPECT_EQ((wl::Tile<256, 4>::kSmemBytes), 193 * 1024);
+  EXPECT_EQ((wl::Tile<128, 4>::kSmemBytes), 129 * 1024);
+  EXPECT_EQ((wl::Tile<64, 4>::kSmemBytes), 97 * 1024);
+  // Two warpgroups of 128 threads, each with 64 of the block's 128 rows.
+  EXPECT_EQ(wl::kThreads, 256);
+  EXPECT_EQ(wl::kWgRows * wl::kWarpgroups, wl::kBM);
+  // The epilogue's staging rows hold their BN floats in whole 16-byte vectors, and are padded so that
+  // consecutive rows do not start in the same bank.
+  for (const wl::TileConfig& t : wl::kTiles) {
+    EXPECT_GE(wl::staging_ld(t.bn), t.bn);
+    EXPECT_EQ(wl::staging_ld(t.bn) % 4, 0);
+    EXPECT_NE(wl::staging_ld(t.bn) % 32, 0);
+  }
 }
 
 // The K loop's schedule, played step by step for one warpgroup (the other does the same, between the

@@ -105,6 +105,22 @@ TEST(WgmmaTmaPlan, TheBoxModelNoticesAMisplacedBox) {
   EXPECT_EQ((tp::box<false, 128>(1, 0, 0).bytes), wl::mn_major_offset(64, 0));
 }
 
+// The tile hooks of `gemm_bench --sweep`, rung 7's (wgmma_layout.h) and rung 8's: off (-1, the rung's
+// own tile) unless a scope forces a tile, and off again after it. Every tile gives the same product, so
+// a hook left forcing #0 would pass the GPU tests while the rungs lost their choice of tile per shape.
+TEST(WgmmaTmaPlan, TheTileHooksAreOffUnlessAScopeForcesATile) {
+  EXPECT_EQ(kernels::wgmma::tile_for_tuning().load(), -1);
+  EXPECT_EQ(kernels::wgmma_tma::tile_for_tuning().load(), -1);
+  {
+    const kernels::wgmma::ScopedTile rung7(wl::kNarrowTile);
+    const kernels::wgmma_tma::ScopedTile rung8(tp::kWideTile);
+    EXPECT_EQ(kernels::wgmma::tile_for_tuning().load(), wl::kNarrowTile);
+    EXPECT_EQ(kernels::wgmma_tma::tile_for_tuning().load(), tp::kWideTile);
+  }
+  EXPECT_EQ(kernels::wgmma::tile_for_tuning().load(), -1);
+  EXPECT_EQ(kernels::wgmma_tma::tile_for_tuning().load(), -1);
+}
+
 TEST(WgmmaTmaPlan, TilesFitOneBlockPerSm) {
   ASSERT_EQ(tp::kTileCount, 4);  // wgmma_tma.cu's run() dispatches on these four
   const int want[4][3] = {{128, 4, 1}, {256, 4, 1}, {128, 4, 0}, {64, 6, 1}};
@@ -130,6 +146,18 @@ TEST(WgmmaTmaPlan, TilesFitOneBlockPerSm) {
   EXPECT_EQ(tp::own_tile(1536, 1536, 132), 0);  // #1: 72 tiles (< 99); #0: 144 (>= 66)
   EXPECT_EQ(tp::own_tile(1536, 1536, 96), tp::kWideTile);  // the same shape on a GPU of fewer SMs
   EXPECT_EQ(tp::own_tile(1024, 1024, 128), 0);             // and 64 tiles are half of 128 SMs
+  // Which tiles those are: the wide one 256 columns wide (#1), the narrow one 64 (#3).
+  EXPECT_EQ(tp::kTiles[tp::kWideTile].bn, 256);
+  EXPECT_EQ(tp::kTiles[tp::kNarrowTile].bn, 64);
+  // The tile counts round up, at a whole number of tiles and one column past it (33 block rows, 132
+  // SMs: #1 needs 99 tiles, #0 is left for 66 or more). 512 columns: 2 x 33 = 66 wide tiles, too few,
+  // and 4 x 33 = 132 of #0; 513: 3 x 33 = 99 wide tiles. 129 columns: 2 x 33 = 66 of #0, not fewer
+  // than half the SMs, where 128 would leave 33.
+  EXPECT_EQ(tp::own_tile(33 * 128, 512, 132), 0);
+  EXPECT_EQ(tp::own_tile(33 * 128, 513, 132), tp::kWideTile);
+  EXPECT_EQ(tp::own_tile(33 * 128, 768, 132), tp::kWideTile);
+  EXPECT_EQ(tp::own_tile(33 * 128, 129, 132), 0);
+  EXPECT_EQ(tp::own_tile(33 * 128, 128, 132), tp::kNarrowTile);
   // setmaxnreg's operands: multiples of 8 in [24, 256], and the register file of one SM not exceeded.
   for (int r : {tp::kProducerRegisters, tp::kConsumerRegisters}) {
     EXPECT_EQ(r % 8, 0);
