@@ -180,9 +180,11 @@ TEST(ReducePlan, SliceChannelsRoundsFourBlocksPerSmUp) {
   EXPECT_EQ(slice_channels(long_channel, 528, 132, 256).count, 1);
   EXPECT_EQ(slice_channels(long_channel, 1, 132, 256).count, 528);
   EXPECT_EQ(slice_channels(long_channel, 4096, 132, 256).count, 1);  // more channels than blocks wanted
-  // The slices' length: 2^30 / 17 rounded up, and every slice non-empty.
+  // The slices' length: 2^30 / 17 rounded up, so that 17 of them hold the channel and none is empty.
   const ChannelSlices s = slice_channels(long_channel, 32, 132, 256);
   EXPECT_EQ(s.chunk, (long_channel + 16) / 17);
+  EXPECT_GE(s.count * s.chunk, long_channel);
+  EXPECT_LT((s.count - 1) * s.chunk, long_channel);
   // 0 SMs (none known): one block per channel, not a division by zero.
   EXPECT_EQ(slice_channels(1000, 4, 0, 256).count, 1);
   EXPECT_EQ(slice_channels(1000, 4, 0, 256).chunk, 1000);
