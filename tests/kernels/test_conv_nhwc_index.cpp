@@ -217,9 +217,8 @@ std::string why(const ConvShape& s, ConvPass pass = ConvPass::forward, int cc = 
   const char* reason = nh::hand_off_reason(args_for(s, pass), cc, loaded_arch);
   return reason == nullptr ? std::string() : std::string(reason);
 }
-bool says(const std::string& reason, const char* part) { return reason.find(part) != std::string::npos; }
-
-constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+using test::kIntMax;
+using test::says;
 
 // backward_data's stride, padding and channels, and the GPU: a stride above 1 in either direction alone,
 // a padding of R - 1 (S - 1) and one past it, in a filter of 3 x 5 so that R and S cannot stand in for

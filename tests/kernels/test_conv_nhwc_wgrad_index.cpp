@@ -320,9 +320,8 @@ std::string wgrad_why(const ConvShape& s, int cc = 90, int loaded_arch = 90, int
   const char* reason = wg::hand_off_reason(a, cc, loaded_arch, slots);
   return reason == nullptr ? std::string() : std::string(reason);
 }
-bool says(const std::string& reason, const char* part) { return reason.find(part) != std::string::npos; }
-
-constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+using test::kIntMax;
+using test::says;
 
 // The 32-bit bounds, each product alone past 2^31 - 1 (a padding or a stride keeps the others small)
 // and, where a product of multiples of 8 can reach it, just below: there the call goes on to the

@@ -1,12 +1,13 @@
 // Helpers of the CPU emulations of the NHWC convolution rungs' tile loaders
 // (tests/kernels/test_conv_nhwc_index.cpp, tests/kernels/test_conv_nhwc_wgrad_index.cpp): inputs whose
-// products and sums are exact in float64, one 16-byte copy checked as the kernel would need it, and the
-// shared memory a block asks for checked against what it puts there.
+// products and sums are exact in float64, one 16-byte copy checked as the kernel would need it, the
+// hand-off tests' helpers, and the shared memory a block asks for checked against what it puts there.
 #pragma once
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -33,6 +34,11 @@ inline void copy8(double* dst, const std::vector<double>& src, int64_t idx, cons
   EXPECT_EQ(idx % 8, 0) << what << ": a 16-byte copy from element " << idx << " is misaligned";
   for (int e = 0; e < 8; ++e) dst[e] = src.at(static_cast<size_t>(idx + e));
 }
+
+// The tests of the rungs' hand-off reasons: the largest int, where Problem's 32-bit sizes end, and
+// whether a reason names the bound meant.
+inline constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+inline bool says(const std::string& reason, const char* part) { return reason.find(part) != std::string::npos; }
 
 // The shared memory of an NHWC rung's block, as its header's constants lay it out: a ring of `stages`
 // stages, each an FP16 A tile of a_rows rows a_ld halves apart then a B tile of b_rows x b_ld (the
