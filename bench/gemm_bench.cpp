@@ -189,16 +189,17 @@ const char* layout(const Shape& s) {
 }
 
 // The legend of one Hopper rung's tiles under the table (wgmma_layout.h's or wgmma_tma_plan.h's): each
-// tile's shape, warpgroups, stages and wgmma groups in flight, and which the rung itself chooses.
-template <class TileTable>
-void print_wgmma_tiles(const TileTable& tiles, int count, int narrow, const char* warpgroups) {
-  for (int i = 0; i < count; ++i)
+// tile's shape, warpgroups, stages and wgmma groups in flight, and where the rung itself chooses it
+// (`own(i)`: the note for tile #i, empty for a tile the rung never chooses; the headers' own_tile()).
+// tests/bench/test_tile_numbers.cpp reads these legends back from bench/results/.
+template <class TileTable, class Own>
+void print_wgmma_tiles(const TileTable& tiles, int count, const char* warpgroups, Own own) {
+  for (int i = 0; i < count; ++i) {
+    const std::string note = own(i);
     std::cout << "#   #" << i << ": 128x" << tiles[i].bn << "x64, " << warpgroups << ", " << tiles[i].stages
               << " stages, " << tiles[i].in_flight << " wgmma group in flight"
-              << (i == 0         ? " (the rung's own for C wider than 64 columns)"
-                  : i == narrow ? " (the rung's own for 64 columns or fewer)"
-                                : "")
-              << "\n";
+              << (note.empty() ? "" : " (the rung's own " + note + ")") << "\n";
+  }
 }
 
 // --sweep-tiles: which of wmma_pipelined_tiles.h's tiles the sweep times. "all"; "clustered" (the tiles
@@ -471,13 +472,21 @@ int main(int argc, char** argv) {
         std::cout << "# 'wgmma #I': wgmma with tile #I of kernels/cuda/gemm/wgmma_layout.h (compute capability 9.0 "
                      "only):\n";
         namespace wl = kernels::cuda::wgmma_layout;
-        print_wgmma_tiles(wl::kTiles, wl::kTileCount, wl::kNarrowTile, "2 warpgroups");
+        print_wgmma_tiles(wl::kTiles, wl::kTileCount, "2 warpgroups", [](int i) -> std::string {
+          return i == 0 ? "for C wider than 64 columns" : i == wl::kNarrowTile ? "for 64 columns or fewer" : "";
+        });
       }
       if (sweeps("wgmma_tma")) {
         std::cout << "# 'wgmma_tma #I': wgmma_tma with tile #I of kernels/cuda/gemm/wgmma_tma_plan.h (compute "
                      "capability 9.0 only; rows that are not 16-byte aligned are refused):\n";
         namespace tp = kernels::cuda::wgmma_tma_plan;
-        print_wgmma_tiles(tp::kTiles, tp::kTileCount, tp::kNarrowTile, "a producer and 2 consumer warpgroups");
+        // wgmma_tma_plan.h's own_tile(): by the output's width and how many SMs the tiles fill.
+        print_wgmma_tiles(tp::kTiles, tp::kTileCount, "a producer and 2 consumer warpgroups", [](int i) -> std::string {
+          if (i == tp::kWideTile) return "where its tiles number at least 3/4 of the SMs";
+          if (i == tp::kNarrowTile)
+            return "for 64 columns or fewer, and where #0's tiles would leave more than half the SMs idle";
+          return i == 0 ? "in between" : "";
+        });
       }
     }
     std::cout << "\n# %cuBLAS = cuBLAS time / variant time (higher is better); 'vs cuBLAS' = ||C - C_cublas|| / "
