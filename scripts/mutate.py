@@ -39,6 +39,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 # (pattern, replacements). Relational operators need a space on both sides, as clang-format writes
@@ -191,17 +192,56 @@ def changed_line(original, mutant):
     return apply(original, mutant).split('\n')[mutant[0] - 1].strip()
 
 
+# How much of a command's output run() keeps: this many bytes of its start and as many of its end. A
+# mutant can make a test print without end (a table's length multiplied instead of divided, and a loop
+# over it that fails at every entry): a sweep of 2026-12-02 kept all of one such test's output and was
+# killed by the kernel's OOM killer at 23 GB. What is read from the output is the first failing test's
+# name (near the start; gtest repeats every name at the end) and, when a build fails, its last lines.
+OUTPUT_KEPT = 1 << 20
+
+
+class KeptOutput:
+    """The start and the end of a stream, read to its end by a thread of its own (so that the command
+    never blocks on a full pipe), with how many bytes in between were left out."""
+
+    def __init__(self, stream):
+        self.head, self.tail, self.total = bytearray(), bytearray(), 0
+        self.thread = threading.Thread(target=self._drain, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _drain(self, stream):
+        while chunk := stream.read1(1 << 16):
+            self.total += len(chunk)
+            room = OUTPUT_KEPT - len(self.head)
+            if room > 0:
+                self.head += chunk[:room]
+                chunk = chunk[room:]
+            self.tail += chunk
+            if len(self.tail) > 2 * OUTPUT_KEPT:  # trimmed now and then, not at every chunk
+                del self.tail[:-OUTPUT_KEPT]
+        stream.close()
+
+    def text(self):
+        self.thread.join()
+        tail = self.tail[-OUTPUT_KEPT:]
+        left_out = self.total - len(self.head) - len(tail)
+        gap = f'\n[mutate.py: {left_out} bytes of output left out]\n'.encode() if left_out else b''
+        # errors='replace': a mutant can make a test print bytes that are not UTF-8 (a corrupted name
+        # in an error message); that is the test's output to read, not a reason for this script to stop.
+        return (bytes(self.head) + gap + bytes(tail)).decode('utf-8', errors='replace')
+
+
 def run(command, timeout=None):
-    """(exit status, output) of a shell command; (None, '') when it outlives `timeout`. The command
-    runs in a process group of its own, which is killed whole when it times out or the run is
-    interrupted: a mutant that makes a test loop forever must not leave that test running."""
-    # errors='replace': a mutant can make a test print bytes that are not UTF-8 (a corrupted name in
-    # an error message); that is the test's output to read, not a reason for this script to stop.
-    p = subprocess.Popen(command, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         errors='replace', start_new_session=True)
+    """(exit status, output) of a shell command, the output cut to its first and last OUTPUT_KEPT bytes;
+    (None, '') when it outlives `timeout`. The command runs in a process group of its own, which is
+    killed whole when it times out or the run is interrupted: a mutant that makes a test loop forever
+    must not leave that test running."""
+    p = subprocess.Popen(command, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         start_new_session=True)
+    out = KeptOutput(p.stdout)
     try:
-        out, _ = p.communicate(timeout=timeout)
-        return p.returncode, out
+        p.wait(timeout=timeout)
+        return p.returncode, out.text()
     except subprocess.TimeoutExpired:
         kill_group(p)
         return None, ''
@@ -215,7 +255,7 @@ def kill_group(p):
         os.killpg(p.pid, signal.SIGKILL)
     except ProcessLookupError:  # the group has just exited on its own
         pass
-    p.communicate()
+    p.wait()
 
 
 def read(path):

@@ -137,6 +137,23 @@ with tempfile.TemporaryDirectory() as tmp:
           f'bytes that are not UTF-8: {r.stdout} {r.stderr}')
     check(open(src).read() == FIXTURE, 'the file was not restored after a run with bytes that are not UTF-8')
 
+    # A test that prints without end: 256 MiB of failures, then gtest's summary naming the failed test. The
+    # script keeps only the start and the end of a command's output (a sweep was once killed by the OOM
+    # killer at 23 GB): its peak memory stays small, and the name is still read from the end.
+    flood = (f"grep -q 'x + 1;' {src} || {{ echo start; head -c 268435456 /dev/zero | tr '\\0' x; echo; "
+             "echo '[  FAILED  ] Flood.TheLastLine'; exit 1; }")
+    peak = ('import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); '
+            'print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); print(r.stdout)')
+    r = subprocess.run([sys.executable, '-c', peak, sys.executable, SCRIPT, src, '--build-cmd', compiles(src),
+                        '--test', flood, '--lines', '7-7', '--log', os.path.join(tmp, 'flood.jsonl')],
+                       capture_output=True, text=True)
+    status, kib = r.stdout.split('\n')[0].split()
+    check(status == '0' and '3 killed, 0 survived' in r.stdout, f'a flood of output: {r.stdout} {r.stderr}')
+    check(int(kib) < 128 * 1024, f'a flood of 256 MiB took the script to a peak of {kib} KiB')
+    records = [json.loads(x) for x in open(os.path.join(tmp, 'flood.jsonl'))]
+    check([x['by'] for x in records] == ['Flood.TheLastLine'] * 3, f'a flood of output: {records}')
+    check(open(src).read() == FIXTURE, 'the file was not restored after a flood of output')
+
     # A test that hangs past --timeout kills its mutant, and is itself killed, with its children.
     hang = f"grep -q 'x < 0)' {src} || sleep {SLEEP}"
     r = mutate(src, '--test', hang, '--lines', '3-3', '--sample', '1', '--seed', '0', '--timeout', '1')
