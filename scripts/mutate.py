@@ -193,10 +193,11 @@ def changed_line(original, mutant):
 
 
 # How much of a command's output run() keeps: this many bytes of its start and as many of its end. A
-# mutant can make a test print without end (a table's length multiplied instead of divided, and a loop
-# over it that fails at every entry): a sweep of 2026-12-02 kept all of one such test's output and was
-# killed by the kernel's OOM killer at 23 GB. What is read from the output is the first failing test's
-# name (near the start; gtest repeats every name at the end) and, when a build fails, its last lines.
+# mutant can make a build or a test print almost without end: a sweep of 2026-12-02 kept all of it and
+# was killed by the kernel's OOM killer at 23 GB, on a tile table's length multiplied instead of divided
+# (the compiler then reported errors for 3.5 minutes; the run after this change recorded the mutant as
+# not compiling). What is read from the output is the first failing test's name (near the start; gtest
+# repeats every name at the end) and, when a build fails, its last lines.
 OUTPUT_KEPT = 1 << 20
 
 
