@@ -528,6 +528,33 @@ TEST(Amp, ScalerConfigStrNamesInitIntervalAndEverySettingThatDiffersFromItsDefau
   }
 }
 
+// A new scaler counts its clean steps from 0, as PyTorch's GradScaler does, and an overflow starts the
+// count again, also one that hysteresis tolerates: a growth comes only after `interval` clean steps in a
+// row. (The golden trajectory above overflows first, from a count of 0, so it can tell neither a count
+// that starts at 1 nor an overflow that leaves the count where it was.)
+TEST(Amp, CleanStepsCountFromZeroAndAnOverflowStartsTheCountAgain) {
+  Probe p;
+  LossScaler s(ScalerConfig::parse("dynamic:init=1024,interval=3,hysteresis=2"));
+  EXPECT_EQ(s.growth_tracker(), 0);
+  EXPECT_EQ(s.hysteresis_left(), 2);
+  EXPECT_EQ(s.skipped_steps(), 0);
+  EXPECT_FALSE(s.last_step_skipped());
+  EXPECT_TRUE(p.step(s));
+  EXPECT_TRUE(p.step(s));
+  EXPECT_EQ(s.growth_tracker(), 2);
+  EXPECT_FALSE(p.step(s, INFINITY));  // skipped, and tolerated: no backoff
+  EXPECT_EQ(s.get_scale(), 1024.0);
+  EXPECT_EQ(s.growth_tracker(), 0);
+  EXPECT_EQ(s.hysteresis_left(), 1);
+  EXPECT_TRUE(p.step(s));
+  EXPECT_TRUE(p.step(s));
+  EXPECT_EQ(s.get_scale(), 1024.0);  // two clean steps of three since the overflow
+  EXPECT_TRUE(p.step(s));
+  EXPECT_EQ(s.get_scale(), 2048.0);
+  EXPECT_EQ(s.growth_tracker(), 0);
+  EXPECT_EQ(s.hysteresis_left(), 2);  // a growth refills the allowance
+}
+
 TEST(Amp, GrowthAndBackoffFactorsOtherThanTheDefaultsDriveTheScale) {
   Probe p;
   LossScaler s(ScalerConfig::parse("dynamic:init=1024,growth=4,backoff=0.25,interval=2"));

@@ -23,6 +23,7 @@
 
 #include "kernels/conv.h"
 #include "kernels/cuda/conv/implicit_gemm_index.h"
+#include "tests/kernels/tile_emulation.h"
 #include "tests/test_util.h"
 
 namespace hl {
@@ -293,6 +294,8 @@ TEST(ConvImplicitIndex, OutputIndexAtTheEdgesOfTheGemm) {
     EXPECT_EQ(ig::output_index(g, g.M - 1, last), g.out_img + (last - g.col_hw) + (g.M - 1) * int64_t{g.col_hw});
     EXPECT_EQ(ig::output_index(g, g.M, 0), -1);
     EXPECT_EQ(ig::output_index(g, 0, g.cols), -1);
+    // A row other than 0 too: there output_column's -1 plus the row's offset would not be -1.
+    EXPECT_EQ(ig::output_index(g, g.M - 1, g.cols), -1);
     EXPECT_EQ(ig::output_index(g, g.M, g.cols), -1);
     EXPECT_EQ(ig::output_index(g, 0, 0), 0);
   }
@@ -311,6 +314,29 @@ TEST(ConvImplicitIndex, TapTableFitsUpToTwoToTheThirtyOneMinusOne) {
   EXPECT_FALSE(ig::tap_table_fits(4, 1024, 1024, 2095104, 1024, false));
   // The same reach backward fits with room to spare: the planes do not count there.
   EXPECT_TRUE(ig::tap_table_fits(4, 1024, 1024, 2095104, 1024, true));
+}
+
+// The shared memory of implicit_gemm_wmma.cu's blocks, from the header's constants: the forward and
+// backward_data kernel's A tile ([kBM][kLdA] halves) then B tile ([kBK][kLdB]), and after the K loop the
+// FP32 staging tile ([kBM][kLdC]) over both; the weight-gradient kernel's A tile then a column-major B tile
+// ([kBN][kLdBt]). Each padded row is one 16-byte vector longer than its data: whole vectors for the
+// 16-byte copies and WMMA's leading dimension, and consecutive rows 4 banks apart. Both kernels declare the
+// array statically, which CUDA caps at 48 KiB. Only a GPU run (or none: a padding that is merely slower)
+// would otherwise see these sizes wrong.
+TEST(ConvImplicitIndex, SharedMemoryHoldsTheTilesAndTheStagingTile) {
+  EXPECT_EQ(ig::kBM * ig::kBN, ig::kThreads * 32) << "8 warps of 32 x 32: 2 x 2 WMMA tiles each";
+  test::expect_smem_holds({.stages = 1, .a_rows = ig::kBM, .a_cols = ig::kBK, .a_ld = ig::kLdA,
+                           .b_rows = ig::kBK, .b_cols = ig::kBN, .b_ld = ig::kLdB, .c_rows = ig::kBM,
+                           .c_cols = ig::kBN, .c_ld = ig::kLdC, .stage_elems = ig::kTileBytes / 2,
+                           .ring_bytes = ig::kTileBytes, .c_bytes = ig::kCBytes, .smem_bytes = ig::kSmemBytes});
+  EXPECT_EQ(ig::kTileBytes % 2, 0);
+  EXPECT_EQ(ig::kLdA - ig::kBK, 8) << "one 16-byte vector of halves of padding";
+  EXPECT_EQ(ig::kLdB - ig::kBN, 8);
+  EXPECT_EQ(ig::kLdC - ig::kBN, 4) << "one 16-byte vector of floats";
+  EXPECT_EQ(ig::kLdBt - ig::kBK, 8);
+  EXPECT_LE(ig::kSmemBytes, 48 * 1024) << "static shared memory";
+  const int wgrad_tiles = (ig::kBM * ig::kLdA + ig::kBN * ig::kLdBt) * 2;  // as the weight-gradient kernel has it
+  EXPECT_LE(std::max(wgrad_tiles, ig::kCBytes), 48 * 1024);
 }
 
 TEST(ConvImplicitIndex, BackwardWeightSlicesMatchTheReference) {

@@ -1286,6 +1286,10 @@ TEST(CudaGemmTiles, HookOffByDefaultAndEveryTileWellFormed) {
     EXPECT_EQ(t.bk % 16, 0);
     EXPECT_GE(t.stages, 2);                     // a ring: one buffer filling while one is read
     EXPECT_LE(32 * t.warps_m * t.warps_n, 1024);  // one block
+    // Clusters of 1 or 2 blocks along each of M and N (wmma_pipelined.cu's Config asserts it at compile time,
+    // in a CUDA build only); 1 x 1 is no cluster, and an unclustered tile says 1 x 1, not 0.
+    EXPECT_TRUE(t.cluster_m == 1 || t.cluster_m == 2) << t.cluster_m;
+    EXPECT_TRUE(t.cluster_n == 1 || t.cluster_n == 2) << t.cluster_n;
     if (t.clustered()) {
       EXPECT_GE(t.stages, 3);  // cluster_share.h's step 1 keeps a stage for the send
     }

@@ -11,6 +11,7 @@
 #include <gtest/gtest-spi.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <functional>
 #include <cmath>
 #include <cstdlib>
@@ -961,6 +962,51 @@ TEST(SoftmaxRegisterWarpPlan, CoversEveryRowUpToItsCapacity) {
   EXPECT_EQ(rw::per_lane(1024, 8), 4);  // 4 FP16 packs per lane
   EXPECT_EQ(rw::per_lane(1024, 4), 8);  // 8 FP32 packs
   EXPECT_EQ(rw::per_lane(1023, 1), 32);
+}
+
+// The per-thread counts each rung compiles a kernel for (register_row.cuh's with_per_thread, through which
+// all three launch, instantiates exactly those for which compiled_for holds): the lists that
+// register_row_plan.h names, whose register budgets its comments give (-Xptxas -v, no spills). The plans
+// above are checked only against compiled_for itself, so a count dropped from it, or one added, would still
+// pass them: rows would quietly get a wasteful count (a 33- to 64-column row on the scalar path 32 values
+// per lane instead of 2), or run a kernel never measured.
+TEST(SoftmaxRegisterRowPlan, CompiledCountsAreTheListsTheHeaderNames) {
+  namespace rr = k::register_row;
+  const auto in = [](int p, std::initializer_list<int> list) {
+    return std::find(list.begin(), list.end(), p) != list.end();
+  };
+  for (int p = -1; p <= 64; ++p) {
+    SCOPED_TRACE(p);
+    EXPECT_EQ(rr::compiled_for(p, 8), in(p, {1, 2, 4}));  // FP16 packs
+    EXPECT_EQ(rr::compiled_for(p, 4), in(p, {1, 2, 4}));  // FP32 packs
+    EXPECT_EQ(rr::compiled_for(p, 1), in(p, {2, 8, 16}));  // single values
+    EXPECT_EQ(rr::warp::compiled_for(p, 8), in(p, {1, 2, 4}));
+    EXPECT_EQ(rr::warp::compiled_for(p, 4), in(p, {1, 2, 4, 8}));
+    EXPECT_EQ(rr::warp::compiled_for(p, 1), in(p, {1, 2, 8, 32}));
+    EXPECT_EQ(rr::packed::compiled_for(p, 8), in(p, {1, 2, 4, 8}));  // FP16 packs only
+    EXPECT_FALSE(rr::packed::compiled_for(p, 4));
+    EXPECT_FALSE(rr::packed::compiled_for(p, 1));
+    for (int width : {0, 2, 16}) {
+      EXPECT_FALSE(rr::compiled_for(p, width)) << width;
+      EXPECT_FALSE(rr::warp::compiled_for(p, width)) << width;
+      EXPECT_FALSE(rr::packed::compiled_for(p, width)) << width;
+    }
+  }
+}
+
+// A width below 1 is no path at all: every plan refuses it, before it divides by it (the cluster plan's
+// packs per row are (cols + width - 1) / width).
+TEST(SoftmaxRegisterRowPlan, EveryPlanRefusesAWidthBelowOne) {
+  namespace rr = k::register_row;
+  for (int width : {0, -1, -8}) {
+    for (int64_t cols : {int64_t{1}, int64_t{64}, int64_t{4096}}) {
+      SCOPED_TRACE(std::to_string(cols) + " columns, width " + std::to_string(width));
+      EXPECT_EQ(rr::plan(cols, width).threads, 0);
+      EXPECT_EQ(rr::warp::per_lane(cols, width), 0);
+      EXPECT_EQ(rr::cluster::plan(cols, width).blocks, 0);
+      EXPECT_EQ(rr::packed::plan(cols, width).threads, 0);
+    }
+  }
 }
 
 // The kernels keep a member's packs i < owned of its P (register_row.cuh), so a plan that left some
