@@ -50,6 +50,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/gemm_legend.h"
 #include "bench/stats.h"
 #include "kernels/cuda/gemm/mma_sync_lanes.h"
 #include "kernels/cuda/gemm/wgmma_layout.h"
@@ -196,8 +197,7 @@ template <class TileTable, class Own>
 void print_wgmma_tiles(const TileTable& tiles, int count, const char* warpgroups, Own own) {
   for (int i = 0; i < count; ++i) {
     const std::string note = own(i);
-    std::cout << "#   #" << i << ": 128x" << tiles[i].bn << "x64, " << warpgroups << ", " << tiles[i].stages
-              << " stages, " << tiles[i].in_flight << " wgmma group in flight"
+    std::cout << "#   #" << i << ": " << bench::describe_wgmma(tiles[i], warpgroups)
               << (note.empty() ? "" : " (the rung's own " + note + ")") << "\n";
   }
 }

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/gemm_legend.h"
 #include "kernels/cuda/gemm/wgmma_layout.h"
 #include "kernels/cuda/gemm/wgmma_tma_plan.h"
 #include "kernels/cuda/gemm/wmma_pipelined_tiles.h"
@@ -66,13 +67,6 @@ std::vector<LegendEntry> committed_legends() {
   return out;
 }
 
-// How gemm_bench's legend describes a Hopper tile (bench/gemm_bench.cpp, print_wgmma_tiles).
-template <class TileConfig>
-std::string describe_wgmma(const TileConfig& t, const std::string& warpgroups) {
-  return "128x" + std::to_string(t.bn) + "x64, " + warpgroups + ", " + std::to_string(t.stages) + " stages, " +
-         std::to_string(t.in_flight) + " wgmma group in flight";
-}
-
 TEST(TileNumbers, EveryTileACommittedResultNamesIsStillThatTile) {
   const std::vector<LegendEntry> legends = committed_legends();
   std::map<std::string, int> seen;
@@ -85,10 +79,10 @@ TEST(TileNumbers, EveryTileACommittedResultNamesIsStillThatTile) {
       now = tiles::describe(tiles::kBigTiles[e.index]);
     } else if (e.table == "wgmma") {
       ASSERT_LT(e.index, wl::kTileCount) << "wgmma_layout.h lost tile #" << e.index;
-      now = describe_wgmma(wl::kTiles[e.index], "2 warpgroups");
+      now = hl::bench::describe_wgmma(wl::kTiles[e.index], "2 warpgroups");
     } else {
       ASSERT_LT(e.index, tp::kTileCount) << "wgmma_tma_plan.h lost tile #" << e.index;
-      now = describe_wgmma(tp::kTiles[e.index], "a producer and 2 consumer warpgroups");
+      now = hl::bench::describe_wgmma(tp::kTiles[e.index], "a producer and 2 consumer warpgroups");
     }
     EXPECT_EQ(now, e.said) << e.table << " #" << e.index
                            << " was measured as the tile on the right; add a new entry instead of changing it";
