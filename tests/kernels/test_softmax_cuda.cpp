@@ -965,7 +965,7 @@ TEST(SoftmaxRegisterWarpPlan, CoversEveryRowUpToItsCapacity) {
 }
 
 // The per-thread counts each rung compiles a kernel for (register_row.cuh's with_per_thread, through which
-// all three launch, instantiates exactly those for which compiled_for holds): the lists that
+// every rung of the family launches, instantiates exactly those for which compiled_for holds): the lists that
 // register_row_plan.h names, whose register budgets its comments give (-Xptxas -v, no spills). The plans
 // above are checked only against compiled_for itself, so a count dropped from it, or one added, would still
 // pass them: rows would quietly get a wasteful count (a 33- to 64-column row on the scalar path 32 values
@@ -986,25 +986,32 @@ TEST(SoftmaxRegisterRowPlan, CompiledCountsAreTheListsTheHeaderNames) {
     EXPECT_EQ(rr::packed::compiled_for(p, 8), in(p, {1, 2, 4, 8}));  // FP16 packs only
     EXPECT_FALSE(rr::packed::compiled_for(p, 4));
     EXPECT_FALSE(rr::packed::compiled_for(p, 1));
+    EXPECT_EQ(rr::packed_warp::compiled_for(p, 8), in(p, {1, 2, 4, 8, 16}));  // FP16 packs only
+    EXPECT_FALSE(rr::packed_warp::compiled_for(p, 4));
+    EXPECT_FALSE(rr::packed_warp::compiled_for(p, 1));
     for (int width : {0, 2, 16}) {
       EXPECT_FALSE(rr::compiled_for(p, width)) << width;
       EXPECT_FALSE(rr::warp::compiled_for(p, width)) << width;
       EXPECT_FALSE(rr::packed::compiled_for(p, width)) << width;
+      EXPECT_FALSE(rr::packed_warp::compiled_for(p, width)) << width;
     }
   }
 }
 
-// A width below 1 is no path at all: every plan refuses it, before it divides by it (the cluster plan's
-// packs per row are (cols + width - 1) / width).
-TEST(SoftmaxRegisterRowPlan, EveryPlanRefusesAWidthBelowOne) {
+// A width that is no path gets no plan: below 1 (every plan refuses it before it divides by it, as the
+// cluster plan's packs per row, (cols + width - 1) / width, would), and 2 or 16 values a pack, for which no
+// rung compiles a kernel (the paths are 8, 4 and 1), rather than a count that with_per_thread would refuse
+// only at launch. register_warp's per_lane reaches its end without a count then, and its last line answers.
+TEST(SoftmaxRegisterRowPlan, EveryPlanRefusesAWidthWithNoKernel) {
   namespace rr = k::register_row;
-  for (int width : {0, -1, -8}) {
-    for (int64_t cols : {int64_t{1}, int64_t{64}, int64_t{4096}}) {
+  for (int width : {0, -1, -8, 2, 16}) {
+    for (int64_t cols : {int64_t{1}, int64_t{16}, int64_t{64}, int64_t{1024}, int64_t{4096}}) {
       SCOPED_TRACE(std::to_string(cols) + " columns, width " + std::to_string(width));
       EXPECT_EQ(rr::plan(cols, width).threads, 0);
       EXPECT_EQ(rr::warp::per_lane(cols, width), 0);
       EXPECT_EQ(rr::cluster::plan(cols, width).blocks, 0);
       EXPECT_EQ(rr::packed::plan(cols, width).threads, 0);
+      EXPECT_EQ(rr::packed_warp::per_lane(cols, width), 0);
     }
   }
 }
@@ -1067,6 +1074,22 @@ TEST(SoftmaxRegisterRowPlan, TuningHookIsOffByDefaultAndMovesThePlan) {
   EXPECT_EQ(rr::launch_plan(1024, 8).per_thread, 1);
   rr::preferred_threads_for_tuning().store(0);
   EXPECT_EQ(rr::launch_plan(1024, 8).threads, 32);
+  // Every row, hook off (0) and at its smallest setting (1): 0 is the rule's own 32, not a block size of
+  // 0, whose plans differ wherever a smaller count fits one warp (256 FP16 columns: 32x1, not 32x4); and
+  // 1 is a block size like any other (none fits 1 thread: the fewest threads there are, 256 columns at 32x4).
+  for (int hook : {0, 1}) {
+    rr::preferred_threads_for_tuning().store(hook);
+    for (int width : {8, 4, 1})
+      for (int64_t cols = width; cols <= rr::max_cols(width); cols += width) {
+        const rr::Plan want = rr::plan(cols, width, hook > 0 ? hook : rr::kPreferredThreads);
+        const rr::Plan got = rr::launch_plan(cols, width);
+        ASSERT_TRUE(got.threads == want.threads && got.per_thread == want.per_thread)
+            << "hook " << hook << ", " << cols << " x " << width << ": " << got.threads << "x" << got.per_thread;
+      }
+  }
+  EXPECT_EQ(rr::plan(256, 8, rr::kPreferredThreads).per_thread, 1);
+  EXPECT_EQ(rr::plan(256, 8, 1).per_thread, 4);
+  rr::preferred_threads_for_tuning().store(0);
   EXPECT_EQ(rr::plan(4096, 8).threads, rr::plan(4096, 8, rr::kPreferredThreads).threads);
   EXPECT_EQ(rr::plan(4096, 8, 128).threads, 128);  // 4 packs per thread
   EXPECT_EQ(rr::plan(4096, 8, 128).per_thread, 4);
