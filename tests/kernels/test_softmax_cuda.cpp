@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <map>
 #include <functional>
 #include <cmath>
 #include <cstdlib>
@@ -1283,6 +1284,92 @@ TEST(SoftmaxCudaChooser, EveryRungThatTakesARowTakesAnEmptyOne) {
         const char* why = v->unsupported != nullptr ? v->unsupported(a) : nullptr;
         EXPECT_EQ(why, nullptr) << name << " refuses " << a.describe() << ": " << why;
         EXPECT_NO_THROW(reg.select(a, name)) << name << " " << a.describe();
+      }
+    }
+  }
+}
+
+// What each CUDA rung computes, and from which dtypes, as its row of kernels/cuda/softmax/README.md and
+// its unsupported() say: every op against every pair of f16, f32 and f64 on a short row. The chooser's
+// tests see only the rungs it picks, so the opt-in rungs' refusals (naive_fp16_nomax's FP16 softmax alone,
+// packed_kept's FP16 probabilities alone, packed_warp's forward passes) had no test a GPU-less build ran:
+// a rung named by --softmax would have taken what its kernel does not compute, and only a GPU run would
+// tell. Also: the rungs that keep FP16 packs decline a row that is not a whole number of packs. Needs a
+// CUDA build, no GPU: nothing is launched.
+TEST(SoftmaxCudaChooser, EveryRungTakesTheOpsAndDtypesItsRowNames) {
+  if (!registered_on_cuda("register_row")) GTEST_SKIP() << "CPU-only build: no CUDA softmax rungs are registered";
+  using Op = k::SoftmaxOp;
+  const auto f16_or_f32 = [](DType t) { return t == DType::f16 || t == DType::f32; };
+  const auto forward_and_backward = [](Op op) {
+    return op == Op::softmax || op == Op::log_softmax || op == Op::log_softmax_backward;
+  };
+  // The FP32-math rungs: f16 or f32 in and out.
+  const auto softmax_rung = [&](Op op, DType tx, DType ty) {
+    return forward_and_backward(op) && f16_or_f32(tx) && f16_or_f32(ty);
+  };
+  // Rows kept as FP16 packs: the forward passes, FP16 in, f16 or f32 out.
+  const auto packed_forward = [&](Op op, DType tx, DType ty) {
+    return (op == Op::softmax || op == Op::log_softmax) && tx == DType::f16 && f16_or_f32(ty);
+  };
+  const int cc = runtime::cuda_compute_capability();  // 0 without a GPU
+  const bool clusters = cc == 0 || cc >= 90;
+  const std::map<std::string, std::function<bool(Op, DType, DType)>> takes = {
+      {"naive", [&](Op op, DType, DType) { return forward_and_backward(op); }},  // the only FP64 rung
+      {"naive_fp16_nomax",
+       [](Op op, DType tx, DType ty) { return op == Op::softmax && tx == DType::f16 && ty == DType::f16; }},
+      {"block_row", softmax_rung},
+      {"warp_row", softmax_rung},
+      {"online", softmax_rung},
+      {"register_row", softmax_rung},
+      {"register_warp", softmax_rung},
+      {"cluster_row", [&](Op op, DType tx, DType ty) { return clusters && softmax_rung(op, tx, ty); }},
+      {"packed_row", packed_forward},
+      {"packed_online", packed_forward},
+      {"packed_warp", packed_forward},
+      {"packed_kept", [](Op op, DType tx, DType ty) { return op == Op::softmax && tx == DType::f16 && ty == tx; }},
+      {"fused_xent",
+       [&](Op op, DType tx, DType ty) {
+         // xent_forward writes no probabilities or gradient: its y_type is not read.
+         return (op == Op::xent_fused || op == Op::xent_backward || op == Op::xent_forward) && f16_or_f32(tx) &&
+                (op == Op::xent_forward || f16_or_f32(ty));
+       }},
+  };
+  const auto& reg = k::SoftmaxRegistry::instance();
+  std::set<std::string> named;
+  for (const auto& [name, rule] : takes) named.insert(name);
+  const std::vector<std::string> registered = reg.names(DeviceType::cuda);
+  EXPECT_EQ(std::set<std::string>(registered.begin(), registered.end()), named)
+      << "a CUDA softmax rung was added or removed: give it its row here";
+  for (const auto& [name, rule] : takes) {
+    const auto* v = reg.find(name, DeviceType::cuda);
+    if (v == nullptr) continue;  // reported above
+    for (Op op : {Op::softmax, Op::log_softmax, Op::log_softmax_backward, Op::xent_forward, Op::xent_backward,
+                  Op::xent_fused}) {
+      for (DType tx : {DType::f16, DType::f32, DType::f64}) {
+        for (DType ty : {DType::f16, DType::f32, DType::f64}) {
+          k::SoftmaxArgs a;
+          a.device = DeviceType::cuda;
+          a.op = op;
+          a.rows = 4;
+          a.cols = 8;
+          a.x_type = tx;
+          a.y_type = ty;
+          const char* why = v->unsupported != nullptr ? v->unsupported(a) : nullptr;
+          EXPECT_EQ(why == nullptr, rule(op, tx, ty))
+              << name << " " << a.describe() << (why != nullptr ? std::string(": declined, ") + why : ": taken");
+        }
+      }
+    }
+    // A row of 1, 7 or 9 FP16 columns is no whole number of 16-byte packs: the scalar path, which the
+    // rungs that keep packs do not have.
+    if (name.rfind("packed_", 0) == 0) {
+      for (int64_t cols : {1, 7, 9}) {
+        k::SoftmaxArgs a;
+        a.device = DeviceType::cuda;
+        a.rows = 4;
+        a.cols = cols;
+        a.x_type = a.y_type = DType::f16;
+        EXPECT_NE(v->unsupported(a), nullptr) << name << " takes " << a.describe();
       }
     }
   }
